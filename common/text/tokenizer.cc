@@ -1,0 +1,616 @@
+#include "common/text/tokenizer.h"
+
+#include <algorithm>
+#include <array>
+#include <climits>
+#include <deque>
+#include <fstream>
+#include <queue>
+#include <sstream>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/status/status_macros.h"
+#include "common/text/byte_level.h"
+#include "common/text/nfc.h"
+#include "common/text/regex_splitter.h"
+#include "nlohmann/json.hpp"
+
+namespace verl {
+namespace {
+
+using Json = nlohmann::json;
+
+// Ids above this are rejected: the id tables are dense vectors.
+constexpr int64_t kMaxTokenId = (int64_t{1} << 26) - 1;
+// The BPE cache stops growing at this many entries (as HF's does); longer pieces are never cached.
+constexpr size_t kCacheCapacity = 65536;
+constexpr size_t kMaxCachedPieceBytes = 128;
+// Words longer than this are merged with a heap (O(n log n)) instead of the quadratic scan.
+constexpr size_t kHeapMergeThreshold = 64;
+
+struct AddedToken {
+  int32_t id = 0;
+  std::string content;
+  bool special = false;
+  bool lstrip = false;
+  bool rstrip = false;
+  bool single_word = false;
+};
+
+struct PreTokenizerStep {
+  bool byte_level = false;     // Otherwise a Split.
+  bool add_prefix_space = false;  // ByteLevel only.
+  std::optional<RegexSplitter> splitter;  // Split's pattern, or GPT-2's for ByteLevel with use_regex.
+  RegexSplitter::Behavior behavior = RegexSplitter::Behavior::kIsolated;
+};
+
+struct Merge {
+  int32_t rank;
+  int32_t new_id;
+};
+
+uint64_t PairKey(int32_t a, int32_t b) { return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b); }
+
+bool IsAsciiSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+// Approximates HF's word characters for single_word added tokens: ASCII alphanumerics, '_' and any non-ASCII byte.
+bool IsWordByte(char c) {
+  const auto b = static_cast<uint8_t>(c);
+  return b >= 0x80 || (b >= '0' && b <= '9') || (b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z') || b == '_';
+}
+
+std::string TypeOf(const Json& j) {
+  if (j.is_object() && j.contains("type") && j["type"].is_string()) return j["type"].get<std::string>();
+  return j.is_object() ? "<no type>" : std::string("<") + j.type_name() + ">";
+}
+
+absl::StatusOr<bool> GetBool(const Json& obj, const char* key, bool default_value, const std::string& where) {
+  if (!obj.contains(key) || obj[key].is_null()) return default_value;
+  if (!obj[key].is_boolean()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ".", key, " must be a boolean, got ", obj[key].type_name()));
+  }
+  return obj[key].get<bool>();
+}
+
+}  // namespace
+
+class Tokenizer::Impl {
+ public:
+  absl::Status Load(const Json& root);
+
+  void Encode(std::string_view text, bool parse_special, std::vector<int32_t>* out) const;
+  void EncodeSegment(std::string_view segment, std::vector<int32_t>* out) const;
+  void Bpe(std::string_view piece, std::vector<int32_t>* out) const;
+  void MergeSmall(std::vector<int32_t>* symbols) const;
+  void MergeLarge(std::vector<int32_t>* symbols) const;
+  const Merge* FindMerge(int32_t a, int32_t b) const {
+    auto it = merges_.find(PairKey(a, b));
+    return it == merges_.end() ? nullptr : &it->second;
+  }
+
+  enum class IdKind : uint8_t { kNone, kVocab, kAdded, kSpecial };
+
+  absl::flat_hash_map<std::string, int32_t> token_to_id_;  // Model vocab and added tokens, vocabulary spelling.
+  std::vector<std::string> id_to_token_;
+  std::vector<std::string> id_to_bytes_;  // What Decode emits for each id.
+  std::vector<IdKind> id_kind_;
+  absl::flat_hash_map<std::string, int32_t> bytes_to_id_;  // Model vocab by raw bytes (for ignore_merges).
+  std::array<int32_t, 256> byte_to_id_{};                   // -1 when the byte's symbol is not in the vocab.
+  absl::flat_hash_map<uint64_t, Merge> merges_;
+  bool ignore_merges_ = false;
+  int32_t unk_id_ = -1;
+  bool nfc_ = false;
+  std::vector<PreTokenizerStep> pre_steps_;
+  std::vector<AddedToken> added_;                          // Longest content first.
+  std::array<std::vector<int32_t>, 256> added_by_first_byte_;  // Indices into added_, longest first.
+
+  mutable absl::Mutex cache_mu_;
+  mutable absl::flat_hash_map<std::string, std::vector<int32_t>> cache_ ABSL_GUARDED_BY(cache_mu_);
+};
+
+namespace {
+
+absl::Status ParseNormalizer(const Json& j, bool* nfc) {
+  if (j.is_null()) return absl::OkStatus();
+  const std::string type = TypeOf(j);
+  if (type == "NFC") {
+    *nfc = true;
+    return absl::OkStatus();
+  }
+  if (type == "Sequence" && j.contains("normalizers") && j["normalizers"].is_array()) {
+    for (const Json& n : j["normalizers"]) RETURN_IF_ERROR(ParseNormalizer(n, nfc));
+    return absl::OkStatus();
+  }
+  return absl::UnimplementedError(
+      absl::StrCat("normalizer type \"", type, "\" is not supported (supported: null, NFC, Sequence)"));
+}
+
+absl::Status ParsePreTokenizer(const Json& j, std::vector<PreTokenizerStep>* steps) {
+  const std::string type = TypeOf(j);
+  if (type == "Sequence") {
+    if (!j.contains("pretokenizers") || !j["pretokenizers"].is_array()) {
+      return absl::InvalidArgumentError("pre_tokenizer Sequence has no \"pretokenizers\" array");
+    }
+    for (const Json& p : j["pretokenizers"]) RETURN_IF_ERROR(ParsePreTokenizer(p, steps));
+    return absl::OkStatus();
+  }
+  PreTokenizerStep step;
+  if (type == "ByteLevel") {
+    step.byte_level = true;
+    ASSIGN_OR_RETURN(step.add_prefix_space, GetBool(j, "add_prefix_space", true, "pre_tokenizer.ByteLevel"));
+    ASSIGN_OR_RETURN(const bool use_regex, GetBool(j, "use_regex", true, "pre_tokenizer.ByteLevel"));
+    if (use_regex) {
+      ASSIGN_OR_RETURN(RegexSplitter splitter, RegexSplitter::Create(kGpt2SplitPattern));
+      step.splitter = std::move(splitter);
+    }
+    steps->push_back(std::move(step));
+    return absl::OkStatus();
+  }
+  if (type == "Split") {
+    if (!j.contains("pattern") || !j["pattern"].is_object()) {
+      return absl::InvalidArgumentError("pre_tokenizer Split has no \"pattern\" object");
+    }
+    const Json& pattern = j["pattern"];
+    bool literal;
+    std::string text;
+    if (pattern.contains("Regex") && pattern["Regex"].is_string()) {
+      literal = false;
+      text = pattern["Regex"].get<std::string>();
+    } else if (pattern.contains("String") && pattern["String"].is_string()) {
+      literal = true;
+      text = pattern["String"].get<std::string>();
+    } else {
+      return absl::InvalidArgumentError("pre_tokenizer Split pattern needs a \"Regex\" or \"String\" string");
+    }
+    auto splitter = RegexSplitter::Create(text, literal);
+    if (!splitter.ok()) return Annotate(splitter.status(), "pre_tokenizer Split pattern");
+    step.splitter = std::move(*splitter);
+    const std::string behavior = j.value("behavior", std::string("Isolated"));
+    if (behavior == "Isolated") {
+      step.behavior = RegexSplitter::Behavior::kIsolated;
+    } else if (behavior == "Removed") {
+      step.behavior = RegexSplitter::Behavior::kRemoved;
+    } else {
+      return absl::UnimplementedError(absl::StrCat("pre_tokenizer Split behavior \"", behavior,
+                                                   "\" is not supported (supported: Isolated, Removed)"));
+    }
+    ASSIGN_OR_RETURN(const bool invert, GetBool(j, "invert", false, "pre_tokenizer.Split"));
+    if (invert) return absl::UnimplementedError("pre_tokenizer Split with invert=true is not supported");
+    steps->push_back(std::move(step));
+    return absl::OkStatus();
+  }
+  return absl::UnimplementedError(
+      absl::StrCat("pre_tokenizer type \"", type, "\" is not supported (supported: ByteLevel, Split, Sequence)"));
+}
+
+bool HasByteLevelDecoder(const Json& j) {
+  const std::string type = TypeOf(j);
+  if (type == "ByteLevel") return true;
+  if (type == "Sequence" && j.contains("decoders") && j["decoders"].is_array()) {
+    for (const Json& d : j["decoders"]) {
+      if (HasByteLevelDecoder(d)) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::Status Tokenizer::Impl::Load(const Json& root) {
+  if (!root.is_object()) return absl::InvalidArgumentError("top level is not a JSON object");
+
+  // Model.
+  if (!root.contains("model") || !root["model"].is_object()) {
+    return absl::InvalidArgumentError("missing \"model\" object");
+  }
+  const Json& model = root["model"];
+  if (model.contains("type") && !(model["type"].is_string() && model["type"].get<std::string>() == "BPE")) {
+    return absl::UnimplementedError(
+        absl::StrCat("model type \"", TypeOf(model), "\" is not supported (only byte-level BPE)"));
+  }
+  if (!model.contains("vocab") || !model["vocab"].is_object()) {
+    return absl::InvalidArgumentError("missing \"model.vocab\" object");
+  }
+  if (!model.contains("merges") || !model["merges"].is_array()) {
+    return absl::InvalidArgumentError("missing \"model.merges\" array");
+  }
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    if (model.contains(key) && !model[key].is_null() && !(model[key].is_string() && model[key].get<std::string>().empty())) {
+      return absl::UnimplementedError(absl::StrCat("model.", key, " is not supported"));
+    }
+  }
+  ASSIGN_OR_RETURN(const bool byte_fallback, GetBool(model, "byte_fallback", false, "model"));
+  if (byte_fallback) {
+    return absl::UnimplementedError("model.byte_fallback=true (SentencePiece-style BPE) is not supported");
+  }
+  if (model.contains("dropout") && !model["dropout"].is_null() &&
+      !(model["dropout"].is_number() && model["dropout"].get<double>() == 0.0)) {
+    return absl::UnimplementedError("model.dropout is not supported");
+  }
+  ASSIGN_OR_RETURN(ignore_merges_, GetBool(model, "ignore_merges", false, "model"));
+
+  int64_t max_id = -1;
+  std::vector<std::pair<std::string, int32_t>> vocab;
+  vocab.reserve(model["vocab"].size());
+  for (const auto& [token, id_json] : model["vocab"].items()) {
+    if (!id_json.is_number_integer()) {
+      return absl::InvalidArgumentError(absl::StrCat("model.vocab[\"", token, "\"] is not an integer id"));
+    }
+    const int64_t id = id_json.get<int64_t>();
+    if (id < 0 || id > kMaxTokenId) {
+      return absl::InvalidArgumentError(absl::StrCat("model.vocab[\"", token, "\"] has id ", id, " out of range [0, ",
+                                                     kMaxTokenId, "]"));
+    }
+    max_id = std::max(max_id, id);
+    vocab.emplace_back(token, static_cast<int32_t>(id));
+  }
+
+  // Added tokens.
+  if (root.contains("added_tokens") && !root["added_tokens"].is_null()) {
+    if (!root["added_tokens"].is_array()) return absl::InvalidArgumentError("\"added_tokens\" is not an array");
+    size_t index = 0;
+    for (const Json& t : root["added_tokens"]) {
+      const std::string where = absl::StrCat("added_tokens[", index++, "]");
+      if (!t.is_object() || !t.contains("id") || !t["id"].is_number_integer() || !t.contains("content") ||
+          !t["content"].is_string()) {
+        return absl::InvalidArgumentError(absl::StrCat(where, " needs an integer \"id\" and a string \"content\""));
+      }
+      const int64_t id = t["id"].get<int64_t>();
+      if (id < 0 || id > kMaxTokenId) {
+        return absl::InvalidArgumentError(absl::StrCat(where, " has id ", id, " out of range"));
+      }
+      AddedToken token;
+      token.id = static_cast<int32_t>(id);
+      token.content = t["content"].get<std::string>();
+      if (token.content.empty()) return absl::InvalidArgumentError(absl::StrCat(where, " has empty content"));
+      ASSIGN_OR_RETURN(token.special, GetBool(t, "special", false, where));
+      ASSIGN_OR_RETURN(token.lstrip, GetBool(t, "lstrip", false, where));
+      ASSIGN_OR_RETURN(token.rstrip, GetBool(t, "rstrip", false, where));
+      ASSIGN_OR_RETURN(token.single_word, GetBool(t, "single_word", false, where));
+      max_id = std::max(max_id, id);
+      added_.push_back(std::move(token));
+    }
+  }
+
+  // Id tables.
+  const size_t size = static_cast<size_t>(max_id + 1);
+  id_to_token_.assign(size, std::string());
+  id_to_bytes_.assign(size, std::string());
+  id_kind_.assign(size, IdKind::kNone);
+  token_to_id_.reserve(vocab.size() + added_.size());
+  bytes_to_id_.reserve(vocab.size());
+  for (auto& [token, id] : vocab) {
+    std::optional<std::string> bytes = ByteLevelToBytes(token);
+    std::string raw = bytes ? std::move(*bytes) : token;
+    if (id_kind_[id] == IdKind::kNone) {
+      id_to_token_[id] = token;
+      id_to_bytes_[id] = raw;
+      id_kind_[id] = IdKind::kVocab;
+    }
+    bytes_to_id_.emplace(std::move(raw), id);
+    token_to_id_.emplace(std::move(token), id);
+  }
+  byte_to_id_.fill(-1);
+  for (int b = 0; b < 256; ++b) {
+    auto it = token_to_id_.find(ByteLevelSymbol(static_cast<uint8_t>(b)));
+    if (it != token_to_id_.end()) byte_to_id_[b] = it->second;
+  }
+  if (model.contains("unk_token") && model["unk_token"].is_string()) {
+    auto it = token_to_id_.find(model["unk_token"].get<std::string>());
+    if (it == token_to_id_.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.unk_token \"", model["unk_token"].get<std::string>(), "\" is not in model.vocab"));
+    }
+    unk_id_ = it->second;
+  }
+
+  // Merges: "a b" strings (one space) or ["a", "b"] pairs. As in HF, a repeated pair keeps its last rank.
+  const Json& merges = model["merges"];
+  merges_.reserve(merges.size());
+  for (size_t i = 0; i < merges.size(); ++i) {
+    const Json& m = merges[i];
+    std::string a, b;
+    if (m.is_string()) {
+      const std::string& line = m.get_ref<const std::string&>();
+      const size_t space = line.find(' ');
+      if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("bad merges entry index ", i, ": \"", line, "\" is not two tokens separated by one space"));
+      }
+      a = line.substr(0, space);
+      b = line.substr(space + 1);
+    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+      a = m[0].get<std::string>();
+      b = m[1].get<std::string>();
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad merges entry index ", i, ": expected \"a b\" or [\"a\", \"b\"], got ", m.dump()));
+    }
+    auto ia = token_to_id_.find(a);
+    auto ib = token_to_id_.find(b);
+    auto inew = token_to_id_.find(a + b);
+    if (ia == token_to_id_.end() || ib == token_to_id_.end() || inew == token_to_id_.end()) {
+      const std::string& missing = ia == token_to_id_.end() ? a : ib == token_to_id_.end() ? b : a + b;
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad merges entry index ", i, ": token \"", missing, "\" is not in model.vocab"));
+    }
+    merges_[PairKey(ia->second, ib->second)] = Merge{static_cast<int32_t>(i), inew->second};
+  }
+
+  // Added tokens override the model's spelling of their id; matched longest first.
+  for (const AddedToken& t : added_) {
+    token_to_id_[t.content] = t.id;
+    id_to_token_[t.id] = t.content;
+    id_to_bytes_[t.id] = t.content;
+    id_kind_[t.id] = t.special ? IdKind::kSpecial : IdKind::kAdded;
+  }
+  std::stable_sort(added_.begin(), added_.end(),
+                   [](const AddedToken& x, const AddedToken& y) { return x.content.size() > y.content.size(); });
+  for (size_t i = 0; i < added_.size(); ++i) {
+    added_by_first_byte_[static_cast<uint8_t>(added_[i].content[0])].push_back(static_cast<int32_t>(i));
+  }
+
+  // Pipeline.
+  if (root.contains("normalizer")) RETURN_IF_ERROR(ParseNormalizer(root["normalizer"], &nfc_));
+  if (!root.contains("pre_tokenizer") || root["pre_tokenizer"].is_null()) {
+    return absl::UnimplementedError("missing \"pre_tokenizer\": only byte-level BPE (a ByteLevel step) is supported");
+  }
+  RETURN_IF_ERROR(ParsePreTokenizer(root["pre_tokenizer"], &pre_steps_));
+  if (std::none_of(pre_steps_.begin(), pre_steps_.end(), [](const PreTokenizerStep& s) { return s.byte_level; })) {
+    return absl::UnimplementedError("pre_tokenizer has no ByteLevel step: only byte-level BPE is supported");
+  }
+  if (!root.contains("decoder") || !HasByteLevelDecoder(root["decoder"])) {
+    return absl::UnimplementedError(absl::StrCat("decoder type \"", root.contains("decoder") ? TypeOf(root["decoder"]) : "<missing>",
+                                                 "\" is not supported (only ByteLevel)"));
+  }
+  return absl::OkStatus();
+}
+
+void Tokenizer::Impl::Encode(std::string_view text, bool parse_special, std::vector<int32_t>* out) const {
+  size_t segment_start = 0;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const AddedToken* match = nullptr;
+    for (int32_t index : added_by_first_byte_[static_cast<uint8_t>(text[pos])]) {
+      const AddedToken& t = added_[index];
+      if (t.special && !parse_special) continue;
+      if (text.compare(pos, t.content.size(), t.content) != 0) continue;
+      if (t.single_word && ((pos > 0 && IsWordByte(text[pos - 1])) ||
+                            (pos + t.content.size() < text.size() && IsWordByte(text[pos + t.content.size()])))) {
+        continue;
+      }
+      match = &t;
+      break;
+    }
+    if (match == nullptr) {
+      ++pos;
+      continue;
+    }
+    size_t start = pos;
+    if (match->lstrip) {
+      while (start > segment_start && IsAsciiSpace(text[start - 1])) --start;
+    }
+    EncodeSegment(text.substr(segment_start, start - segment_start), out);
+    out->push_back(match->id);
+    pos += match->content.size();
+    if (match->rstrip) {
+      while (pos < text.size() && IsAsciiSpace(text[pos])) ++pos;
+    }
+    segment_start = pos;
+  }
+  EncodeSegment(text.substr(segment_start), out);
+}
+
+void Tokenizer::Impl::EncodeSegment(std::string_view segment, std::vector<int32_t>* out) const {
+  if (segment.empty()) return;
+  std::string normalized;
+  std::string_view text = segment;
+  if (nfc_ && NormalizeNfc(segment, &normalized)) text = normalized;
+
+  std::vector<std::string_view> pieces{text};
+  std::vector<std::string_view> next;
+  std::deque<std::string> storage;  // Pieces that got a prefix space; deque keeps views stable.
+  for (const PreTokenizerStep& step : pre_steps_) {
+    next.clear();
+    for (std::string_view piece : pieces) {
+      if (step.byte_level && step.add_prefix_space && (piece.empty() || piece[0] != ' ')) {
+        storage.push_back(absl::StrCat(" ", absl::string_view(piece.data(), piece.size())));
+        piece = storage.back();
+      }
+      if (step.splitter) {
+        step.splitter->Split(piece, step.behavior, &next);
+      } else if (!piece.empty()) {
+        next.push_back(piece);
+      }
+    }
+    pieces.swap(next);
+  }
+  for (std::string_view piece : pieces) Bpe(piece, out);
+}
+
+void Tokenizer::Impl::Bpe(std::string_view piece, std::vector<int32_t>* out) const {
+  if (piece.empty()) return;
+  const absl::string_view key(piece.data(), piece.size());
+  if (ignore_merges_) {
+    auto it = bytes_to_id_.find(key);
+    if (it != bytes_to_id_.end()) {
+      out->push_back(it->second);
+      return;
+    }
+  }
+  const bool cacheable = piece.size() > 1 && piece.size() <= kMaxCachedPieceBytes;
+  if (cacheable) {
+    absl::ReaderMutexLock lock(&cache_mu_);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) {
+      out->insert(out->end(), it->second.begin(), it->second.end());
+      return;
+    }
+  }
+  std::vector<int32_t> symbols;
+  symbols.reserve(piece.size());
+  for (char c : piece) {
+    const int32_t id = byte_to_id_[static_cast<uint8_t>(c)];
+    if (id >= 0) {
+      symbols.push_back(id);
+    } else if (unk_id_ >= 0) {
+      symbols.push_back(unk_id_);
+    }
+  }
+  if (symbols.size() > kHeapMergeThreshold) {
+    MergeLarge(&symbols);
+  } else {
+    MergeSmall(&symbols);
+  }
+  out->insert(out->end(), symbols.begin(), symbols.end());
+  if (cacheable) {
+    absl::MutexLock lock(&cache_mu_);
+    if (cache_.size() < kCacheCapacity) cache_.emplace(std::string(piece), std::move(symbols));
+  }
+}
+
+// Repeatedly merges the adjacent pair of lowest rank (leftmost among equals). `ranks[i]` caches the rank of
+// (symbols[i], symbols[i + 1]) so each round costs one scan of integers and at most two hash lookups.
+void Tokenizer::Impl::MergeSmall(std::vector<int32_t>* symbols_ptr) const {
+  std::vector<int32_t>& symbols = *symbols_ptr;
+  if (symbols.size() < 2) return;
+  std::array<int32_t, kHeapMergeThreshold> ranks;
+  std::array<int32_t, kHeapMergeThreshold> new_ids;
+  const auto update = [&](size_t i) {
+    const Merge* m = FindMerge(symbols[i], symbols[i + 1]);
+    ranks[i] = m ? m->rank : INT32_MAX;
+    new_ids[i] = m ? m->new_id : -1;
+  };
+  size_t n = symbols.size();
+  for (size_t i = 0; i + 1 < n; ++i) update(i);
+  while (n > 1) {
+    size_t best = 0;
+    for (size_t i = 1; i + 1 < n; ++i) {
+      if (ranks[i] < ranks[best]) best = i;
+    }
+    if (ranks[best] == INT32_MAX) break;
+    symbols[best] = new_ids[best];
+    for (size_t i = best + 1; i + 1 < n; ++i) {
+      symbols[i] = symbols[i + 1];
+      ranks[i] = ranks[i + 1];
+      new_ids[i] = new_ids[i + 1];
+    }
+    --n;
+    symbols.resize(n);
+    if (best > 0) update(best - 1);
+    if (best + 1 < n) update(best);
+  }
+}
+
+// Same result as MergeSmall in O(n log n): a heap of candidate merges ordered by (rank, position) over a linked
+// list of symbols; entries made stale by an earlier merge are skipped when popped.
+void Tokenizer::Impl::MergeLarge(std::vector<int32_t>* symbols_ptr) const {
+  std::vector<int32_t>& symbols = *symbols_ptr;
+  const int32_t n = static_cast<int32_t>(symbols.size());
+  std::vector<int32_t> prev(n), next(n);
+  for (int32_t i = 0; i < n; ++i) {
+    prev[i] = i - 1;
+    next[i] = i + 1 < n ? i + 1 : -1;
+  }
+  struct Candidate {
+    int32_t rank;
+    int32_t pos;
+    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> queue;
+  for (int32_t i = 0; i + 1 < n; ++i) {
+    if (const Merge* m = FindMerge(symbols[i], symbols[i + 1])) queue.push({m->rank, i});
+  }
+  constexpr int32_t kRemoved = -1;
+  while (!queue.empty()) {
+    const Candidate top = queue.top();
+    queue.pop();
+    if (symbols[top.pos] == kRemoved || next[top.pos] < 0) continue;
+    const int32_t right = next[top.pos];
+    const Merge* m = FindMerge(symbols[top.pos], symbols[right]);
+    if (m == nullptr || m->rank != top.rank) continue;  // Stale: a neighbour changed since it was queued.
+    symbols[top.pos] = m->new_id;
+    symbols[right] = kRemoved;
+    next[top.pos] = next[right];
+    if (next[right] >= 0) prev[next[right]] = top.pos;
+    if (prev[top.pos] >= 0) {
+      if (const Merge* l = FindMerge(symbols[prev[top.pos]], symbols[top.pos])) queue.push({l->rank, prev[top.pos]});
+    }
+    if (next[top.pos] >= 0) {
+      if (const Merge* r = FindMerge(symbols[top.pos], symbols[next[top.pos]])) queue.push({r->rank, top.pos});
+    }
+  }
+  size_t kept = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    if (symbols[i] != kRemoved) symbols[kept++] = symbols[i];
+  }
+  symbols.resize(kept);
+}
+
+absl::StatusOr<Tokenizer> Tokenizer::FromFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open tokenizer file"));
+  std::ostringstream contents;
+  contents << in.rdbuf();
+  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": error while reading"));
+  return FromJson(contents.str(), path);
+}
+
+absl::StatusOr<Tokenizer> Tokenizer::FromJson(const std::string& json, const std::string& origin_for_errors) {
+  Json root;
+  try {
+    root = Json::parse(json);
+  } catch (const Json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(origin_for_errors, ": malformed JSON: ", e.what()));
+  }
+  auto impl = std::make_shared<Impl>();
+  absl::Status status;
+  try {
+    status = impl->Load(root);
+  } catch (const Json::exception& e) {  // A value of an unexpected type that the checks above let through.
+    status = absl::InvalidArgumentError(absl::StrCat("unexpected JSON structure: ", e.what()));
+  }
+  if (!status.ok()) return Annotate(status, origin_for_errors);
+  return Tokenizer(std::move(impl));
+}
+
+std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool parse_special) const {
+  std::vector<int32_t> ids;
+  ids.reserve(text.size() / 3 + 4);
+  impl_->Encode(text, parse_special, &ids);
+  return ids;
+}
+
+std::string Tokenizer::Decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
+  std::string text;
+  for (int32_t id : ids) {
+    if (id < 0 || static_cast<size_t>(id) >= impl_->id_kind_.size()) continue;
+    const Impl::IdKind kind = impl_->id_kind_[id];
+    if (kind == Impl::IdKind::kNone || (skip_special_tokens && kind == Impl::IdKind::kSpecial)) continue;
+    text += impl_->id_to_bytes_[id];
+  }
+  return text;
+}
+
+std::optional<int32_t> Tokenizer::TokenToId(std::string_view token) const {
+  auto it = impl_->token_to_id_.find(absl::string_view(token.data(), token.size()));
+  if (it == impl_->token_to_id_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::string Tokenizer::IdToToken(int32_t id) const {
+  if (id < 0 || static_cast<size_t>(id) >= impl_->id_to_token_.size()) return "";
+  return impl_->id_to_token_[id];
+}
+
+int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->id_kind_.size()); }
+
+bool Tokenizer::IsSpecial(int32_t id) const {
+  return id >= 0 && static_cast<size_t>(id) < impl_->id_kind_.size() &&
+         impl_->id_kind_[id] == Impl::IdKind::kSpecial;
+}
+
+}  // namespace verl

@@ -1,0 +1,67 @@
+#ifndef VERL_COMMON_TEXT_TOKENIZER_H_
+#define VERL_COMMON_TEXT_TOKENIZER_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace verl {
+
+// A byte-level BPE tokenizer loaded from a HuggingFace `tokenizer.json` (the format of Qwen2/Qwen2.5 and Llama 3).
+//
+// Supported pieces of the HF pipeline (anything else is rejected at load time with kUnimplemented):
+//   added_tokens   matched literally (leftmost, longest) before anything else; `lstrip`/`rstrip` honoured.
+//   normalizer     null, NFC, or a Sequence of those.
+//   pre_tokenizer  ByteLevel (use_regex true: the GPT-2 split pattern), Split with a Regex or String pattern
+//                  (behavior Isolated or Removed, invert false), or a Sequence of those; a ByteLevel step is required.
+//   model          BPE with merges given as "a b" strings or ["a", "b"] pairs; `ignore_merges` and `unk_token`
+//                  honoured (a byte whose symbol is not in the vocab becomes unk_token, or is dropped without
+//                  one); continuing_subword_prefix, end_of_word_suffix, byte_fallback and dropout are not.
+//   decoder        ByteLevel (or a Sequence containing it).
+// The post_processor is not applied: Encode never adds BOS/EOS; the chat template or the caller does.
+//
+// Thread-safety: all const methods may be called concurrently. Copies are cheap and share the immutable
+// vocabulary and an internal, mutex-guarded cache of BPE results.
+class Tokenizer {
+ public:
+  // Reads and parses `path`. Errors name the file: kNotFound when it cannot be opened, kInvalidArgument for
+  // malformed JSON or inconsistent content (e.g. "bad merges entry index 7"), kUnimplemented for parts of the
+  // HF format that are not supported (e.g. a WordPiece model).
+  static absl::StatusOr<Tokenizer> FromFile(const std::string& path);
+
+  // Parses the contents of a tokenizer.json; `origin_for_errors` (usually the path) prefixes every error.
+  static absl::StatusOr<Tokenizer> FromJson(const std::string& json, const std::string& origin_for_errors);
+
+  // Text to token ids. With `parse_special` the special added tokens (e.g. "<|im_end|>") found in the text are
+  // emitted as their ids; without it they are tokenized as ordinary text (non-special added tokens still match,
+  // as HF's split_special_tokens does). Arbitrary bytes are accepted, including invalid UTF-8.
+  std::vector<int32_t> Encode(std::string_view text, bool parse_special = true) const;
+
+  // Token ids to text (ByteLevel decoding). Ids not in the vocabulary are skipped silently; bytes that do not form
+  // valid UTF-8 are kept as they are (no U+FFFD replacement). Added tokens are emitted verbatim.
+  std::string Decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
+
+  // `token` in the vocabulary's own spelling (byte-level symbols, e.g. "Ġthe"), or an added token's content.
+  std::optional<int32_t> TokenToId(std::string_view token) const;
+  // The vocabulary spelling of `id`; "" when `id` is not in the vocabulary.
+  std::string IdToToken(int32_t id) const;
+  // Max id + 1 over the model vocabulary and the added tokens (ids may have holes).
+  int32_t vocab_size() const;
+  // True for added tokens marked "special": true.
+  bool IsSpecial(int32_t id) const;
+
+  class Impl;
+
+ private:
+  explicit Tokenizer(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<const Impl> impl_;
+};
+
+}  // namespace verl
+
+#endif  // VERL_COMMON_TEXT_TOKENIZER_H_
