@@ -1,0 +1,19 @@
+#ifndef VERL_COMMON_DATA_ATOMIC_WRITE_H_
+#define VERL_COMMON_DATA_ATOMIC_WRITE_H_
+
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace verl {
+
+// Calls `write(temp_path)`, where temp_path is a fresh sibling of `path` (same directory, so the rename cannot cross
+// file systems), then renames temp_path onto `path`. If `write` fails or the rename fails the temporary file is
+// removed and `path` is left untouched; the returned error names `path`. Readers of `path` therefore see either the
+// old file or the complete new one. Thread-safe (temporary names are unique per process and call).
+absl::Status WriteAtomically(const std::string& path, const std::function<absl::Status(const std::string&)>& write);
+
+}  // namespace verl
+
+#endif  // VERL_COMMON_DATA_ATOMIC_WRITE_H_
