@@ -1,0 +1,279 @@
+#include "common/config/config_schema.h"
+
+#include <algorithm>
+#include <limits>
+#include <unordered_map>
+
+namespace verl {
+namespace {
+
+using T = ConfigType;
+using O = ConfigOrigin;
+
+// Keep keys of one section contiguous: --print-config nests them in this order.
+const std::vector<ConfigKeySpec>& Table() {
+  static const auto* table = new std::vector<ConfigKeySpec>{
+      // ---- data ----
+      {"data.train_files", T::kString, "\"\"", "", true, O::kVerl,
+       "Training set: a parquet or jsonl file in verl's layout (required)."},
+      {"data.val_files", T::kString, "\"\"", "", false, O::kVerl,
+       "Validation set, same layout; empty disables validation."},
+      {"data.prompt_key", T::kString, "prompt", "", false, O::kVerl,
+       "Column holding the prompt (a chat message list)."},
+      {"data.max_prompt_length", T::kInt, "512", "", false, O::kVerl,
+       "Maximum prompt length in tokens (prompts are left-padded to it)."},
+      {"data.max_response_length", T::kInt, "512", "", false, O::kVerl,
+       "Maximum number of generated tokens per response."},
+      {"data.train_batch_size", T::kInt, "1024", "", false, O::kVerl,
+       "Prompts per training step (each sampled actor_rollout_ref.rollout.n times)."},
+      {"data.val_batch_size", T::kOptionalInt, "null", "", false, O::kVerl,
+       "Prompts per validation batch; null means the whole validation set at once."},
+      {"data.shuffle", T::kBool, "true", "", false, O::kVerl, "Shuffle the training set every epoch."},
+      {"data.seed", T::kInt, "1", "", false, O::kVerl, "Seed of the training-set shuffle."},
+      {"data.filter_overlong_prompts", T::kBool, "false", "", false, O::kVerl,
+       "Drop prompts longer than data.max_prompt_length when loading."},
+      {"data.truncation", T::kString, "error", "error|left|right", false, O::kVerl,
+       "What to do with a prompt longer than data.max_prompt_length."},
+
+      // ---- actor_rollout_ref.model ----
+      {"actor_rollout_ref.model.path", T::kString, "\"\"", "", true, O::kVerl,
+       "Local HuggingFace model directory (config.json, *.safetensors, tokenizer.json) (required)."},
+      {"actor_rollout_ref.model.dtype", T::kString, "float32", "float32|bfloat16", false, O::kOurs,
+       "Compute dtype of actor, rollout and ref (master weights stay float32)."},
+
+      // ---- actor_rollout_ref.actor ----
+      {"actor_rollout_ref.actor.optim.lr", T::kDouble, "1.0e-6", "", false, O::kVerl, "AdamW learning rate."},
+      {"actor_rollout_ref.actor.optim.weight_decay", T::kDouble, "0.01", "", false, O::kVerl,
+       "AdamW decoupled weight decay."},
+      {"actor_rollout_ref.actor.optim.betas", T::kDoubleList, "[0.9, 0.999]", "", false, O::kVerl,
+       "AdamW betas [beta1, beta2]."},
+      {"actor_rollout_ref.actor.optim.eps", T::kDouble, "1.0e-8", "", false, O::kVerl, "AdamW epsilon."},
+      {"actor_rollout_ref.actor.optim.lr_warmup_steps", T::kInt, "-1", "", false, O::kVerl,
+       "Linear warm-up steps; -1 uses lr_warmup_steps_ratio instead."},
+      {"actor_rollout_ref.actor.optim.lr_warmup_steps_ratio", T::kDouble, "0.0", "", false, O::kVerl,
+       "Warm-up steps as a fraction of the total training steps (used when lr_warmup_steps is -1)."},
+      {"actor_rollout_ref.actor.ppo_mini_batch_size", T::kInt, "256", "", false, O::kVerl,
+       "Prompts per optimizer step (times rollout.n samples); must divide data.train_batch_size."},
+      {"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", T::kOptionalInt, "null", "", false, O::kVerl,
+       "Samples per forward/backward pass on one rank (gradient accumulation); null means the whole mini-batch."},
+      {"actor_rollout_ref.actor.ppo_epochs", T::kInt, "1", "", false, O::kVerl,
+       "Passes over each step's batch in the actor update."},
+      {"actor_rollout_ref.actor.shuffle", T::kBool, "false", "", false, O::kVerl,
+       "Shuffle samples between mini-batches in the actor update."},
+      {"actor_rollout_ref.actor.clip_ratio", T::kDouble, "0.2", "", false, O::kVerl, "PPO clip range epsilon."},
+      {"actor_rollout_ref.actor.clip_ratio_low", T::kOptionalDouble, "null", "", false, O::kVerl,
+       "Lower clip range (1 - low); null uses clip_ratio."},
+      {"actor_rollout_ref.actor.clip_ratio_high", T::kOptionalDouble, "null", "", false, O::kVerl,
+       "Upper clip range (1 + high, DAPO clip-higher); null uses clip_ratio."},
+      {"actor_rollout_ref.actor.clip_ratio_c", T::kDouble, "3.0", "", false, O::kVerl,
+       "Dual-clip lower bound for negative advantages (must be > 1)."},
+      {"actor_rollout_ref.actor.loss_agg_mode", T::kString, "token-mean",
+       "token-mean|seq-mean-token-sum|seq-mean-token-mean|seq-mean-token-sum-norm", false, O::kVerl,
+       "How per-token losses are aggregated into the batch loss."},
+      {"actor_rollout_ref.actor.entropy_coeff", T::kDouble, "0.0", "", false, O::kVerl,
+       "Weight of the entropy bonus in the actor loss."},
+      {"actor_rollout_ref.actor.use_kl_loss", T::kBool, "false", "", false, O::kVerl,
+       "Add a KL(actor || ref) term to the actor loss (GRPO style)."},
+      {"actor_rollout_ref.actor.kl_loss_coef", T::kDouble, "0.001", "", false, O::kVerl,
+       "Weight of the KL loss term."},
+      {"actor_rollout_ref.actor.kl_loss_type", T::kString, "low_var_kl", "kl|k1|abs|mse|k2|low_var_kl|k3", false,
+       O::kVerl, "KL estimator of the KL loss term."},
+      {"actor_rollout_ref.actor.grad_clip", T::kDouble, "1.0", "", false, O::kVerl,
+       "Gradient clipping by global norm."},
+
+      // ---- actor_rollout_ref.rollout ----
+      {"actor_rollout_ref.rollout.n", T::kInt, "1", "", false, O::kVerl, "Responses sampled per prompt."},
+      {"actor_rollout_ref.rollout.temperature", T::kDouble, "1.0", "", false, O::kVerl, "Sampling temperature."},
+      {"actor_rollout_ref.rollout.top_k", T::kInt, "-1", "", false, O::kVerl,
+       "Top-k sampling; -1 (or 0) disables it."},
+      {"actor_rollout_ref.rollout.top_p", T::kDouble, "1.0", "", false, O::kVerl,
+       "Nucleus sampling probability mass, in (0, 1]."},
+      {"actor_rollout_ref.rollout.do_sample", T::kBool, "true", "", false, O::kVerl,
+       "Sample (true) or decode greedily (false)."},
+      {"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", T::kOptionalInt, "null", "", false, O::kVerl,
+       "Samples per forward pass when computing old log-probs; null means the whole batch of the rank."},
+      {"actor_rollout_ref.rollout.val_kwargs.temperature", T::kDouble, "0.0", "", false, O::kVerl,
+       "Validation sampling temperature."},
+      {"actor_rollout_ref.rollout.val_kwargs.top_k", T::kInt, "-1", "", false, O::kVerl, "Validation top-k."},
+      {"actor_rollout_ref.rollout.val_kwargs.top_p", T::kDouble, "1.0", "", false, O::kVerl, "Validation top-p."},
+      {"actor_rollout_ref.rollout.val_kwargs.do_sample", T::kBool, "false", "", false, O::kVerl,
+       "Sample during validation (false: greedy)."},
+      {"actor_rollout_ref.rollout.val_kwargs.n", T::kInt, "1", "", false, O::kVerl,
+       "Responses per validation prompt."},
+
+      // ---- actor_rollout_ref.ref ----
+      {"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", T::kOptionalInt, "null", "", false, O::kVerl,
+       "Samples per forward pass of the reference model; null means the whole batch of the rank."},
+
+      // ---- algorithm ----
+      {"algorithm.adv_estimator", T::kString, "gae",
+       "gae|grpo|reinforce_plus_plus|rloo|remax|grpo_passk|reinforce_plus_plus_baseline", false, O::kVerl,
+       "Advantage estimator."},
+      {"algorithm.norm_adv_by_std_in_grpo", T::kBool, "true", "", false, O::kVerl,
+       "GRPO: divide group-centred scores by the group std (false gives Dr. GRPO)."},
+      {"algorithm.gamma", T::kDouble, "1.0", "", false, O::kVerl, "Discount factor (GAE, REINFORCE++)."},
+      {"algorithm.lam", T::kDouble, "1.0", "", false, O::kVerl, "GAE lambda."},
+      {"algorithm.use_kl_in_reward", T::kBool, "false", "", false, O::kVerl,
+       "Subtract a KL penalty from the token-level reward (PPO style)."},
+
+      // ---- trainer ----
+      {"trainer.project_name", T::kString, "verl_examples", "", false, O::kVerl, "Project name (paths, loggers)."},
+      {"trainer.experiment_name", T::kString, "gsm8k", "", false, O::kVerl, "Experiment name (paths, loggers)."},
+      {"trainer.logger", T::kStringList, "[console, jsonl]", "console|jsonl|tensorboard", false, O::kVerlChanged,
+       "Metric sinks (verl: [console, wandb]); jsonl writes <trainer.log_dir>/metrics.jsonl."},
+      {"trainer.nnodes", T::kInt, "1", "", false, O::kVerl, "Number of worker nodes."},
+      {"trainer.n_gpus_per_node", T::kInt, "1", "", false, O::kVerlChanged,
+       "Ranks per node: GPUs, or CPU slots when trainer.device=cpu (verl: 8)."},
+      {"trainer.device", T::kString, "cpu", "cpu|cuda", false, O::kVerlChanged,
+       "Device of the ranks (verl: cuda)."},
+      {"trainer.total_epochs", T::kInt, "30", "", false, O::kVerl, "Passes over the training set."},
+      {"trainer.total_training_steps", T::kOptionalInt, "null", "", false, O::kVerl,
+       "Stop after this many steps; null derives it from total_epochs and the dataset size."},
+      {"trainer.save_freq", T::kInt, "-1", "", false, O::kVerl,
+       "Checkpoint every N steps (and at the end); -1 disables periodic checkpoints."},
+      {"trainer.test_freq", T::kInt, "-1", "", false, O::kVerl, "Validate every N steps; -1 disables."},
+      {"trainer.val_before_train", T::kBool, "true", "", false, O::kVerl, "Validate once before the first step."},
+      {"trainer.default_local_dir", T::kString, "checkpoints/${trainer.project_name}/${trainer.experiment_name}", "",
+       false, O::kVerl, "Checkpoint directory."},
+      {"trainer.resume_mode", T::kString, "auto", "auto|disable|resume_path", false, O::kVerl,
+       "auto: resume from the latest checkpoint in default_local_dir; resume_path: from resume_from_path."},
+      {"trainer.resume_from_path", T::kString, "\"\"", "", false, O::kVerl,
+       "Checkpoint (global_step_N directory) to resume from when resume_mode=resume_path."},
+      {"trainer.rollout_data_dir", T::kString, "\"\"", "", false, O::kVerl,
+       "If set, dump each step's prompts, responses and scores as jsonl here."},
+      {"trainer.log_dir", T::kString, "outputs/${trainer.project_name}/${trainer.experiment_name}", "", false,
+       O::kOurs, "Directory of metrics.jsonl and the controller log."},
+      {"trainer.seed", T::kInt, "1", "", false, O::kOurs, "Seed of sampling and weight initialization."},
+
+      // ---- cluster ----
+      {"cluster.worker_addresses", T::kStringList, "[]", "", false, O::kOurs,
+       "host:port of running verl-worker daemons; empty starts local workers."},
+      {"cluster.worker_binary", T::kString, "\"\"", "", false, O::kOurs,
+       "verl-worker executable for local workers; empty means the one next to the controller."},
+      {"cluster.num_threads_per_rank", T::kInt, "0", "", false, O::kOurs,
+       "CPU threads per rank (intra-op); 0 uses all cores divided among the local ranks."},
+      {"cluster.rpc_timeout_s", T::kDouble, "600.0", "", false, O::kOurs,
+       "Deadline of a worker RPC, in seconds."},
+      {"cluster.worker_start_timeout_s", T::kDouble, "60.0", "", false, O::kOurs,
+       "How long to wait for a local worker to come up, in seconds."},
+  };
+  return *table;
+}
+
+std::string_view LastComponent(std::string_view key) {
+  const size_t dot = key.rfind('.');
+  return dot == std::string_view::npos ? key : key.substr(dot + 1);
+}
+
+}  // namespace
+
+const std::vector<ConfigKeySpec>& ConfigSchema() { return Table(); }
+
+const ConfigKeySpec* FindConfigKey(std::string_view key) {
+  static const auto* index = [] {
+    auto* m = new std::unordered_map<std::string_view, const ConfigKeySpec*>();
+    for (const ConfigKeySpec& spec : Table()) (*m)[spec.key] = &spec;
+    return m;
+  }();
+  auto it = index->find(key);
+  return it == index->end() ? nullptr : it->second;
+}
+
+bool IsConfigSection(std::string_view prefix) {
+  if (prefix.empty()) return true;
+  for (const ConfigKeySpec& spec : Table()) {
+    if (spec.key.size() > prefix.size() && spec.key.substr(0, prefix.size()) == prefix &&
+        spec.key[prefix.size()] == '.') {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::vector<std::string> AllowedValues(const ConfigKeySpec& spec) {
+  std::vector<std::string> out;
+  std::string_view rest = spec.allowed;
+  while (!rest.empty()) {
+    const size_t bar = rest.find('|');
+    out.emplace_back(rest.substr(0, bar));
+    if (bar == std::string_view::npos) break;
+    rest.remove_prefix(bar + 1);
+  }
+  return out;
+}
+
+std::string_view ConfigTypeName(ConfigType type) {
+  switch (type) {
+    case ConfigType::kBool: return "bool";
+    case ConfigType::kInt: return "int";
+    case ConfigType::kDouble: return "double";
+    case ConfigType::kString: return "string";
+    case ConfigType::kStringList: return "string list";
+    case ConfigType::kDoubleList: return "double list";
+    case ConfigType::kOptionalInt: return "optional int (null allowed)";
+    case ConfigType::kOptionalDouble: return "optional double (null allowed)";
+  }
+  return "unknown";
+}
+
+std::string_view ConfigOriginName(ConfigOrigin origin) {
+  switch (origin) {
+    case ConfigOrigin::kVerl: return "verl";
+    case ConfigOrigin::kVerlChanged: return "verl (changed default)";
+    case ConfigOrigin::kOurs: return "ours";
+  }
+  return "unknown";
+}
+
+int EditDistance(std::string_view a, std::string_view b) {
+  std::vector<int> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = static_cast<int>(j);
+  for (size_t i = 1; i <= a.size(); ++i) {
+    int diag = row[0];
+    row[0] = static_cast<int>(i);
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const int up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string SuggestConfigKey(std::string_view key) {
+  const std::string_view last = LastComponent(key);
+  // Rank by (min(whole-key distance, last-component distance), whole-key distance): a typo anywhere in the path and a
+  // right leaf name under the wrong section both find their key; ties go to the key closest as a whole.
+  const ConfigKeySpec* best = nullptr;
+  std::pair<int, int> best_score{std::numeric_limits<int>::max(), std::numeric_limits<int>::max()};
+  for (const ConfigKeySpec& spec : Table()) {
+    const int whole = EditDistance(key, spec.key);
+    const int leaf = EditDistance(last, LastComponent(spec.key));
+    const std::pair<int, int> score{std::min(whole, leaf), whole};
+    if (score < best_score) {
+      best_score = score;
+      best = &spec;
+    }
+  }
+  // Short names need a closer match, or "foo.bar" would suggest "algorithm.lam".
+  const int threshold = std::max<int>(last.size() <= 3 ? 1 : 2, static_cast<int>(last.size()) / 3);
+  if (best == nullptr || best_score.first > threshold) return "";
+  return std::string(best->key);
+}
+
+std::string SuggestClosest(std::string_view value, const std::vector<std::string>& candidates) {
+  const std::string* best = nullptr;
+  int best_distance = std::numeric_limits<int>::max();
+  for (const std::string& c : candidates) {
+    const int d = EditDistance(value, c);
+    if (d < best_distance) {
+      best_distance = d;
+      best = &c;
+    }
+  }
+  const int threshold = std::max<int>(2, static_cast<int>(value.size()) / 3);
+  if (best == nullptr || best_distance > threshold) return "";
+  return *best;
+}
+
+}  // namespace verl

@@ -1,0 +1,349 @@
+#include "common/config/job_config.h"
+
+#include <cmath>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/config/config_schema.h"
+
+namespace verl {
+namespace {
+
+// Reads typed values out of a resolved tree and remembers which keys it read, so that a schema key without a struct
+// field is reported instead of silently ignored.
+class TreeReader {
+ public:
+  explicit TreeReader(const ConfigTree& tree) : tree_(tree) {}
+
+  void Read(const char* key, bool* out) { ReadAs(key, out); }
+  void Read(const char* key, int64_t* out) { ReadAs(key, out); }
+  void Read(const char* key, std::string* out) { ReadAs(key, out); }
+  void Read(const char* key, std::vector<std::string>* out) { ReadAs(key, out); }
+  void Read(const char* key, std::vector<double>* out) { ReadAs(key, out); }
+  void Read(const char* key, double* out) {
+    const ConfigValue* v = Find(key);
+    if (v == nullptr) return;
+    if (const auto* i = std::get_if<int64_t>(v)) {
+      *out = static_cast<double>(*i);
+    } else {
+      ReadAs(key, out);
+    }
+  }
+  void Read(const char* key, std::optional<int64_t>* out) {
+    const ConfigValue* v = Find(key);
+    if (v == nullptr) return;
+    if (std::holds_alternative<std::monostate>(*v)) {
+      out->reset();
+    } else if (const auto* i = std::get_if<int64_t>(v)) {
+      *out = *i;
+    } else {
+      TypeError(key);
+    }
+  }
+  void Read(const char* key, std::optional<double>* out) {
+    const ConfigValue* v = Find(key);
+    if (v == nullptr) return;
+    if (std::holds_alternative<std::monostate>(*v)) {
+      out->reset();
+    } else if (const auto* d = std::get_if<double>(v)) {
+      *out = *d;
+    } else if (const auto* i = std::get_if<int64_t>(v)) {
+      *out = static_cast<double>(*i);
+    } else {
+      TypeError(key);
+    }
+  }
+
+  absl::Status Finish() const {
+    if (!errors_.empty()) return absl::InvalidArgumentError(absl::StrJoin(errors_, "\n"));
+    std::vector<std::string> unread;
+    for (const ConfigKeySpec& spec : ConfigSchema()) {
+      if (read_.count(std::string(spec.key)) == 0) unread.emplace_back(spec.key);
+    }
+    if (!unread.empty()) {
+      return absl::InternalError(
+          absl::StrCat("config keys without a JobConfig field: ", absl::StrJoin(unread, ", ")));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const ConfigValue* Find(const char* key) {
+    read_.insert(key);
+    auto it = tree_.find(key);
+    if (it == tree_.end()) {
+      errors_.push_back(absl::StrCat("config key '", key, "' is missing from the resolved configuration"));
+      return nullptr;
+    }
+    return &it->second;
+  }
+
+  template <typename V>
+  void ReadAs(const char* key, V* out) {
+    const ConfigValue* v = Find(key);
+    if (v == nullptr) return;
+    if (const auto* typed = std::get_if<V>(v)) {
+      *out = *typed;
+    } else {
+      TypeError(key);
+    }
+  }
+
+  void TypeError(const char* key) {
+    const ConfigKeySpec* spec = FindConfigKey(key);
+    const std::string_view type = spec ? ConfigTypeName(spec->type) : std::string_view("?");
+    errors_.push_back(absl::StrCat(key, ": expected ", absl::string_view(type.data(), type.size()), ", got ",
+                                   FormatConfigValue(tree_.at(key))));
+  }
+
+  const ConfigTree& tree_;
+  std::set<std::string> read_;
+  std::vector<std::string> errors_;
+};
+
+std::string Fmt(double v) { return FormatConfigValue(ConfigValue(v)); }
+
+}  // namespace
+
+absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
+  JobConfig c;
+  TreeReader r(tree);
+
+  DataConfig& d = c.data;
+  r.Read("data.train_files", &d.train_files);
+  r.Read("data.val_files", &d.val_files);
+  r.Read("data.prompt_key", &d.prompt_key);
+  r.Read("data.max_prompt_length", &d.max_prompt_length);
+  r.Read("data.max_response_length", &d.max_response_length);
+  r.Read("data.train_batch_size", &d.train_batch_size);
+  r.Read("data.val_batch_size", &d.val_batch_size);
+  r.Read("data.shuffle", &d.shuffle);
+  r.Read("data.seed", &d.seed);
+  r.Read("data.filter_overlong_prompts", &d.filter_overlong_prompts);
+  r.Read("data.truncation", &d.truncation);
+
+  ModelConfig& m = c.actor_rollout_ref.model;
+  r.Read("actor_rollout_ref.model.path", &m.path);
+  r.Read("actor_rollout_ref.model.dtype", &m.dtype);
+
+  ActorConfig& a = c.actor_rollout_ref.actor;
+  r.Read("actor_rollout_ref.actor.optim.lr", &a.optim.lr);
+  r.Read("actor_rollout_ref.actor.optim.weight_decay", &a.optim.weight_decay);
+  r.Read("actor_rollout_ref.actor.optim.betas", &a.optim.betas);
+  r.Read("actor_rollout_ref.actor.optim.eps", &a.optim.eps);
+  r.Read("actor_rollout_ref.actor.optim.lr_warmup_steps", &a.optim.lr_warmup_steps);
+  r.Read("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio", &a.optim.lr_warmup_steps_ratio);
+  r.Read("actor_rollout_ref.actor.ppo_mini_batch_size", &a.ppo_mini_batch_size);
+  r.Read("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", &a.ppo_micro_batch_size_per_gpu);
+  r.Read("actor_rollout_ref.actor.ppo_epochs", &a.ppo_epochs);
+  r.Read("actor_rollout_ref.actor.shuffle", &a.shuffle);
+  r.Read("actor_rollout_ref.actor.clip_ratio", &a.clip_ratio);
+  r.Read("actor_rollout_ref.actor.clip_ratio_low", &a.clip_ratio_low);
+  r.Read("actor_rollout_ref.actor.clip_ratio_high", &a.clip_ratio_high);
+  r.Read("actor_rollout_ref.actor.clip_ratio_c", &a.clip_ratio_c);
+  r.Read("actor_rollout_ref.actor.loss_agg_mode", &a.loss_agg_mode);
+  r.Read("actor_rollout_ref.actor.entropy_coeff", &a.entropy_coeff);
+  r.Read("actor_rollout_ref.actor.use_kl_loss", &a.use_kl_loss);
+  r.Read("actor_rollout_ref.actor.kl_loss_coef", &a.kl_loss_coef);
+  r.Read("actor_rollout_ref.actor.kl_loss_type", &a.kl_loss_type);
+  r.Read("actor_rollout_ref.actor.grad_clip", &a.grad_clip);
+
+  RolloutConfig& ro = c.actor_rollout_ref.rollout;
+  r.Read("actor_rollout_ref.rollout.n", &ro.n);
+  r.Read("actor_rollout_ref.rollout.temperature", &ro.temperature);
+  r.Read("actor_rollout_ref.rollout.top_k", &ro.top_k);
+  r.Read("actor_rollout_ref.rollout.top_p", &ro.top_p);
+  r.Read("actor_rollout_ref.rollout.do_sample", &ro.do_sample);
+  r.Read("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", &ro.log_prob_micro_batch_size_per_gpu);
+  r.Read("actor_rollout_ref.rollout.val_kwargs.temperature", &ro.val_kwargs.temperature);
+  r.Read("actor_rollout_ref.rollout.val_kwargs.top_k", &ro.val_kwargs.top_k);
+  r.Read("actor_rollout_ref.rollout.val_kwargs.top_p", &ro.val_kwargs.top_p);
+  r.Read("actor_rollout_ref.rollout.val_kwargs.do_sample", &ro.val_kwargs.do_sample);
+  r.Read("actor_rollout_ref.rollout.val_kwargs.n", &ro.val_kwargs.n);
+
+  r.Read("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+         &c.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu);
+
+  AlgorithmConfig& al = c.algorithm;
+  r.Read("algorithm.adv_estimator", &al.adv_estimator);
+  r.Read("algorithm.norm_adv_by_std_in_grpo", &al.norm_adv_by_std_in_grpo);
+  r.Read("algorithm.gamma", &al.gamma);
+  r.Read("algorithm.lam", &al.lam);
+  r.Read("algorithm.use_kl_in_reward", &al.use_kl_in_reward);
+
+  TrainerConfig& t = c.trainer;
+  r.Read("trainer.project_name", &t.project_name);
+  r.Read("trainer.experiment_name", &t.experiment_name);
+  r.Read("trainer.logger", &t.logger);
+  r.Read("trainer.nnodes", &t.nnodes);
+  r.Read("trainer.n_gpus_per_node", &t.n_gpus_per_node);
+  r.Read("trainer.device", &t.device);
+  r.Read("trainer.total_epochs", &t.total_epochs);
+  r.Read("trainer.total_training_steps", &t.total_training_steps);
+  r.Read("trainer.save_freq", &t.save_freq);
+  r.Read("trainer.test_freq", &t.test_freq);
+  r.Read("trainer.val_before_train", &t.val_before_train);
+  r.Read("trainer.default_local_dir", &t.default_local_dir);
+  r.Read("trainer.resume_mode", &t.resume_mode);
+  r.Read("trainer.resume_from_path", &t.resume_from_path);
+  r.Read("trainer.rollout_data_dir", &t.rollout_data_dir);
+  r.Read("trainer.log_dir", &t.log_dir);
+  r.Read("trainer.seed", &t.seed);
+
+  ClusterConfig& cl = c.cluster;
+  r.Read("cluster.worker_addresses", &cl.worker_addresses);
+  r.Read("cluster.worker_binary", &cl.worker_binary);
+  r.Read("cluster.num_threads_per_rank", &cl.num_threads_per_rank);
+  r.Read("cluster.rpc_timeout_s", &cl.rpc_timeout_s);
+  r.Read("cluster.worker_start_timeout_s", &cl.worker_start_timeout_s);
+
+  if (absl::Status s = r.Finish(); !s.ok()) return s;
+  return c;
+}
+
+absl::Status ValidateJobConfig(const JobConfig& c) {
+  std::vector<std::string> errors;
+  auto check = [&errors](bool ok, std::string message) {
+    if (!ok) errors.push_back(std::move(message));
+  };
+  const DataConfig& d = c.data;
+  const ActorConfig& a = c.actor_rollout_ref.actor;
+  const RolloutConfig& ro = c.actor_rollout_ref.rollout;
+  const TrainerConfig& t = c.trainer;
+
+  // Required keys.
+  check(!d.train_files.empty(), "data.train_files is required: set it in the YAML file or with data.train_files=PATH");
+  check(!c.actor_rollout_ref.model.path.empty(),
+        "actor_rollout_ref.model.path is required: set it in the YAML file or with actor_rollout_ref.model.path=DIR");
+
+  // Data.
+  check(d.max_prompt_length > 0, absl::StrCat("data.max_prompt_length must be > 0, got ", d.max_prompt_length));
+  check(d.max_response_length > 0, absl::StrCat("data.max_response_length must be > 0, got ", d.max_response_length));
+  check(d.train_batch_size > 0, absl::StrCat("data.train_batch_size must be > 0, got ", d.train_batch_size));
+  check(!d.val_batch_size || *d.val_batch_size > 0,
+        absl::StrCat("data.val_batch_size must be > 0 or null, got ", d.val_batch_size.value_or(0)));
+
+  // Batch arithmetic, as verl checks it: mini-batches are counted in prompts, split over all ranks after expanding
+  // by rollout.n, and each rank's share must be a whole number of micro-batches.
+  check(ro.n >= 1, absl::StrCat("actor_rollout_ref.rollout.n must be >= 1, got ", ro.n));
+  check(ro.val_kwargs.n >= 1, absl::StrCat("actor_rollout_ref.rollout.val_kwargs.n must be >= 1, got ", ro.val_kwargs.n));
+  check(t.nnodes >= 1, absl::StrCat("trainer.nnodes must be >= 1, got ", t.nnodes));
+  check(t.n_gpus_per_node >= 1, absl::StrCat("trainer.n_gpus_per_node must be >= 1, got ", t.n_gpus_per_node));
+  const int64_t mini = a.ppo_mini_batch_size;
+  if (mini <= 0) {
+    errors.push_back(absl::StrCat("actor_rollout_ref.actor.ppo_mini_batch_size must be > 0, got ", mini));
+  } else if (d.train_batch_size > 0) {
+    if (mini > d.train_batch_size) {
+      errors.push_back(absl::StrCat("actor_rollout_ref.actor.ppo_mini_batch_size (", mini,
+                                    ") must be <= data.train_batch_size (", d.train_batch_size, ")"));
+    } else if (d.train_batch_size % mini != 0) {
+      errors.push_back(absl::StrCat("data.train_batch_size (", d.train_batch_size,
+                                    ") must be divisible by actor_rollout_ref.actor.ppo_mini_batch_size (", mini,
+                                    ")"));
+    }
+    if (ro.n >= 1 && t.nnodes >= 1 && t.n_gpus_per_node >= 1) {
+      const int64_t world = t.WorldSize();
+      const int64_t samples = mini * ro.n;
+      if (samples % world != 0) {
+        errors.push_back(absl::StrCat(
+            "actor_rollout_ref.actor.ppo_mini_batch_size * actor_rollout_ref.rollout.n (", mini, " * ", ro.n, " = ",
+            samples, ") must be divisible by the number of ranks trainer.nnodes * trainer.n_gpus_per_node (", world,
+            ")"));
+      } else if (a.ppo_micro_batch_size_per_gpu && *a.ppo_micro_batch_size_per_gpu > 0 &&
+                 (samples / world) % *a.ppo_micro_batch_size_per_gpu != 0) {
+        errors.push_back(absl::StrCat(
+            "actor_rollout_ref.actor.ppo_mini_batch_size * actor_rollout_ref.rollout.n",
+            world > 1 ? " / ranks" : "", " (", samples / world,
+            ") must be divisible by actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu (",
+            *a.ppo_micro_batch_size_per_gpu, ")"));
+      }
+    }
+  }
+  auto check_micro = [&](const std::optional<int64_t>& v, const char* key) {
+    check(!v || *v > 0, absl::StrCat(key, " must be > 0 or null, got ", v.value_or(0)));
+  };
+  check_micro(a.ppo_micro_batch_size_per_gpu, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu");
+  check_micro(ro.log_prob_micro_batch_size_per_gpu, "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu");
+  check_micro(c.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu,
+              "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu");
+  check(a.ppo_epochs >= 1, absl::StrCat("actor_rollout_ref.actor.ppo_epochs must be >= 1, got ", a.ppo_epochs));
+
+  // Group-based estimators compare the responses of one prompt with each other.
+  const std::string& est = c.algorithm.adv_estimator;
+  if ((est == "grpo" || est == "grpo_passk" || est == "rloo") && ro.n == 1) {
+    const char* name = est == "grpo" ? "GRPO" : est == "rloo" ? "RLOO" : "GRPO pass@k";
+    errors.push_back(absl::StrCat(name, " needs actor_rollout_ref.rollout.n > 1 (algorithm.adv_estimator=", est,
+                                  ", actor_rollout_ref.rollout.n=1)"));
+  }
+
+  // Optimizer.
+  check(a.optim.lr >= 0, "actor_rollout_ref.actor.optim.lr must be >= 0, got " + Fmt(a.optim.lr));
+  check(a.optim.weight_decay >= 0,
+        "actor_rollout_ref.actor.optim.weight_decay must be >= 0, got " + Fmt(a.optim.weight_decay));
+  if (a.optim.betas.size() != 2) {
+    errors.push_back(absl::StrCat("actor_rollout_ref.actor.optim.betas must have two values [beta1, beta2], got ",
+                                  FormatConfigValue(a.optim.betas)));
+  } else {
+    for (double b : a.optim.betas) {
+      check(b >= 0 && b < 1, "actor_rollout_ref.actor.optim.betas must lie in [0, 1), got " +
+                                 FormatConfigValue(a.optim.betas));
+    }
+  }
+  check(a.optim.eps > 0, "actor_rollout_ref.actor.optim.eps must be > 0, got " + Fmt(a.optim.eps));
+  check(a.optim.lr_warmup_steps_ratio >= 0 && a.optim.lr_warmup_steps_ratio <= 1,
+        "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio must lie in [0, 1], got " +
+            Fmt(a.optim.lr_warmup_steps_ratio));
+  check(a.grad_clip > 0, "actor_rollout_ref.actor.grad_clip must be > 0, got " + Fmt(a.grad_clip));
+
+  // Losses.
+  check(a.clip_ratio > 0, "actor_rollout_ref.actor.clip_ratio must be > 0, got " + Fmt(a.clip_ratio));
+  check(!a.clip_ratio_low || *a.clip_ratio_low > 0,
+        "actor_rollout_ref.actor.clip_ratio_low must be > 0 or null, got " + Fmt(a.clip_ratio_low.value_or(0)));
+  check(!a.clip_ratio_high || *a.clip_ratio_high > 0,
+        "actor_rollout_ref.actor.clip_ratio_high must be > 0 or null, got " + Fmt(a.clip_ratio_high.value_or(0)));
+  check(a.clip_ratio_c > 1, "actor_rollout_ref.actor.clip_ratio_c must be > 1, got " + Fmt(a.clip_ratio_c));
+  check(a.kl_loss_coef >= 0, "actor_rollout_ref.actor.kl_loss_coef must be >= 0, got " + Fmt(a.kl_loss_coef));
+  check(c.algorithm.gamma >= 0 && c.algorithm.gamma <= 1,
+        "algorithm.gamma must lie in [0, 1], got " + Fmt(c.algorithm.gamma));
+  check(c.algorithm.lam >= 0 && c.algorithm.lam <= 1, "algorithm.lam must lie in [0, 1], got " + Fmt(c.algorithm.lam));
+
+  // Sampling.
+  auto check_sampling = [&](const char* prefix, bool do_sample, double temperature, double top_p, int64_t top_k) {
+    check(!do_sample || temperature > 0,
+          absl::StrCat(prefix, "temperature must be > 0 when ", prefix, "do_sample is true, got ", Fmt(temperature)));
+    check(temperature >= 0, absl::StrCat(prefix, "temperature must be >= 0, got ", Fmt(temperature)));
+    check(top_p > 0 && top_p <= 1, absl::StrCat(prefix, "top_p must lie in (0, 1], got ", Fmt(top_p)));
+    check(top_k >= -1, absl::StrCat(prefix, "top_k must be -1 (disabled) or >= 0, got ", top_k));
+  };
+  check_sampling("actor_rollout_ref.rollout.", ro.do_sample, ro.temperature, ro.top_p, ro.top_k);
+  check_sampling("actor_rollout_ref.rollout.val_kwargs.", ro.val_kwargs.do_sample, ro.val_kwargs.temperature,
+                 ro.val_kwargs.top_p, ro.val_kwargs.top_k);
+
+  // Trainer.
+  check(t.total_epochs > 0, absl::StrCat("trainer.total_epochs must be > 0, got ", t.total_epochs));
+  check(!t.total_training_steps || *t.total_training_steps > 0,
+        absl::StrCat("trainer.total_training_steps must be > 0 or null, got ", t.total_training_steps.value_or(0)));
+  check(t.save_freq == -1 || t.save_freq > 0,
+        absl::StrCat("trainer.save_freq must be -1 (disabled) or > 0, got ", t.save_freq));
+  check(t.test_freq == -1 || t.test_freq > 0,
+        absl::StrCat("trainer.test_freq must be -1 (disabled) or > 0, got ", t.test_freq));
+  check(t.resume_mode != "resume_path" || !t.resume_from_path.empty(),
+        "trainer.resume_from_path must be set when trainer.resume_mode=resume_path");
+
+  // Cluster.
+  const ClusterConfig& cl = c.cluster;
+  check(cl.num_threads_per_rank >= 0,
+        absl::StrCat("cluster.num_threads_per_rank must be >= 0 (0: all cores), got ", cl.num_threads_per_rank));
+  check(cl.rpc_timeout_s > 0, "cluster.rpc_timeout_s must be > 0, got " + Fmt(cl.rpc_timeout_s));
+  check(cl.worker_start_timeout_s > 0,
+        "cluster.worker_start_timeout_s must be > 0, got " + Fmt(cl.worker_start_timeout_s));
+  for (const std::string& addr : cl.worker_addresses) {
+    check(!addr.empty(), "cluster.worker_addresses must not contain an empty address");
+  }
+
+  if (errors.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrJoin(errors, "\n"));
+}
+
+}  // namespace verl

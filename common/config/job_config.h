@@ -1,0 +1,180 @@
+#ifndef VERL_COMMON_CONFIG_JOB_CONFIG_H_
+#define VERL_COMMON_CONFIG_JOB_CONFIG_H_
+
+// The job configuration as plain structs, one per YAML section, with verl's key names.
+//
+// Field defaults here equal the schema defaults (config_schema.cc), so a default-constructed JobConfig is the
+// configuration of an empty YAML file (before the required keys are set); the loader fills every field from the
+// resolved tree anyway. Each field names its YAML key when the key differs from section + field name.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/config/config_tree.h"
+
+namespace verl {
+
+// data.*
+struct DataConfig {
+  std::string train_files;                 // required; parquet or jsonl
+  std::string val_files;                   // "" disables validation
+  std::string prompt_key = "prompt";
+  int64_t max_prompt_length = 512;         // tokens
+  int64_t max_response_length = 512;       // tokens
+  int64_t train_batch_size = 1024;         // prompts per step
+  std::optional<int64_t> val_batch_size;   // nullopt: the whole validation set
+  bool shuffle = true;
+  int64_t seed = 1;
+  bool filter_overlong_prompts = false;
+  std::string truncation = "error";        // error | left | right
+  bool operator==(const DataConfig&) const = default;
+};
+
+// actor_rollout_ref.model.*
+struct ModelConfig {
+  std::string path;                        // required; local HF directory
+  std::string dtype = "float32";           // float32 | bfloat16 (ours)
+  bool operator==(const ModelConfig&) const = default;
+};
+
+// actor_rollout_ref.actor.optim.*
+struct OptimConfig {
+  double lr = 1e-6;
+  double weight_decay = 0.01;
+  std::vector<double> betas = {0.9, 0.999};  // exactly two
+  double eps = 1e-8;
+  int64_t lr_warmup_steps = -1;            // -1: use lr_warmup_steps_ratio
+  double lr_warmup_steps_ratio = 0.0;      // fraction of total training steps
+  bool operator==(const OptimConfig&) const = default;
+};
+
+// actor_rollout_ref.actor.*
+struct ActorConfig {
+  OptimConfig optim;
+  int64_t ppo_mini_batch_size = 256;       // prompts per optimizer step (x rollout.n samples)
+  std::optional<int64_t> ppo_micro_batch_size_per_gpu;  // samples per pass per rank; nullopt: whole mini-batch
+  int64_t ppo_epochs = 1;
+  bool shuffle = false;
+  double clip_ratio = 0.2;
+  std::optional<double> clip_ratio_low;    // nullopt: clip_ratio (see ClipRatioLow())
+  std::optional<double> clip_ratio_high;   // nullopt: clip_ratio (see ClipRatioHigh())
+  double clip_ratio_c = 3.0;               // dual-clip bound, > 1
+  std::string loss_agg_mode = "token-mean";
+  double entropy_coeff = 0.0;
+  bool use_kl_loss = false;
+  double kl_loss_coef = 0.001;
+  std::string kl_loss_type = "low_var_kl";
+  double grad_clip = 1.0;                  // max global gradient norm
+
+  double ClipRatioLow() const { return clip_ratio_low.value_or(clip_ratio); }
+  double ClipRatioHigh() const { return clip_ratio_high.value_or(clip_ratio); }
+  bool operator==(const ActorConfig&) const = default;
+};
+
+// actor_rollout_ref.rollout.*
+struct RolloutConfig {
+  // actor_rollout_ref.rollout.val_kwargs.*: sampling used for validation.
+  struct ValKwargs {
+    double temperature = 0.0;
+    int64_t top_k = -1;
+    double top_p = 1.0;
+    bool do_sample = false;
+    int64_t n = 1;
+    bool operator==(const ValKwargs&) const = default;
+  };
+
+  int64_t n = 1;                           // responses per prompt
+  double temperature = 1.0;
+  int64_t top_k = -1;                      // -1 or 0: disabled
+  double top_p = 1.0;                      // (0, 1]
+  bool do_sample = true;
+  std::optional<int64_t> log_prob_micro_batch_size_per_gpu;  // nullopt: whole batch of the rank
+  ValKwargs val_kwargs;
+  bool operator==(const RolloutConfig&) const = default;
+};
+
+// actor_rollout_ref.ref.*
+struct RefConfig {
+  std::optional<int64_t> log_prob_micro_batch_size_per_gpu;  // nullopt: whole batch of the rank
+  bool operator==(const RefConfig&) const = default;
+};
+
+// algorithm.*
+struct AlgorithmConfig {
+  std::string adv_estimator = "gae";       // gae | grpo | reinforce_plus_plus | rloo | remax | grpo_passk | ...
+  bool norm_adv_by_std_in_grpo = true;
+  double gamma = 1.0;
+  double lam = 1.0;
+  bool use_kl_in_reward = false;
+  bool operator==(const AlgorithmConfig&) const = default;
+};
+
+// trainer.*
+struct TrainerConfig {
+  std::string project_name = "verl_examples";
+  std::string experiment_name = "gsm8k";
+  std::vector<std::string> logger = {"console", "jsonl"};  // console | jsonl | tensorboard
+  int64_t nnodes = 1;
+  int64_t n_gpus_per_node = 1;             // ranks per node (GPUs or CPU slots)
+  std::string device = "cpu";              // cpu | cuda
+  int64_t total_epochs = 30;
+  std::optional<int64_t> total_training_steps;  // nullopt: from total_epochs and dataset size
+  int64_t save_freq = -1;                  // -1: no periodic checkpoints
+  int64_t test_freq = -1;                  // -1: disabled
+  bool val_before_train = true;
+  std::string default_local_dir;           // resolved from checkpoints/${project_name}/${experiment_name}
+  std::string resume_mode = "auto";        // auto | disable | resume_path
+  std::string resume_from_path;
+  std::string rollout_data_dir;            // "": do not dump rollouts
+  std::string log_dir;                     // resolved from outputs/${project_name}/${experiment_name} (ours)
+  int64_t seed = 1;                        // ours
+
+  int64_t WorldSize() const { return nnodes * n_gpus_per_node; }
+  bool operator==(const TrainerConfig&) const = default;
+};
+
+// cluster.* (ours)
+struct ClusterConfig {
+  std::vector<std::string> worker_addresses;  // empty: start local workers
+  std::string worker_binary;               // "": verl-worker next to the controller executable
+  int64_t num_threads_per_rank = 0;        // 0: all cores
+  double rpc_timeout_s = 600.0;            // seconds
+  double worker_start_timeout_s = 60.0;    // seconds
+  bool operator==(const ClusterConfig&) const = default;
+};
+
+// actor_rollout_ref.*
+struct ActorRolloutRefConfig {
+  ModelConfig model;
+  ActorConfig actor;
+  RolloutConfig rollout;
+  RefConfig ref;
+  bool operator==(const ActorRolloutRefConfig&) const = default;
+};
+
+struct JobConfig {
+  DataConfig data;
+  ActorRolloutRefConfig actor_rollout_ref;
+  AlgorithmConfig algorithm;
+  TrainerConfig trainer;
+  ClusterConfig cluster;
+  bool operator==(const JobConfig&) const = default;
+};
+
+// Fills a JobConfig from a resolved tree (every schema key present with its schema type). Returns InvalidArgument
+// naming the key when a value has the wrong type, Internal when a schema key has no struct field (a programming error
+// that the tests catch). Does not validate combinations: see ValidateJobConfig.
+absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree);
+
+// Checks the rules that span keys (docs/config.md, "Validation"): required keys set, batch sizes that divide,
+// GRPO with n > 1, sampling ranges, frequencies. Returns InvalidArgument listing every violated rule, one per line,
+// each naming its keys and values. Does not touch the filesystem.
+absl::Status ValidateJobConfig(const JobConfig& config);
+
+}  // namespace verl
+
+#endif  // VERL_COMMON_CONFIG_JOB_CONFIG_H_

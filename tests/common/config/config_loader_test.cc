@@ -1,0 +1,539 @@
+#include "common/config/config_loader.h"
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "common/config/config_schema.h"
+#include "common/config/config_tree.h"
+#include "common/config/job_config.h"
+
+namespace verl {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh directory per test case, removed at the end.
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path_ = fs::temp_directory_path() /
+            ("verl_config_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + "_" +
+             std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string Write(const std::string& name, const std::string& text) const {
+    const fs::path p = path_ / name;
+    std::ofstream(p) << text;
+    return p.string();
+  }
+  std::string Path(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+constexpr const char* kMinimal = R"(
+data:
+  train_files: /data/train.parquet
+actor_rollout_ref:
+  model:
+    path: /models/qwen
+)";
+
+constexpr const char* kFull = R"(
+# A GRPO job in verl's layout.
+data:
+  train_files: /data/gsm8k/train.parquet
+  val_files: /data/gsm8k/test.parquet
+  train_batch_size: 16
+  max_prompt_length: 256
+  max_response_length: 128
+  filter_overlong_prompts: true
+  truncation: left
+actor_rollout_ref:
+  model:
+    path: /models/Qwen2.5-0.5B-Instruct
+    dtype: bfloat16
+  actor:
+    optim:
+      lr: 1e-6
+      betas: [0.9, 0.95]
+    ppo_mini_batch_size: 8
+    ppo_micro_batch_size_per_gpu: 4
+    use_kl_loss: true
+    kl_loss_coef: 0.001
+    kl_loss_type: low_var_kl
+    clip_ratio_high: 0.28
+    loss_agg_mode: seq-mean-token-mean
+  rollout:
+    n: 4
+    temperature: 0.7
+    log_prob_micro_batch_size_per_gpu: 8
+    val_kwargs:
+      n: 2
+      do_sample: true
+      temperature: 0.6
+  ref:
+    log_prob_micro_batch_size_per_gpu: 8
+algorithm:
+  adv_estimator: grpo
+  norm_adv_by_std_in_grpo: false
+trainer:
+  project_name: proj
+  experiment_name: exp1
+  logger: [console, jsonl, tensorboard]
+  total_epochs: 2
+  save_freq: 10
+  test_freq: 5
+cluster:
+  worker_addresses: ["10.0.0.1:7000", "10.0.0.2:7000"]
+  rpc_timeout_s: 30
+)";
+
+bool Contains(const absl::Status& s, const std::string& text) {
+  return std::string(s.message()).find(text) != std::string::npos;
+}
+
+#define CHECK_ERROR_CONTAINS(status, text)                              \
+  do {                                                                  \
+    const absl::Status st_ = (status);                                  \
+    INFO("status: " << st_.ToString());                                 \
+    CHECK_FALSE(st_.ok());                                              \
+    CHECK(Contains(st_, text));                                         \
+  } while (0)
+
+TEST_CASE("every schema default parses and has its declared type", "[config]") {
+  TempDir dir;
+  const std::string path = dir.Write("min.yaml", kMinimal);
+  auto loaded = LoadConfig(path, {});
+  INFO(loaded.status().ToString());
+  REQUIRE(loaded.ok());
+  CHECK(loaded->tree.size() == ConfigSchema().size());
+  for (const ConfigKeySpec& spec : ConfigSchema()) {
+    CHECK(FindConfigKey(spec.key) == &spec);
+    CHECK_FALSE(spec.doc.empty());
+  }
+}
+
+TEST_CASE("a minimal config gets verl's defaults", "[config]") {
+  TempDir dir;
+  auto job = LoadJobConfig(dir.Write("min.yaml", kMinimal), {});
+  INFO(job.status().ToString());
+  REQUIRE(job.ok());
+  const JobConfig& c = *job;
+  CHECK(c.data.train_files == "/data/train.parquet");
+  CHECK(c.data.val_files.empty());
+  CHECK(c.data.prompt_key == "prompt");
+  CHECK(c.data.max_prompt_length == 512);
+  CHECK(c.data.train_batch_size == 1024);
+  CHECK_FALSE(c.data.val_batch_size.has_value());
+  CHECK(c.data.truncation == "error");
+  CHECK(c.actor_rollout_ref.model.dtype == "float32");
+  CHECK(c.actor_rollout_ref.actor.optim.lr == 1e-6);
+  CHECK(c.actor_rollout_ref.actor.optim.betas == std::vector<double>{0.9, 0.999});
+  CHECK(c.actor_rollout_ref.actor.optim.eps == 1e-8);
+  CHECK(c.actor_rollout_ref.actor.ppo_mini_batch_size == 256);
+  CHECK_FALSE(c.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu.has_value());
+  CHECK(c.actor_rollout_ref.actor.ClipRatioLow() == 0.2);
+  CHECK(c.actor_rollout_ref.actor.ClipRatioHigh() == 0.2);
+  CHECK(c.actor_rollout_ref.actor.loss_agg_mode == "token-mean");
+  CHECK(c.actor_rollout_ref.actor.kl_loss_type == "low_var_kl");
+  CHECK(c.actor_rollout_ref.rollout.n == 1);
+  CHECK(c.actor_rollout_ref.rollout.val_kwargs.temperature == 0.0);
+  CHECK_FALSE(c.actor_rollout_ref.rollout.val_kwargs.do_sample);
+  CHECK(c.algorithm.adv_estimator == "gae");
+  CHECK(c.trainer.logger == std::vector<std::string>{"console", "jsonl"});
+  CHECK(c.trainer.n_gpus_per_node == 1);
+  CHECK(c.trainer.device == "cpu");
+  CHECK(c.trainer.default_local_dir == "checkpoints/verl_examples/gsm8k");
+  CHECK(c.trainer.log_dir == "outputs/verl_examples/gsm8k");
+  CHECK(c.trainer.resume_mode == "auto");
+  CHECK(c.cluster.worker_addresses.empty());
+  CHECK(c.cluster.rpc_timeout_s == 600.0);
+
+  // The struct defaults equal the schema defaults (apart from the required keys and the interpolated paths).
+  JobConfig expected;
+  expected.data.train_files = c.data.train_files;
+  expected.actor_rollout_ref.model.path = c.actor_rollout_ref.model.path;
+  expected.trainer.default_local_dir = c.trainer.default_local_dir;
+  expected.trainer.log_dir = c.trainer.log_dir;
+  CHECK(c == expected);
+}
+
+TEST_CASE("a full config loads every section", "[config]") {
+  TempDir dir;
+  auto job = LoadJobConfig(dir.Write("full.yaml", kFull), {});
+  INFO(job.status().ToString());
+  REQUIRE(job.ok());
+  const JobConfig& c = *job;
+  CHECK(c.data.train_batch_size == 16);
+  CHECK(c.data.filter_overlong_prompts);
+  CHECK(c.data.truncation == "left");
+  CHECK(c.actor_rollout_ref.model.dtype == "bfloat16");
+  CHECK(c.actor_rollout_ref.actor.optim.betas == std::vector<double>{0.9, 0.95});
+  CHECK(c.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu == 4);
+  CHECK(c.actor_rollout_ref.actor.ClipRatioLow() == 0.2);
+  CHECK(c.actor_rollout_ref.actor.ClipRatioHigh() == 0.28);
+  CHECK(c.actor_rollout_ref.rollout.n == 4);
+  CHECK(c.actor_rollout_ref.rollout.val_kwargs.n == 2);
+  CHECK(c.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu == 8);
+  CHECK(c.algorithm.adv_estimator == "grpo");
+  CHECK_FALSE(c.algorithm.norm_adv_by_std_in_grpo);
+  CHECK(c.trainer.logger == std::vector<std::string>{"console", "jsonl", "tensorboard"});
+  CHECK(c.trainer.default_local_dir == "checkpoints/proj/exp1");
+  CHECK(c.cluster.worker_addresses == std::vector<std::string>{"10.0.0.1:7000", "10.0.0.2:7000"});
+  CHECK(c.cluster.rpc_timeout_s == 30.0);
+}
+
+TEST_CASE("command-line overrides", "[config]") {
+  TempDir dir;
+  const std::string path = dir.Write("full.yaml", kFull);
+
+  SECTION("plain, +, ++, list, bool, null for an optional") {
+    auto job = LoadJobConfig(path, {"data.train_batch_size=32", "+trainer.seed=7", "++data.seed=9",
+                                    "trainer.logger=[console]", "data.shuffle=False",
+                                    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=null",
+                                    "actor_rollout_ref.actor.clip_ratio_low=0.1",
+                                    "actor_rollout_ref.actor.optim.betas=[0.8,0.99]"});
+    INFO(job.status().ToString());
+    REQUIRE(job.ok());
+    CHECK(job->data.train_batch_size == 32);
+    CHECK(job->trainer.seed == 7);
+    CHECK(job->data.seed == 9);
+    CHECK(job->trainer.logger == std::vector<std::string>{"console"});
+    CHECK_FALSE(job->data.shuffle);
+    CHECK_FALSE(job->actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu.has_value());
+    CHECK(job->actor_rollout_ref.actor.ClipRatioLow() == 0.1);
+    CHECK(job->actor_rollout_ref.actor.optim.betas == std::vector<double>{0.8, 0.99});
+  }
+
+  SECTION("later overrides win, ~key restores the default") {
+    auto job = LoadJobConfig(path, {"trainer.total_epochs=3", "trainer.total_epochs=4", "~trainer.save_freq",
+                                    "~cluster"});
+    INFO(job.status().ToString());
+    REQUIRE(job.ok());
+    CHECK(job->trainer.total_epochs == 4);
+    CHECK(job->trainer.save_freq == -1);
+    CHECK(job->cluster.worker_addresses.empty());
+    CHECK(job->cluster.rpc_timeout_s == 600.0);
+  }
+
+  SECTION("a scalar for a string list is a one-element list") {
+    auto job = LoadJobConfig(path, {"trainer.logger=jsonl"});
+    REQUIRE(job.ok());
+    CHECK(job->trainer.logger == std::vector<std::string>{"jsonl"});
+  }
+
+  SECTION("overrides without a file") {
+    auto job = LoadJobConfig("", {"data.train_files=a.parquet", "actor_rollout_ref.model.path=m",
+                                  "data.train_batch_size=256"});
+    INFO(job.status().ToString());
+    REQUIRE(job.ok());
+    CHECK(job->data.train_files == "a.parquet");
+  }
+
+  SECTION("malformed override") {
+    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"data.train_batch_size"}).status(), "must have the form key=value");
+  }
+}
+
+TEST_CASE("unknown keys suggest the closest valid key", "[config]") {
+  TempDir dir;
+  SECTION("in the file, with file:line:col") {
+    const std::string path = dir.Write("x.yaml", std::string(kMinimal) + R"(  actor:
+    optim:
+      lrr: 0.1
+)");
+    const absl::Status s = LoadJobConfig(path, {}).status();
+    CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+    CHECK_ERROR_CONTAINS(s, "unknown key 'actor_rollout_ref.actor.optim.lrr' in " + path + ":9:7");
+    CHECK_ERROR_CONTAINS(s, "did you mean 'actor_rollout_ref.actor.optim.lr'?");
+  }
+  SECTION("in an override") {
+    const std::string path = dir.Write("min.yaml", kMinimal);
+    const absl::Status s = LoadJobConfig(path, {"actor_rollout_ref.rollout.temprature=0.5"}).status();
+    CHECK_ERROR_CONTAINS(s, "unknown key 'actor_rollout_ref.rollout.temprature' in command-line override "
+                            "'actor_rollout_ref.rollout.temprature=0.5'; did you mean "
+                            "'actor_rollout_ref.rollout.temperature'?");
+  }
+  SECTION("a right leaf name under the wrong section") {
+    const std::string path = dir.Write("min.yaml", kMinimal);
+    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"trainer.lr=0.1"}).status(),
+                         "did you mean 'actor_rollout_ref.actor.optim.lr'?");
+    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"+data.max_prompt_len=10"}).status(),
+                         "did you mean 'data.max_prompt_length'?");
+  }
+  SECTION("nothing close: no suggestion") {
+    const std::string path = dir.Write("min.yaml", kMinimal);
+    const absl::Status s = LoadJobConfig(path, {"completely.unrelated_thing=1"}).status();
+    CHECK_ERROR_CONTAINS(s, "unknown key 'completely.unrelated_thing'");
+    CHECK_FALSE(Contains(s, "did you mean"));
+  }
+  SECTION("every unknown key is reported") {
+    const std::string path = dir.Write("x.yaml", std::string(kMinimal) + "trainer:\n  foo: 1\n  bar: 2\n");
+    const absl::Status s = LoadJobConfig(path, {}).status();
+    CHECK_ERROR_CONTAINS(s, "'trainer.foo'");
+    CHECK_ERROR_CONTAINS(s, "'trainer.bar'");
+  }
+  SECTION("a section given a scalar") {
+    const std::string path = dir.Write("x.yaml", std::string(kMinimal) + "algorithm: grpo\n");
+    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {}).status(), "'algorithm' in " + path + ":7:1 is a section");
+  }
+}
+
+TEST_CASE("type mismatches name the key, the type and the value", "[config]") {
+  TempDir dir;
+  const std::string path = dir.Write("min.yaml", kMinimal);
+  CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"data.train_batch_size=abc"}).status(),
+                       "data.train_batch_size: expected int, got 'abc' (command-line override "
+                       "'data.train_batch_size=abc')");
+  CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"data.train_batch_size=1.5"}).status(), "expected int, got '1.5'");
+  CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"data.shuffle=maybe"}).status(),
+                       "data.shuffle: expected bool, got 'maybe'");
+  CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"actor_rollout_ref.actor.optim.lr=fast"}).status(),
+                       "actor_rollout_ref.actor.optim.lr: expected double, got 'fast'");
+  CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"data.seed=null"}).status(), "data.seed: expected int, got null");
+  CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"data.prompt_key=[a,b]"}).status(),
+                       "data.prompt_key: expected string, got a sequence [a, b]");
+  CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=x"}).status(),
+                       "expected optional int (null allowed), got 'x'");
+  const std::string bad = dir.Write("bad.yaml", std::string(kMinimal) + "trainer:\n  total_epochs: [1, 2]\n");
+  CHECK_ERROR_CONTAINS(LoadJobConfig(bad, {}).status(),
+                       "trainer.total_epochs: expected int, got a sequence [1, 2] (" + bad + ":8:17)");
+}
+
+TEST_CASE("enums are enforced", "[config]") {
+  TempDir dir;
+  const std::string path = dir.Write("min.yaml", kMinimal);
+  CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"algorithm.adv_estimator=grpoo"}).status(),
+                       "algorithm.adv_estimator: 'grpoo' is not one of gae, grpo, reinforce_plus_plus, rloo, remax, "
+                       "grpo_passk, reinforce_plus_plus_baseline");
+  CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"algorithm.adv_estimator=grpoo"}).status(), "did you mean 'grpo'?");
+  CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"trainer.logger=[console,wandb]"}).status(),
+                       "trainer.logger: 'wandb' is not one of console, jsonl, tensorboard");
+  CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"trainer.device=gpu"}).status(), "trainer.device: 'gpu'");
+  CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"actor_rollout_ref.actor.loss_agg_mode=mean"}).status(),
+                       "is not one of token-mean");
+  CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"actor_rollout_ref.actor.kl_loss_type=lowvar_kl"}).status(),
+                       "did you mean 'low_var_kl'?");
+  CHECK(LoadJobConfig(path, {"actor_rollout_ref.actor.kl_loss_type=k3"}).ok());
+}
+
+TEST_CASE("combination rules", "[config]") {
+  TempDir dir;
+  const std::string path = dir.Write("min.yaml", kMinimal);
+  auto error = [&](std::vector<std::string> overrides) { return LoadJobConfig(path, overrides).status(); };
+
+  CHECK_ERROR_CONTAINS(error({"data.train_batch_size=100", "actor_rollout_ref.actor.ppo_mini_batch_size=30"}),
+                       "data.train_batch_size (100) must be divisible by actor_rollout_ref.actor.ppo_mini_batch_size "
+                       "(30)");
+  CHECK_ERROR_CONTAINS(error({"data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=16"}),
+                       "actor_rollout_ref.actor.ppo_mini_batch_size (16) must be <= data.train_batch_size (8)");
+  CHECK_ERROR_CONTAINS(error({"actor_rollout_ref.actor.ppo_mini_batch_size=0"}),
+                       "actor_rollout_ref.actor.ppo_mini_batch_size must be > 0");
+  CHECK_ERROR_CONTAINS(error({"data.train_batch_size=0"}), "data.train_batch_size must be > 0");
+  CHECK_ERROR_CONTAINS(error({"data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+                              "actor_rollout_ref.rollout.n=3",
+                              "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"}),
+                       "(6) must be divisible by actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu (4)");
+  CHECK(LoadJobConfig(path, {"data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+                             "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+                             "algorithm.adv_estimator=grpo"})
+            .ok());
+  CHECK_ERROR_CONTAINS(error({"algorithm.adv_estimator=grpo"}), "GRPO needs actor_rollout_ref.rollout.n > 1");
+  CHECK_ERROR_CONTAINS(error({"algorithm.adv_estimator=rloo"}), "RLOO needs actor_rollout_ref.rollout.n > 1");
+  CHECK_ERROR_CONTAINS(error({"actor_rollout_ref.rollout.n=0"}), "actor_rollout_ref.rollout.n must be >= 1, got 0");
+  CHECK_ERROR_CONTAINS(error({"actor_rollout_ref.actor.clip_ratio=0"}), "actor_rollout_ref.actor.clip_ratio must be > 0");
+  CHECK_ERROR_CONTAINS(error({"actor_rollout_ref.actor.clip_ratio_high=-0.1"}),
+                       "actor_rollout_ref.actor.clip_ratio_high must be > 0 or null");
+  CHECK_ERROR_CONTAINS(error({"actor_rollout_ref.rollout.temperature=0"}),
+                       "actor_rollout_ref.rollout.temperature must be > 0 when actor_rollout_ref.rollout.do_sample is "
+                       "true");
+  CHECK(LoadJobConfig(path, {"actor_rollout_ref.rollout.temperature=0", "actor_rollout_ref.rollout.do_sample=false"})
+            .ok());
+  CHECK_ERROR_CONTAINS(error({"actor_rollout_ref.rollout.top_p=0"}), "actor_rollout_ref.rollout.top_p must lie in (0, 1]");
+  CHECK_ERROR_CONTAINS(error({"actor_rollout_ref.rollout.top_p=1.5"}), "top_p must lie in (0, 1], got 1.5");
+  CHECK_ERROR_CONTAINS(error({"trainer.save_freq=0"}), "trainer.save_freq must be -1 (disabled) or > 0, got 0");
+  CHECK_ERROR_CONTAINS(error({"trainer.test_freq=-2"}), "trainer.test_freq must be -1 (disabled) or > 0, got -2");
+  CHECK_ERROR_CONTAINS(error({"trainer.total_epochs=0"}), "trainer.total_epochs must be > 0");
+  CHECK_ERROR_CONTAINS(error({"actor_rollout_ref.actor.optim.betas=[0.9]"}), "betas must have two values");
+  CHECK_ERROR_CONTAINS(error({"trainer.resume_mode=resume_path"}), "trainer.resume_from_path must be set");
+
+  SECTION("required keys") {
+    const std::string empty = dir.Write("empty.yaml", "");
+    const absl::Status s = LoadJobConfig(empty, {}).status();
+    CHECK_ERROR_CONTAINS(s, "data.train_files is required");
+    CHECK_ERROR_CONTAINS(s, "actor_rollout_ref.model.path is required");
+  }
+  SECTION("every violated rule is listed") {
+    const absl::Status s = error({"trainer.save_freq=0", "trainer.total_epochs=0"});
+    CHECK_ERROR_CONTAINS(s, "trainer.save_freq");
+    CHECK_ERROR_CONTAINS(s, "trainer.total_epochs");
+  }
+  SECTION("the rank count divides the mini-batch") {
+    CHECK_ERROR_CONTAINS(error({"trainer.n_gpus_per_node=3"}), "must be divisible by the number of ranks");
+  }
+}
+
+TEST_CASE("interpolation", "[config]") {
+  TempDir dir;
+  const std::string ok_path = dir.Write("y.yaml", R"(
+data:
+  train_files: /data/train.parquet
+  train_batch_size: 64
+  val_batch_size: ${data.train_batch_size}
+actor_rollout_ref:
+  model:
+    path: /models/${trainer.project_name}
+  actor:
+    ppo_mini_batch_size: 16
+trainer:
+  project_name: p
+  experiment_name: ${trainer.project_name}-run
+  default_local_dir: /ckpt/${trainer.experiment_name}
+  rollout_data_dir: \${literal}
+)");
+  auto job = LoadJobConfig(ok_path, {});
+  INFO(job.status().ToString());
+  REQUIRE(job.ok());
+  CHECK(job->trainer.experiment_name == "p-run");
+  CHECK(job->trainer.default_local_dir == "/ckpt/p-run");
+  CHECK(job->trainer.log_dir == "outputs/p/p-run");
+  CHECK(job->actor_rollout_ref.model.path == "/models/p");
+  CHECK(job->data.val_batch_size == 64);
+  CHECK(job->trainer.rollout_data_dir == "${literal}");
+
+  SECTION("an override changes what interpolates it") {
+    auto j2 = LoadJobConfig(ok_path, {"trainer.project_name=q"});
+    REQUIRE(j2.ok());
+    CHECK(j2->trainer.default_local_dir == "/ckpt/q-run");
+  }
+  SECTION("unknown reference") {
+    CHECK_ERROR_CONTAINS(LoadJobConfig(ok_path, {"trainer.log_dir=out/${trainer.project_nam}"}).status(),
+                         "trainer.log_dir: interpolation '${trainer.project_nam}' refers to an unknown key");
+  }
+  SECTION("cycle") {
+    CHECK_ERROR_CONTAINS(LoadJobConfig(ok_path, {"trainer.project_name=${trainer.experiment_name}"}).status(),
+                         "interpolation cycle");
+  }
+  SECTION("duplicate keys in one file") {
+    const std::string dup = dir.Write("dup.yaml", std::string(kMinimal) + "trainer:\n  seed: 1\n  seed: 2\n");
+    CHECK_ERROR_CONTAINS(LoadJobConfig(dup, {}).status(), "duplicate key 'trainer.seed' in " + dup + ":9:3");
+  }
+}
+
+TEST_CASE("file errors", "[config]") {
+  TempDir dir;
+  SECTION("missing file") {
+    const std::string missing = dir.Path("nope.yaml");
+    const absl::Status s = LoadJobConfig(missing, {}).status();
+    CHECK(s.code() == absl::StatusCode::kNotFound);
+    CHECK_ERROR_CONTAINS(s, missing);
+  }
+  SECTION("YAML syntax error names file:line:col") {
+    const std::string path = dir.Write("bad.yaml", "data:\n  train_files: [a, b\n  shuffle: true\n");
+    const absl::Status s = LoadJobConfig(path, {}).status();
+    CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+    CHECK_ERROR_CONTAINS(s, path + ":");
+    CHECK_ERROR_CONTAINS(s, "YAML syntax error");
+  }
+  SECTION("YAML syntax error on a given line") {
+    const std::string path = dir.Write("bad2.yaml", "data:\n  train_files: x\n   bad indent: [\n");
+    const absl::Status s = LoadJobConfig(path, {}).status();
+    CHECK_ERROR_CONTAINS(s, path + ":3:");
+  }
+  SECTION("top level not a map") {
+    const std::string path = dir.Write("list.yaml", "- a\n- b\n");
+    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {}).status(), "the top level must be a mapping");
+  }
+  SECTION("a directory") {
+    CHECK_ERROR_CONTAINS(LoadJobConfig(dir.Path(""), {}).status(), "is a directory");
+  }
+}
+
+TEST_CASE("--print-config output loads back to the same config", "[config]") {
+  TempDir dir;
+  const std::string path = dir.Write("full.yaml", kFull);
+  const std::vector<std::string> overrides = {"actor_rollout_ref.actor.optim.lr=3e-7",
+                                              "trainer.rollout_data_dir=\"odd: value # x\"", "data.seed=-5",
+                                              "actor_rollout_ref.actor.entropy_coeff=0.1"};
+  auto first = LoadConfig(path, overrides);
+  INFO(first.status().ToString());
+  REQUIRE(first.ok());
+  auto yaml = ResolvedConfigYaml(path, overrides);
+  REQUIRE(yaml.ok());
+  INFO(*yaml);
+  CHECK(yaml->find("actor_rollout_ref:\n  model:\n    path: /models/Qwen2.5-0.5B-Instruct\n") != std::string::npos);
+  CHECK(yaml->find("    ppo_micro_batch_size_per_gpu: 4\n") != std::string::npos);
+  CHECK(yaml->find("  logger: [console, jsonl, tensorboard]\n") != std::string::npos);
+  CHECK(yaml->find("  val_batch_size: null\n") != std::string::npos);
+  CHECK(yaml->find("      lr: 3.0e-07\n") != std::string::npos);
+  // Every key is printed.
+  for (const ConfigKeySpec& spec : ConfigSchema()) {
+    const std::string leaf(spec.key.substr(spec.key.rfind('.') + 1));
+    CHECK(yaml->find(leaf + ":") != std::string::npos);
+  }
+  const std::string printed = dir.Write("printed.yaml", *yaml);
+  auto second = LoadConfig(printed, {});
+  INFO(second.status().ToString());
+  REQUIRE(second.ok());
+  CHECK(second->tree == first->tree);
+  CHECK(second->job == first->job);
+  CHECK(second->job.trainer.rollout_data_dir == "odd: value # x");
+  auto value = GetValueAsString(second->tree, "actor_rollout_ref.actor.optim.betas");
+  REQUIRE(value.ok());
+  CHECK(*value == "[0.9, 0.95]");
+  CHECK(GetValueAsString(second->tree, "no.such.key").status().code() == absl::StatusCode::kNotFound);
+}
+
+TEST_CASE("LoadConfigFromString names its source", "[config]") {
+  auto r = LoadConfigFromString("data:\n  train_filez: x\n", "<submitted job>", {});
+  CHECK_ERROR_CONTAINS(r.status(), "unknown key 'data.train_filez' in <submitted job>:2:3; did you mean "
+                                   "'data.train_files'?");
+}
+
+TEST_CASE("FormatConfigValue", "[config]") {
+  CHECK(FormatConfigValue(ConfigValue(1e-6)) == "1.0e-06");
+  CHECK(FormatConfigValue(ConfigValue(0.2)) == "0.2");
+  CHECK(FormatConfigValue(ConfigValue(600.0)) == "600.0");
+  CHECK(FormatConfigValue(ConfigValue(int64_t{-1})) == "-1");
+  CHECK(FormatConfigValue(ConfigValue(std::monostate{})) == "null");
+  CHECK(FormatConfigValue(ConfigValue(std::string())) == "\"\"");
+  CHECK(FormatConfigValue(ConfigValue(std::string("true"))) == "\"true\"");
+  CHECK(FormatConfigValue(ConfigValue(std::string("token-mean"))) == "token-mean");
+  CHECK(FormatConfigValue(ConfigValue(std::vector<std::string>{"a", "b c"})) == "[a, \"b c\"]");
+}
+
+}  // namespace
+}  // namespace verl
+
+namespace verl {
+namespace {
+
+TEST_CASE("docs/config.md lists every schema key", "[config]") {
+  std::ifstream in(std::string(VERL_SOURCE_DIR) + "/docs/config.md");
+  REQUIRE(in.good());
+  std::stringstream text;
+  text << in.rdbuf();
+  for (const ConfigKeySpec& spec : ConfigSchema()) {
+    INFO(spec.key);
+    CHECK(text.str().find("| `" + std::string(spec.key) + "` |") != std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace verl
