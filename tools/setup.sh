@@ -19,7 +19,7 @@ BUILD_DIR="${VERL_BUILD_DIR:-$ROOT/build}"
 APT_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config python3-pip
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
-  libyaml-cpp-dev catch2 nlohmann-json3-dev libpcre2-dev libspdlog-dev libfmt-dev
+  libyaml-cpp-dev catch2 nlohmann-json3-dev libpcre2-dev libicu-dev libspdlog-dev libfmt-dev
 )
 
 log() { echo "[setup] $*" >&2; }

@@ -1,0 +1,46 @@
+#include "controller/cluster/worker_client.h"
+
+#include <thread>
+
+namespace verl {
+
+WorkerClient::WorkerClient(std::string worker_id, std::string address, double rpc_timeout_s,
+                           std::function<absl::Status()> liveness)
+    : worker_id_(std::move(worker_id)),
+      address_(std::move(address)),
+      rpc_timeout_s_(rpc_timeout_s),
+      liveness_(std::move(liveness)) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(1 << 30);
+  args.SetMaxSendMessageSize(1 << 30);
+  channel_ = grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), args);
+  stub_ = v1::WorkerService::NewStub(channel_);
+}
+
+absl::Status WorkerClient::Failure(const char* rpc, const grpc::Status& status) {
+  if (liveness_) {
+    absl::Status alive = liveness_();
+    if (!alive.ok()) return absl::UnavailableError(absl::StrCat(rpc, " failed: ", alive.message()));
+  }
+  absl::Status s = FromGrpcStatus(status);
+  return absl::Status(s.code(), absl::StrCat(rpc, " on worker ", worker_id_, " at ", address_, ": ", s.message()));
+}
+
+absl::StatusOr<v1::HealthResponse> WorkerClient::WaitHealthy(double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (true) {
+    auto r = Call("Health", &Stub::Health, v1::HealthRequest(), 2.0);
+    if (r.ok() || std::chrono::steady_clock::now() > deadline) return r;
+    if (liveness_) {
+      absl::Status alive = liveness_();
+      if (!alive.ok()) return alive;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+absl::Status WorkerClient::Shutdown() {
+  return Call("Shutdown", &Stub::Shutdown, v1::ShutdownRequest(), 5.0).status();
+}
+
+}  // namespace verl

@@ -1,0 +1,104 @@
+#include "controller/job/checkpoint_manager.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
+
+namespace verl {
+namespace fs = std::filesystem;
+namespace {
+
+absl::Status WriteFileAtomically(const std::string& path, const std::string& text) {
+  const std::string tmp = absl::StrCat(path, ".tmp-", getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp));
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", path, ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+CheckpointManager::CheckpointManager(std::string root, SaveOnWorkers save_on_workers)
+    : root_(std::move(root)), save_on_workers_(std::move(save_on_workers)) {}
+
+std::string CheckpointManager::StepDir(int64_t global_step) const {
+  return absl::StrCat(root_, "/global_step_", global_step);
+}
+
+std::string CheckpointManager::TrackerPath() const { return root_ + "/latest_checkpointed_iteration.txt"; }
+
+absl::Status CheckpointManager::Save(int64_t global_step, const ResumableSampler::State& sampler_state,
+                                     bool hf_export) {
+  const std::string final_dir = StepDir(global_step);
+  const std::string tmp_dir = absl::StrCat(root_, "/.global_step_", global_step, ".tmp");
+  std::error_code ec;
+  fs::remove_all(tmp_dir, ec);
+  fs::create_directories(tmp_dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create checkpoint directory ", tmp_dir, ": ", ec.message()));
+  RETURN_IF_ERROR(Annotate(save_on_workers_(tmp_dir, global_step, hf_export),
+                           absl::StrCat("saving checkpoint ", final_dir)));
+  RETURN_IF_ERROR(WriteFileAtomically(tmp_dir + "/data.json",
+                                      absl::StrCat("{\"global_step\": ", global_step,
+                                                   ", \"sampler\": ", sampler_state.ToJson(), "}\n")));
+  fs::remove_all(final_dir, ec);
+  fs::rename(tmp_dir, final_dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot rename ", tmp_dir, " to ", final_dir, ": ", ec.message()));
+  return WriteFileAtomically(TrackerPath(), absl::StrCat(global_step, "\n"));
+}
+
+absl::StatusOr<std::optional<CheckpointManager::Found>> CheckpointManager::Find(
+    const std::string& resume_mode, const std::string& resume_from_path) const {
+  if (resume_mode == "disable") return std::optional<Found>();
+  std::string dir;
+  int64_t step = 0;
+  if (resume_mode == "resume_path") {
+    dir = resume_from_path;
+    const std::string base = fs::path(dir).filename().string();
+    if (base.rfind("global_step_", 0) != 0 ||
+        !absl::SimpleAtoi(absl::string_view(base.data() + 12, base.size() - 12), &step)) {
+      return absl::InvalidArgumentError(absl::StrCat("trainer.resume_from_path: '", dir,
+                                                     "' is not a global_step_N checkpoint directory"));
+    }
+  } else {
+    if (!fs::exists(TrackerPath())) return std::optional<Found>();
+    ASSIGN_OR_RETURN(std::string text, ReadFile(TrackerPath()));
+    while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+    if (!absl::SimpleAtoi(absl::string_view(text.data(), text.size()), &step) || step <= 0) {
+      return absl::DataLossError(absl::StrCat(TrackerPath(), ": expected a positive step number, found '", text, "'"));
+    }
+    dir = StepDir(step);
+  }
+  if (!fs::is_directory(dir)) return absl::NotFoundError(absl::StrCat("checkpoint directory ", dir, " is missing"));
+  ASSIGN_OR_RETURN(std::string data, ReadFile(dir + "/data.json"));
+  nlohmann::json parsed = nlohmann::json::parse(data, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded() || !parsed.contains("sampler")) {
+    return absl::DataLossError(absl::StrCat(dir, "/data.json: malformed or without a sampler state"));
+  }
+  auto state = ResumableSampler::State::FromJson(parsed["sampler"].dump());
+  if (!state.ok()) return Annotate(state.status(), dir + "/data.json");
+  return std::optional<Found>(Found{dir, step, *state});
+}
+
+}  // namespace verl

@@ -1,0 +1,50 @@
+#ifndef VERL_CONTROLLER_JOB_CHECKPOINT_MANAGER_H_
+#define VERL_CONTROLLER_JOB_CHECKPOINT_MANAGER_H_
+
+// Checkpoint bookkeeping in verl's layout under trainer.default_local_dir:
+//   global_step_N/actor/...                 written by the workers
+//   global_step_N/data.json                 the sampler state (verl writes data.pt)
+//   latest_checkpointed_iteration.txt       N, written last
+// A checkpoint is assembled in a temporary directory and renamed into place, then the tracker file is replaced
+// atomically, so a crash at any point leaves the previous checkpoint intact and the tracker never names a partial one.
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/data/sampler.h"
+
+namespace verl {
+
+class CheckpointManager {
+ public:
+  // Writes the workers' part of a checkpoint into `dir`.
+  using SaveOnWorkers = std::function<absl::Status(const std::string& dir, int64_t global_step, bool hf_export)>;
+
+  CheckpointManager(std::string root, SaveOnWorkers save_on_workers);
+
+  absl::Status Save(int64_t global_step, const ResumableSampler::State& sampler_state, bool hf_export);
+
+  struct Found {
+    std::string dir;
+    int64_t global_step = 0;
+    ResumableSampler::State sampler_state;
+  };
+  // The checkpoint to resume from: none for resume_mode "disable" or when "auto" finds no tracker file;
+  // resume_from_path for "resume_path" (which must be a global_step_N directory). Errors name the file.
+  absl::StatusOr<std::optional<Found>> Find(const std::string& resume_mode, const std::string& resume_from_path) const;
+
+  std::string StepDir(int64_t global_step) const;
+  std::string TrackerPath() const;
+
+ private:
+  std::string root_;
+  SaveOnWorkers save_on_workers_;
+};
+
+}  // namespace verl
+
+#endif  // VERL_CONTROLLER_JOB_CHECKPOINT_MANAGER_H_

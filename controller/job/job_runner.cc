@@ -1,0 +1,574 @@
+#include "controller/job/job_runner.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <numeric>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/data/dataset.h"
+#include "common/data/sampler.h"
+#include "common/metrics/console_sink.h"
+#include "common/metrics/jsonl_sink.h"
+#include "common/metrics/metrics_util.h"
+#include "common/metrics/multi_sink.h"
+#include "common/status/status_macros.h"
+#include "common/text/chat_template.h"
+#include "common/text/tokenizer.h"
+#include "controller/cluster/local_worker_launcher.h"
+#include "controller/cluster/worker_client.h"
+#include "controller/job/checkpoint_manager.h"
+#include "spdlog/spdlog.h"
+#include "worker/model/hf_config.h"
+
+namespace verl {
+namespace fs = std::filesystem;
+
+const char* JobStateName(JobState state) {
+  switch (state) {
+    case JobState::kInit: return "init";
+    case JobState::kLoading: return "loading";
+    case JobState::kValidating: return "validating";
+    case JobState::kStepRollout: return "step/rollout";
+    case JobState::kStepReward: return "step/reward";
+    case JobState::kStepOldLogProb: return "step/old_log_prob";
+    case JobState::kStepRefLogProb: return "step/ref_log_prob";
+    case JobState::kStepAdvantage: return "step/advantage";
+    case JobState::kStepActorUpdate: return "step/actor_update";
+    case JobState::kCheckpointing: return "checkpointing";
+    case JobState::kDone: return "done";
+    case JobState::kFailed: return "failed";
+    case JobState::kCancelled: return "cancelled";
+  }
+  return "?";
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Metrics = std::map<std::string, double>;
+
+double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
+
+// A prompt ready for the workers: chat template applied and tokenized once, at load time.
+struct PreparedExample {
+  std::vector<int32_t> token_ids;
+  std::string data_source;
+  std::string ground_truth;
+  std::string extra_info_json;
+};
+
+void MergeInto(Metrics& dst, const google::protobuf::Map<std::string, double>& src) {
+  for (const auto& [k, v] : src) dst[k] = v;
+}
+
+}  // namespace
+
+class JobRunner::Impl {
+ public:
+  Impl(JobRunner* owner, JobConfig config, JobRunnerOptions options)
+      : owner_(owner), config_(std::move(config)), options_(std::move(options)) {}
+
+  ~Impl() { StopWorkers(); }
+
+  absl::Status Run() {
+    absl::Status status = RunInner();
+    StopWorkers();
+    absl::Status closed = sinks_.Close();
+    if (status.ok()) status = closed;
+    if (absl::IsCancelled(status)) {
+      SetState(JobState::kCancelled);
+    } else if (!status.ok()) {
+      SetState(JobState::kFailed);
+    } else {
+      SetState(JobState::kDone);
+    }
+    return status;
+  }
+
+  Metrics last_metrics;
+
+ private:
+  absl::Status RunInner() {
+    SetState(JobState::kInit);
+    RETURN_IF_ERROR(PrepareInputs());
+    RETURN_IF_ERROR(CheckCancel());
+    SetState(JobState::kLoading);
+    RETURN_IF_ERROR(StartWorkers());
+    RETURN_IF_ERROR(LoadModels());
+    RETURN_IF_ERROR(OpenSinks());
+    RETURN_IF_ERROR(MaybeResume());
+
+    const TrainerConfig& t = config_.trainer;
+    const bool has_val = !val_.empty() && t.test_freq > 0;
+    if (has_val && t.val_before_train && global_step_ == 0) {
+      ASSIGN_OR_RETURN(Metrics val, Validate());
+      last_metrics = val;
+      RETURN_IF_ERROR(sinks_.Log(0, val));
+    }
+    while (global_step_ < total_steps_) {
+      RETURN_IF_ERROR(CheckCancel());
+      const int64_t step = global_step_ + 1;
+      const bool last = step == total_steps_;
+      auto step_start = Clock::now();
+      ASSIGN_OR_RETURN(Metrics metrics, TrainStep(step));
+      if (has_val && (last || step % t.test_freq == 0)) {
+        auto start = Clock::now();
+        ASSIGN_OR_RETURN(Metrics val, Validate());
+        metrics.insert(val.begin(), val.end());
+        metrics["timing_s/testing"] = Seconds(start);
+      }
+      global_step_ = step;
+      if (t.save_freq > 0 && (last || step % t.save_freq == 0)) {
+        SetState(JobState::kCheckpointing);
+        auto start = Clock::now();
+        RETURN_IF_ERROR(checkpoints_->Save(step, sampler_->state(), /*hf_export=*/last));
+        metrics["timing_s/save_checkpoint"] = Seconds(start);
+      }
+      metrics["timing_s/step"] = Seconds(step_start);
+      metrics["training/global_step"] = static_cast<double>(step);
+      metrics["training/epoch"] = static_cast<double>(sampler_->state().epoch);
+      const double tokens = metrics["perf/total_num_tokens"];
+      metrics["perf/time_per_step"] = metrics["timing_s/step"];
+      metrics["perf/throughput"] = tokens / metrics["timing_s/step"] / static_cast<double>(t.WorldSize());
+      last_metrics = metrics;
+      RETURN_IF_ERROR(sinks_.Log(step, metrics));
+    }
+    spdlog::info("job finished: {} steps", global_step_);
+    return absl::OkStatus();
+  }
+
+  void SetState(JobState s) {
+    JobState prev = owner_->state_.exchange(s);
+    const double dt = Seconds(state_since_);
+    state_since_ = Clock::now();
+    if (prev != s) spdlog::debug("state {} -> {} ({:.3f} s in {})", JobStateName(prev), JobStateName(s), dt,
+                                 JobStateName(prev));
+  }
+
+  absl::Status CheckCancel() const {
+    if (owner_->cancel_requested_.load()) return absl::CancelledError("job cancelled");
+    return absl::OkStatus();
+  }
+
+  // Checks and loads everything from disk before any worker starts.
+  absl::Status PrepareInputs() {
+    const std::string& model_dir = config_.actor_rollout_ref.model.path;
+    if (!fs::is_directory(model_dir)) {
+      return absl::NotFoundError(absl::StrCat("actor_rollout_ref.model.path: model directory '", model_dir,
+                                              "' does not exist"));
+    }
+    ASSIGN_OR_RETURN(model_config_, LoadDecoderConfig(model_dir));
+    const std::string tok_path = model_dir + "/tokenizer.json";
+    if (!fs::exists(tok_path)) {
+      return absl::NotFoundError(absl::StrCat(model_dir, ": no tokenizer.json (only HF tokenizer.json is supported)"));
+    }
+    ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::FromFile(tok_path));
+    tokenizer_ = std::make_unique<Tokenizer>(std::move(tok));
+    ASSIGN_OR_RETURN(chat_options_, ChatTemplateOptionsFromTokenizerConfig(model_dir + "/tokenizer_config.json"));
+    eos_ids_ = model_config_.eos_token_ids;
+    if (eos_ids_.empty()) {
+      for (const char* name : {"<|im_end|>", "<|endoftext|>", "</s>"}) {
+        if (auto id = tokenizer_->TokenToId(name)) {
+          eos_ids_.push_back(*id);
+          break;
+        }
+      }
+    }
+    if (eos_ids_.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(model_dir, ": no eos_token_id in generation_config.json or ",
+                                                     "config.json, and no known EOS token in tokenizer.json"));
+    }
+    pad_id_ = model_config_.pad_token_id.value_or(
+        tokenizer_->TokenToId("<|endoftext|>").value_or(eos_ids_.front()));
+
+    const DataConfig& d = config_.data;
+    ASSIGN_OR_RETURN(train_, Prepare(d.train_files, "data.train_files"));
+    if (!d.val_files.empty()) {
+      ASSIGN_OR_RETURN(val_, Prepare(d.val_files, "data.val_files"));
+    }
+    if (static_cast<int64_t>(train_.size()) < d.train_batch_size) {
+      return absl::InvalidArgumentError(absl::StrCat("data.train_batch_size=", d.train_batch_size,
+                                                     " is larger than the training set (", train_.size(),
+                                                     " prompts in ", d.train_files, ")"));
+    }
+    ASSIGN_OR_RETURN(ResumableSampler sampler,
+                     ResumableSampler::Create(static_cast<int64_t>(train_.size()), d.train_batch_size, d.shuffle,
+                                              static_cast<uint64_t>(d.seed)));
+    sampler_ = std::make_unique<ResumableSampler>(std::move(sampler));
+    const TrainerConfig& t = config_.trainer;
+    total_steps_ = t.total_training_steps.value_or(sampler_->steps_per_epoch() * t.total_epochs);
+    checkpoints_ = std::make_unique<CheckpointManager>(
+        t.default_local_dir, [this](const std::string& dir, int64_t step, bool hf) {
+          return SaveOnWorkers(dir, step, hf);
+        });
+    spdlog::info("{} training prompts, {} validation prompts, {} steps", train_.size(), val_.size(), total_steps_);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::vector<PreparedExample>> Prepare(const std::string& path, const std::string& key) {
+    if (!fs::exists(path)) return absl::NotFoundError(absl::StrCat(key, ": dataset '", path, "' does not exist"));
+    DatasetOptions opts;
+    opts.prompt_key = config_.data.prompt_key;
+    ASSIGN_OR_RETURN(std::vector<Example> examples, LoadDataset(path, opts));
+    std::vector<PreparedExample> out;
+    const int64_t max_len = config_.data.max_prompt_length;
+    int64_t filtered = 0;
+    for (const Example& ex : examples) {
+      std::vector<int32_t> ids = tokenizer_->Encode(ApplyChatTemplate(ex.prompt, true, chat_options_));
+      if (static_cast<int64_t>(ids.size()) > max_len) {
+        if (config_.data.filter_overlong_prompts) {
+          ++filtered;
+          continue;
+        }
+        const std::string& mode = config_.data.truncation;
+        if (mode == "left") {
+          ids.erase(ids.begin(), ids.end() - max_len);
+        } else if (mode == "right") {
+          ids.resize(max_len);
+        } else {
+          return absl::InvalidArgumentError(absl::StrCat(
+              path, ": row ", ex.row, ": prompt is ", ids.size(), " tokens, longer than data.max_prompt_length=",
+              max_len, " (set data.truncation=left|right or data.filter_overlong_prompts=true)"));
+        }
+      }
+      out.push_back({std::move(ids), ex.data_source, ex.ground_truth, ex.extra_info_json});
+    }
+    if (filtered > 0) spdlog::info("{}: filtered {} prompts longer than {} tokens", path, filtered, max_len);
+    if (out.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": no usable prompts"));
+    return out;
+  }
+
+  absl::Status StartWorkers() {
+    const ClusterConfig& c = config_.cluster;
+    const int64_t world = config_.trainer.WorldSize();
+    if (world != 1) {
+      return absl::UnimplementedError(absl::StrCat(
+          "trainer.nnodes * trainer.n_gpus_per_node = ", world,
+          ": this build runs one rank (data-parallel training over several ranks is not implemented yet)"));
+    }
+    if (config_.trainer.device != "cpu") {
+      return absl::UnimplementedError(absl::StrCat("trainer.device=", config_.trainer.device,
+                                                   ": this build has no CUDA backend (use trainer.device=cpu)"));
+    }
+    std::vector<std::pair<std::string, std::string>> targets;  // id, address
+    if (c.worker_addresses.empty()) {
+      const std::string binary = c.worker_binary.empty() ? options_.default_worker_binary : c.worker_binary;
+      launcher_ = std::make_unique<LocalWorkerLauncher>();
+      ASSIGN_OR_RETURN(auto launched, launcher_->Launch(binary, static_cast<int>(world),
+                                                        config_.trainer.log_dir + "/workers",
+                                                        c.worker_start_timeout_s));
+      for (const LaunchedWorker& w : launched) {
+        spdlog::info("started {} (pid {}) on {}", w.worker_id, w.pid, w.address);
+        targets.emplace_back(w.worker_id, w.address);
+      }
+    } else {
+      if (static_cast<int64_t>(c.worker_addresses.size()) != world) {
+        return absl::InvalidArgumentError(absl::StrCat("cluster.worker_addresses lists ", c.worker_addresses.size(),
+                                                       " workers, but the job needs ", world));
+      }
+      for (size_t i = 0; i < c.worker_addresses.size(); ++i) {
+        targets.emplace_back(absl::StrCat("worker-", i), c.worker_addresses[i]);
+      }
+    }
+    for (const auto& [id, address] : targets) {
+      std::function<absl::Status()> liveness;
+      if (launcher_) liveness = [this] { return launcher_->CheckAlive(); };
+      auto client = std::make_unique<WorkerClient>(id, address, c.rpc_timeout_s, liveness);
+      ASSIGN_OR_RETURN(v1::HealthResponse health, client->WaitHealthy(c.worker_start_timeout_s));
+      spdlog::debug("{} healthy: pid {}, {} rank(s) on {}", id, health.pid(), health.num_ranks(), health.device());
+      workers_.push_back(std::move(client));
+    }
+    return absl::OkStatus();
+  }
+
+  void StopWorkers() {
+    if (launcher_) {
+      for (auto& w : workers_) (void)w->Shutdown();
+      launcher_->StopAll();
+      launcher_.reset();
+    }
+    workers_.clear();
+  }
+
+  WorkerClient& worker() { return *workers_.front(); }
+
+  absl::Status LoadModels() {
+    const ActorRolloutRefConfig& arr = config_.actor_rollout_ref;
+    const ActorConfig& a = arr.actor;
+    v1::ConfigureRolesRequest req;
+    req.add_roles("actor");
+    req.add_roles("rollout");
+    if (a.use_kl_loss) req.add_roles("ref");
+    req.set_model_path(fs::absolute(arr.model.path).string());
+    req.set_num_threads(static_cast<int32_t>(config_.cluster.num_threads_per_rank));
+    req.set_seed(static_cast<uint64_t>(config_.trainer.seed));
+    req.set_dtype(arr.model.dtype);
+    v1::ActorConfig* ac = req.mutable_actor();
+    ac->mutable_optim()->set_lr(a.optim.lr);
+    ac->mutable_optim()->set_weight_decay(a.optim.weight_decay);
+    ac->mutable_optim()->set_beta1(a.optim.betas.at(0));
+    ac->mutable_optim()->set_beta2(a.optim.betas.at(1));
+    ac->mutable_optim()->set_eps(a.optim.eps);
+    int64_t warmup = a.optim.lr_warmup_steps;
+    if (warmup < 0) warmup = static_cast<int64_t>(a.optim.lr_warmup_steps_ratio * static_cast<double>(total_steps_));
+    ac->mutable_optim()->set_lr_warmup_steps(warmup);
+    ac->set_grad_clip(a.grad_clip);
+    ac->set_clip_ratio_low(a.ClipRatioLow());
+    ac->set_clip_ratio_high(a.ClipRatioHigh());
+    ac->set_clip_ratio_c(a.clip_ratio_c);
+    ac->set_loss_agg_mode(a.loss_agg_mode);
+    ac->set_entropy_coeff(a.entropy_coeff);
+    ac->set_use_kl_loss(a.use_kl_loss);
+    ac->set_kl_loss_coef(a.kl_loss_coef);
+    ac->set_kl_loss_type(a.kl_loss_type);
+    ac->set_ppo_mini_batch_size(static_cast<int32_t>(a.ppo_mini_batch_size));
+    const int64_t mini_seqs = a.ppo_mini_batch_size * arr.rollout.n;
+    ac->set_ppo_micro_batch_size_per_gpu(static_cast<int32_t>(a.ppo_micro_batch_size_per_gpu.value_or(mini_seqs)));
+    ac->set_ppo_epochs(static_cast<int32_t>(a.ppo_epochs));
+    ac->set_shuffle(a.shuffle);
+    ac->set_log_prob_micro_batch_size_per_gpu(static_cast<int32_t>(
+        arr.rollout.log_prob_micro_batch_size_per_gpu.value_or(config_.data.train_batch_size * arr.rollout.n)));
+    if (config_.algorithm.adv_estimator != "grpo") {
+      return absl::UnimplementedError(absl::StrCat("algorithm.adv_estimator=", config_.algorithm.adv_estimator,
+                                                   ": only grpo is implemented in this build"));
+    }
+    RETURN_IF_ERROR(worker().ConfigureRoles(req));
+    ASSIGN_OR_RETURN(v1::LoadModelResponse loaded, worker().LoadModel(v1::LoadModelRequest()));
+    spdlog::info("model loaded on {}: {} parameters", worker().worker_id(), loaded.num_parameters());
+    return absl::OkStatus();
+  }
+
+  absl::Status OpenSinks() {
+    const TrainerConfig& t = config_.trainer;
+    for (const std::string& logger : t.logger) {
+      if (logger == "console") {
+        sinks_.Add(std::make_unique<ConsoleSink>(options_.console ? options_.console : &std::cout, total_steps_));
+      } else if (logger == "jsonl") {
+        ASSIGN_OR_RETURN(auto sink, JsonlSink::Open(t.log_dir + "/metrics.jsonl"));
+        spdlog::info("metrics: {}", sink->path());
+        sinks_.Add(std::move(sink));
+      } else {
+        return absl::UnimplementedError(absl::StrCat("trainer.logger: '", logger, "' is not available in this build"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status MaybeResume() {
+    ASSIGN_OR_RETURN(std::optional<CheckpointManager::Found> found,
+                     checkpoints_->Find(config_.trainer.resume_mode, config_.trainer.resume_from_path));
+    if (!found) return absl::OkStatus();
+    v1::LoadCheckpointRequest req;
+    req.set_dir(fs::absolute(found->dir).string());
+    req.set_global_step(found->global_step);
+    RETURN_IF_ERROR(worker().LoadCheckpoint(req));
+    RETURN_IF_ERROR(sampler_->Restore(found->sampler_state));
+    global_step_ = found->global_step;
+    spdlog::info("resumed from {} (global step {})", found->dir, global_step_);
+    return absl::OkStatus();
+  }
+
+  v1::SamplingParams Sampling(bool validation, int64_t step) const {
+    const RolloutConfig& r = config_.actor_rollout_ref.rollout;
+    v1::SamplingParams s;
+    if (validation) {
+      s.set_temperature(r.val_kwargs.temperature > 0 ? r.val_kwargs.temperature : 1.0);
+      s.set_top_k(static_cast<int32_t>(r.val_kwargs.top_k));
+      s.set_top_p(r.val_kwargs.top_p);
+      s.set_do_sample(r.val_kwargs.do_sample);
+      s.set_n(static_cast<int32_t>(r.val_kwargs.n));
+    } else {
+      s.set_temperature(r.temperature);
+      s.set_top_k(static_cast<int32_t>(r.top_k));
+      s.set_top_p(r.top_p);
+      s.set_do_sample(r.do_sample);
+      s.set_n(static_cast<int32_t>(r.n));
+    }
+    s.set_max_new_tokens(static_cast<int32_t>(config_.data.max_response_length));
+    for (int32_t id : eos_ids_) s.add_eos_token_ids(id);
+    s.set_pad_token_id(pad_id_);
+    s.set_seed(static_cast<uint64_t>(config_.trainer.seed) * 1000003ULL + static_cast<uint64_t>(step) * 7919ULL +
+               (validation ? 1 : 0));
+    return s;
+  }
+
+  static void AddPrompt(v1::GenerateRequest& req, const PreparedExample& ex, const std::string& uid) {
+    v1::Prompt* p = req.add_prompts();
+    p->mutable_token_ids()->Add(ex.token_ids.begin(), ex.token_ids.end());
+    p->set_uid(uid);
+    p->set_data_source(ex.data_source);
+    p->set_ground_truth(ex.ground_truth);
+    p->set_extra_info_json(ex.extra_info_json);
+  }
+
+  absl::StatusOr<Metrics> TrainStep(int64_t step) {
+    const std::string step_id = absl::StrCat("train-", step);
+    const ActorRolloutRefConfig& arr = config_.actor_rollout_ref;
+    const double temperature = arr.rollout.temperature;
+    Metrics m;
+    std::vector<int64_t> indices = sampler_->NextBatch();
+
+    SetState(JobState::kStepRollout);
+    auto t0 = Clock::now();
+    v1::GenerateRequest gen;
+    gen.set_step_id(step_id);
+    for (size_t i = 0; i < indices.size(); ++i) AddPrompt(gen, train_[indices[i]], absl::StrCat(step, "-", i));
+    *gen.mutable_sampling() = Sampling(false, step);
+    ASSIGN_OR_RETURN(v1::GenerateResponse generated, worker().Generate(gen));
+    m["timing_s/gen"] = Seconds(t0);
+    MergeInto(m, generated.metrics());
+    RETURN_IF_ERROR(CheckCancel());
+
+    SetState(JobState::kStepReward);
+    t0 = Clock::now();
+    v1::ScoreRequest score_req;
+    score_req.set_step_id(step_id);
+    ASSIGN_OR_RETURN(v1::ScoreResponse scored, worker().Score(score_req));
+    m["timing_s/reward"] = Seconds(t0);
+    std::vector<double> scores(scored.scores().begin(), scored.scores().end());
+    AddMeanMaxMin("critic/score", scores, &m);
+    RETURN_IF_ERROR(CheckCancel());
+
+    SetState(JobState::kStepOldLogProb);
+    t0 = Clock::now();
+    v1::ComputeLogProbsRequest lp;
+    lp.set_step_id(step_id);
+    lp.set_role("actor");
+    lp.set_temperature(temperature);
+    ASSIGN_OR_RETURN(v1::ComputeLogProbsResponse old_lp, worker().ComputeLogProbs(lp));
+    MergeInto(m, old_lp.metrics());
+    m["timing_s/old_log_prob"] = Seconds(t0);
+
+    if (arr.actor.use_kl_loss) {
+      SetState(JobState::kStepRefLogProb);
+      t0 = Clock::now();
+      lp.set_role("ref");
+      ASSIGN_OR_RETURN(v1::ComputeLogProbsResponse ref_lp, worker().ComputeLogProbs(lp));
+      MergeInto(m, ref_lp.metrics());
+      m["timing_s/ref"] = Seconds(t0);
+    }
+    RETURN_IF_ERROR(CheckCancel());
+
+    SetState(JobState::kStepAdvantage);
+    t0 = Clock::now();
+    v1::ComputeAdvantageRequest adv;
+    adv.set_step_id(step_id);
+    adv.set_estimator(config_.algorithm.adv_estimator);
+    adv.set_norm_adv_by_std_in_grpo(config_.algorithm.norm_adv_by_std_in_grpo);
+    ASSIGN_OR_RETURN(v1::ComputeAdvantageResponse adv_resp, worker().ComputeAdvantage(adv));
+    MergeInto(m, adv_resp.metrics());
+    m["timing_s/adv"] = Seconds(t0);
+
+    SetState(JobState::kStepActorUpdate);
+    t0 = Clock::now();
+    v1::UpdateActorRequest upd;
+    upd.set_step_id(step_id);
+    upd.set_temperature(temperature);
+    upd.set_seed(static_cast<uint64_t>(config_.trainer.seed) * 31ULL + static_cast<uint64_t>(step));
+    ASSIGN_OR_RETURN(v1::UpdateActorResponse upd_resp, worker().UpdateActor(upd));
+    MergeInto(m, upd_resp.metrics());
+    m["timing_s/update_actor"] = Seconds(t0);
+
+    v1::ReleaseBatchRequest rel;
+    rel.set_step_id(step_id);
+    RETURN_IF_ERROR(worker().ReleaseBatch(rel));
+
+    // Length statistics, verl's names.
+    const double max_resp = static_cast<double>(config_.data.max_response_length);
+    const double max_prompt = static_cast<double>(config_.data.max_prompt_length);
+    std::vector<double> resp_len(generated.response_lengths().begin(), generated.response_lengths().end());
+    std::vector<double> prompt_len(generated.prompt_lengths().begin(), generated.prompt_lengths().end());
+    AddMeanMaxMin("response_length", resp_len, &m);
+    AddMeanMaxMin("prompt_length", prompt_len, &m);
+    double resp_clipped = 0, prompt_clipped = 0, tokens = 0;
+    for (double v : resp_len) resp_clipped += v >= max_resp ? 1 : 0;
+    for (double v : prompt_len) prompt_clipped += v >= max_prompt ? 1 : 0;
+    for (size_t i = 0; i < resp_len.size(); ++i) tokens += resp_len[i] + prompt_len[i];
+    m["response_length/clip_ratio"] = resp_len.empty() ? 0 : resp_clipped / resp_len.size();
+    m["prompt_length/clip_ratio"] = prompt_len.empty() ? 0 : prompt_clipped / prompt_len.size();
+    m["perf/total_num_tokens"] = tokens;
+    return m;
+  }
+
+  // Generates once (val_kwargs) for every validation prompt and reports the mean score per data source.
+  absl::StatusOr<Metrics> Validate() {
+    SetState(JobState::kValidating);
+    const int64_t chunk = config_.data.val_batch_size.value_or(static_cast<int64_t>(val_.size()));
+    std::map<std::string, std::vector<double>> by_source;
+    for (int64_t begin = 0, part = 0; begin < static_cast<int64_t>(val_.size()); begin += chunk, ++part) {
+      RETURN_IF_ERROR(CheckCancel());
+      const int64_t end = std::min<int64_t>(begin + chunk, val_.size());
+      const std::string step_id = absl::StrCat("val-", global_step_, "-", part);
+      v1::GenerateRequest gen;
+      gen.set_step_id(step_id);
+      for (int64_t i = begin; i < end; ++i) AddPrompt(gen, val_[i], absl::StrCat("val-", i));
+      *gen.mutable_sampling() = Sampling(true, global_step_);
+      const int64_t n = gen.sampling().n();
+      RETURN_IF_ERROR(worker().Generate(gen));
+      v1::ScoreRequest sr;
+      sr.set_step_id(step_id);
+      ASSIGN_OR_RETURN(v1::ScoreResponse scored, worker().Score(sr));
+      for (int i = 0; i < scored.scores_size(); ++i) {
+        by_source[val_[begin + i / n].data_source].push_back(scored.scores(i));
+      }
+      v1::ReleaseBatchRequest rel;
+      rel.set_step_id(step_id);
+      RETURN_IF_ERROR(worker().ReleaseBatch(rel));
+    }
+    Metrics m;
+    const int64_t n = config_.actor_rollout_ref.rollout.val_kwargs.n;
+    for (const auto& [source, scores] : by_source) {
+      m[absl::StrCat("val-core/", source, "/reward/mean@", n)] =
+          std::accumulate(scores.begin(), scores.end(), 0.0) / static_cast<double>(scores.size());
+    }
+    return m;
+  }
+
+  JobRunner* owner_;
+  JobConfig config_;
+  JobRunnerOptions options_;
+  Clock::time_point state_since_ = Clock::now();
+
+  DecoderConfig model_config_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  ChatTemplateOptions chat_options_;
+  std::vector<int32_t> eos_ids_;
+  int32_t pad_id_ = 0;
+  std::vector<PreparedExample> train_;
+  std::vector<PreparedExample> val_;
+  std::unique_ptr<ResumableSampler> sampler_;
+  std::unique_ptr<CheckpointManager> checkpoints_;
+  int64_t total_steps_ = 0;
+  int64_t global_step_ = 0;
+
+  std::unique_ptr<LocalWorkerLauncher> launcher_;
+  std::vector<std::unique_ptr<WorkerClient>> workers_;
+  MultiSink sinks_;
+
+ public:
+  // The checkpoint manager calls back into the workers through this.
+  absl::Status SaveOnWorkers(const std::string& dir, int64_t step, bool hf_export) {
+    v1::SaveCheckpointRequest req;
+    req.set_dir(fs::absolute(dir).string());
+    req.set_global_step(step);
+    req.set_hf_export(hf_export);
+    return worker().SaveCheckpoint(req).status();
+  }
+};
+
+JobRunner::JobRunner(JobConfig config, JobRunnerOptions options)
+    : impl_(std::make_unique<Impl>(this, std::move(config), std::move(options))) {}
+
+JobRunner::~JobRunner() = default;
+
+absl::Status JobRunner::Run() { return impl_->Run(); }
+
+const std::map<std::string, double>& JobRunner::last_metrics() const { return impl_->last_metrics; }
+
+}  // namespace verl

@@ -1,0 +1,123 @@
+// verl-controller: runs a PPO/GRPO job.
+//
+//   verl-controller --config job.yaml [key=value ...]     run one job and exit
+//   verl-controller --config job.yaml --print-config [key=value ...]
+//
+// With no cluster.worker_addresses it starts local verl-worker processes (the binary next to this one) and stops
+// them when the job ends. Ctrl-C cancels the job cleanly (workers are stopped); a second Ctrl-C exits at once.
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/config/config_loader.h"
+#include "controller/job/job_runner.h"
+#include "spdlog/spdlog.h"
+
+namespace {
+
+void Usage(std::ostream& out) {
+  out << "usage: verl-controller --config JOB.yaml [--print-config] [--log-level LEVEL] [key=value ...]\n"
+         "  key=value, +key=value   set a config key (verl's names, e.g. data.train_batch_size=64)\n"
+         "  ~key                    reset a key to its default\n"
+         "  --print-config          print the resolved configuration and exit\n"
+         "  --log-level LEVEL       debug, info (default), warn, error\n";
+}
+
+std::string SelfDir() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string(".") : p.parent_path().string();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string config_path;
+  bool print_config = false;
+  std::string log_level = "info";
+  std::vector<std::string> overrides;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--config" || arg == "-c") {
+      if (i + 1 >= argc) {
+        std::cerr << "verl-controller: --config needs a file\n";
+        return 2;
+      }
+      config_path = argv[++i];
+    } else if (arg.rfind("--config=", 0) == 0) {
+      config_path = arg.substr(9);
+    } else if (arg == "--print-config") {
+      print_config = true;
+    } else if (arg == "--log-level" && i + 1 < argc) {
+      log_level = argv[++i];
+    } else if (arg == "--help" || arg == "-h") {
+      Usage(std::cout);
+      return 0;
+    } else if (arg == "serve") {
+      std::cerr << "verl-controller: 'serve' (the JobService) is not available in this build yet\n";
+      return 2;
+    } else if (arg.rfind("--", 0) == 0) {
+      std::cerr << "verl-controller: unknown flag '" << arg << "'\n";
+      Usage(std::cerr);
+      return 2;
+    } else {
+      overrides.push_back(arg);
+    }
+  }
+  if (config_path.empty()) {
+    std::cerr << "verl-controller: --config is required\n";
+    Usage(std::cerr);
+    return 2;
+  }
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  spdlog::set_pattern("[%H:%M:%S] [controller] [%l] %v");
+
+  if (print_config) {
+    auto yaml = verl::ResolvedConfigYaml(config_path, overrides);
+    if (!yaml.ok()) {
+      std::cerr << "verl-controller: " << yaml.status().message() << "\n";
+      return 2;
+    }
+    std::cout << *yaml;
+    return 0;
+  }
+  auto config = verl::LoadJobConfig(config_path, overrides);
+  if (!config.ok()) {
+    std::cerr << "verl-controller: " << config.status().message() << "\n";
+    return 2;
+  }
+
+  // Signals go to a dedicated thread; the first SIGINT/SIGTERM cancels the job, a second one exits at once (the
+  // workers we started get SIGTERM through PR_SET_PDEATHSIG).
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  verl::JobRunnerOptions options;
+  options.default_worker_binary = SelfDir() + "/verl-worker";
+  verl::JobRunner runner(*std::move(config), options);
+  std::thread([signals, &runner] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    std::cerr << "\nverl-controller: cancelling (again to exit at once)\n";
+    runner.RequestCancel();
+    sigwait(&signals, &sig);
+    _exit(130);
+  }).detach();
+
+  absl::Status status = runner.Run();
+  if (!status.ok()) {
+    std::cerr << "verl-controller: " << (absl::IsCancelled(status) ? "cancelled: " : "job failed: ")
+              << status.message() << "\n";
+    return absl::IsCancelled(status) ? 130 : 1;
+  }
+  return 0;
+}

@@ -1,0 +1,119 @@
+#include "worker/checkpoint/actor_checkpoint.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
+#include "worker/model/safetensors.h"
+#include "worker/rank/torch_util.h"
+
+namespace verl {
+namespace fs = std::filesystem;
+namespace {
+
+std::string Suffix(int32_t world_size, int32_t rank) {
+  return absl::StrCat("world_size_", world_size, "_rank_", rank);
+}
+
+absl::Status WriteTensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+  std::vector<std::pair<std::string, HostTensor>> host;
+  host.reserve(tensors.size());
+  for (const auto& [name, t] : tensors) host.emplace_back(name, ToHostTensor(t));
+  return WriteSafetensors(path, host, {{"format", "pt"}});
+}
+
+absl::Status ReadInto(const SafetensorsFile& file, const std::string& path, const std::string& name, at::Tensor dst) {
+  ASSIGN_OR_RETURN(auto view, file.Get(name));
+  if (view.shape != std::vector<int64_t>(dst.sizes().begin(), dst.sizes().end())) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": tensor '", name, "' has the wrong shape for this model"));
+  }
+  at::Tensor src = at::from_blob(const_cast<void*>(view.data), view.shape,
+                                 at::TensorOptions().dtype(ToScalarType(view.dtype)));
+  at::NoGradGuard no_grad;
+  dst.copy_(src);
+  return absl::OkStatus();
+}
+
+absl::Status WriteText(const std::string& path, const std::string& text) {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp));
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot rename ", tmp, ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status SaveActorCheckpoint(const std::string& dir, const DecoderModel& model, const AdamW& optimizer,
+                                 int64_t global_step, int32_t world_size, int32_t rank) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  const std::string sfx = Suffix(world_size, rank);
+  RETURN_IF_ERROR(WriteTensors(absl::StrCat(dir, "/model_", sfx, ".safetensors"), model.named_parameters()));
+  std::vector<std::pair<std::string, at::Tensor>> moments;
+  auto& opt = const_cast<AdamW&>(optimizer);
+  for (size_t i = 0; i < optimizer.params().size(); ++i) {
+    moments.emplace_back("exp_avg." + optimizer.params()[i].first, opt.exp_avg()[i]);
+    moments.emplace_back("exp_avg_sq." + optimizer.params()[i].first, opt.exp_avg_sq()[i]);
+  }
+  RETURN_IF_ERROR(WriteTensors(absl::StrCat(dir, "/optim_", sfx, ".safetensors"), moments));
+  nlohmann::json extra = {{"optimizer_step", optimizer.step_count()}, {"global_step", global_step}};
+  return WriteText(absl::StrCat(dir, "/extra_state_", sfx, ".json"), extra.dump(2) + "\n");
+}
+
+absl::Status LoadActorCheckpoint(const std::string& dir, DecoderModel& model, AdamW& optimizer, int32_t world_size,
+                                 int32_t rank) {
+  const std::string sfx = Suffix(world_size, rank);
+  const std::string model_path = absl::StrCat(dir, "/model_", sfx, ".safetensors");
+  const std::string optim_path = absl::StrCat(dir, "/optim_", sfx, ".safetensors");
+  const std::string extra_path = absl::StrCat(dir, "/extra_state_", sfx, ".json");
+  {
+    ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(model_path));
+    for (const auto& [name, t] : model.named_parameters()) RETURN_IF_ERROR(ReadInto(file, model_path, name, t));
+  }
+  {
+    ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(optim_path));
+    for (size_t i = 0; i < optimizer.params().size(); ++i) {
+      const std::string& name = optimizer.params()[i].first;
+      RETURN_IF_ERROR(ReadInto(file, optim_path, "exp_avg." + name, optimizer.exp_avg()[i]));
+      RETURN_IF_ERROR(ReadInto(file, optim_path, "exp_avg_sq." + name, optimizer.exp_avg_sq()[i]));
+    }
+  }
+  std::ifstream in(extra_path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", extra_path));
+  nlohmann::json extra = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (extra.is_discarded() || !extra.contains("optimizer_step")) {
+    return absl::DataLossError(absl::StrCat(extra_path, ": malformed (no optimizer_step)"));
+  }
+  optimizer.set_step_count(extra["optimizer_step"].get<int64_t>());
+  return absl::OkStatus();
+}
+
+absl::Status ExportHuggingFace(const std::string& out_dir, const DecoderModel& model,
+                               const std::string& source_model_dir) {
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", out_dir, ": ", ec.message()));
+  RETURN_IF_ERROR(WriteText(out_dir + "/config.json", DecoderConfigToJson(model.config())));
+  RETURN_IF_ERROR(WriteTensors(out_dir + "/model.safetensors", model.named_parameters()));
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "generation_config.json",
+                           "special_tokens_map.json", "vocab.json", "merges.txt"}) {
+    fs::path src = fs::path(source_model_dir) / name;
+    if (fs::exists(src)) {
+      fs::copy_file(src, fs::path(out_dir) / name, fs::copy_options::overwrite_existing, ec);
+      if (ec) return absl::InternalError(absl::StrCat("cannot copy ", src.string(), ": ", ec.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace verl

@@ -1,0 +1,32 @@
+#ifndef VERL_WORKER_CHECKPOINT_ACTOR_CHECKPOINT_H_
+#define VERL_WORKER_CHECKPOINT_ACTOR_CHECKPOINT_H_
+
+// The actor's part of a checkpoint, in verl's layout with safetensors instead of pickles:
+//   <dir>/model_world_size_W_rank_R.safetensors   parameters (HF names)
+//   <dir>/optim_world_size_W_rank_R.safetensors   AdamW moments (exp_avg.<name>, exp_avg_sq.<name>)
+//   <dir>/extra_state_world_size_W_rank_R.json    optimizer step, global step
+//   <dir>/huggingface/                             config.json + model.safetensors + tokenizer files (HF export)
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "worker/model/decoder_model.h"
+#include "worker/train/adamw.h"
+
+namespace verl {
+
+absl::Status SaveActorCheckpoint(const std::string& dir, const DecoderModel& model, const AdamW& optimizer,
+                                 int64_t global_step, int32_t world_size, int32_t rank);
+
+// Loads parameters and optimizer state in place. Errors name the file and tensor.
+absl::Status LoadActorCheckpoint(const std::string& dir, DecoderModel& model, AdamW& optimizer, int32_t world_size,
+                                 int32_t rank);
+
+// Writes an HF model directory that transformers loads: config.json, generation_config.json, model.safetensors,
+// and the tokenizer files copied from `source_model_dir`.
+absl::Status ExportHuggingFace(const std::string& out_dir, const DecoderModel& model,
+                               const std::string& source_model_dir);
+
+}  // namespace verl
+
+#endif  // VERL_WORKER_CHECKPOINT_ACTOR_CHECKPOINT_H_

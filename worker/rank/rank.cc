@@ -1,0 +1,325 @@
+// The CPU rank: LibTorch lives here, behind the wall described in rank_interface.h.
+
+#include <ATen/Parallel.h>
+#include <c10/core/InferenceMode.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/reward/scorer_registry.h"
+#include "common/status/status_macros.h"
+#include "common/text/tokenizer.h"
+#include "worker/checkpoint/actor_checkpoint.h"
+#include "worker/model/decoder_model.h"
+#include "worker/rank/rank_interface.h"
+#include "worker/rank/torch_util.h"
+#include "worker/rollout/generator.h"
+#include "worker/train/adamw.h"
+#include "worker/train/core_algos.h"
+#include "worker/train/ppo_actor.h"
+
+namespace verl {
+namespace {
+
+// Everything a step keeps on the rank, from rollout to update.
+struct StepBatch {
+  std::vector<PromptInput> prompts;
+  int32_t n = 1;
+  RolloutBatch rollout;
+  SequenceBatch seq;
+  std::vector<std::string> row_uids;
+  GenerateOutput generate_output;
+  std::optional<ScoreOutput> score_output;
+  at::Tensor token_level_rewards;
+  at::Tensor old_log_probs;
+  at::Tensor ref_log_probs;
+  at::Tensor advantages;
+  std::map<std::string, Metrics> log_prob_metrics;
+  std::optional<Metrics> advantage_metrics;
+  std::optional<Metrics> update_metrics;
+};
+
+void AddStats(Metrics& m, const std::string& prefix, const at::Tensor& values) {
+  if (values.numel() == 0) return;
+  m[prefix + "/mean"] = values.mean().item<double>();
+  m[prefix + "/max"] = values.max().item<double>();
+  m[prefix + "/min"] = values.min().item<double>();
+}
+
+class CpuRank final : public RankInterface {
+ public:
+  explicit CpuRank(int32_t rank_id) : rank_id_(rank_id) {}
+
+  absl::Status Configure(const RankConfig& config) override {
+    for (const std::string& role : config.roles) {
+      if (role != "actor" && role != "rollout" && role != "ref") {
+        return absl::InvalidArgumentError(absl::StrCat("rank ", rank_id_, ": unknown role '", role,
+                                                       "' (expected actor, rollout or ref)"));
+      }
+    }
+    if (config.dtype != "float32" && config.dtype != "bfloat16") {
+      return absl::InvalidArgumentError(absl::StrCat("unsupported model dtype '", config.dtype, "'"));
+    }
+    config_ = config;
+    if (config.num_threads > 0) at::set_num_threads(config.num_threads);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<LoadModelOutput> LoadModel() override {
+    if (config_.model_path.empty()) return Error("LoadModel", absl::FailedPreconditionError("roles not configured"));
+    return CatchTorch(Context("LoadModel"), [&]() -> absl::StatusOr<LoadModelOutput> {
+      const at::ScalarType dtype = config_.dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
+      ASSIGN_OR_RETURN(actor_, DecoderModel::Load(config_.model_path, dtype));
+      actor_->SetRequiresGrad(false);
+      if (HasRole("ref")) {
+        ASSIGN_OR_RETURN(ref_, DecoderModel::Load(config_.model_path, dtype));
+        ref_->SetRequiresGrad(false);
+      }
+      const RankActorSettings& a = config_.actor;
+      optimizer_ = std::make_unique<AdamW>(actor_->named_parameters(),
+                                           AdamWOptions{a.lr, a.weight_decay, a.beta1, a.beta2, a.eps});
+      ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::FromFile(config_.model_path + "/tokenizer.json"));
+      tokenizer_ = std::make_unique<Tokenizer>(std::move(tok));
+      return LoadModelOutput{actor_->num_parameters(), static_cast<int32_t>(actor_->config().vocab_size)};
+    });
+  }
+
+  absl::StatusOr<GenerateOutput> Generate(const std::string& step_id, const std::vector<PromptInput>& prompts,
+                                          const SamplingSettings& sampling) override {
+    if (auto it = batches_.find(step_id); it != batches_.end()) return it->second.generate_output;
+    RETURN_IF_ERROR(RequireModel("Generate"));
+    if (prompts.empty()) return Error("Generate", absl::InvalidArgumentError("no prompts"));
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      if (prompts[i].token_ids.empty()) {
+        return Error("Generate", absl::InvalidArgumentError(absl::StrCat("prompt ", i, " is empty")));
+      }
+    }
+    return CatchTorch(Context("Generate"), [&]() -> absl::StatusOr<GenerateOutput> {
+      SamplingOptions opts;
+      opts.temperature = sampling.temperature;
+      opts.top_k = sampling.top_k;
+      opts.top_p = sampling.top_p;
+      opts.do_sample = sampling.do_sample;
+      opts.n = std::max(1, sampling.n);
+      opts.max_new_tokens = sampling.max_new_tokens;
+      opts.eos_token_ids = sampling.eos_token_ids;
+      opts.pad_token_id = sampling.pad_token_id;
+      opts.seed = sampling.seed;
+      StepBatch batch;
+      batch.prompts = prompts;
+      batch.n = opts.n;
+      batch.rollout = verl::Generate(*actor_, ToTokenLists(prompts), opts);
+      const RolloutBatch& r = batch.rollout;
+      batch.seq = {at::cat({r.prompts, r.responses}, 1), at::cat({r.prompt_mask, r.response_mask}, 1), r.responses,
+                   r.response_mask};
+      for (const PromptInput& p : prompts) {
+        for (int32_t j = 0; j < opts.n; ++j) batch.row_uids.push_back(p.uid);
+      }
+      GenerateOutput out;
+      out.responses = ToHostTensor(r.responses.to(at::kInt));
+      at::Tensor resp_len = r.response_mask.sum(1).to(at::kInt).contiguous();
+      at::Tensor prompt_len = r.prompt_mask.sum(1).to(at::kInt).contiguous();
+      out.response_lengths.assign(resp_len.data_ptr<int32_t>(), resp_len.data_ptr<int32_t>() + resp_len.numel());
+      out.prompt_lengths.assign(prompt_len.data_ptr<int32_t>(), prompt_len.data_ptr<int32_t>() + prompt_len.numel());
+      at::Tensor mask = r.response_mask.to(at::kFloat);
+      out.metrics["rollout/log_prob/mean"] = MaskedMean(r.log_probs, mask).item<double>();
+      batch.generate_output = out;
+      batches_[step_id] = std::move(batch);
+      return out;
+    });
+  }
+
+  absl::StatusOr<ScoreOutput> Score(const std::string& step_id) override {
+    ASSIGN_OR_RETURN(StepBatch * batch, Find("Score", step_id));
+    if (batch->score_output) return *batch->score_output;
+    return CatchTorch(Context("Score"), [&]() -> absl::StatusOr<ScoreOutput> {
+      const RolloutBatch& r = batch->rollout;
+      const int64_t N = r.responses.size(0);
+      const int64_t R = r.responses.size(1);
+      ScoreOutput out;
+      at::Tensor rewards = at::zeros({N, R}, at::kFloat);
+      at::Tensor responses = r.responses.contiguous();
+      const auto& lengths = batch->generate_output.response_lengths;
+      for (int64_t i = 0; i < N; ++i) {
+        const PromptInput& p = batch->prompts[i / batch->n];
+        const int64_t* row = responses.data_ptr<int64_t>() + i * R;
+        std::vector<int32_t> ids(row, row + lengths[i]);
+        std::string text = tokenizer_->Decode(ids, /*skip_special_tokens=*/true);
+        auto score = ComputeScore(p.data_source, text, p.ground_truth, p.extra_info_json);
+        if (!score.ok()) {
+          return Error("Score", Annotate(score.status(), absl::StrCat("scoring sample ", i, " (uid ", p.uid, ")")));
+        }
+        out.scores.push_back(*score);
+        out.response_texts.push_back(std::move(text));
+        if (lengths[i] > 0) rewards[i][lengths[i] - 1] = *score;
+      }
+      batch->token_level_rewards = rewards;
+      batch->score_output = out;
+      return out;
+    });
+  }
+
+  absl::StatusOr<Metrics> ComputeLogProbs(const std::string& step_id, const std::string& role,
+                                          double temperature) override {
+    ASSIGN_OR_RETURN(StepBatch * batch, Find("ComputeLogProbs", step_id));
+    if (auto it = batch->log_prob_metrics.find(role); it != batch->log_prob_metrics.end()) return it->second;
+    const DecoderModel* model = nullptr;
+    if (role == "actor") model = actor_.get();
+    if (role == "ref") model = ref_.get();
+    if (model == nullptr) {
+      return Error("ComputeLogProbs",
+                   absl::FailedPreconditionError(absl::StrCat("role '", role, "' is not placed on this rank")));
+    }
+    return CatchTorch(Context("ComputeLogProbs/" + role), [&]() -> absl::StatusOr<Metrics> {
+      at::Tensor lp = ComputeLogProbsNoGrad(*model, batch->seq, temperature,
+                                            std::max<int64_t>(1, config_.actor.log_prob_micro_batch_size_per_gpu));
+      Metrics m;
+      at::Tensor mask = batch->seq.response_mask.to(at::kFloat);
+      if (role == "actor") {
+        batch->old_log_probs = lp;
+        // How far the trainer's log-probs are from the rollout's (they share the kernels, so this stays tiny).
+        at::Tensor diff = (lp - batch->rollout.log_probs).abs();
+        m["training/rollout_probs_diff_mean"] = MaskedMean(diff, mask).item<double>();
+        m["training/rollout_probs_diff_max"] = (diff * mask).max().item<double>();
+      } else {
+        batch->ref_log_probs = lp;
+      }
+      batch->log_prob_metrics[role] = m;
+      return m;
+    });
+  }
+
+  absl::StatusOr<Metrics> ComputeAdvantage(const std::string& step_id, const std::string& estimator,
+                                           bool norm_adv_by_std_in_grpo) override {
+    ASSIGN_OR_RETURN(StepBatch * batch, Find("ComputeAdvantage", step_id));
+    if (batch->advantage_metrics) return *batch->advantage_metrics;
+    if (!batch->token_level_rewards.defined()) {
+      return Error("ComputeAdvantage", absl::FailedPreconditionError("the step has not been scored"));
+    }
+    if (estimator != "grpo") {
+      return Error("ComputeAdvantage", absl::UnimplementedError(absl::StrCat(
+                                           "adv_estimator '", estimator, "' is not implemented yet (grpo is)")));
+    }
+    return CatchTorch(Context("ComputeAdvantage"), [&]() -> absl::StatusOr<Metrics> {
+      at::Tensor mask = batch->seq.response_mask;
+      batch->advantages = ComputeGrpoOutcomeAdvantage(batch->token_level_rewards, mask, batch->row_uids,
+                                                      norm_adv_by_std_in_grpo);
+      Metrics m;
+      at::Tensor valid = batch->advantages.masked_select(mask);
+      AddStats(m, "critic/advantages", valid);
+      AddStats(m, "critic/returns", valid);
+      AddStats(m, "critic/rewards", batch->token_level_rewards.sum(-1));
+      batch->advantage_metrics = m;
+      return m;
+    });
+  }
+
+  absl::StatusOr<Metrics> UpdateActor(const std::string& step_id, double temperature, uint64_t seed) override {
+    ASSIGN_OR_RETURN(StepBatch * batch, Find("UpdateActor", step_id));
+    if (batch->update_metrics) return *batch->update_metrics;
+    if (!batch->advantages.defined() || !batch->old_log_probs.defined()) {
+      return Error("UpdateActor",
+                   absl::FailedPreconditionError("advantages and old log-probs must be computed before the update"));
+    }
+    return CatchTorch(Context("UpdateActor"), [&]() -> absl::StatusOr<Metrics> {
+      const RankActorSettings& a = config_.actor;
+      PolicyUpdateOptions o;
+      o.lr = a.lr;
+      if (a.lr_warmup_steps > 0 && updates_done_ < a.lr_warmup_steps) {
+        o.lr = a.lr * static_cast<double>(updates_done_) / static_cast<double>(a.lr_warmup_steps);
+      }
+      o.grad_clip = a.grad_clip;
+      o.clip_ratio_low = a.clip_ratio_low;
+      o.clip_ratio_high = a.clip_ratio_high;
+      o.clip_ratio_c = a.clip_ratio_c;
+      o.loss_agg_mode = a.loss_agg_mode;
+      o.entropy_coeff = a.entropy_coeff;
+      o.use_kl_loss = a.use_kl_loss;
+      o.kl_loss_coef = a.kl_loss_coef;
+      o.kl_loss_type = a.kl_loss_type;
+      o.mini_batch_size = a.ppo_mini_batch_size * batch->n;
+      o.micro_batch_size = std::max<int64_t>(1, a.ppo_micro_batch_size_per_gpu);
+      o.ppo_epochs = a.ppo_epochs;
+      o.shuffle = a.shuffle;
+      o.temperature = temperature;
+      o.seed = seed;
+      actor_->SetRequiresGrad(true);
+      auto metrics = UpdatePolicy(*actor_, *optimizer_, batch->seq,
+                                  {batch->old_log_probs, batch->ref_log_probs, batch->advantages}, o);
+      actor_->SetRequiresGrad(false);
+      if (!metrics.ok()) return Error("UpdateActor", metrics.status());
+      ++updates_done_;
+      batch->update_metrics = *metrics;
+      return *metrics;
+    });
+  }
+
+  absl::Status ReleaseBatch(const std::string& step_id) override {
+    batches_.erase(step_id);
+    return absl::OkStatus();
+  }
+
+  absl::Status SaveCheckpoint(const std::string& dir, int64_t global_step, bool hf_export) override {
+    RETURN_IF_ERROR(RequireModel("SaveCheckpoint"));
+    return CatchTorch(Context("SaveCheckpoint"), [&]() -> absl::Status {
+      const std::string actor_dir = dir + "/actor";
+      RETURN_IF_ERROR(SaveActorCheckpoint(actor_dir, *actor_, *optimizer_, global_step, 1, rank_id_));
+      if (hf_export) RETURN_IF_ERROR(ExportHuggingFace(actor_dir + "/huggingface", *actor_, config_.model_path));
+      return absl::OkStatus();
+    });
+  }
+
+  absl::Status LoadCheckpoint(const std::string& dir, int64_t global_step) override {
+    RETURN_IF_ERROR(RequireModel("LoadCheckpoint"));
+    return CatchTorch(Context("LoadCheckpoint"), [&]() -> absl::Status {
+      RETURN_IF_ERROR(Error("LoadCheckpoint", LoadActorCheckpoint(dir + "/actor", *actor_, *optimizer_, 1, rank_id_)));
+      updates_done_ = global_step;
+      batches_.clear();
+      return absl::OkStatus();
+    });
+  }
+
+ private:
+  bool HasRole(const std::string& role) const {
+    return std::find(config_.roles.begin(), config_.roles.end(), role) != config_.roles.end();
+  }
+  std::string Context(const std::string& stage) const { return absl::StrCat("rank ", rank_id_, " ", stage); }
+  absl::Status Error(const std::string& stage, const absl::Status& s) const { return Annotate(s, Context(stage)); }
+  absl::Status RequireModel(const std::string& stage) const {
+    if (!actor_) return Error(stage, absl::FailedPreconditionError("no model loaded (call LoadModel first)"));
+    return absl::OkStatus();
+  }
+  absl::StatusOr<StepBatch*> Find(const std::string& stage, const std::string& step_id) {
+    RETURN_IF_ERROR(RequireModel(stage));
+    auto it = batches_.find(step_id);
+    if (it == batches_.end()) {
+      return Error(stage, absl::NotFoundError(absl::StrCat("no batch for step '", step_id, "' (Generate first)")));
+    }
+    return &it->second;
+  }
+  static std::vector<std::vector<int32_t>> ToTokenLists(const std::vector<PromptInput>& prompts) {
+    std::vector<std::vector<int32_t>> out;
+    for (const PromptInput& p : prompts) out.push_back(p.token_ids);
+    return out;
+  }
+
+  const int32_t rank_id_;
+  RankConfig config_;
+  std::unique_ptr<DecoderModel> actor_;
+  std::unique_ptr<DecoderModel> ref_;
+  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::map<std::string, StepBatch> batches_;
+  int64_t updates_done_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<RankInterface> CreateCpuRank(int32_t rank_id) { return std::make_unique<CpuRank>(rank_id); }
+
+}  // namespace verl

@@ -1,0 +1,121 @@
+#ifndef VERL_WORKER_RANK_RANK_INTERFACE_H_
+#define VERL_WORKER_RANK_RANK_INTERFACE_H_
+
+// The torch-free face of a rank: one device (a CPU slot here) with the roles placed on it and a batch store keyed by
+// step id. worker/service translates protobuf requests into these plain structs and calls a RankInterface; the
+// implementation (worker/rank/rank.cc) lives behind the LibTorch wall.
+//
+// Calls are made from one thread at a time (the rank's executor). Every call returns a Status instead of throwing;
+// errors carry the rank, role and stage. Calls that carry a step id are idempotent: repeating one returns the stored
+// result without redoing the work (a retried RPC never updates the actor twice).
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/rank/host_tensor.h"
+
+namespace verl {
+
+using Metrics = std::map<std::string, double>;
+
+struct RankActorSettings {
+  double lr = 1e-6;
+  double weight_decay = 0.01;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  int64_t lr_warmup_steps = 0;
+  double grad_clip = 1.0;
+  double clip_ratio_low = 0.2;
+  double clip_ratio_high = 0.2;
+  double clip_ratio_c = 3.0;
+  std::string loss_agg_mode = "token-mean";
+  double entropy_coeff = 0.0;
+  bool use_kl_loss = false;
+  double kl_loss_coef = 0.001;
+  std::string kl_loss_type = "low_var_kl";
+  int64_t ppo_mini_batch_size = 1;           // prompts per optimizer step
+  int64_t ppo_micro_batch_size_per_gpu = 1;  // sequences per forward/backward
+  int64_t ppo_epochs = 1;
+  bool shuffle = false;
+  int64_t log_prob_micro_batch_size_per_gpu = 8;
+};
+
+struct RankConfig {
+  std::vector<std::string> roles;  // "actor", "rollout", "ref"
+  std::string model_path;
+  RankActorSettings actor;
+  int32_t num_threads = 0;  // intra-op threads; 0 = leave LibTorch's default
+  uint64_t seed = 0;
+  std::string dtype = "float32";
+};
+
+struct PromptInput {
+  std::vector<int32_t> token_ids;
+  std::string uid;
+  std::string data_source;
+  std::string ground_truth;
+  std::string extra_info_json;
+};
+
+struct SamplingSettings {
+  double temperature = 1.0;
+  int32_t top_k = -1;
+  double top_p = 1.0;
+  bool do_sample = true;
+  int32_t n = 1;
+  int32_t max_new_tokens = 16;
+  std::vector<int32_t> eos_token_ids;
+  int32_t pad_token_id = 0;
+  uint64_t seed = 0;
+};
+
+struct LoadModelOutput {
+  int64_t num_parameters = 0;
+  int32_t vocab_size = 0;
+};
+
+struct GenerateOutput {
+  HostTensor responses;  // int32 [prompts * n, max_new_tokens]
+  std::vector<int32_t> response_lengths;
+  std::vector<int32_t> prompt_lengths;
+  Metrics metrics;
+};
+
+struct ScoreOutput {
+  std::vector<double> scores;
+  std::vector<std::string> response_texts;
+};
+
+class RankInterface {
+ public:
+  virtual ~RankInterface() = default;
+
+  virtual absl::Status Configure(const RankConfig& config) = 0;
+  virtual absl::StatusOr<LoadModelOutput> LoadModel() = 0;
+  virtual absl::StatusOr<GenerateOutput> Generate(const std::string& step_id, const std::vector<PromptInput>& prompts,
+                                                  const SamplingSettings& sampling) = 0;
+  virtual absl::StatusOr<ScoreOutput> Score(const std::string& step_id) = 0;
+  // role "actor" stores old_log_probs, "ref" stores ref_log_probs.
+  virtual absl::StatusOr<Metrics> ComputeLogProbs(const std::string& step_id, const std::string& role,
+                                                  double temperature) = 0;
+  virtual absl::StatusOr<Metrics> ComputeAdvantage(const std::string& step_id, const std::string& estimator,
+                                                   bool norm_adv_by_std_in_grpo) = 0;
+  virtual absl::StatusOr<Metrics> UpdateActor(const std::string& step_id, double temperature, uint64_t seed) = 0;
+  virtual absl::Status ReleaseBatch(const std::string& step_id) = 0;
+  // Writes <dir>/actor/... (and <dir>/actor/huggingface when hf_export).
+  virtual absl::Status SaveCheckpoint(const std::string& dir, int64_t global_step, bool hf_export) = 0;
+  virtual absl::Status LoadCheckpoint(const std::string& dir, int64_t global_step) = 0;
+};
+
+// A rank on the CPU. Defined in worker/rank/rank.cc (behind the LibTorch wall).
+std::unique_ptr<RankInterface> CreateCpuRank(int32_t rank_id);
+
+}  // namespace verl
+
+#endif  // VERL_WORKER_RANK_RANK_INTERFACE_H_

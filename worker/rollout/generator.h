@@ -1,0 +1,50 @@
+#ifndef VERL_WORKER_ROLLOUT_GENERATOR_H_
+#define VERL_WORKER_ROLLOUT_GENERATOR_H_
+
+// Batched autoregressive generation with a KV cache: left-padded prompts are prefilled together, then one token per
+// step is sampled for every sequence (temperature, top-k, top-p, or greedy) until each has produced an EOS or
+// max_new_tokens. Returns the rollout log-prob of every sampled token under the temperature-scaled distribution, the
+// same quantity the trainer computes, so rollout and training log-probs are comparable.
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "worker/model/decoder_model.h"
+
+namespace verl {
+
+struct SamplingOptions {
+  double temperature = 1.0;
+  int32_t top_k = -1;     // <= 0: off
+  double top_p = 1.0;     // 1.0: off
+  bool do_sample = true;  // false: greedy (argmax)
+  int32_t n = 1;          // samples per prompt
+  int32_t max_new_tokens = 16;
+  std::vector<int32_t> eos_token_ids;
+  int32_t pad_token_id = 0;
+  uint64_t seed = 0;
+};
+
+// All tensors on CPU. N = prompts * n; row i*n + j is sample j of prompt i. P = longest prompt, R = max_new_tokens.
+struct RolloutBatch {
+  at::Tensor prompts;        // [N, P] int64, left-padded with pad_token_id
+  at::Tensor prompt_mask;    // [N, P] bool
+  at::Tensor responses;      // [N, R] int64, right-padded with pad_token_id
+  at::Tensor response_mask;  // [N, R] bool, true up to and including the EOS
+  at::Tensor log_probs;      // [N, R] float32 rollout log-probs (0 where masked)
+};
+
+// Samples the next token for each row of `logits` [N, V] (float32). Writes the log-prob of each chosen token under
+// softmax(logits / temperature) (plain logits when greedy) to *log_probs. Returns int64 [N].
+at::Tensor SampleNextTokens(const at::Tensor& logits, const SamplingOptions& options, at::Generator& generator,
+                            at::Tensor* log_probs);
+
+// Generates for every prompt. Requires non-empty prompts. Runs under inference mode.
+RolloutBatch Generate(const DecoderModel& model, const std::vector<std::vector<int32_t>>& prompts,
+                      const SamplingOptions& options);
+
+}  // namespace verl
+
+#endif  // VERL_WORKER_ROLLOUT_GENERATOR_H_

@@ -1,0 +1,134 @@
+// verl-worker: one daemon per node. Serves WorkerService on --listen and hosts one CPU rank.
+//
+//   verl-worker --listen 127.0.0.1:0 --ready-file /tmp/w0.ready --worker-id w0
+//
+// With port 0 the kernel picks a free port; the address actually bound is written to --ready-file (atomically) once
+// the server accepts calls, which is how a launching controller learns it. SIGTERM/SIGINT or a Shutdown RPC stop it.
+
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "spdlog/spdlog.h"
+#include "worker/rank/rank_interface.h"
+#include "worker/service/worker_service.h"
+
+namespace {
+
+struct Flags {
+  std::string listen = "127.0.0.1:0";
+  std::string ready_file;
+  std::string worker_id = "worker-0";
+  int rank = 0;
+};
+
+void Usage() {
+  std::cerr << "usage: verl-worker [--listen HOST:PORT] [--ready-file PATH] [--worker-id ID] [--rank N]\n";
+}
+
+bool ParseFlags(int argc, char** argv, Flags* flags) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&](std::string* out) {
+      if (i + 1 >= argc) return false;
+      *out = argv[++i];
+      return true;
+    };
+    std::string v;
+    if (arg == "--listen" && value(&v)) {
+      flags->listen = v;
+    } else if (arg == "--ready-file" && value(&v)) {
+      flags->ready_file = v;
+    } else if (arg == "--worker-id" && value(&v)) {
+      flags->worker_id = v;
+    } else if (arg == "--rank" && value(&v)) {
+      flags->rank = std::stoi(v);
+    } else if (arg == "--help" || arg == "-h") {
+      Usage();
+      std::exit(0);
+    } else {
+      std::cerr << "verl-worker: unknown or incomplete flag '" << arg << "'\n";
+      return false;
+    }
+  }
+  return true;
+}
+
+std::mutex g_mu;
+std::condition_variable g_cv;
+bool g_stop = false;
+
+void RequestStop() {
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_stop = true;
+  }
+  g_cv.notify_all();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags flags;
+  if (!ParseFlags(argc, argv, &flags)) {
+    Usage();
+    return 2;
+  }
+  spdlog::set_pattern("[%H:%M:%S.%e] [" + flags.worker_id + "] [%l] %v");
+
+  // Signals are taken by a dedicated thread with sigwait, so the handlers never run arbitrary code.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::thread signal_thread([signals] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    if (sig != 0) RequestStop();
+  });
+  signal_thread.detach();
+
+  verl::WorkerServiceImpl service(flags.worker_id, verl::CreateCpuRank(flags.rank), RequestStop);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(flags.listen, grpc::InsecureServerCredentials(), &port);
+  builder.SetMaxReceiveMessageSize(1 << 30);
+  builder.SetMaxSendMessageSize(1 << 30);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) {
+    spdlog::error("cannot listen on {}", flags.listen);
+    return 1;
+  }
+  const std::string host = flags.listen.substr(0, flags.listen.rfind(':'));
+  const std::string address = host + ":" + std::to_string(port);
+  spdlog::info("serving WorkerService on {} (pid {})", address, getpid());
+  if (!flags.ready_file.empty()) {
+    const std::string tmp = flags.ready_file + ".tmp";
+    {
+      std::ofstream out(tmp);
+      out << address << "\n";
+    }
+    std::filesystem::rename(tmp, flags.ready_file);
+  }
+
+  {
+    std::unique_lock<std::mutex> lock(g_mu);
+    g_cv.wait(lock, [] { return g_stop; });
+  }
+  spdlog::info("shutting down");
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  server->Wait();
+  return 0;
+}

@@ -1,0 +1,213 @@
+#include "worker/service/worker_service.h"
+
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/status/grpc_status.h"
+#include "common/status/status_macros.h"
+#include "spdlog/spdlog.h"
+
+namespace verl {
+namespace {
+
+RankActorSettings FromProto(const v1::ActorConfig& a) {
+  RankActorSettings s;
+  s.lr = a.optim().lr();
+  s.weight_decay = a.optim().weight_decay();
+  s.beta1 = a.optim().beta1();
+  s.beta2 = a.optim().beta2();
+  s.eps = a.optim().eps();
+  s.lr_warmup_steps = a.optim().lr_warmup_steps();
+  s.grad_clip = a.grad_clip();
+  s.clip_ratio_low = a.clip_ratio_low();
+  s.clip_ratio_high = a.clip_ratio_high();
+  s.clip_ratio_c = a.clip_ratio_c();
+  s.loss_agg_mode = a.loss_agg_mode();
+  s.entropy_coeff = a.entropy_coeff();
+  s.use_kl_loss = a.use_kl_loss();
+  s.kl_loss_coef = a.kl_loss_coef();
+  s.kl_loss_type = a.kl_loss_type();
+  s.ppo_mini_batch_size = a.ppo_mini_batch_size();
+  s.ppo_micro_batch_size_per_gpu = a.ppo_micro_batch_size_per_gpu();
+  s.ppo_epochs = a.ppo_epochs();
+  s.shuffle = a.shuffle();
+  s.log_prob_micro_batch_size_per_gpu = a.log_prob_micro_batch_size_per_gpu();
+  return s;
+}
+
+SamplingSettings FromProto(const v1::SamplingParams& p) {
+  SamplingSettings s;
+  s.temperature = p.temperature();
+  s.top_k = p.top_k();
+  s.top_p = p.top_p();
+  s.do_sample = p.do_sample();
+  s.n = p.n();
+  s.max_new_tokens = p.max_new_tokens();
+  s.eos_token_ids.assign(p.eos_token_ids().begin(), p.eos_token_ids().end());
+  s.pad_token_id = p.pad_token_id();
+  s.seed = p.seed();
+  return s;
+}
+
+void ToProto(const HostTensor& h, v1::Tensor* t) {
+  t->set_dtype(static_cast<v1::DType>(h.dtype));
+  for (int64_t d : h.shape) t->add_shape(d);
+  t->set_data(h.bytes);
+}
+
+void ToProto(const Metrics& m, google::protobuf::Map<std::string, double>* out) {
+  for (const auto& [k, v] : m) (*out)[k] = v;
+}
+
+}  // namespace
+
+WorkerServiceImpl::WorkerServiceImpl(std::string worker_id, std::unique_ptr<RankInterface> rank,
+                                     std::function<void()> on_shutdown)
+    : worker_id_(std::move(worker_id)), rank_(std::move(rank)), on_shutdown_(std::move(on_shutdown)) {}
+
+WorkerServiceImpl::~WorkerServiceImpl() = default;
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::RunOnRank(grpc::CallbackServerContext* ctx, const std::string& rpc,
+                                                       const std::string& step_id,
+                                                       std::function<absl::Status()> work) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  executor_.Post([this, reactor, rpc, step_id, work = std::move(work)] {
+    absl::Status status = work();
+    if (!status.ok()) {
+      status = Annotate(status, absl::StrCat("worker ", worker_id_, " (pid ", getpid(), ") ", rpc,
+                                             step_id.empty() ? "" : " step " + step_id));
+      spdlog::error("{}", std::string(status.message()));
+    }
+    reactor->Finish(ToGrpcStatus(status));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::Health(grpc::CallbackServerContext* ctx, const v1::HealthRequest*,
+                                                    v1::HealthResponse* resp) {
+  // Answered on the gRPC thread: health must not queue behind a long generation.
+  resp->set_worker_id(worker_id_);
+  resp->set_num_ranks(1);
+  resp->set_device("cpu");
+  resp->set_pid(getpid());
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::ConfigureRoles(grpc::CallbackServerContext* ctx,
+                                                            const v1::ConfigureRolesRequest* req,
+                                                            v1::ConfigureRolesResponse*) {
+  return RunOnRank(ctx, "ConfigureRoles", "", [this, req] {
+    RankConfig c;
+    c.roles.assign(req->roles().begin(), req->roles().end());
+    c.model_path = req->model_path();
+    c.actor = FromProto(req->actor());
+    c.num_threads = req->num_threads();
+    c.seed = req->seed();
+    c.dtype = req->dtype().empty() ? "float32" : req->dtype();
+    return rank_->Configure(c);
+  });
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::LoadModel(grpc::CallbackServerContext* ctx, const v1::LoadModelRequest*,
+                                                       v1::LoadModelResponse* resp) {
+  return RunOnRank(ctx, "LoadModel", "", [this, resp]() -> absl::Status {
+    ASSIGN_OR_RETURN(LoadModelOutput out, rank_->LoadModel());
+    resp->set_num_parameters(out.num_parameters);
+    resp->set_vocab_size(out.vocab_size);
+    spdlog::info("model loaded: {} parameters, vocabulary {}", out.num_parameters, out.vocab_size);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::Generate(grpc::CallbackServerContext* ctx,
+                                                      const v1::GenerateRequest* req, v1::GenerateResponse* resp) {
+  return RunOnRank(ctx, "Generate", req->step_id(), [this, req, resp]() -> absl::Status {
+    std::vector<PromptInput> prompts;
+    prompts.reserve(req->prompts_size());
+    for (const v1::Prompt& p : req->prompts()) {
+      prompts.push_back({std::vector<int32_t>(p.token_ids().begin(), p.token_ids().end()), p.uid(), p.data_source(),
+                         p.ground_truth(), p.extra_info_json()});
+    }
+    ASSIGN_OR_RETURN(GenerateOutput out, rank_->Generate(req->step_id(), prompts, FromProto(req->sampling())));
+    ToProto(out.responses, resp->mutable_responses());
+    resp->mutable_response_lengths()->Add(out.response_lengths.begin(), out.response_lengths.end());
+    resp->mutable_prompt_lengths()->Add(out.prompt_lengths.begin(), out.prompt_lengths.end());
+    ToProto(out.metrics, resp->mutable_metrics());
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::Score(grpc::CallbackServerContext* ctx, const v1::ScoreRequest* req,
+                                                   v1::ScoreResponse* resp) {
+  return RunOnRank(ctx, "Score", req->step_id(), [this, req, resp]() -> absl::Status {
+    ASSIGN_OR_RETURN(ScoreOutput out, rank_->Score(req->step_id()));
+    resp->mutable_scores()->Add(out.scores.begin(), out.scores.end());
+    for (std::string& t : out.response_texts) resp->add_response_texts(std::move(t));
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::ComputeLogProbs(grpc::CallbackServerContext* ctx,
+                                                             const v1::ComputeLogProbsRequest* req,
+                                                             v1::ComputeLogProbsResponse* resp) {
+  return RunOnRank(ctx, "ComputeLogProbs", req->step_id(), [this, req, resp]() -> absl::Status {
+    ASSIGN_OR_RETURN(Metrics m, rank_->ComputeLogProbs(req->step_id(), req->role(), req->temperature()));
+    ToProto(m, resp->mutable_metrics());
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::ComputeAdvantage(grpc::CallbackServerContext* ctx,
+                                                              const v1::ComputeAdvantageRequest* req,
+                                                              v1::ComputeAdvantageResponse* resp) {
+  return RunOnRank(ctx, "ComputeAdvantage", req->step_id(), [this, req, resp]() -> absl::Status {
+    ASSIGN_OR_RETURN(Metrics m,
+                     rank_->ComputeAdvantage(req->step_id(), req->estimator(), req->norm_adv_by_std_in_grpo()));
+    ToProto(m, resp->mutable_metrics());
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::UpdateActor(grpc::CallbackServerContext* ctx,
+                                                         const v1::UpdateActorRequest* req,
+                                                         v1::UpdateActorResponse* resp) {
+  return RunOnRank(ctx, "UpdateActor", req->step_id(), [this, req, resp]() -> absl::Status {
+    ASSIGN_OR_RETURN(Metrics m, rank_->UpdateActor(req->step_id(), req->temperature(), req->seed()));
+    ToProto(m, resp->mutable_metrics());
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::ReleaseBatch(grpc::CallbackServerContext* ctx,
+                                                          const v1::ReleaseBatchRequest* req,
+                                                          v1::ReleaseBatchResponse*) {
+  return RunOnRank(ctx, "ReleaseBatch", req->step_id(), [this, req] { return rank_->ReleaseBatch(req->step_id()); });
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::SaveCheckpoint(grpc::CallbackServerContext* ctx,
+                                                            const v1::SaveCheckpointRequest* req,
+                                                            v1::SaveCheckpointResponse*) {
+  return RunOnRank(ctx, "SaveCheckpoint", absl::StrCat(req->global_step()), [this, req] {
+    return rank_->SaveCheckpoint(req->dir(), req->global_step(), req->hf_export());
+  });
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::LoadCheckpoint(grpc::CallbackServerContext* ctx,
+                                                            const v1::LoadCheckpointRequest* req,
+                                                            v1::LoadCheckpointResponse*) {
+  return RunOnRank(ctx, "LoadCheckpoint", absl::StrCat(req->global_step()), [this, req] {
+    return rank_->LoadCheckpoint(req->dir(), req->global_step());
+  });
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::Shutdown(grpc::CallbackServerContext* ctx, const v1::ShutdownRequest*,
+                                                      v1::ShutdownResponse*) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  if (!shutdown_requested_.exchange(true) && on_shutdown_) on_shutdown_();
+  return reactor;
+}
+
+}  // namespace verl

@@ -1,0 +1,64 @@
+#include "worker/train/adamw.h"
+
+#include <cmath>
+
+namespace verl {
+
+AdamW::AdamW(std::vector<std::pair<std::string, at::Tensor>> params, AdamWOptions options)
+    : params_(std::move(params)), options_(options) {
+  for (const auto& [name, p] : params_) {
+    exp_avg_.push_back(at::zeros(p.sizes(), p.options().dtype(at::kFloat).requires_grad(false)));
+    exp_avg_sq_.push_back(at::zeros(p.sizes(), p.options().dtype(at::kFloat).requires_grad(false)));
+  }
+}
+
+void AdamW::Step(double lr) {
+  at::NoGradGuard no_grad;
+  ++step_;
+  const double bc1 = 1.0 - std::pow(options_.beta1, static_cast<double>(step_));
+  const double bc2 = 1.0 - std::pow(options_.beta2, static_cast<double>(step_));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    at::Tensor p = params_[i].second;
+    const at::Tensor& g_any = p.grad();
+    if (!g_any.defined()) continue;
+    at::Tensor g = g_any.to(at::kFloat);
+    at::Tensor& m = exp_avg_[i];
+    at::Tensor& v = exp_avg_sq_[i];
+    m.mul_(options_.beta1).add_(g, 1.0 - options_.beta1);
+    v.mul_(options_.beta2).addcmul_(g, g, 1.0 - options_.beta2);
+    at::Tensor denom = (v / bc2).sqrt_().add_(options_.eps);
+    at::Tensor update = (m / bc1).div_(denom);
+    if (p.scalar_type() == at::kFloat) {
+      p.mul_(1.0 - lr * options_.weight_decay).sub_(update, lr);
+    } else {
+      at::Tensor pf = p.to(at::kFloat);
+      pf.mul_(1.0 - lr * options_.weight_decay).sub_(update, lr);
+      p.copy_(pf);
+    }
+  }
+}
+
+void AdamW::ZeroGrad() {
+  for (auto& [name, p] : params_) {
+    if (p.grad().defined()) p.mutable_grad() = at::Tensor();
+  }
+}
+
+double ClipGradNorm(const std::vector<at::Tensor>& params, double max_norm) {
+  at::NoGradGuard no_grad;
+  at::Tensor total = at::zeros({}, at::kDouble);
+  for (const at::Tensor& p : params) {
+    if (p.grad().defined()) total += p.grad().to(at::kDouble).square().sum();
+  }
+  const double norm = std::sqrt(total.item<double>());
+  if (!std::isfinite(norm)) return norm;
+  const double coef = max_norm / (norm + 1e-6);
+  if (coef < 1.0) {
+    for (const at::Tensor& p : params) {
+      if (p.grad().defined()) p.grad().mul_(coef);
+    }
+  }
+  return norm;
+}
+
+}  // namespace verl

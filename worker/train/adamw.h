@@ -1,0 +1,55 @@
+#ifndef VERL_WORKER_TRAIN_ADAMW_H_
+#define VERL_WORKER_TRAIN_ADAMW_H_
+
+// AdamW (decoupled weight decay, bias-corrected moments) over a fixed list of parameters, as torch.optim.AdamW.
+// The moments are float32 tensors shaped like the parameters; they are exposed for checkpointing.
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace verl {
+
+struct AdamWOptions {
+  double lr = 1e-6;
+  double weight_decay = 0.01;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+};
+
+class AdamW {
+ public:
+  AdamW(std::vector<std::pair<std::string, at::Tensor>> params, AdamWOptions options);
+
+  // One update from the parameters' .grad() at learning rate `lr` (the schedule's value for this step).
+  // Parameters without a gradient are skipped.
+  void Step(double lr);
+  void ZeroGrad();
+
+  int64_t step_count() const { return step_; }
+  void set_step_count(int64_t step) { step_ = step; }
+  const AdamWOptions& options() const { return options_; }
+  const std::vector<std::pair<std::string, at::Tensor>>& params() const { return params_; }
+  std::vector<at::Tensor>& exp_avg() { return exp_avg_; }
+  std::vector<at::Tensor>& exp_avg_sq() { return exp_avg_sq_; }
+
+ private:
+  std::vector<std::pair<std::string, at::Tensor>> params_;
+  AdamWOptions options_;
+  std::vector<at::Tensor> exp_avg_;
+  std::vector<at::Tensor> exp_avg_sq_;
+  int64_t step_ = 0;
+};
+
+// Scales all gradients so their global L2 norm is at most max_norm (torch.nn.utils.clip_grad_norm_).
+// Returns the norm before clipping (may be inf/nan; then nothing is scaled).
+double ClipGradNorm(const std::vector<at::Tensor>& params, double max_norm);
+
+}  // namespace verl
+
+#endif  // VERL_WORKER_TRAIN_ADAMW_H_

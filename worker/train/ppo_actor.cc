@@ -1,0 +1,134 @@
+#include "worker/train/ppo_actor.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
+#include "worker/train/core_algos.h"
+
+namespace verl {
+
+LogProbResult ForwardLogProbs(const DecoderModel& model, const SequenceBatch& batch, int64_t begin, int64_t count,
+                              double temperature, bool with_entropy) {
+  at::Tensor ids = batch.input_ids.narrow(0, begin, count);
+  at::Tensor valid = batch.attention_mask.narrow(0, begin, count);
+  at::Tensor responses = batch.responses.narrow(0, begin, count);
+  const int64_t S = ids.size(1);
+  const int64_t R = responses.size(1);
+  at::Tensor hidden = model.Forward(ids, PositionIdsFromMask(valid), BuildAttentionMask(valid, 0, S), nullptr);
+  // The hidden state at position t predicts token t + 1: responses start at S - R.
+  at::Tensor logits = model.Logits(hidden.narrow(1, S - R - 1, R)) / temperature;
+  LogProbResult r;
+  r.log_probs = logits.log_softmax(-1).gather(-1, responses.unsqueeze(-1)).squeeze(-1);
+  if (with_entropy) r.entropy = EntropyFromLogits(logits);
+  return r;
+}
+
+at::Tensor ComputeLogProbsNoGrad(const DecoderModel& model, const SequenceBatch& batch, double temperature,
+                                 int64_t micro_batch_size) {
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> parts;
+  for (int64_t b = 0; b < batch.size(); b += micro_batch_size) {
+    const int64_t count = std::min(micro_batch_size, batch.size() - b);
+    parts.push_back(ForwardLogProbs(model, batch, b, count, temperature, false).log_probs);
+  }
+  return at::cat(parts, 0);
+}
+
+namespace {
+
+SequenceBatch Select(const SequenceBatch& b, const at::Tensor& idx) {
+  return {b.input_ids.index_select(0, idx), b.attention_mask.index_select(0, idx), b.responses.index_select(0, idx),
+          b.response_mask.index_select(0, idx)};
+}
+
+class MetricAccumulator {
+ public:
+  void Add(const std::string& key, double v) {
+    auto& [sum, n] = sums_[key];
+    sum += v;
+    ++n;
+  }
+  std::map<std::string, double> Means() const {
+    std::map<std::string, double> out;
+    for (const auto& [k, sn] : sums_) out[k] = sn.first / sn.second;
+    return out;
+  }
+
+ private:
+  std::map<std::string, std::pair<double, int64_t>> sums_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, AdamW& optimizer,
+                                                           const SequenceBatch& batch,
+                                                           const PolicyUpdateInputs& inputs,
+                                                           const PolicyUpdateOptions& options) {
+  const int64_t N = batch.size();
+  if (options.mini_batch_size <= 0 || N % options.mini_batch_size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("batch of ", N, " sequences is not divisible into mini-batches of ",
+                                                   options.mini_batch_size));
+  }
+  if (options.use_kl_loss && !inputs.ref_log_probs.defined()) {
+    return absl::FailedPreconditionError("use_kl_loss is set but no ref log-probs were computed for this step");
+  }
+  at::Generator gen = at::detail::createCPUGenerator(options.seed);
+  MetricAccumulator metrics;
+  const std::vector<at::Tensor> params = model.parameters();
+  for (int64_t epoch = 0; epoch < options.ppo_epochs; ++epoch) {
+    at::Tensor order = options.shuffle ? at::randperm(N, gen, at::TensorOptions().dtype(at::kLong))
+                                       : at::arange(N, at::TensorOptions().dtype(at::kLong));
+    for (int64_t mb = 0; mb < N; mb += options.mini_batch_size) {
+      at::Tensor idx = order.narrow(0, mb, options.mini_batch_size);
+      SequenceBatch mini = Select(batch, idx);
+      at::Tensor old_lp = inputs.old_log_probs.index_select(0, idx);
+      at::Tensor adv = inputs.advantages.index_select(0, idx);
+      at::Tensor ref_lp = options.use_kl_loss ? inputs.ref_log_probs.index_select(0, idx) : at::Tensor();
+      optimizer.ZeroGrad();
+      for (int64_t b = 0; b < mini.size(); b += options.micro_batch_size) {
+        const int64_t count = std::min(options.micro_batch_size, mini.size() - b);
+        const bool with_entropy = true;
+        LogProbResult lp = ForwardLogProbs(model, mini, b, count, options.temperature, with_entropy);
+        at::Tensor mask = mini.response_mask.narrow(0, b, count).to(at::kFloat);
+        ASSIGN_OR_RETURN(PolicyLossResult pl,
+                         ComputePolicyLoss(old_lp.narrow(0, b, count), lp.log_probs, adv.narrow(0, b, count), mask,
+                                           options.clip_ratio_low, options.clip_ratio_high, options.clip_ratio_c,
+                                           options.loss_agg_mode));
+        ASSIGN_OR_RETURN(at::Tensor entropy_loss, AggLoss(lp.entropy, mask, options.loss_agg_mode));
+        at::Tensor policy_loss = pl.pg_loss - options.entropy_coeff * entropy_loss;
+        if (options.use_kl_loss) {
+          ASSIGN_OR_RETURN(at::Tensor kld, KlPenalty(lp.log_probs, ref_lp.narrow(0, b, count), options.kl_loss_type));
+          ASSIGN_OR_RETURN(at::Tensor kl_loss, AggLoss(kld, mask, options.loss_agg_mode));
+          policy_loss = policy_loss + kl_loss * options.kl_loss_coef;
+          metrics.Add("actor/kl_loss", kl_loss.item<double>());
+          metrics.Add("actor/kl_coef", options.kl_loss_coef);
+        }
+        // Scale so the mini-batch gradient is the mean over its micro-batches (verl's loss_scale_factor).
+        const double scale = static_cast<double>(count) / static_cast<double>(options.mini_batch_size);
+        (policy_loss * scale).backward();
+        metrics.Add("actor/pg_loss", pl.pg_loss.item<double>());
+        metrics.Add("actor/pg_clipfrac", pl.pg_clipfrac.item<double>());
+        metrics.Add("actor/ppo_kl", pl.ppo_kl.item<double>());
+        metrics.Add("actor/pg_clipfrac_lower", pl.pg_clipfrac_lower.item<double>());
+        metrics.Add("actor/entropy", entropy_loss.item<double>());
+      }
+      const double grad_norm = ClipGradNorm(params, options.grad_clip);
+      if (std::isfinite(grad_norm)) {
+        optimizer.Step(options.lr);
+      } else {
+        metrics.Add("actor/grad_norm_nonfinite", 1.0);
+      }
+      optimizer.ZeroGrad();
+      metrics.Add("actor/grad_norm", grad_norm);
+    }
+  }
+  auto out = metrics.Means();
+  out["actor/lr"] = options.lr;
+  return out;
+}
+
+}  // namespace verl

@@ -1,0 +1,76 @@
+#ifndef VERL_WORKER_TRAIN_PPO_ACTOR_H_
+#define VERL_WORKER_TRAIN_PPO_ACTOR_H_
+
+// The actor's two jobs in a PPO/GRPO step, as verl's DataParallelPPOActor: log-probs of the responses in micro-batches,
+// and the policy update over mini-batches / micro-batches / epochs with gradient clipping and AdamW.
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <map>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "worker/model/decoder_model.h"
+#include "worker/train/adamw.h"
+
+namespace verl {
+
+// A step's sequences: prompt (left-padded) followed by response (right-padded). S = P + R.
+struct SequenceBatch {
+  at::Tensor input_ids;      // [N, S] int64
+  at::Tensor attention_mask; // [N, S] bool
+  at::Tensor responses;      // [N, R] int64
+  at::Tensor response_mask;  // [N, R] bool
+  int64_t size() const { return input_ids.size(0); }
+};
+
+struct LogProbResult {
+  at::Tensor log_probs;  // [N, R] float32
+  at::Tensor entropy;    // [N, R] float32, or undefined when not asked for
+};
+
+// Log-probs of `responses` under softmax(logits / temperature) for rows [begin, begin + count) of `batch`. Records
+// autograd history when grad mode is on.
+LogProbResult ForwardLogProbs(const DecoderModel& model, const SequenceBatch& batch, int64_t begin, int64_t count,
+                              double temperature, bool with_entropy);
+
+// Log-probs for the whole batch, `micro_batch_size` rows at a time, without gradients.
+at::Tensor ComputeLogProbsNoGrad(const DecoderModel& model, const SequenceBatch& batch, double temperature,
+                                 int64_t micro_batch_size);
+
+struct PolicyUpdateOptions {
+  double lr = 1e-6;
+  double grad_clip = 1.0;
+  double clip_ratio_low = 0.2;
+  double clip_ratio_high = 0.2;
+  double clip_ratio_c = 3.0;
+  std::string loss_agg_mode = "token-mean";
+  double entropy_coeff = 0.0;
+  bool use_kl_loss = false;
+  double kl_loss_coef = 0.001;
+  std::string kl_loss_type = "low_var_kl";
+  int64_t mini_batch_size = 1;   // sequences per optimizer step (prompts * rollout.n)
+  int64_t micro_batch_size = 1;  // sequences per forward/backward
+  int64_t ppo_epochs = 1;
+  bool shuffle = false;
+  double temperature = 1.0;
+  uint64_t seed = 0;
+};
+
+// Tensors the update reads besides the sequences: old_log_probs, advantages, and ref_log_probs when use_kl_loss.
+struct PolicyUpdateInputs {
+  at::Tensor old_log_probs;  // [N, R]
+  at::Tensor ref_log_probs;  // [N, R] or undefined
+  at::Tensor advantages;     // [N, R]
+};
+
+// Runs the update and returns verl's actor/* metrics averaged over micro-batches (grad_norm over mini-batches).
+absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, AdamW& optimizer,
+                                                           const SequenceBatch& batch,
+                                                           const PolicyUpdateInputs& inputs,
+                                                           const PolicyUpdateOptions& options);
+
+}  // namespace verl
+
+#endif  // VERL_WORKER_TRAIN_PPO_ACTOR_H_
