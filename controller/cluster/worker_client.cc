@@ -20,6 +20,14 @@ WorkerClient::WorkerClient(std::string worker_id, std::string address, double rp
 absl::Status WorkerClient::Failure(const char* rpc, const grpc::Status& status) {
   if (liveness_) {
     absl::Status alive = liveness_();
+    // A killed process closes its sockets before it can be reaped, so a call can fail on the broken connection a
+    // moment before the launcher sees the exit. Give the exit a moment to show, so that it is what gets reported.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+    while (alive.ok() && status.error_code() == grpc::StatusCode::UNAVAILABLE &&
+           std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      alive = liveness_();
+    }
     if (!alive.ok()) return absl::UnavailableError(absl::StrCat(rpc, " failed: ", alive.message()));
   }
   absl::Status s = FromGrpcStatus(status);

@@ -57,11 +57,18 @@ absl::Status CheckpointManager::Save(int64_t global_step, const ResumableSampler
   fs::remove_all(tmp_dir, ec);
   fs::create_directories(tmp_dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create checkpoint directory ", tmp_dir, ": ", ec.message()));
-  RETURN_IF_ERROR(Annotate(save_on_workers_(tmp_dir, global_step, hf_export),
-                           absl::StrCat("saving checkpoint ", final_dir)));
-  RETURN_IF_ERROR(WriteFileAtomically(tmp_dir + "/data.json",
-                                      absl::StrCat("{\"global_step\": ", global_step,
-                                                   ", \"sampler\": ", sampler_state.ToJson(), "}\n")));
+  absl::Status status = Annotate(save_on_workers_(tmp_dir, global_step, hf_export),
+                                 absl::StrCat("saving checkpoint ", final_dir));
+  if (status.ok()) {
+    status = WriteFileAtomically(tmp_dir + "/data.json", absl::StrCat("{\"global_step\": ", global_step,
+                                                                       ", \"sampler\": ", sampler_state.ToJson(),
+                                                                       "}\n"));
+  }
+  if (!status.ok()) {
+    // Leave no half-written directory behind; the previous checkpoint and the tracker are untouched.
+    fs::remove_all(tmp_dir, ec);
+    return status;
+  }
   fs::remove_all(final_dir, ec);
   fs::rename(tmp_dir, final_dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot rename ", tmp_dir, " to ", final_dir, ": ", ec.message()));
@@ -74,8 +81,11 @@ absl::StatusOr<std::optional<CheckpointManager::Found>> CheckpointManager::Find(
   std::string dir;
   int64_t step = 0;
   if (resume_mode == "resume_path") {
-    dir = resume_from_path;
-    const std::string base = fs::path(dir).filename().string();
+    // Accept "global_step_4/" (a shell's completion) as well as "global_step_4".
+    fs::path path(resume_from_path);
+    if (path.filename().empty()) path = path.parent_path();
+    dir = path.string();
+    const std::string base = path.filename().string();
     if (base.rfind("global_step_", 0) != 0 ||
         !absl::SimpleAtoi(absl::string_view(base.data() + 12, base.size() - 12), &step)) {
       return absl::InvalidArgumentError(absl::StrCat("trainer.resume_from_path: '", dir,
@@ -90,7 +100,12 @@ absl::StatusOr<std::optional<CheckpointManager::Found>> CheckpointManager::Find(
     }
     dir = StepDir(step);
   }
-  if (!fs::is_directory(dir)) return absl::NotFoundError(absl::StrCat("checkpoint directory ", dir, " is missing"));
+  if (!fs::is_directory(dir)) {
+    return absl::NotFoundError(absl::StrCat("checkpoint directory ", dir, " is missing",
+                                            resume_mode == "resume_path"
+                                                ? " (trainer.resume_from_path)"
+                                                : absl::StrCat(" (named by ", TrackerPath(), ")")));
+  }
   ASSIGN_OR_RETURN(std::string data, ReadFile(dir + "/data.json"));
   nlohmann::json parsed = nlohmann::json::parse(data, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded() || !parsed.contains("sampler")) {

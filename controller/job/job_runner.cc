@@ -163,10 +163,13 @@ class JobRunner::Impl {
       return absl::NotFoundError(absl::StrCat("actor_rollout_ref.model.path: model directory '", model_dir,
                                               "' does not exist"));
     }
-    ASSIGN_OR_RETURN(model_config_, LoadDecoderConfig(model_dir));
+    auto model_config = LoadDecoderConfig(model_dir);
+    if (!model_config.ok()) return Annotate(model_config.status(), "actor_rollout_ref.model.path");
+    model_config_ = *std::move(model_config);
     const std::string tok_path = model_dir + "/tokenizer.json";
     if (!fs::exists(tok_path)) {
-      return absl::NotFoundError(absl::StrCat(model_dir, ": no tokenizer.json (only HF tokenizer.json is supported)"));
+      return absl::NotFoundError(absl::StrCat("actor_rollout_ref.model.path: ", model_dir,
+                                              " has no tokenizer.json (only HF tokenizer.json is supported)"));
     }
     ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::FromFile(tok_path));
     tokenizer_ = std::make_unique<Tokenizer>(std::move(tok));
@@ -215,7 +218,9 @@ class JobRunner::Impl {
     if (!fs::exists(path)) return absl::NotFoundError(absl::StrCat(key, ": dataset '", path, "' does not exist"));
     DatasetOptions opts;
     opts.prompt_key = config_.data.prompt_key;
-    ASSIGN_OR_RETURN(std::vector<Example> examples, LoadDataset(path, opts));
+    auto loaded = LoadDataset(path, opts);
+    if (!loaded.ok()) return Annotate(loaded.status(), key);
+    std::vector<Example> examples = *std::move(loaded);
     std::vector<PreparedExample> out;
     const int64_t max_len = config_.data.max_prompt_length;
     int64_t filtered = 0;

@@ -1,0 +1,231 @@
+// The worker service over real gRPC on loopback: a verl-worker started by LocalWorkerLauncher, driven through
+// WorkerClient with the tiny model from verl-make-tiny-model.
+
+#include <string>
+
+#include <catch2/catch.hpp>
+#include <google/protobuf/util/message_differencer.h>
+
+#include "controller/cluster/local_worker_launcher.h"
+#include "controller/cluster/worker_client.h"
+#include "tests/controller/test_util.h"
+
+namespace verl {
+namespace {
+
+using testing::Bin;
+using testing::Clock;
+using testing::SecondsSince;
+using testing::TestDir;
+using testing::WaitFor;
+
+// Field-by-field equality (maps compared as maps: their serialized order is unspecified).
+bool Same(const google::protobuf::Message& a, const google::protobuf::Message& b) {
+  return google::protobuf::util::MessageDifferencer::Equals(a, b);
+}
+
+v1::ConfigureRolesRequest Roles(const std::string& model_path) {
+  v1::ConfigureRolesRequest req;
+  req.add_roles("actor");
+  req.add_roles("rollout");
+  req.add_roles("ref");
+  req.set_model_path(model_path);
+  req.set_num_threads(1);
+  req.set_seed(7);
+  req.set_dtype("float32");
+  v1::ActorConfig* a = req.mutable_actor();
+  a->mutable_optim()->set_lr(1e-3);
+  a->mutable_optim()->set_beta1(0.9);
+  a->mutable_optim()->set_beta2(0.999);
+  a->mutable_optim()->set_eps(1e-8);
+  a->set_grad_clip(1.0);
+  a->set_clip_ratio_low(0.2);
+  a->set_clip_ratio_high(0.2);
+  a->set_clip_ratio_c(3.0);
+  a->set_loss_agg_mode("token-mean");
+  a->set_use_kl_loss(true);
+  a->set_kl_loss_coef(0.001);
+  a->set_kl_loss_type("low_var_kl");
+  a->set_ppo_mini_batch_size(2);
+  a->set_ppo_micro_batch_size_per_gpu(4);
+  a->set_ppo_epochs(1);
+  a->set_log_prob_micro_batch_size_per_gpu(8);
+  return req;
+}
+
+// Two prompts, n = 2, four new tokens, sampled with a fixed seed.
+v1::GenerateRequest SmallBatch(const std::string& step_id, int max_new_tokens = 4) {
+  v1::GenerateRequest req;
+  req.set_step_id(step_id);
+  for (int i = 0; i < 2; ++i) {
+    v1::Prompt* p = req.add_prompts();
+    for (int t : {5, 6 + i, 7, 8 + 2 * i}) p->add_token_ids(t);
+    p->set_uid("p" + std::to_string(i));
+    p->set_data_source("verl_cpp/repeat_letter");
+    p->set_ground_truth(i == 0 ? "a" : "b");
+    p->set_extra_info_json("{}");
+  }
+  v1::SamplingParams* s = req.mutable_sampling();
+  s->set_temperature(1.0);
+  s->set_top_k(-1);
+  s->set_top_p(1.0);
+  s->set_do_sample(true);
+  s->set_n(2);
+  s->set_max_new_tokens(max_new_tokens);
+  s->set_pad_token_id(0);
+  s->set_seed(11);
+  return req;
+}
+
+TEST_CASE("WorkerService runs a GRPO step over gRPC and reports errors with context", "[controller][worker_rpc]") {
+  TestDir dir("worker_rpc");
+  const std::string model = dir.file("model");
+  REQUIRE(testing::MakeTinyModel(model, dir.path()).empty());
+
+  LocalWorkerLauncher launcher;
+  // worker-0 runs the step; worker-1 is given a bad model path.
+  auto launched = launcher.Launch(Bin("verl-worker"), 2, dir.file("logs"), 30);
+  REQUIRE(launched.ok());
+  auto liveness = [&launcher] { return launcher.CheckAlive(); };
+  const LaunchedWorker w0 = launched->at(0);
+  const LaunchedWorker w1 = launched->at(1);
+  WorkerClient client(w0.worker_id, w0.address, 30, liveness);
+  WorkerClient other(w1.worker_id, w1.address, 30, liveness);
+  REQUIRE(client.WaitHealthy(10).ok());
+  REQUIRE(other.WaitHealthy(10).ok());
+
+  {
+    INFO("LoadModel on a nonexistent model path names the path");
+    const std::string missing = dir.file("no_such_model");
+    absl::Status s = other.ConfigureRoles(Roles(missing)).status();
+    if (s.ok()) s = other.LoadModel(v1::LoadModelRequest()).status();
+    REQUIRE_FALSE(s.ok());
+    CHECK_THAT(std::string(s.message()), Catch::Contains(missing) && Catch::Contains("worker-1"));
+  }
+  {
+    INFO("LoadModel before ConfigureRoles is refused");
+    auto r = client.LoadModel(v1::LoadModelRequest());
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(std::string(r.status().message()), Catch::Contains("LoadModel") && Catch::Contains("worker-0"));
+  }
+
+  REQUIRE(client.ConfigureRoles(Roles(model)).ok());
+  auto loaded = client.LoadModel(v1::LoadModelRequest());
+  REQUIRE(loaded.ok());
+  CHECK(loaded->num_parameters() > 0);
+  CHECK(loaded->vocab_size() > 8);
+
+  auto gen = client.Generate(SmallBatch("train-1"));
+  REQUIRE(gen.ok());
+  REQUIRE(gen->responses().shape_size() == 2);
+  CHECK(gen->responses().shape(0) == 4);
+  CHECK(gen->responses().shape(1) == 4);
+  CHECK(gen->responses().data().size() == 4 * 4 * sizeof(int32_t));
+  REQUIRE(gen->response_lengths_size() == 4);
+  REQUIRE(gen->prompt_lengths_size() == 4);
+  for (int i = 0; i < 4; ++i) {
+    CHECK(gen->response_lengths(i) >= 1);
+    CHECK(gen->response_lengths(i) <= 4);
+    CHECK(gen->prompt_lengths(i) == 4);
+  }
+  CHECK(gen->metrics().count("rollout/log_prob/mean") == 1);
+
+  {
+    INFO("Generate is idempotent per step id, even when the repeated request differs");
+    auto again = client.Generate(SmallBatch("train-1"));
+    REQUIRE(again.ok());
+    CHECK(Same(*again, *gen));
+    v1::GenerateRequest changed = SmallBatch("train-1");
+    changed.mutable_sampling()->set_seed(12345);
+    auto third = client.Generate(changed);
+    REQUIRE(third.ok());
+    CHECK(Same(*third, *gen));
+  }
+
+  v1::ScoreRequest score_req;
+  score_req.set_step_id("train-1");
+  auto scored = client.Score(score_req);
+  REQUIRE(scored.ok());
+  CHECK(scored->scores_size() == 4);
+  CHECK(scored->response_texts_size() == 4);
+  auto scored_again = client.Score(score_req);
+  REQUIRE(scored_again.ok());
+  CHECK(Same(*scored_again, *scored));
+
+  v1::ComputeLogProbsRequest lp;
+  lp.set_step_id("train-1");
+  lp.set_role("actor");
+  lp.set_temperature(1.0);
+  REQUIRE(client.ComputeLogProbs(lp).ok());
+  lp.set_role("ref");
+  REQUIRE(client.ComputeLogProbs(lp).ok());
+
+  v1::ComputeAdvantageRequest adv;
+  adv.set_step_id("train-1");
+  adv.set_estimator("grpo");
+  adv.set_norm_adv_by_std_in_grpo(true);
+  REQUIRE(client.ComputeAdvantage(adv).ok());
+
+  v1::UpdateActorRequest upd;
+  upd.set_step_id("train-1");
+  upd.set_temperature(1.0);
+  upd.set_seed(3);
+  auto updated = client.UpdateActor(upd);
+  REQUIRE(updated.ok());
+  CHECK_FALSE(updated->metrics().empty());
+  {
+    INFO("a repeated UpdateActor returns the stored result instead of updating twice");
+    auto again = client.UpdateActor(upd);
+    REQUIRE(again.ok());
+    CHECK(Same(*again, *updated));
+  }
+
+  {
+    INFO("an error from the rank arrives as NOT_FOUND naming the worker, the RPC and the step");
+    v1::ScoreRequest unknown;
+    unknown.set_step_id("train-99");
+    auto r = client.Score(unknown);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == absl::StatusCode::kNotFound);
+    // "(pid N)" is added by the worker itself, so this checks the worker's annotation, not just the client's.
+    CHECK_THAT(std::string(r.status().message()),
+               Catch::Contains("worker worker-0 (pid " + std::to_string(w0.pid) + ")") &&
+                   Catch::Contains("Score") && Catch::Contains("train-99"));
+  }
+  {
+    INFO("ReleaseBatch drops the step: later calls for it are NOT_FOUND");
+    v1::ReleaseBatchRequest rel;
+    rel.set_step_id("train-1");
+    REQUIRE(client.ReleaseBatch(rel).ok());
+    auto r = client.ComputeAdvantage(adv);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == absl::StatusCode::kNotFound);
+    CHECK_THAT(std::string(r.status().message()), Catch::Contains("ComputeAdvantage") && Catch::Contains("train-1"));
+  }
+  {
+    INFO("a call that outlives its deadline fails with DEADLINE_EXCEEDED at the deadline, naming worker and RPC");
+    WorkerClient impatient(w0.worker_id, w0.address, 0.02, liveness);
+    v1::GenerateRequest big = SmallBatch("slow-1", 64);
+    big.mutable_sampling()->set_n(8);
+    const auto start = Clock::now();
+    auto r = impatient.Generate(big);
+    const double elapsed = SecondsSince(start);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == absl::StatusCode::kDeadlineExceeded);
+    CHECK(elapsed < 1.0);
+    CHECK_THAT(std::string(r.status().message()), Catch::Contains("Generate") && Catch::Contains("worker-0"));
+    // The worker is still fine afterwards.
+    CHECK(client.WaitHealthy(5).ok());
+  }
+
+  {
+    INFO("Shutdown makes the worker exit with status 0");
+    REQUIRE(client.Shutdown().ok());
+    REQUIRE(WaitFor([&] { return !launcher.CheckAlive().ok(); }, 10));
+    absl::Status alive = launcher.CheckAlive();
+    CHECK_THAT(std::string(alive.message()), Catch::Contains("worker-0") && Catch::Contains("exited with status 0"));
+  }
+}
+
+}  // namespace
+}  // namespace verl

@@ -1,0 +1,100 @@
+#include "worker/train/adamw.h"
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tests/worker/torch_catch.h"
+
+namespace verl {
+namespace {
+
+at::Tensor Vec(const std::vector<float>& v) {
+  at::Tensor t = at::empty({static_cast<int64_t>(v.size())}, at::kFloat);
+  for (size_t i = 0; i < v.size(); ++i) t[i] = v[i];
+  return t;
+}
+
+void SetGrad(at::Tensor& p, const std::vector<float>& g) { p.mutable_grad() = Vec(g); }
+
+TEST_CASE("AdamW follows torch.optim.AdamW for two steps", "[worker][train]") {
+  // Expected values from torch.optim.AdamW's update written out in double precision:
+  //   p *= 1 - lr wd;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
+  //   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+  // with lr 0.1, wd 0.1, betas (0.9, 0.999), eps 1e-8, p0 = [1, -2], g1 = [0.5, -1], g2 = [0.1, 0.3].
+  at::Tensor p = Vec({1.0f, -2.0f});
+  AdamW opt({{"w", p}}, AdamWOptions{/*lr=*/0.1, /*weight_decay=*/0.1, 0.9, 0.999, 1e-8});
+
+  SetGrad(p, {0.5f, -1.0f});
+  opt.Step(0.1);
+  REQUIRE(opt.step_count() == 1);
+  REQUIRE(p[0].item<double>() == Approx(0.890000002).epsilon(1e-6));
+  REQUIRE(p[1].item<double>() == Approx(-1.880000001).epsilon(1e-6));
+  REQUIRE(opt.exp_avg()[0][0].item<double>() == Approx(0.05).epsilon(1e-6));
+  REQUIRE(opt.exp_avg()[0][1].item<double>() == Approx(-0.1).epsilon(1e-6));
+  REQUIRE(opt.exp_avg_sq()[0][0].item<double>() == Approx(0.00025).epsilon(1e-6));
+  REQUIRE(opt.exp_avg_sq()[0][1].item<double>() == Approx(0.001).epsilon(1e-6));
+
+  SetGrad(p, {0.1f, 0.3f});
+  opt.Step(0.1);
+  REQUIRE(opt.step_count() == 2);
+  REQUIRE(p[0].item<double>() == Approx(0.8007959063646517).epsilon(1e-6));
+  REQUIRE(p[1].item<double>() == Approx(-1.8184151424192265).epsilon(1e-6));
+  REQUIRE(opt.exp_avg()[0][1].item<double>() == Approx(-0.06).epsilon(1e-6));
+  REQUIRE(opt.exp_avg_sq()[0][1].item<double>() == Approx(0.001089).epsilon(1e-6));
+}
+
+TEST_CASE("AdamW: weight decay is decoupled; parameters without a gradient are skipped", "[worker][train]") {
+  at::Tensor zero_grad = Vec({3.0f, -3.0f});
+  at::Tensor no_grad = Vec({5.0f});
+  AdamW opt({{"a", zero_grad}, {"b", no_grad}}, AdamWOptions{0.1, 0.1, 0.9, 0.999, 1e-8});
+  SetGrad(zero_grad, {0.0f, 0.0f});
+  opt.Step(0.1);
+  // A zero gradient gives a zero Adam update; only the decay p *= 1 - lr wd remains: 3 -> 2.97. (Adam's coupled L2
+  // would add wd p to the gradient instead, and its normalised step would move p by about lr: 3 -> 2.9.)
+  REQUIRE(zero_grad[0].item<double>() == Approx(3.0 * 0.99).epsilon(1e-7));
+  REQUIRE(zero_grad[1].item<double>() == Approx(-3.0 * 0.99).epsilon(1e-7));
+  REQUIRE(no_grad[0].item<float>() == 5.0f);
+  // The learning rate passed to Step (the schedule's value) is the one used, not options.lr.
+  opt.Step(0.0);
+  REQUIRE(zero_grad[0].item<double>() == Approx(3.0 * 0.99).epsilon(1e-7));
+
+  opt.ZeroGrad();
+  REQUIRE_FALSE(zero_grad.grad().defined());
+}
+
+TEST_CASE("ClipGradNorm scales to max_norm and returns the norm before clipping", "[worker][train]") {
+  at::Tensor a = Vec({0.0f, 0.0f});
+  at::Tensor b = Vec({0.0f, 0.0f});
+  at::Tensor c = Vec({1.0f});  // no gradient: ignored
+  SetGrad(a, {3.0f, 4.0f});
+  SetGrad(b, {0.0f, 12.0f});  // global norm sqrt(9 + 16 + 144) = 13
+
+  SECTION("above max_norm: scaled by max_norm / (norm + 1e-6)") {
+    REQUIRE(ClipGradNorm({a, b, c}, 6.5) == Approx(13.0));
+    const double coef = 6.5 / (13.0 + 1e-6);
+    REQUIRE(a.grad()[0].item<double>() == Approx(3.0 * coef).epsilon(1e-6));
+    REQUIRE(a.grad()[1].item<double>() == Approx(4.0 * coef).epsilon(1e-6));
+    REQUIRE(b.grad()[1].item<double>() == Approx(12.0 * coef).epsilon(1e-6));
+    REQUIRE(ClipGradNorm({a, b}, 6.5) == Approx(6.5).epsilon(1e-6));
+  }
+  SECTION("below max_norm: unchanged") {
+    REQUIRE(ClipGradNorm({a, b, c}, 20.0) == Approx(13.0));
+    REQUIRE(a.grad()[1].item<float>() == 4.0f);
+    REQUIRE(b.grad()[1].item<float>() == 12.0f);
+  }
+  SECTION("non-finite norm: returned as is, nothing scaled") {
+    SetGrad(b, {std::numeric_limits<float>::infinity(), 12.0f});
+    REQUIRE(std::isinf(ClipGradNorm({a, b}, 1.0)));
+    REQUIRE(a.grad()[1].item<float>() == 4.0f);
+    SetGrad(b, {std::numeric_limits<float>::quiet_NaN(), 12.0f});
+    REQUIRE(std::isnan(ClipGradNorm({a, b}, 1.0)));
+    REQUIRE(a.grad()[0].item<float>() == 3.0f);
+    REQUIRE(b.grad()[1].item<float>() == 12.0f);
+  }
+}
+
+}  // namespace
+}  // namespace verl

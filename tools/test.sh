@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Sets everything up (tools/setup.sh: dependencies + build, tests included) and runs every test with CTest.
+# GPU tests are tagged [gpu] and skip themselves on a machine without a GPU.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+"$ROOT/tools/setup.sh"
+cd "${VERL_BUILD_DIR:-$ROOT/build}"
+ctest --output-on-failure --timeout 600 -j1
