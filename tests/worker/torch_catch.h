@@ -5,6 +5,7 @@
 // collides with Catch2's, so ATen comes first and its CHECK is dropped before Catch2 defines its own.
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #undef CHECK
 
 #include <catch2/catch.hpp>

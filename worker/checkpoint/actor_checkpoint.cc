@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
+#include "worker/model/hf_config.h"
 #include "worker/model/safetensors.h"
 #include "worker/rank/torch_util.h"
 
@@ -112,6 +113,10 @@ absl::Status ExportHuggingFace(const std::string& out_dir, const DecoderModel& m
       fs::copy_file(src, fs::path(out_dir) / name, fs::copy_options::overwrite_existing, ec);
       if (ec) return absl::InternalError(absl::StrCat("cannot copy ", src.string(), ": ", ec.message()));
     }
+  }
+  // The header promises a generation_config.json; a source directory without one gets ours from the config.
+  if (!fs::exists(fs::path(out_dir) / "generation_config.json")) {
+    RETURN_IF_ERROR(WriteText(out_dir + "/generation_config.json", GenerationConfigToJson(model.config())));
   }
   return absl::OkStatus();
 }

@@ -61,7 +61,9 @@ TEST_CASE("UpdatePolicy raises the log-prob of a response with positive advantag
   const at::Tensor old_lp = ComputeLogProbsNoGrad(*model, b, 1.0, 2);
   PolicyUpdateInputs in{old_lp, at::Tensor(), at::ones({2, 3}, at::kFloat)};
   PolicyUpdateOptions o;
-  o.lr = 1e-2;
+  // Adam's first steps are ~lr * sign(g) on every weight at once, which moves a tiny model a lot: keep the ratios
+  // inside the clip range (clipped tokens have no gradient).
+  o.lr = 2e-5;
   o.mini_batch_size = 2;
   o.micro_batch_size = 1;
   model->SetRequiresGrad(true);
@@ -78,16 +80,18 @@ TEST_CASE("UpdatePolicy raises the log-prob of a response with positive advantag
       REQUIRE(m->count(key) == 1);
     }
     REQUIRE(m->at("actor/lr") == o.lr);
+    for (const auto& [k, v] : *m) UNSCOPED_INFO(i << " " << k << " = " << v);
     REQUIRE(m->at("actor/grad_norm") > 0.0);
+    REQUIRE(m->at("actor/pg_clipfrac") == 0.0);
     if (i == 0) {
       // First pass: the policy is the old policy, ratio 1, so the loss is -mean(A) = -1 and nothing is clipped.
       REQUIRE(m->at("actor/pg_loss") == Approx(-1.0).epsilon(1e-5));
       REQUIRE(m->at("actor/ppo_kl") == Approx(0.0).margin(1e-6));
-      REQUIRE(m->at("actor/pg_clipfrac") == 0.0);
     }
     losses.push_back(m->at("actor/pg_loss"));
   }
   REQUIRE(opt.step_count() == 3);  // one mini-batch per call
+  INFO(losses[0] << " " << losses[1] << " " << losses[2]);
   REQUIRE(losses[1] < losses[0]);
   REQUIRE(losses[2] < losses[1]);
   model->SetRequiresGrad(false);
@@ -125,8 +129,9 @@ TEST_CASE("UpdatePolicy: micro-batches accumulate to the mini-batch gradient", "
     moved = std::max(moved, MaxAbsDiff(after[0][i], before[0][i]));
     mismatch = std::max(mismatch, MaxAbsDiff(after[0][i], after[1][i]));
   }
-  REQUIRE(moved > 1e-3);
-  REQUIRE(mismatch < 1e-6);
+  INFO("moved " << moved << ", mismatch " << mismatch);
+  REQUIRE(moved > 1e-2);
+  REQUIRE(mismatch < 1e-5);
 }
 
 TEST_CASE("UpdatePolicy: KL loss against the reference, and argument errors", "[worker][train]") {

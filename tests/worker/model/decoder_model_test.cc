@@ -1,0 +1,175 @@
+#include "worker/model/decoder_model.h"
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "tests/worker/torch_catch.h"
+#include "tests/worker/model/test_dir.h"
+#include "tests/worker/tiny_model.h"
+
+namespace verl {
+namespace {
+
+using testing::LoadModelOrDie;
+using testing::LongTensor2d;
+using testing::MaxAbsDiff;
+using testing::TestDir;
+
+// Logits [B, T, V] of a plain forward over `ids` with validity `valid` (left padding allowed).
+at::Tensor FullLogits(const DecoderModel& model, const at::Tensor& ids, const at::Tensor& valid) {
+  const int64_t T = ids.size(1);
+  return model.Logits(model.Forward(ids, PositionIdsFromMask(valid), BuildAttentionMask(valid, 0, T), nullptr));
+}
+
+TEST_CASE("BuildAttentionMask and PositionIdsFromMask", "[worker][model]") {
+  at::Tensor valid = LongTensor2d({{0, 1, 1}, {1, 1, 1}}).to(at::kBool);
+  at::Tensor pos = PositionIdsFromMask(valid);
+  REQUIRE(at::equal(pos, LongTensor2d({{0, 0, 1}, {0, 1, 2}})));
+  at::Tensor mask = BuildAttentionMask(valid, 0, 3);
+  REQUIRE(mask.sizes() == at::IntArrayRef({2, 1, 3, 3}));
+  // Row 0: the pad attends only to itself; real tokens attend to real tokens at or before them.
+  at::Tensor expected0 = LongTensor2d({{1, 0, 0}, {0, 1, 0}, {0, 1, 1}}).to(at::kBool);
+  at::Tensor expected1 = LongTensor2d({{1, 0, 0}, {1, 1, 0}, {1, 1, 1}}).to(at::kBool);
+  REQUIRE(at::equal(mask[0][0], expected0));
+  REQUIRE(at::equal(mask[1][0], expected1));
+  // A decode query at position 3 over 4 keys.
+  at::Tensor valid4 = LongTensor2d({{0, 1, 1, 1}}).to(at::kBool);
+  REQUIRE(at::equal(BuildAttentionMask(valid4, 3, 1)[0][0], LongTensor2d({{0, 1, 1, 1}}).to(at::kBool)));
+}
+
+TEST_CASE("DecoderModel loads the tiny model with the expected shapes", "[worker][model]") {
+  TestDir dir("decoder_shapes");
+  testing::WriteTinyModel(dir.path(), testing::TinyDecoderConfig());
+  auto model = LoadModelOrDie(dir.path());
+  const DecoderConfig& c = model->config();
+  REQUIRE(c.vocab_size == 50);
+  // embed 50*32; per layer: 2 norms (64), q 32*32+32, k and v 16*32+16 each, o 32*32, gate/up/down 3*64*32; norm 32.
+  REQUIRE(model->num_parameters() == 1600 + 2 * (64 + 1056 + 528 + 528 + 1024 + 6144) + 32);
+  REQUIRE(model->named_parameters().size() == 1 + 2 * 12 + 1);  // tied: no lm_head.weight
+  REQUIRE(model->named_parameters().front().first == "model.embed_tokens.weight");
+  REQUIRE(model->named_parameters().back().first == "model.norm.weight");
+
+  at::Tensor ids = LongTensor2d({{1, 2, 3, 4, 5}, {6, 7, 8, 9, 10}});
+  at::Tensor valid = at::ones({2, 5}, at::kBool);
+  at::Tensor hidden = model->Forward(ids, PositionIdsFromMask(valid), BuildAttentionMask(valid, 0, 5), nullptr);
+  REQUIRE(hidden.sizes() == at::IntArrayRef({2, 5, 32}));
+  at::Tensor logits = model->Logits(hidden);
+  REQUIRE(logits.sizes() == at::IntArrayRef({2, 5, 50}));
+  REQUIRE(logits.scalar_type() == at::kFloat);
+  REQUIRE(at::isfinite(logits).all().item<bool>());
+  // The random weights are large enough that logits are spread, not near-uniform (the other tests rely on this).
+  REQUIRE(logits.std().item<double>() > 0.5);
+
+  SECTION("bfloat16 load stays close to float32") {
+    auto bf16 = LoadModelOrDie(dir.path(), at::kBFloat16);
+    REQUIRE(bf16->named_parameters()[0].second.scalar_type() == at::kBFloat16);
+    at::Tensor l16 = FullLogits(*bf16, ids, valid);
+    REQUIRE(l16.scalar_type() == at::kFloat);
+    REQUIRE(MaxAbsDiff(l16, logits) < 0.25);
+    REQUIRE(MaxAbsDiff(l16, logits) > 0.0);
+  }
+}
+
+TEST_CASE("DecoderModel: decoding with the KV cache equals the full forward", "[worker][model]") {
+  TestDir dir("decoder_cache");
+  testing::WriteTinyModel(dir.path(), testing::TinyDecoderConfig());
+  auto model = LoadModelOrDie(dir.path());
+  at::NoGradGuard no_grad;
+  // Row 1 is left-padded by two, as the generator lays out prompts.
+  at::Tensor ids = LongTensor2d({{11, 12, 13, 14, 15, 16, 17, 18}, {49, 49, 21, 22, 23, 24, 25, 26}});
+  at::Tensor valid = LongTensor2d({{1, 1, 1, 1, 1, 1, 1, 1}, {0, 0, 1, 1, 1, 1, 1, 1}}).to(at::kBool);
+  const int64_t S = 8, T = 5;
+  at::Tensor full = FullLogits(*model, ids, valid);
+
+  KvCache cache = model->NewCache(2, S);
+  REQUIRE(cache.k.size() == 2);
+  REQUIRE(cache.k[0].sizes() == at::IntArrayRef({2, 2, S, 8}));
+  at::Tensor pos = PositionIdsFromMask(valid);
+  at::Tensor prefill = model->Logits(model->Forward(ids.narrow(1, 0, T), pos.narrow(1, 0, T),
+                                                    BuildAttentionMask(valid.narrow(1, 0, T), 0, T), &cache));
+  REQUIRE(cache.length == T);
+  // Compare real tokens only (the padded rows' outputs are meaningless by design).
+  REQUIRE(MaxAbsDiff(prefill[0], full[0].narrow(0, 0, T)) < 1e-5);
+  REQUIRE(MaxAbsDiff(prefill[1].narrow(0, 2, T - 2), full[1].narrow(0, 2, T - 2)) < 1e-5);
+  for (int64_t t = T; t < S; ++t) {
+    at::Tensor step = model->Logits(model->Forward(ids.narrow(1, t, 1), pos.narrow(1, t, 1),
+                                                   BuildAttentionMask(valid.narrow(1, 0, t + 1), t, 1), &cache));
+    REQUIRE(cache.length == t + 1);
+    INFO("decode position " << t);
+    REQUIRE(MaxAbsDiff(step.select(1, 0), full.select(1, t)) < 1e-5);
+  }
+}
+
+TEST_CASE("DecoderModel: left padding does not change the real tokens' logits", "[worker][model]") {
+  TestDir dir("decoder_pad");
+  testing::WriteTinyModel(dir.path(), testing::TinyDecoderConfig());
+  auto model = LoadModelOrDie(dir.path());
+  at::NoGradGuard no_grad;
+  at::Tensor alone = FullLogits(*model, LongTensor2d({{5, 6, 7, 8}}), at::ones({1, 4}, at::kBool));
+  // The same prompt behind three pads (whose ids are arbitrary tokens, to show the mask, not the id, hides them),
+  // batched with a full-length prompt.
+  at::Tensor ids = LongTensor2d({{30, 31, 32, 5, 6, 7, 8}, {1, 2, 3, 4, 5, 6, 7}});
+  at::Tensor valid = LongTensor2d({{0, 0, 0, 1, 1, 1, 1}, {1, 1, 1, 1, 1, 1, 1}}).to(at::kBool);
+  at::Tensor padded = FullLogits(*model, ids, valid);
+  REQUIRE(MaxAbsDiff(padded[0].narrow(0, 3, 4), alone[0]) < 1e-5);
+  // Sanity: without the mask (pads treated as real tokens) the last logits do change.
+  at::Tensor unmasked = FullLogits(*model, ids.narrow(0, 0, 1), at::ones({1, 7}, at::kBool));
+  REQUIRE(MaxAbsDiff(unmasked[0][6], alone[0][3]) > 1e-2);
+}
+
+TEST_CASE("DecoderModel: RoPE makes attention depend on relative positions", "[worker][model]") {
+  TestDir dir("decoder_rope");
+  testing::WriteTinyModel(dir.path(), testing::TinyDecoderConfig());
+  auto model = LoadModelOrDie(dir.path());
+  at::NoGradGuard no_grad;
+  at::Tensor ids = LongTensor2d({{3, 9, 27, 31, 40}});
+  at::Tensor mask = BuildAttentionMask(at::ones({1, 5}, at::kBool), 0, 5);
+  auto run = [&](const std::vector<int64_t>& positions) {
+    return model->Logits(model->Forward(ids, LongTensor2d({positions}), mask, nullptr));
+  };
+  at::Tensor base = run({0, 1, 2, 3, 4});
+  // A uniform shift keeps every relative distance: same outputs (up to float rounding of the angles).
+  REQUIRE(MaxAbsDiff(run({7, 8, 9, 10, 11}), base) < 1e-4);
+  // A gap after token 1 changes the outputs of the tokens after it, not of the first two.
+  at::Tensor gap = run({0, 1, 12, 13, 14});
+  REQUIRE(MaxAbsDiff(gap.narrow(1, 0, 2), base.narrow(1, 0, 2)) < 1e-5);
+  REQUIRE(MaxAbsDiff(gap.narrow(1, 2, 3), base.narrow(1, 2, 3)) > 1e-2);
+}
+
+TEST_CASE("DecoderModel::Load errors name the tensor", "[worker][model]") {
+  TestDir dir("decoder_errors");
+  DecoderConfig config = testing::TinyDecoderConfig();
+  testing::WriteTinyModel(dir.path(), config);
+
+  SECTION("wrong shape") {
+    DecoderConfig wrong = config;
+    wrong.intermediate_size = 48;  // the file holds [64, 32] MLP weights
+    testing::WriteFile(dir.file("config.json"), DecoderConfigToJson(wrong));
+    auto model = DecoderModel::Load(dir.path(), at::kFloat);
+    REQUIRE(model.status().code() == absl::StatusCode::kInvalidArgument);
+    const std::string msg(model.status().message());
+    INFO(msg);
+    REQUIRE(msg.find("model.layers.0.mlp.gate_proj.weight") != std::string::npos);
+    REQUIRE(msg.find("[64, 32]") != std::string::npos);
+    REQUIRE(msg.find("[48, 32]") != std::string::npos);
+    REQUIRE(msg.find(dir.path()) != std::string::npos);
+  }
+  SECTION("missing tensor") {
+    DecoderConfig untied = config;
+    untied.tie_word_embeddings = false;  // now lm_head.weight is expected
+    testing::WriteFile(dir.file("config.json"), DecoderConfigToJson(untied));
+    auto model = DecoderModel::Load(dir.path(), at::kFloat);
+    REQUIRE_FALSE(model.ok());
+    const std::string msg(model.status().message());
+    INFO(msg);
+    REQUIRE(msg.find("lm_head.weight") != std::string::npos);
+  }
+  SECTION("missing directory") {
+    auto model = DecoderModel::Load(dir.file("nope"), at::kFloat);
+    REQUIRE(model.status().code() == absl::StatusCode::kNotFound);
+  }
+}
+
+}  // namespace
+}  // namespace verl

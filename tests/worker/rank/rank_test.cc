@@ -1,0 +1,256 @@
+// The rank through its torch-free interface only: this file sees no LibTorch header, as worker/service does not.
+
+#include "worker/rank/rank_interface.h"
+
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/text/bpe_trainer.h"
+#include "common/text/tokenizer.h"
+#include "tests/worker/model/test_dir.h"
+#include "tests/worker/tiny_model.h"
+
+namespace verl {
+namespace {
+
+using testing::ReadFile;
+using testing::TestDir;
+
+constexpr char kEos[] = "<|endoftext|>";
+
+// A model directory whose tokenizer.json and model vocabulary agree: a byte-level BPE trained on a few letter strings.
+struct TinyRankModel {
+  TestDir dir{"rank_model"};
+  int32_t vocab_size = 0;
+  int32_t eos_id = 0;
+  std::vector<int32_t> prompt_a, prompt_b;
+
+  TinyRankModel() {
+    auto json = TrainByteLevelBpeTokenizerJson({"aaaa aaaa bbbb", "abab cdcd", "repeat a", "repeat b"}, 8, {kEos});
+    REQUIRE(json.ok());
+    auto tok = Tokenizer::FromJson(*json, "tokenizer.json");
+    REQUIRE(tok.ok());
+    vocab_size = tok->vocab_size();
+    REQUIRE(vocab_size > 256);
+    eos_id = *tok->TokenToId(kEos);
+    prompt_a = tok->Encode("repeat a");
+    prompt_b = tok->Encode("say aaaa");
+    DecoderConfig config = testing::TinyDecoderConfig(vocab_size);
+    config.eos_token_ids = {eos_id};
+    config.pad_token_id = eos_id;
+    testing::WriteTinyModel(dir.path(), config);
+    testing::WriteFile(dir.file("tokenizer.json"), *json);
+  }
+};
+
+RankConfig Config(const std::string& model_path, std::vector<std::string> roles = {"actor", "rollout", "ref"}) {
+  RankConfig c;
+  c.roles = std::move(roles);
+  c.model_path = model_path;
+  c.actor.lr = 1e-4;
+  c.actor.ppo_mini_batch_size = 2;  // prompts: one optimizer step over all 4 sequences
+  c.actor.ppo_micro_batch_size_per_gpu = 2;
+  c.actor.log_prob_micro_batch_size_per_gpu = 3;
+  c.actor.use_kl_loss = true;
+  return c;
+}
+
+std::vector<PromptInput> Prompts(const TinyRankModel& m) {
+  return {{m.prompt_a, "uid-a", "verl_cpp/repeat_letter", "a", "{}"},
+          {m.prompt_b, "uid-b", "verl_cpp/repeat_letter", "a", "{}"}};
+}
+
+SamplingSettings Sampling(const TinyRankModel& m) {
+  SamplingSettings s;
+  s.n = 2;
+  s.max_new_tokens = 6;
+  s.eos_token_ids = {m.eos_id};
+  s.pad_token_id = m.eos_id;
+  s.seed = 11;
+  return s;
+}
+
+// repeat_letter's documented rule, for ground truth "a": mean over the first 8 bytes of 1 ('a') / 0.25 (b, c, d).
+double RepeatLetterA(const std::string& text) {
+  double sum = 0;
+  for (size_t i = 0; i < 8 && i < text.size(); ++i) {
+    if (text[i] == 'a') sum += 1.0;
+    else if (text[i] == 'b' || text[i] == 'c' || text[i] == 'd') sum += 0.25;
+  }
+  return sum / 8;
+}
+
+void ExpectError(const absl::Status& s, absl::StatusCode code, const std::vector<std::string>& parts) {
+  INFO(s.ToString());
+  REQUIRE(s.code() == code);
+  for (const std::string& p : parts) REQUIRE(std::string(s.message()).find(p) != std::string::npos);
+}
+
+TEST_CASE("CpuRank runs a GRPO step through the torch-free interface", "[worker][rank]") {
+  TinyRankModel m;
+  TestDir ckpt("rank_ckpt");
+  auto rank = CreateCpuRank(3);
+  REQUIRE(rank->Configure(Config(m.dir.path())).ok());
+  auto loaded = rank->LoadModel();
+  INFO(loaded.status().ToString());
+  REQUIRE(loaded.ok());
+  REQUIRE(loaded->vocab_size == m.vocab_size);
+  REQUIRE(loaded->num_parameters > m.vocab_size * 32);
+
+  auto gen = rank->Generate("step-1", Prompts(m), Sampling(m));
+  INFO(gen.status().ToString());
+  REQUIRE(gen.ok());
+  REQUIRE(gen->responses.dtype == DType::kInt32);
+  REQUIRE(gen->responses.shape == std::vector<int64_t>{4, 6});
+  REQUIRE(gen->responses.bytes.size() == 4 * 6 * 4);
+  REQUIRE(gen->prompt_lengths == std::vector<int32_t>{int32_t(m.prompt_a.size()), int32_t(m.prompt_a.size()),
+                                                      int32_t(m.prompt_b.size()), int32_t(m.prompt_b.size())});
+  std::vector<int32_t> ids(24);
+  std::memcpy(ids.data(), gen->responses.bytes.data(), gen->responses.bytes.size());
+  for (int i = 0; i < 4; ++i) {
+    const int32_t len = gen->response_lengths[i];
+    REQUIRE(len >= 1);
+    REQUIRE(len <= 6);
+    for (int t = 0; t < 6; ++t) {
+      REQUIRE(ids[i * 6 + t] >= 0);
+      REQUIRE(ids[i * 6 + t] < m.vocab_size);
+      if (t < len - 1) REQUIRE(ids[i * 6 + t] != m.eos_id);  // an EOS ends the response
+      if (t >= len) REQUIRE(ids[i * 6 + t] == m.eos_id);     // padding
+    }
+  }
+  REQUIRE(gen->metrics.count("rollout/log_prob/mean") == 1);
+  // Idempotent: the same step id returns the stored rollout, even with other settings.
+  SamplingSettings other = Sampling(m);
+  other.seed = 999;
+  auto again = rank->Generate("step-1", Prompts(m), other);
+  REQUIRE(again.ok());
+  REQUIRE(again->responses.bytes == gen->responses.bytes);
+
+  auto score = rank->Score("step-1");
+  INFO(score.status().ToString());
+  REQUIRE(score.ok());
+  REQUIRE(score->scores.size() == 4);
+  for (int i = 0; i < 4; ++i) {
+    INFO("'" << score->response_texts[i] << "'");
+    REQUIRE(score->scores[i] == Approx(RepeatLetterA(score->response_texts[i])));
+    REQUIRE(score->response_texts[i].find(kEos) == std::string::npos);  // special tokens are skipped
+  }
+
+  auto actor_lp = rank->ComputeLogProbs("step-1", "actor", 1.0);
+  INFO(actor_lp.status().ToString());
+  REQUIRE(actor_lp.ok());
+  // Rollout and trainer log-probs come from the same kernels.
+  REQUIRE(actor_lp->at("training/rollout_probs_diff_max") < 1e-5);
+  REQUIRE(rank->ComputeLogProbs("step-1", "ref", 1.0).ok());
+
+  auto adv = rank->ComputeAdvantage("step-1", "grpo", true);
+  INFO(adv.status().ToString());
+  REQUIRE(adv.ok());
+  // Per-sequence scores summed into critic/rewards.
+  double max_score = 0;
+  for (double s : score->scores) max_score = std::max(max_score, s);
+  REQUIRE(adv->at("critic/rewards/max") == Approx(max_score));
+  // Each uid group of two has advantages +-1/(sqrt(2)... ) or 0: (s - mean) / (std + eps) = +-0.7071 for distinct
+  // scores, so |advantage| <= 1/sqrt(2).
+  REQUIRE(adv->at("critic/advantages/max") <= 0.7072);
+  REQUIRE(adv->at("critic/advantages/min") >= -0.7072);
+
+  REQUIRE(rank->SaveCheckpoint(ckpt.file("before"), 0, false).ok());
+  auto upd = rank->UpdateActor("step-1", 1.0, 0);
+  INFO(upd.status().ToString());
+  REQUIRE(upd.ok());
+  for (const char* key : {"actor/pg_loss", "actor/grad_norm", "actor/kl_loss", "actor/entropy", "actor/lr"}) {
+    INFO(key);
+    REQUIRE(upd->count(key) == 1);
+  }
+  REQUIRE(upd->at("actor/kl_loss") == Approx(0.0).margin(1e-6));  // actor == ref before the first update
+  REQUIRE(rank->SaveCheckpoint(ckpt.file("after1"), 1, true).ok());
+
+  // A retried UpdateActor returns the same metrics and does not touch the weights again.
+  auto upd2 = rank->UpdateActor("step-1", 1.0, 0);
+  REQUIRE(upd2.ok());
+  REQUIRE(*upd2 == *upd);
+  REQUIRE(rank->SaveCheckpoint(ckpt.file("after2"), 1, false).ok());
+  const std::string model_file = "/actor/model_world_size_1_rank_3.safetensors";
+  const std::string optim_file = "/actor/optim_world_size_1_rank_3.safetensors";
+  REQUIRE(ReadFile(ckpt.file("after1") + model_file).size() > 1000);
+  REQUIRE(ReadFile(ckpt.file("after1") + model_file) != ReadFile(ckpt.file("before") + model_file));
+  REQUIRE(ReadFile(ckpt.file("after1") + model_file) == ReadFile(ckpt.file("after2") + model_file));
+  REQUIRE(ReadFile(ckpt.file("after1") + optim_file) == ReadFile(ckpt.file("after2") + optim_file));
+  REQUIRE(ReadFile(ckpt.file("after1") + "/actor/huggingface/tokenizer.json") == ReadFile(m.dir.file("tokenizer.json")));
+
+  // The next step sees the updated actor and the unchanged reference: the KL term is now non-zero.
+  REQUIRE(rank->Generate("step-2", Prompts(m), Sampling(m)).ok());
+  REQUIRE(rank->Score("step-2").ok());
+  REQUIRE(rank->ComputeLogProbs("step-2", "actor", 1.0).ok());
+  REQUIRE(rank->ComputeLogProbs("step-2", "ref", 1.0).ok());
+  REQUIRE(rank->ComputeAdvantage("step-2", "grpo", true).ok());
+  auto upd3 = rank->UpdateActor("step-2", 1.0, 0);
+  REQUIRE(upd3.ok());
+  REQUIRE(upd3->at("actor/kl_loss") > 1e-7);
+
+  SECTION("LoadCheckpoint restores the saved weights") {
+    REQUIRE(rank->LoadCheckpoint(ckpt.file("after1"), 1).ok());
+    REQUIRE(rank->SaveCheckpoint(ckpt.file("restored"), 1, false).ok());
+    REQUIRE(ReadFile(ckpt.file("restored") + model_file) == ReadFile(ckpt.file("after1") + model_file));
+    // Batches are dropped on restore.
+    ExpectError(rank->Score("step-2").status(), absl::StatusCode::kNotFound, {"rank 3", "Score", "step-2"});
+  }
+  SECTION("ReleaseBatch forgets the step") {
+    REQUIRE(rank->ReleaseBatch("step-1").ok());
+    ExpectError(rank->ComputeLogProbs("step-1", "actor", 1.0).status(), absl::StatusCode::kNotFound,
+                {"rank 3", "ComputeLogProbs", "step-1"});
+  }
+}
+
+TEST_CASE("CpuRank: calls out of order fail with the rank and stage", "[worker][rank]") {
+  TinyRankModel m;
+  auto rank = CreateCpuRank(5);
+  ExpectError(rank->LoadModel().status(), absl::StatusCode::kFailedPrecondition, {"rank 5", "LoadModel"});
+  ExpectError(rank->Generate("s", Prompts(m), Sampling(m)).status(), absl::StatusCode::kFailedPrecondition,
+              {"rank 5", "Generate", "LoadModel first"});
+  ExpectError(rank->Configure(Config(m.dir.path(), {"actor", "critic"})), absl::StatusCode::kInvalidArgument,
+              {"rank 5", "'critic'"});
+
+  REQUIRE(rank->Configure(Config(m.dir.path(), {"actor", "rollout"})).ok());
+  ExpectError(rank->Score("s").status(), absl::StatusCode::kFailedPrecondition, {"rank 5", "Score"});
+  REQUIRE(rank->LoadModel().ok());
+  ExpectError(rank->Score("nope").status(), absl::StatusCode::kNotFound, {"rank 5", "Score", "'nope'"});
+  ExpectError(rank->UpdateActor("nope", 1.0, 0).status(), absl::StatusCode::kNotFound, {"rank 5", "UpdateActor"});
+
+  std::vector<PromptInput> bad = Prompts(m);
+  bad[1].token_ids.clear();
+  ExpectError(rank->Generate("s", bad, Sampling(m)).status(), absl::StatusCode::kInvalidArgument,
+              {"rank 5", "Generate", "prompt 1"});
+  // A token id outside the model's vocabulary: LibTorch throws, the wall turns it into a Status.
+  bad = Prompts(m);
+  bad[0].token_ids.push_back(m.vocab_size + 5);
+  auto oob = rank->Generate("s", bad, Sampling(m));
+  REQUIRE_FALSE(oob.ok());
+  INFO(oob.status().ToString());
+  REQUIRE(std::string(oob.status().message()).find("rank 5 Generate") != std::string::npos);
+
+  REQUIRE(rank->Generate("s", Prompts(m), Sampling(m)).ok());
+  ExpectError(rank->ComputeAdvantage("s", "grpo", true).status(), absl::StatusCode::kFailedPrecondition,
+              {"rank 5", "ComputeAdvantage", "scored"});
+  REQUIRE(rank->Score("s").ok());
+  ExpectError(rank->ComputeAdvantage("s", "gae", true).status(), absl::StatusCode::kUnimplemented,
+              {"rank 5", "ComputeAdvantage", "'gae'"});
+  REQUIRE(rank->ComputeAdvantage("s", "grpo", true).ok());
+  ExpectError(rank->UpdateActor("s", 1.0, 0).status(), absl::StatusCode::kFailedPrecondition,
+              {"rank 5", "UpdateActor", "old log-probs"});
+  ExpectError(rank->ComputeLogProbs("s", "ref", 1.0).status(), absl::StatusCode::kFailedPrecondition,
+              {"rank 5", "ComputeLogProbs", "'ref'"});
+  ExpectError(rank->ComputeLogProbs("s", "critic", 1.0).status(), absl::StatusCode::kFailedPrecondition,
+              {"rank 5", "ComputeLogProbs", "'critic'"});
+  REQUIRE(rank->ComputeLogProbs("s", "actor", 1.0).ok());
+  // use_kl_loss is on but this rank has no ref role, so no ref log-probs: the update says so.
+  ExpectError(rank->UpdateActor("s", 1.0, 0).status(), absl::StatusCode::kFailedPrecondition,
+              {"rank 5", "UpdateActor", "ref log-probs"});
+}
+
+}  // namespace
+}  // namespace verl

@@ -1,0 +1,214 @@
+#include "worker/rollout/generator.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tests/worker/torch_catch.h"
+#include "tests/worker/model/test_dir.h"
+#include "tests/worker/tiny_model.h"
+#include "worker/train/ppo_actor.h"
+
+namespace verl {
+namespace {
+
+using testing::LoadModelOrDie;
+using testing::MaxAbsDiff;
+using testing::TestDir;
+
+const std::vector<std::vector<int32_t>> kPrompts = {{3, 4, 5, 6}, {7, 8}};
+
+// Greedy continuation of one prompt by re-running the full (uncached) forward after every token.
+std::vector<int64_t> ReferenceGreedy(const DecoderModel& model, const std::vector<int32_t>& prompt, int steps) {
+  std::vector<int64_t> seq(prompt.begin(), prompt.end());
+  std::vector<int64_t> out;
+  for (int s = 0; s < steps; ++s) {
+    const int64_t T = static_cast<int64_t>(seq.size());
+    at::Tensor ids = at::tensor(seq, at::kLong).unsqueeze(0);
+    at::Tensor valid = at::ones({1, T}, at::kBool);
+    at::Tensor logits = model.Logits(
+        model.Forward(ids, PositionIdsFromMask(valid), BuildAttentionMask(valid, 0, T), nullptr).select(1, T - 1));
+    const int64_t next = logits.argmax(-1).item<int64_t>();
+    out.push_back(next);
+    seq.push_back(next);
+  }
+  return out;
+}
+
+std::vector<int64_t> Row(const at::Tensor& t, int64_t i) {
+  at::Tensor r = t[i].to(at::kLong).contiguous();
+  return std::vector<int64_t>(r.data_ptr<int64_t>(), r.data_ptr<int64_t>() + r.numel());
+}
+
+SamplingOptions Greedy(int max_new_tokens) {
+  SamplingOptions o;
+  o.do_sample = false;
+  o.max_new_tokens = max_new_tokens;
+  o.pad_token_id = 0;
+  return o;
+}
+
+class TinyModelFixture {
+ public:
+  TinyModelFixture() : dir_("rollout") {
+    testing::WriteTinyModel(dir_.path(), testing::TinyDecoderConfig());
+    model_ = LoadModelOrDie(dir_.path());
+  }
+  const DecoderModel& model() const { return *model_; }
+
+ private:
+  TestDir dir_;
+  std::unique_ptr<DecoderModel> model_;
+};
+
+TEST_CASE_METHOD(TinyModelFixture, "Generate: greedy equals step-by-step argmax of the full forward",
+                 "[worker][rollout]") {
+  at::NoGradGuard no_grad;
+  RolloutBatch r = Generate(model(), kPrompts, Greedy(6));
+  REQUIRE(r.prompts.sizes() == at::IntArrayRef({2, 4}));
+  REQUIRE(r.responses.sizes() == at::IntArrayRef({2, 6}));
+  // Left padding with pad_token_id.
+  REQUIRE(Row(r.prompts, 1) == std::vector<int64_t>{0, 0, 7, 8});
+  REQUIRE(Row(r.prompt_mask, 1) == std::vector<int64_t>{0, 0, 1, 1});
+  REQUIRE(r.response_mask.all().item<bool>());  // no EOS configured
+  for (int64_t i = 0; i < 2; ++i) {
+    INFO("prompt " << i);
+    REQUIRE(Row(r.responses, i) == ReferenceGreedy(model(), kPrompts[i], 6));
+  }
+  // The greedy response is not trivially constant (the test would be weak otherwise).
+  REQUIRE(std::set<int64_t>(Row(r.responses, 0).begin(), Row(r.responses, 0).end()).size() > 1);
+  // Deterministic.
+  RolloutBatch again = Generate(model(), kPrompts, Greedy(6));
+  REQUIRE(at::equal(again.responses, r.responses));
+  REQUIRE(at::equal(again.log_probs, r.log_probs));
+  // top_k = 1 with sampling picks the same tokens, whatever the temperature and seed.
+  SamplingOptions top1 = Greedy(6);
+  top1.do_sample = true;
+  top1.top_k = 1;
+  top1.temperature = 0.7;
+  top1.seed = 1234;
+  REQUIRE(at::equal(Generate(model(), kPrompts, top1).responses, r.responses));
+}
+
+TEST_CASE_METHOD(TinyModelFixture, "Generate: sampling is reproducible per seed", "[worker][rollout]") {
+  SamplingOptions o;
+  o.max_new_tokens = 8;
+  o.n = 3;
+  o.seed = 42;
+  RolloutBatch a = Generate(model(), kPrompts, o);
+  RolloutBatch b = Generate(model(), kPrompts, o);
+  REQUIRE(a.responses.sizes() == at::IntArrayRef({6, 8}));
+  // Row i * n + j is sample j of prompt i: each prompt is repeated n times.
+  REQUIRE(Row(a.prompts, 0) == Row(a.prompts, 2));
+  REQUIRE(Row(a.prompts, 3) == Row(a.prompts, 5));
+  REQUIRE(at::equal(a.responses, b.responses));
+  REQUIRE(at::equal(a.log_probs, b.log_probs));
+  // Samples of one prompt differ from each other.
+  REQUIRE_FALSE(at::equal(a.responses[0], a.responses[1]));
+  o.seed = 43;
+  RolloutBatch c = Generate(model(), kPrompts, o);
+  REQUIRE_FALSE(at::equal(a.responses, c.responses));
+}
+
+TEST_CASE_METHOD(TinyModelFixture, "Generate: EOS ends a sequence; the rest is padding", "[worker][rollout]") {
+  const std::vector<int64_t> free0 = ReferenceGreedy(model(), kPrompts[0], 6);
+  const std::vector<int64_t> free1 = ReferenceGreedy(model(), kPrompts[1], 6);
+  SamplingOptions o = Greedy(6);
+  o.eos_token_ids = {static_cast<int32_t>(free0[0])};  // prompt 0 emits EOS first
+  o.pad_token_id = free0[0] == 49 ? 48 : 49;
+  RolloutBatch r = Generate(model(), kPrompts, o);
+  // Row 0: the EOS, then padding; length 1.
+  REQUIRE(Row(r.responses, 0)[0] == free0[0]);
+  REQUIRE(Row(r.response_mask, 0) == std::vector<int64_t>{1, 0, 0, 0, 0, 0});
+  for (int64_t t = 1; t < 6; ++t) REQUIRE(Row(r.responses, 0)[t] == o.pad_token_id);
+  REQUIRE(at::equal(r.log_probs[0].narrow(0, 1, 5), at::zeros({5})));
+  REQUIRE(r.log_probs[0][0].item<float>() < 0.0f);
+  // Row 1 follows its free greedy run up to and including its own first EOS (if any), padding after.
+  const std::vector<int64_t> resp1 = Row(r.responses, 1);
+  const std::vector<int64_t> mask1 = Row(r.response_mask, 1);
+  bool ended = false;
+  for (int64_t t = 0; t < 6; ++t) {
+    INFO("t = " << t);
+    REQUIRE(mask1[t] == (ended ? 0 : 1));
+    REQUIRE(resp1[t] == (ended ? o.pad_token_id : free1[t]));
+    if (free1[t] == free0[0]) ended = true;
+  }
+}
+
+TEST_CASE_METHOD(TinyModelFixture, "Generate: rollout log-probs equal the trainer's log-probs", "[worker][rollout]") {
+  // The consistency property behind training/rollout_probs_diff_*: same sequences, same numbers.
+  SamplingOptions o;
+  o.max_new_tokens = 7;
+  o.n = 2;
+  o.temperature = 0.8;
+  o.top_p = 0.9;  // filtering changes what is sampled, not the log-prob reported (of the unfiltered distribution)
+  o.seed = 5;
+  o.eos_token_ids = {10, 20, 30};
+  o.pad_token_id = 49;
+  RolloutBatch r = Generate(model(), kPrompts, o);
+  SequenceBatch seq{at::cat({r.prompts, r.responses}, 1), at::cat({r.prompt_mask, r.response_mask}, 1), r.responses,
+                    r.response_mask};
+  at::NoGradGuard no_grad;
+  at::Tensor trainer = ForwardLogProbs(model(), seq, 0, seq.size(), o.temperature, false).log_probs;
+  at::Tensor mask = r.response_mask.to(at::kFloat);
+  REQUIRE(MaxAbsDiff(trainer * mask, r.log_probs) < 1e-5);
+  REQUIRE(r.log_probs.sum().item<double>() < -1.0);  // non-trivial values were compared
+}
+
+TEST_CASE("SampleNextTokens: filters", "[worker][rollout]") {
+  at::Generator gen = at::detail::createCPUGenerator(7);
+  at::Tensor logits = at::randn({64, 50}, gen) * 3.0;
+  const at::Tensor argmax = logits.argmax(-1);
+
+  SECTION("greedy: argmax, log-prob of the plain logits") {
+    SamplingOptions o;
+    o.do_sample = false;
+    at::Tensor lp;
+    at::Tensor tok = SampleNextTokens(logits, o, gen, &lp);
+    REQUIRE(at::equal(tok, argmax));
+    at::Tensor expected = logits.log_softmax(-1).gather(-1, argmax.unsqueeze(-1)).squeeze(-1);
+    REQUIRE(MaxAbsDiff(lp, expected) < 1e-6);
+  }
+  SECTION("a tiny top_p keeps only the most likely token") {
+    SamplingOptions o;
+    o.top_p = 1e-6;
+    o.temperature = 2.0;
+    at::Tensor lp;
+    at::Tensor tok = SampleNextTokens(logits, o, gen, &lp);
+    REQUIRE(at::equal(tok, argmax));
+    // The reported log-prob is under softmax(logits / temperature), before filtering.
+    at::Tensor expected = (logits / 2.0).log_softmax(-1).gather(-1, argmax.unsqueeze(-1)).squeeze(-1);
+    REQUIRE(MaxAbsDiff(lp, expected) < 1e-6);
+  }
+  SECTION("top_k = 3 samples only among the three largest logits") {
+    SamplingOptions o;
+    o.top_k = 3;
+    at::Tensor top3 = std::get<1>(logits.topk(3, -1));
+    std::set<int64_t> seen;
+    for (int rep = 0; rep < 5; ++rep) {
+      at::Tensor tok = SampleNextTokens(logits, o, gen, nullptr);
+      REQUIRE(top3.eq(tok.unsqueeze(-1)).any(-1).all().item<bool>());
+      for (int64_t i = 0; i < tok.size(0); ++i) seen.insert(tok[i].item<int64_t>() == argmax[i].item<int64_t>());
+    }
+    REQUIRE(seen.size() == 2);  // not always the argmax
+  }
+  SECTION("top_p keeps the smallest prefix whose mass reaches top_p") {
+    // p = [0.5, 0.3, 0.2]: top_p 0.6 needs tokens 0 and 1; token 2 is never drawn.
+    at::Tensor probs = at::tensor({0.5f, 0.3f, 0.2f}).log().unsqueeze(0).expand({400, 3}).contiguous();
+    SamplingOptions o;
+    o.top_p = 0.6;
+    at::Tensor tok = SampleNextTokens(probs, o, gen, nullptr);
+    REQUIRE(tok.eq(2).sum().item<int64_t>() == 0);
+    REQUIRE(tok.eq(0).sum().item<int64_t>() > 0);
+    REQUIRE(tok.eq(1).sum().item<int64_t>() > 0);
+    // Without top_p, token 2 shows up (p = 0.2 over 400 draws).
+    o.top_p = 1.0;
+    REQUIRE(SampleNextTokens(probs, o, gen, nullptr).eq(2).sum().item<int64_t>() > 0);
+  }
+}
+
+}  // namespace
+}  // namespace verl
