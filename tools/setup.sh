@@ -44,7 +44,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   log "installing PyPI wheels ($want) into $PY (about 1 GB, a few minutes)"
   mkdir -p "$DEPS_DIR"
   rm -rf "$PY.tmp"
-  python3 -m pip install -q --disable-pip-version-check --no-deps --target "$PY.tmp" \
+  PIP_ROOT_USER_ACTION=ignore python3 -m pip install -q --disable-pip-version-check --no-deps --target "$PY.tmp" \
     "torch==$TORCH_VERSION" "pyarrow==$PYARROW_VERSION"
   rm -rf "$PY" && mv "$PY.tmp" "$PY"
   echo "$want" > "$stamp"
@@ -58,7 +58,7 @@ if ldd "$PY/torch/lib/libtorch_cpu.so" | grep -q "not found"; then
   NV="$DEPS_DIR/nvidia"
   if [ ! -d "$NV" ]; then
     log "installing the CUDA runtime libraries LibTorch links against"
-    python3 -m pip install -q --disable-pip-version-check --no-deps --target "$NV.tmp" \
+    PIP_ROOT_USER_ACTION=ignore python3 -m pip install -q --disable-pip-version-check --no-deps --target "$NV.tmp" \
       nvidia-cuda-runtime nvidia-cuda-cupti
     mv "$NV.tmp" "$NV"
   fi
