@@ -7,6 +7,7 @@
 #include <arrow/io/file.h>
 #include <parquet/arrow/writer.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <regex>
 #include <string>
@@ -298,7 +299,9 @@ TEST_CASE("Ctrl-C stops verl-controller and its worker", "[controller][main]") {
   const auto start = Clock::now();
   REQUIRE(::kill(controller.pid(), SIGINT) == 0);
   REQUIRE(controller.Wait(10));
-  CHECK(SecondsSince(start) < 5);
+  // Normally well under a second; 5 s was the symptom of the controller keeping its connection open while
+  // waiting for the worker to exit (the worker's graceful stop waited for gRPC's 5 s backup poll).
+  CHECK(SecondsSince(start) < 3);
   CHECK(controller.exit_code() == 130);
   CHECK_THAT(controller.err(), Catch::Contains("cancel"));
   // The controller reaped its worker before exiting: it is neither running nor an orphaned zombie.

@@ -1,6 +1,7 @@
 // The worker service over real gRPC on loopback: a verl-worker started by LocalWorkerLauncher, driven through
 // WorkerClient with the tiny model from verl-make-tiny-model.
 
+#include <memory>
 #include <string>
 
 #include <catch2/catch.hpp>
@@ -89,9 +90,9 @@ TEST_CASE("WorkerService runs a GRPO step over gRPC and reports errors with cont
   auto liveness = [&launcher] { return launcher.CheckAlive(); };
   const LaunchedWorker w0 = launched->at(0);
   const LaunchedWorker w1 = launched->at(1);
-  WorkerClient client(w0.worker_id, w0.address, 30, liveness);
+  auto client = std::make_unique<WorkerClient>(w0.worker_id, w0.address, 30, liveness);
   WorkerClient other(w1.worker_id, w1.address, 30, liveness);
-  REQUIRE(client.WaitHealthy(10).ok());
+  REQUIRE(client->WaitHealthy(10).ok());
   REQUIRE(other.WaitHealthy(10).ok());
 
   {
@@ -104,18 +105,18 @@ TEST_CASE("WorkerService runs a GRPO step over gRPC and reports errors with cont
   }
   {
     INFO("LoadModel before ConfigureRoles is refused");
-    auto r = client.LoadModel(v1::LoadModelRequest());
+    auto r = client->LoadModel(v1::LoadModelRequest());
     REQUIRE_FALSE(r.ok());
     CHECK_THAT(std::string(r.status().message()), Catch::Contains("LoadModel") && Catch::Contains("worker-0"));
   }
 
-  REQUIRE(client.ConfigureRoles(Roles(model)).ok());
-  auto loaded = client.LoadModel(v1::LoadModelRequest());
+  REQUIRE(client->ConfigureRoles(Roles(model)).ok());
+  auto loaded = client->LoadModel(v1::LoadModelRequest());
   REQUIRE(loaded.ok());
   CHECK(loaded->num_parameters() > 0);
   CHECK(loaded->vocab_size() > 8);
 
-  auto gen = client.Generate(SmallBatch("train-1"));
+  auto gen = client->Generate(SmallBatch("train-1"));
   REQUIRE(gen.ok());
   REQUIRE(gen->responses().shape_size() == 2);
   CHECK(gen->responses().shape(0) == 4);
@@ -132,23 +133,23 @@ TEST_CASE("WorkerService runs a GRPO step over gRPC and reports errors with cont
 
   {
     INFO("Generate is idempotent per step id, even when the repeated request differs");
-    auto again = client.Generate(SmallBatch("train-1"));
+    auto again = client->Generate(SmallBatch("train-1"));
     REQUIRE(again.ok());
     CHECK(Same(*again, *gen));
     v1::GenerateRequest changed = SmallBatch("train-1");
     changed.mutable_sampling()->set_seed(12345);
-    auto third = client.Generate(changed);
+    auto third = client->Generate(changed);
     REQUIRE(third.ok());
     CHECK(Same(*third, *gen));
   }
 
   v1::ScoreRequest score_req;
   score_req.set_step_id("train-1");
-  auto scored = client.Score(score_req);
+  auto scored = client->Score(score_req);
   REQUIRE(scored.ok());
   CHECK(scored->scores_size() == 4);
   CHECK(scored->response_texts_size() == 4);
-  auto scored_again = client.Score(score_req);
+  auto scored_again = client->Score(score_req);
   REQUIRE(scored_again.ok());
   CHECK(Same(*scored_again, *scored));
 
@@ -156,26 +157,26 @@ TEST_CASE("WorkerService runs a GRPO step over gRPC and reports errors with cont
   lp.set_step_id("train-1");
   lp.set_role("actor");
   lp.set_temperature(1.0);
-  REQUIRE(client.ComputeLogProbs(lp).ok());
+  REQUIRE(client->ComputeLogProbs(lp).ok());
   lp.set_role("ref");
-  REQUIRE(client.ComputeLogProbs(lp).ok());
+  REQUIRE(client->ComputeLogProbs(lp).ok());
 
   v1::ComputeAdvantageRequest adv;
   adv.set_step_id("train-1");
   adv.set_estimator("grpo");
   adv.set_norm_adv_by_std_in_grpo(true);
-  REQUIRE(client.ComputeAdvantage(adv).ok());
+  REQUIRE(client->ComputeAdvantage(adv).ok());
 
   v1::UpdateActorRequest upd;
   upd.set_step_id("train-1");
   upd.set_temperature(1.0);
   upd.set_seed(3);
-  auto updated = client.UpdateActor(upd);
+  auto updated = client->UpdateActor(upd);
   REQUIRE(updated.ok());
   CHECK_FALSE(updated->metrics().empty());
   {
     INFO("a repeated UpdateActor returns the stored result instead of updating twice");
-    auto again = client.UpdateActor(upd);
+    auto again = client->UpdateActor(upd);
     REQUIRE(again.ok());
     CHECK(Same(*again, *updated));
   }
@@ -184,7 +185,7 @@ TEST_CASE("WorkerService runs a GRPO step over gRPC and reports errors with cont
     INFO("an error from the rank arrives as NOT_FOUND naming the worker, the RPC and the step");
     v1::ScoreRequest unknown;
     unknown.set_step_id("train-99");
-    auto r = client.Score(unknown);
+    auto r = client->Score(unknown);
     REQUIRE_FALSE(r.ok());
     CHECK(r.status().code() == absl::StatusCode::kNotFound);
     // "(pid N)" is added by the worker itself, so this checks the worker's annotation, not just the client's.
@@ -196,21 +197,18 @@ TEST_CASE("WorkerService runs a GRPO step over gRPC and reports errors with cont
     INFO("ReleaseBatch drops the step: later calls for it are NOT_FOUND");
     v1::ReleaseBatchRequest rel;
     rel.set_step_id("train-1");
-    REQUIRE(client.ReleaseBatch(rel).ok());
-    auto r = client.ComputeAdvantage(adv);
+    REQUIRE(client->ReleaseBatch(rel).ok());
+    auto r = client->ComputeAdvantage(adv);
     REQUIRE_FALSE(r.ok());
     CHECK(r.status().code() == absl::StatusCode::kNotFound);
     CHECK_THAT(std::string(r.status().message()), Catch::Contains("ComputeAdvantage") && Catch::Contains("train-1"));
   }
-  if (std::getenv("SKIP_DL")) {
-    WorkerClient impatient(w0.worker_id, w0.address, 2, liveness);
-    CHECK(impatient.Generate(SmallBatch("fast-1", 4)).ok());
-  }
-  if (!std::getenv("SKIP_DL")) {
+  {
     INFO("a call that outlives its deadline fails with DEADLINE_EXCEEDED at the deadline, naming worker and RPC");
-    WorkerClient impatient(w0.worker_id, w0.address, 0.02, liveness);
-    v1::GenerateRequest big = SmallBatch("slow-1", 64);
-    big.mutable_sampling()->set_n(8);
+    // 32 sequences of 128 tokens (no EOS given, so all run to the end) take far longer than 10 ms.
+    WorkerClient impatient(w0.worker_id, w0.address, 0.01, liveness);
+    v1::GenerateRequest big = SmallBatch("slow-1", 128);
+    big.mutable_sampling()->set_n(16);
     const auto start = Clock::now();
     auto r = impatient.Generate(big);
     const double elapsed = SecondsSince(start);
@@ -219,21 +217,17 @@ TEST_CASE("WorkerService runs a GRPO step over gRPC and reports errors with cont
     CHECK(elapsed < 1.0);
     CHECK_THAT(std::string(r.status().message()), Catch::Contains("Generate") && Catch::Contains("worker-0"));
     // The worker is still fine afterwards.
-    CHECK(client.WaitHealthy(5).ok());
-    v1::ReleaseBatchRequest rel;
-    rel.set_step_id("slow-1");
-    auto t = Clock::now();
-    CHECK(client.ReleaseBatch(rel).ok());
-    fprintf(stderr, "DBG release took %.3f\n", SecondsSince(t));
+    CHECK(client->WaitHealthy(5).ok());
   }
 
   {
     INFO("Shutdown makes the worker exit with status 0");
-    auto t = Clock::now();
-    REQUIRE(client.Shutdown().ok());
+    REQUIRE(client->Shutdown().ok());
+    // Disconnect, as the controller does: the worker's graceful stop waits for its clients to go away.
+    client.reset();
+    const auto start = Clock::now();
     REQUIRE(WaitFor([&] { return !launcher.CheckAlive().ok(); }, 10));
-    fprintf(stderr, "DBG shutdown took %.3f\n", SecondsSince(t));
-    REQUIRE(WaitFor([&] { return !launcher.CheckAlive().ok(); }, 10));
+    CHECK(SecondsSince(start) < 3);
     absl::Status alive = launcher.CheckAlive();
     CHECK_THAT(std::string(alive.message()), Catch::Contains("worker-0") && Catch::Contains("exited with status 0"));
   }
