@@ -148,6 +148,13 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   r.Read("actor_rollout_ref.actor.kl_loss_coef", &a.kl_loss_coef);
   r.Read("actor_rollout_ref.actor.kl_loss_type", &a.kl_loss_type);
   r.Read("actor_rollout_ref.actor.grad_clip", &a.grad_clip);
+  r.Read("actor_rollout_ref.actor.policy_loss.loss_mode", &a.policy_loss.loss_mode);
+  r.Read("actor_rollout_ref.actor.policy_loss.clip_cov_ratio", &a.policy_loss.clip_cov_ratio);
+  r.Read("actor_rollout_ref.actor.policy_loss.clip_cov_lb", &a.policy_loss.clip_cov_lb);
+  r.Read("actor_rollout_ref.actor.policy_loss.clip_cov_ub", &a.policy_loss.clip_cov_ub);
+  r.Read("actor_rollout_ref.actor.policy_loss.kl_cov_ratio", &a.policy_loss.kl_cov_ratio);
+  r.Read("actor_rollout_ref.actor.policy_loss.ppo_kl_coef", &a.policy_loss.ppo_kl_coef);
+  r.Read("actor_rollout_ref.actor.tis_imp_ratio_cap", &a.tis_imp_ratio_cap);
 
   RolloutConfig& ro = c.actor_rollout_ref.rollout;
   r.Read("actor_rollout_ref.rollout.n", &ro.n);
@@ -171,6 +178,27 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   r.Read("algorithm.gamma", &al.gamma);
   r.Read("algorithm.lam", &al.lam);
   r.Read("algorithm.use_kl_in_reward", &al.use_kl_in_reward);
+  r.Read("algorithm.kl_penalty", &al.kl_penalty);
+  r.Read("algorithm.kl_ctrl.type", &al.kl_ctrl.type);
+  r.Read("algorithm.kl_ctrl.kl_coef", &al.kl_ctrl.kl_coef);
+  r.Read("algorithm.kl_ctrl.horizon", &al.kl_ctrl.horizon);
+  r.Read("algorithm.kl_ctrl.target_kl", &al.kl_ctrl.target_kl);
+
+  CriticConfig& cr = c.critic;
+  r.Read("critic.model.path", &cr.model_path);
+  r.Read("critic.optim.lr", &cr.optim.lr);
+  r.Read("critic.optim.weight_decay", &cr.optim.weight_decay);
+  r.Read("critic.optim.betas", &cr.optim.betas);
+  r.Read("critic.optim.eps", &cr.optim.eps);
+  r.Read("critic.optim.lr_warmup_steps_ratio", &cr.optim.lr_warmup_steps_ratio);
+  r.Read("critic.ppo_mini_batch_size", &cr.ppo_mini_batch_size);
+  r.Read("critic.ppo_micro_batch_size_per_gpu", &cr.ppo_micro_batch_size_per_gpu);
+  r.Read("critic.forward_micro_batch_size_per_gpu", &cr.forward_micro_batch_size_per_gpu);
+  r.Read("critic.ppo_epochs", &cr.ppo_epochs);
+  r.Read("critic.shuffle", &cr.shuffle);
+  r.Read("critic.grad_clip", &cr.grad_clip);
+  r.Read("critic.cliprange_value", &cr.cliprange_value);
+  r.Read("critic.loss_agg_mode", &cr.loss_agg_mode);
 
   TrainerConfig& t = c.trainer;
   r.Read("trainer.project_name", &t.project_name);
@@ -184,6 +212,7 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   r.Read("trainer.save_freq", &t.save_freq);
   r.Read("trainer.test_freq", &t.test_freq);
   r.Read("trainer.val_before_train", &t.val_before_train);
+  r.Read("trainer.critic_warmup", &t.critic_warmup);
   r.Read("trainer.default_local_dir", &t.default_local_dir);
   r.Read("trainer.resume_mode", &t.resume_mode);
   r.Read("trainer.resume_from_path", &t.resume_from_path);

@@ -69,6 +69,18 @@ struct ActorConfig {
   double kl_loss_coef = 0.001;
   std::string kl_loss_type = "low_var_kl";
   double grad_clip = 1.0;                  // max global gradient norm
+  // actor_rollout_ref.actor.policy_loss.*
+  struct PolicyLoss {
+    std::string loss_mode = "vanilla";     // vanilla | gspo | gpg | cispo | clip_cov | kl_cov
+    double clip_cov_ratio = 0.0002;
+    double clip_cov_lb = 1.0;
+    double clip_cov_ub = 5.0;
+    double kl_cov_ratio = 0.0002;
+    double ppo_kl_coef = 0.1;
+    bool operator==(const PolicyLoss&) const = default;
+  };
+  PolicyLoss policy_loss;
+  double tis_imp_ratio_cap = -1.0;         // truncated importance sampling cap; <= 0 disables
 
   double ClipRatioLow() const { return clip_ratio_low.value_or(clip_ratio); }
   double ClipRatioHigh() const { return clip_ratio_high.value_or(clip_ratio); }
@@ -110,7 +122,32 @@ struct AlgorithmConfig {
   double gamma = 1.0;
   double lam = 1.0;
   bool use_kl_in_reward = false;
+  std::string kl_penalty = "kl";           // estimator of the in-reward KL
+  // algorithm.kl_ctrl.*
+  struct KlCtrl {
+    std::string type = "fixed";            // fixed | adaptive
+    double kl_coef = 0.001;
+    int64_t horizon = 10000;
+    double target_kl = 0.1;
+    bool operator==(const KlCtrl&) const = default;
+  };
+  KlCtrl kl_ctrl;
   bool operator==(const AlgorithmConfig&) const = default;
+};
+
+// critic.* (used when algorithm.adv_estimator=gae)
+struct CriticConfig {
+  std::string model_path;                  // critic.model.path; defaults to actor_rollout_ref.model.path
+  OptimConfig optim{1e-5, 0.01, {0.9, 0.999}, 1e-8, -1, 0.0};
+  int64_t ppo_mini_batch_size = 256;       // prompts per optimizer step (x rollout.n samples)
+  std::optional<int64_t> ppo_micro_batch_size_per_gpu;
+  std::optional<int64_t> forward_micro_batch_size_per_gpu;
+  int64_t ppo_epochs = 1;
+  bool shuffle = false;
+  double grad_clip = 1.0;
+  double cliprange_value = 0.5;
+  std::string loss_agg_mode = "token-mean";
+  bool operator==(const CriticConfig&) const = default;
 };
 
 // trainer.*
@@ -126,6 +163,7 @@ struct TrainerConfig {
   int64_t save_freq = -1;                  // -1: no periodic checkpoints
   int64_t test_freq = -1;                  // -1: disabled
   bool val_before_train = true;
+  int64_t critic_warmup = 0;               // steps that update only the critic
   std::string default_local_dir;           // resolved from checkpoints/${project_name}/${experiment_name}
   std::string resume_mode = "auto";        // auto | disable | resume_path
   std::string resume_from_path;
@@ -157,9 +195,13 @@ struct ActorRolloutRefConfig {
 };
 
 struct JobConfig {
+  // verl's rule: a critic is used exactly when the advantage estimator is GAE.
+  bool UseCritic() const { return algorithm.adv_estimator == "gae"; }
+
   DataConfig data;
   ActorRolloutRefConfig actor_rollout_ref;
   AlgorithmConfig algorithm;
+  CriticConfig critic;
   TrainerConfig trainer;
   ClusterConfig cluster;
   bool operator==(const JobConfig&) const = default;

@@ -129,6 +129,13 @@ absl::Status LocalWorkerLauncher::CheckAlive() {
   return absl::OkStatus();
 }
 
+absl::Status LocalWorkerLauncher::CheckAlive(const std::string& worker_id) {
+  for (Proc& p : procs_) {
+    if (p.info.worker_id == worker_id && Reap(p)) return absl::UnavailableError(Describe(p));
+  }
+  return absl::OkStatus();
+}
+
 void LocalWorkerLauncher::StopAll(double grace_s) {
   for (Proc& p : procs_) {
     if (!Reap(p)) kill(p.info.pid, SIGTERM);

@@ -42,6 +42,8 @@ class LocalWorkerLauncher {
   // OK while every launched worker runs; otherwise an Unavailable error naming the first dead worker, its address
   // and its exit status.
   absl::Status CheckAlive();
+  // The same for one worker only.
+  absl::Status CheckAlive(const std::string& worker_id);
 
   // SIGTERM, then SIGKILL after `grace_s` seconds for those still running. Idempotent.
   void StopAll(double grace_s = 5.0);

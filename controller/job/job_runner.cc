@@ -288,7 +288,7 @@ class JobRunner::Impl {
     }
     for (const auto& [id, address] : targets) {
       std::function<absl::Status()> liveness;
-      if (launcher_) liveness = [this] { return launcher_->CheckAlive(); };
+      if (launcher_) liveness = [this, id = id] { return launcher_->CheckAlive(id); };
       auto client = std::make_unique<WorkerClient>(id, address, c.rpc_timeout_s, liveness);
       ASSIGN_OR_RETURN(v1::HealthResponse health, client->WaitHealthy(c.worker_start_timeout_s));
       spdlog::debug("{} healthy: pid {}, {} rank(s) on {}", id, health.pid(), health.num_ranks(), health.device());

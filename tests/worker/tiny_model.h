@@ -1,7 +1,8 @@
 #ifndef VERL_TESTS_WORKER_TINY_MODEL_H_
 #define VERL_TESTS_WORKER_TINY_MODEL_H_
 
-// The tiny random decoder the worker tests run on (torch-free: written with WriteRandomDecoder).
+// The tiny random decoder the worker tests run on (torch-free: written with WriteRandomDecoder). LibTorch tests
+// include tests/worker/torch_catch.h before this header (it includes Catch2, whose CHECK must come after c10's).
 
 #include <catch2/catch.hpp>
 

@@ -104,7 +104,10 @@ absl::Status ExportHuggingFace(const std::string& out_dir, const DecoderModel& m
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", out_dir, ": ", ec.message()));
-  RETURN_IF_ERROR(WriteText(out_dir + "/config.json", DecoderConfigToJson(model.config())));
+  DecoderConfig config = model.config();
+  // The dtype label must describe the tensors written, which are the parameters as trained.
+  config.torch_dtype = std::string(TorchDTypeName(FromScalarType(model.named_parameters().front().second.scalar_type())));
+  RETURN_IF_ERROR(WriteText(out_dir + "/config.json", DecoderConfigToJson(config)));
   RETURN_IF_ERROR(WriteTensors(out_dir + "/model.safetensors", model.named_parameters()));
   for (const char* name : {"tokenizer.json", "tokenizer_config.json", "generation_config.json",
                            "special_tokens_map.json", "vocab.json", "merges.txt"}) {

@@ -250,10 +250,14 @@ class CpuRank final : public RankInterface {
       o.shuffle = a.shuffle;
       o.temperature = temperature;
       o.seed = seed;
-      actor_->SetRequiresGrad(true);
+      // Gradients only while updating, even when the update throws.
+      struct GradScope {
+        DecoderModel& m;
+        explicit GradScope(DecoderModel& model) : m(model) { m.SetRequiresGrad(true); }
+        ~GradScope() { m.SetRequiresGrad(false); }
+      } grad_scope(*actor_);
       auto metrics = UpdatePolicy(*actor_, *optimizer_, batch->seq,
                                   {batch->old_log_probs, batch->ref_log_probs, batch->advantages}, o);
-      actor_->SetRequiresGrad(false);
       if (!metrics.ok()) return Error("UpdateActor", metrics.status());
       ++updates_done_;
       batch->update_metrics = *metrics;

@@ -10,7 +10,8 @@ namespace verl {
 
 at::Tensor SampleNextTokens(const at::Tensor& logits, const SamplingOptions& options, at::Generator& generator,
                             at::Tensor* log_probs) {
-  at::Tensor scaled = options.do_sample ? logits / options.temperature : logits;
+  // Log-probs are always under logits / temperature (the trainer's quantity), greedy or not.
+  at::Tensor scaled = options.temperature > 0 ? logits / options.temperature : logits;
   at::Tensor tokens;
   if (!options.do_sample) {
     tokens = scaled.argmax(-1);

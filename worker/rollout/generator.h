@@ -37,7 +37,7 @@ struct RolloutBatch {
 };
 
 // Samples the next token for each row of `logits` [N, V] (float32). Writes the log-prob of each chosen token under
-// softmax(logits / temperature) (plain logits when greedy) to *log_probs. Returns int64 [N].
+// softmax(logits / temperature) (greedy too; plain logits only when temperature <= 0) to *log_probs. Returns int64 [N].
 at::Tensor SampleNextTokens(const at::Tensor& logits, const SamplingOptions& options, at::Generator& generator,
                             at::Tensor* log_probs);
 

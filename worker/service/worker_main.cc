@@ -128,7 +128,8 @@ int main(int argc, char** argv) {
     g_cv.wait(lock, [] { return g_stop; });
   }
   spdlog::info("shutting down");
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  // Short grace: in-flight calls finish, idle client channels do not hold the exit up for long.
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   server->Wait();
   return 0;
 }

@@ -8,7 +8,7 @@ namespace verl {
 
 at::Tensor MaskedMean(const at::Tensor& x, const at::Tensor& mask) {
   at::Tensor m = mask.to(x.scalar_type());
-  return (x * m).sum() / m.sum().clamp_min(1e-8);
+  return (x * m).sum() / (m.sum() + 1e-8);
 }
 
 at::Tensor ComputeGrpoOutcomeAdvantage(const at::Tensor& token_level_rewards, const at::Tensor& response_mask,

@@ -13,7 +13,7 @@
 
 namespace verl {
 
-// sum(x * mask) / sum(mask); sum(mask) is clamped below by 1e-8 as verl's masked_mean does.
+// sum(x * mask) / (sum(mask) + 1e-8), verl's masked_mean.
 at::Tensor MaskedMean(const at::Tensor& x, const at::Tensor& mask);
 
 // GRPO outcome advantage: per-sequence score = sum of token rewards; scores are normalised within each group of

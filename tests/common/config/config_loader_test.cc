@@ -171,6 +171,8 @@ TEST_CASE("a minimal config gets verl's defaults", "[config]") {
   expected.actor_rollout_ref.model.path = c.actor_rollout_ref.model.path;
   expected.trainer.default_local_dir = c.trainer.default_local_dir;
   expected.trainer.log_dir = c.trainer.log_dir;
+  expected.critic.model_path = c.critic.model_path;
+  CHECK(c.critic.model_path == c.actor_rollout_ref.model.path);
   CHECK(c == expected);
 }
 
@@ -272,8 +274,8 @@ TEST_CASE("unknown keys suggest the closest valid key", "[config]") {
   }
   SECTION("a right leaf name under the wrong section") {
     const std::string path = dir.Write("min.yaml", kMinimal);
-    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"trainer.lr=0.1"}).status(),
-                         "did you mean 'actor_rollout_ref.actor.optim.lr'?");
+    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"trainer.kl_loss_coef=0.1"}).status(),
+                         "did you mean 'actor_rollout_ref.actor.kl_loss_coef'?");
     CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"+data.max_prompt_len=10"}).status(),
                          "did you mean 'data.max_prompt_length'?");
   }

@@ -4,8 +4,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/text/bpe_trainer.h"
@@ -153,8 +155,8 @@ TEST_CASE("CpuRank runs a GRPO step through the torch-free interface", "[worker]
   double max_score = 0;
   for (double s : score->scores) max_score = std::max(max_score, s);
   REQUIRE(adv->at("critic/rewards/max") == Approx(max_score));
-  // Each uid group of two has advantages +-1/(sqrt(2)... ) or 0: (s - mean) / (std + eps) = +-0.7071 for distinct
-  // scores, so |advantage| <= 1/sqrt(2).
+  // A uid group of two scores x != y: mean (x + y) / 2, unbiased std |x - y| / sqrt(2), so the advantages are
+  // +-1/sqrt(2) (0 when x == y).
   REQUIRE(adv->at("critic/advantages/max") <= 0.7072);
   REQUIRE(adv->at("critic/advantages/min") >= -0.7072);
 
