@@ -1,0 +1,117 @@
+#ifndef VERL_WORKER_TRAIN_POLICY_LOSS_H_
+#define VERL_WORKER_TRAIN_POLICY_LOSS_H_
+
+// verl's policy losses (actor.policy_loss.loss_mode), loss aggregation normalised over the global mini-batch, the
+// critic's clipped value loss, and the KL penalty in the reward. Definitions follow verl/trainer/ppo/core_algos.py of
+// verl 0.8.0.dev (commit b178a3cd, 2026-01-29). Losses are computed in log_prob's dtype; masks are bool or float.
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/train/core_algos.h"
+
+namespace verl {
+
+const std::vector<std::string>& PolicyLossModeNames();
+
+// How a micro-batch's loss is normalised so the mini-batch gradient does not depend on the micro-batch size or the
+// number of ranks: the denominators are those of the whole (global) mini-batch. verl passes the same numbers as
+// global_batch_info (batch_num_tokens, global_batch_size, loss_scale_factor) and multiplies by dp_size because FSDP
+// averages gradients over ranks; here the results are meant to be SUMMED over micro-batches and ranks (the gradient
+// all-reduce sums), so there is no dp_size factor.
+struct AggNormalizer {
+  double global_tokens = 0;  // sum of the response mask over the mini-batch, over all ranks (token-mean)
+  // Sequences with at least one valid token in the mini-batch, over all ranks (seq-mean-*): verl's agg_loss excludes
+  // fully masked sequences from the sequence mean.
+  double global_seqs = 0;
+  // verl's loss_scale_factor (seq-mean-token-sum-norm); 0 means the mask's width R, as verl's default.
+  double max_response_length = 0;
+};
+
+// This rank's share of the normaliser for a mini-batch whose response mask is `mini_batch_mask` [N, R]: its token
+// count, its non-empty sequence count and R. Sum global_tokens and global_seqs over the ranks before use.
+AggNormalizer LocalAggNormalizer(const at::Tensor& mini_batch_mask);
+
+// Sum-form aggregation of a micro-batch's per-token losses, divided by the global denominators of `norm` for `mode`,
+// so that summing the results over all micro-batches (and ranks) gives verl's agg_loss over the mini-batch:
+//   token-mean               sum(loss * mask) / global_tokens
+//   seq-mean-token-sum       sum_seq(sum_t(loss * mask)) / global_seqs
+//   seq-mean-token-mean      sum_seq(sum_t(loss * mask) / (sum_t(mask) + 1e-8)) / global_seqs
+//   seq-mean-token-sum-norm  sum(loss * mask) / max_response_length (no division by the number of sequences)
+// Positions outside the mask never contribute, even when the loss there is nan or inf. InvalidArgument for an
+// unknown mode (listing the valid ones), for shapes that differ, and when the denominator the mode needs is <= 0.
+absl::StatusOr<at::Tensor> AggLossGlobal(const at::Tensor& loss_mat, const at::Tensor& mask, const std::string& mode,
+                                         const AggNormalizer& norm);
+
+// The loss_agg_mode names, for error messages and config validation.
+const std::vector<std::string>& LossAggModeNames();
+
+struct PolicyLossOptions {
+  std::string loss_mode = "vanilla";
+  double clip_ratio_low = 0.2;
+  double clip_ratio_high = 0.2;
+  double clip_ratio_c = 3.0;
+  std::string loss_agg_mode = "token-mean";
+  // clip_cov / kl_cov (verl's policy_loss.*)
+  double clip_cov_ratio = 0.0002;
+  double clip_cov_lb = 1.0;
+  double clip_cov_ub = 5.0;
+  double kl_cov_ratio = 0.0002;
+  double ppo_kl_coef = 0.1;
+  // Truncated importance sampling against the rollout policy: weights min(exp(clamp(old_lp - rollout_lp, +-20)), cap),
+  // detached, multiply the per-token loss of every mode when cap > 0 (verl's tis_imp_ratio_cap, which newer verl
+  // generalised to rollout_is_weights with rollout_is=token and rollout_is_threshold=cap).
+  double tis_imp_ratio_cap = -1;
+};
+
+// One micro-batch's policy loss for `options.loss_mode` (vanilla, gspo, gpg, cispo, clip_cov, kl_cov), aggregated
+// with AggLossGlobal (gspo always aggregates with seq-mean-token-mean, as verl does). `rollout_log_prob` may be
+// undefined unless tis_imp_ratio_cap > 0 (FailedPrecondition then). The metrics tensors (pg_clipfrac, ppo_kl,
+// pg_clipfrac_lower) are micro-batch means, detached; a metric verl does not report for a mode is 0 (gpg: all three;
+// clip_cov, kl_cov: pg_clipfrac_lower; kl_cov: pg_clipfrac, and its ppo_kl is the mean |log ratio| as verl's).
+// clip_cov's statistics (covariance means, token budget) are per micro-batch as in verl, and it picks the tokens to
+// exempt at random among the candidates (at::randperm on the default generator) when there are more than its budget.
+// InvalidArgument for an unknown mode (listing the valid ones), clip_ratio_c <= 1 (vanilla), a ratio <= 0 (clip_cov,
+// kl_cov), or shapes that differ.
+absl::StatusOr<PolicyLossResult> ComputePolicyLossByMode(const at::Tensor& old_log_prob, const at::Tensor& log_prob,
+                                                         const at::Tensor& advantages, const at::Tensor& response_mask,
+                                                         const at::Tensor& rollout_log_prob,
+                                                         const PolicyLossOptions& options, const AggNormalizer& norm);
+
+struct ValueLossResult {
+  at::Tensor vf_loss;      // scalar, differentiable (already multiplied by 0.5 as verl does)
+  at::Tensor vf_clipfrac;  // scalar, detached
+};
+
+// verl's compute_value_loss: max((v - R)^2, (clip(v, v_old +- cliprange_value) - R)^2), aggregated with
+// AggLossGlobal, times 0.5; vf_clipfrac is the micro-batch's masked mean of "the clipped term is larger".
+absl::StatusOr<ValueLossResult> ComputeValueLoss(const at::Tensor& vpreds, const at::Tensor& returns,
+                                                 const at::Tensor& values, const at::Tensor& response_mask,
+                                                 double cliprange_value, const std::string& loss_agg_mode,
+                                                 const AggNormalizer& norm);
+
+// verl's kl_penalty: KlPenalty's estimators plus the straight-through variants "kl+", "k1+", "abs+", "low_var_kl+",
+// "k3+" (value of the base estimator, gradient of k2 = 0.5 (log_prob - ref_log_prob)^2); "mse+"/"k2+" are k2. verl
+// documents the "+" forms but its kl_penalty_forward at b178a3cd does not strip the "+" and raises for them; this is
+// the documented behaviour. InvalidArgument listing the valid names for an unknown type.
+absl::StatusOr<at::Tensor> KlPenaltyForLoss(const at::Tensor& log_prob, const at::Tensor& ref_log_prob,
+                                            const std::string& kl_type);
+
+// verl's apply_kl_penalty: kld = KlPenaltyForLoss(old_log_prob, ref_log_prob) * mask, token_level_rewards =
+// token_level_scores - kl_coef * kld. current_kl is the mean over these N sequences of each sequence's masked mean
+// KL (verl's actor/reward_kl_penalty, what the adaptive controller is fed); over several ranks, average it weighted
+// by N.
+struct KlInRewardResult {
+  at::Tensor token_level_rewards;
+  double current_kl = 0;
+};
+absl::StatusOr<KlInRewardResult> ApplyKlPenalty(const at::Tensor& token_level_scores, const at::Tensor& old_log_prob,
+                                                const at::Tensor& ref_log_prob, const at::Tensor& response_mask,
+                                                double kl_coef, const std::string& kl_penalty);
+
+}  // namespace verl
+
+#endif  // VERL_WORKER_TRAIN_POLICY_LOSS_H_
