@@ -371,6 +371,46 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
     check(!addr.empty(), "cluster.worker_addresses must not contain an empty address");
   }
 
+  // The critic (GAE) and the in-reward KL controller.
+  if (c.UseCritic()) {
+    const CriticConfig& cr = c.critic;
+    check(!cr.model_path.empty(), "critic.model.path must be set when algorithm.adv_estimator=gae");
+    if (cr.ppo_mini_batch_size <= 0 || d.train_batch_size % cr.ppo_mini_batch_size != 0 ||
+        cr.ppo_mini_batch_size > d.train_batch_size) {
+      errors.push_back(absl::StrCat("critic.ppo_mini_batch_size (", cr.ppo_mini_batch_size,
+                                    ") must be > 0, <= data.train_batch_size (", d.train_batch_size,
+                                    ") and divide it"));
+    } else if (cr.ppo_micro_batch_size_per_gpu && *cr.ppo_micro_batch_size_per_gpu > 0 &&
+               (cr.ppo_mini_batch_size * ro.n / std::max<int64_t>(1, t.WorldSize())) %
+                       *cr.ppo_micro_batch_size_per_gpu != 0) {
+      errors.push_back(absl::StrCat("critic.ppo_mini_batch_size * actor_rollout_ref.rollout.n (",
+                                    cr.ppo_mini_batch_size * ro.n,
+                                    ") must be divisible by critic.ppo_micro_batch_size_per_gpu (",
+                                    *cr.ppo_micro_batch_size_per_gpu, ")"));
+    }
+    check_micro(cr.ppo_micro_batch_size_per_gpu, "critic.ppo_micro_batch_size_per_gpu");
+    check_micro(cr.forward_micro_batch_size_per_gpu, "critic.forward_micro_batch_size_per_gpu");
+    check(cr.ppo_epochs >= 1, absl::StrCat("critic.ppo_epochs must be >= 1, got ", cr.ppo_epochs));
+    check(cr.cliprange_value > 0, "critic.cliprange_value must be > 0, got " + Fmt(cr.cliprange_value));
+    check(cr.grad_clip > 0, "critic.grad_clip must be > 0, got " + Fmt(cr.grad_clip));
+    check(cr.optim.lr >= 0, "critic.optim.lr must be >= 0, got " + Fmt(cr.optim.lr));
+    check(cr.optim.betas.size() == 2 && cr.optim.betas[0] >= 0 && cr.optim.betas[0] < 1 && cr.optim.betas[1] >= 0 &&
+              cr.optim.betas[1] < 1,
+          "critic.optim.betas must be two values in [0, 1), got " + FormatConfigValue(cr.optim.betas));
+  } else {
+    check(c.trainer.critic_warmup == 0,
+          absl::StrCat("trainer.critic_warmup=", c.trainer.critic_warmup, " needs a critic (algorithm.adv_estimator=gae",
+                       ", got ", est, ")"));
+  }
+  if (c.algorithm.use_kl_in_reward && c.algorithm.kl_ctrl.type == "adaptive") {
+    check(c.algorithm.kl_ctrl.target_kl > 0,
+          "algorithm.kl_ctrl.target_kl must be > 0 for adaptive control, got " + Fmt(c.algorithm.kl_ctrl.target_kl));
+    check(c.algorithm.kl_ctrl.horizon > 0,
+          absl::StrCat("algorithm.kl_ctrl.horizon must be > 0 for adaptive control, got ", c.algorithm.kl_ctrl.horizon));
+  }
+  check(c.algorithm.kl_ctrl.kl_coef >= 0, "algorithm.kl_ctrl.kl_coef must be >= 0, got " + Fmt(c.algorithm.kl_ctrl.kl_coef));
+  check(t.critic_warmup >= 0, absl::StrCat("trainer.critic_warmup must be >= 0, got ", t.critic_warmup));
+
   if (errors.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrJoin(errors, "\n"));
 }

@@ -45,6 +45,12 @@ class WorkerClient {
   absl::StatusOr<v1::ComputeLogProbsResponse> ComputeLogProbs(const v1::ComputeLogProbsRequest& r) {
     return Call("ComputeLogProbs", &Stub::ComputeLogProbs, r);
   }
+  absl::StatusOr<v1::ComputeValuesResponse> ComputeValues(const v1::ComputeValuesRequest& r) {
+    return Call("ComputeValues", &Stub::ComputeValues, r);
+  }
+  absl::StatusOr<v1::UpdateCriticResponse> UpdateCritic(const v1::UpdateCriticRequest& r) {
+    return Call("UpdateCritic", &Stub::UpdateCritic, r);
+  }
   absl::StatusOr<v1::ComputeAdvantageResponse> ComputeAdvantage(const v1::ComputeAdvantageRequest& r) {
     return Call("ComputeAdvantage", &Stub::ComputeAdvantage, r);
   }

@@ -50,7 +50,7 @@ std::string CheckpointManager::StepDir(int64_t global_step) const {
 std::string CheckpointManager::TrackerPath() const { return root_ + "/latest_checkpointed_iteration.txt"; }
 
 absl::Status CheckpointManager::Save(int64_t global_step, const ResumableSampler::State& sampler_state,
-                                     bool hf_export) {
+                                     bool hf_export, const std::map<std::string, double>& controller_state) {
   const std::string final_dir = StepDir(global_step);
   const std::string tmp_dir = absl::StrCat(root_, "/.global_step_", global_step, ".tmp");
   std::error_code ec;
@@ -60,9 +60,10 @@ absl::Status CheckpointManager::Save(int64_t global_step, const ResumableSampler
   absl::Status status = Annotate(save_on_workers_(tmp_dir, global_step, hf_export),
                                  absl::StrCat("saving checkpoint ", final_dir));
   if (status.ok()) {
-    status = WriteFileAtomically(tmp_dir + "/data.json", absl::StrCat("{\"global_step\": ", global_step,
-                                                                       ", \"sampler\": ", sampler_state.ToJson(),
-                                                                       "}\n"));
+    nlohmann::json data = {{"global_step", global_step},
+                           {"sampler", nlohmann::json::parse(sampler_state.ToJson())},
+                           {"controller", controller_state}};
+    status = WriteFileAtomically(tmp_dir + "/data.json", data.dump(2) + "\n");
   }
   if (!status.ok()) {
     // Leave no half-written directory behind; the previous checkpoint and the tracker are untouched.
@@ -113,7 +114,13 @@ absl::StatusOr<std::optional<CheckpointManager::Found>> CheckpointManager::Find(
   }
   auto state = ResumableSampler::State::FromJson(parsed["sampler"].dump());
   if (!state.ok()) return Annotate(state.status(), dir + "/data.json");
-  return std::optional<Found>(Found{dir, step, *state});
+  std::map<std::string, double> controller_state;
+  if (parsed.contains("controller") && parsed["controller"].is_object()) {
+    for (const auto& [key, value] : parsed["controller"].items()) {
+      if (value.is_number()) controller_state[key] = value.get<double>();
+    }
+  }
+  return std::optional<Found>(Found{dir, step, *state, controller_state});
 }
 
 }  // namespace verl

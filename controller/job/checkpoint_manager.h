@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -26,12 +27,15 @@ class CheckpointManager {
 
   CheckpointManager(std::string root, SaveOnWorkers save_on_workers);
 
-  absl::Status Save(int64_t global_step, const ResumableSampler::State& sampler_state, bool hf_export);
+  // `controller_state` (e.g. the KL controller's coefficient) is stored in data.json and returned by Find.
+  absl::Status Save(int64_t global_step, const ResumableSampler::State& sampler_state, bool hf_export,
+                    const std::map<std::string, double>& controller_state = {});
 
   struct Found {
     std::string dir;
     int64_t global_step = 0;
     ResumableSampler::State sampler_state;
+    std::map<std::string, double> controller_state;
   };
   // The checkpoint to resume from: none for resume_mode "disable" or when "auto" finds no tracker file;
   // resume_from_path for "resume_path" (which must be a global_step_N directory). Errors name the file.

@@ -23,6 +23,7 @@
 #include "controller/cluster/local_worker_launcher.h"
 #include "controller/cluster/worker_client.h"
 #include "controller/job/checkpoint_manager.h"
+#include "controller/job/kl_controller.h"
 #include "spdlog/spdlog.h"
 #include "worker/model/hf_config.h"
 
@@ -38,7 +39,9 @@ const char* JobStateName(JobState state) {
     case JobState::kStepReward: return "step/reward";
     case JobState::kStepOldLogProb: return "step/old_log_prob";
     case JobState::kStepRefLogProb: return "step/ref_log_prob";
+    case JobState::kStepValues: return "step/values";
     case JobState::kStepAdvantage: return "step/advantage";
+    case JobState::kStepCriticUpdate: return "step/critic_update";
     case JobState::kStepActorUpdate: return "step/actor_update";
     case JobState::kCheckpointing: return "checkpointing";
     case JobState::kDone: return "done";
@@ -127,7 +130,8 @@ class JobRunner::Impl {
       if (t.save_freq > 0 && (last || step % t.save_freq == 0)) {
         SetState(JobState::kCheckpointing);
         auto start = Clock::now();
-        RETURN_IF_ERROR(checkpoints_->Save(step, sampler_->state(), /*hf_export=*/last));
+        RETURN_IF_ERROR(checkpoints_->Save(step, sampler_->state(), /*hf_export=*/last,
+                                           {{"kl_ctrl.value", kl_ctrl_->value()}}));
         metrics["timing_s/save_checkpoint"] = Seconds(start);
       }
       metrics["timing_s/step"] = Seconds(step_start);
@@ -209,6 +213,10 @@ class JobRunner::Impl {
                      ResumableSampler::Create(static_cast<int64_t>(train_.size()), d.train_batch_size, d.shuffle,
                                               static_cast<uint64_t>(d.seed)));
     sampler_ = std::make_unique<ResumableSampler>(std::move(sampler));
+    const AlgorithmConfig& al = config_.algorithm;
+    ASSIGN_OR_RETURN(KlController kl, KlController::Create(al.kl_ctrl.type, al.kl_ctrl.kl_coef,
+                                                           al.kl_ctrl.target_kl, al.kl_ctrl.horizon));
+    kl_ctrl_ = std::make_unique<KlController>(kl);
     const TrainerConfig& t = config_.trainer;
     total_steps_ = t.total_training_steps.value_or(sampler_->steps_per_epoch() * t.total_epochs);
     checkpoints_ = std::make_unique<CheckpointManager>(
@@ -312,13 +320,41 @@ class JobRunner::Impl {
 
   WorkerClient& worker() { return *workers_.front(); }
 
+  // The ref model is needed for a KL loss or an in-reward KL penalty.
+  bool NeedRef() const {
+    return config_.actor_rollout_ref.actor.use_kl_loss || config_.algorithm.use_kl_in_reward;
+  }
+
   absl::Status LoadModels() {
     const ActorRolloutRefConfig& arr = config_.actor_rollout_ref;
     const ActorConfig& a = arr.actor;
     v1::ConfigureRolesRequest req;
     req.add_roles("actor");
     req.add_roles("rollout");
-    if (a.use_kl_loss) req.add_roles("ref");
+    if (NeedRef()) req.add_roles("ref");
+    if (config_.UseCritic()) {
+      req.add_roles("critic");
+      const CriticConfig& c = config_.critic;
+      v1::CriticConfig* cc = req.mutable_critic();
+      cc->set_model_path(fs::absolute(c.model_path).string());
+      cc->mutable_optim()->set_lr(c.optim.lr);
+      cc->mutable_optim()->set_weight_decay(c.optim.weight_decay);
+      cc->mutable_optim()->set_beta1(c.optim.betas.at(0));
+      cc->mutable_optim()->set_beta2(c.optim.betas.at(1));
+      cc->mutable_optim()->set_eps(c.optim.eps);
+      cc->mutable_optim()->set_lr_warmup_steps(
+          static_cast<int64_t>(c.optim.lr_warmup_steps_ratio * static_cast<double>(total_steps_)));
+      cc->set_grad_clip(c.grad_clip);
+      cc->set_cliprange_value(c.cliprange_value);
+      cc->set_loss_agg_mode(c.loss_agg_mode);
+      cc->set_ppo_mini_batch_size(static_cast<int32_t>(c.ppo_mini_batch_size));
+      const int64_t critic_mini_seqs = c.ppo_mini_batch_size * arr.rollout.n;
+      cc->set_ppo_micro_batch_size_per_gpu(static_cast<int32_t>(c.ppo_micro_batch_size_per_gpu.value_or(critic_mini_seqs)));
+      cc->set_forward_micro_batch_size_per_gpu(static_cast<int32_t>(c.forward_micro_batch_size_per_gpu.value_or(
+          config_.data.train_batch_size * arr.rollout.n)));
+      cc->set_ppo_epochs(static_cast<int32_t>(c.ppo_epochs));
+      cc->set_shuffle(c.shuffle);
+    }
     req.set_model_path(fs::absolute(arr.model.path).string());
     req.set_num_threads(static_cast<int32_t>(config_.cluster.num_threads_per_rank));
     req.set_seed(static_cast<uint64_t>(config_.trainer.seed));
@@ -346,12 +382,15 @@ class JobRunner::Impl {
     ac->set_ppo_micro_batch_size_per_gpu(static_cast<int32_t>(a.ppo_micro_batch_size_per_gpu.value_or(mini_seqs)));
     ac->set_ppo_epochs(static_cast<int32_t>(a.ppo_epochs));
     ac->set_shuffle(a.shuffle);
+    ac->set_loss_mode(a.policy_loss.loss_mode);
+    ac->set_clip_cov_ratio(a.policy_loss.clip_cov_ratio);
+    ac->set_clip_cov_lb(a.policy_loss.clip_cov_lb);
+    ac->set_clip_cov_ub(a.policy_loss.clip_cov_ub);
+    ac->set_kl_cov_ratio(a.policy_loss.kl_cov_ratio);
+    ac->set_ppo_kl_coef(a.policy_loss.ppo_kl_coef);
+    ac->set_tis_imp_ratio_cap(a.tis_imp_ratio_cap);
     ac->set_log_prob_micro_batch_size_per_gpu(static_cast<int32_t>(
         arr.rollout.log_prob_micro_batch_size_per_gpu.value_or(config_.data.train_batch_size * arr.rollout.n)));
-    if (config_.algorithm.adv_estimator != "grpo") {
-      return absl::UnimplementedError(absl::StrCat("algorithm.adv_estimator=", config_.algorithm.adv_estimator,
-                                                   ": only grpo is implemented in this build"));
-    }
     RETURN_IF_ERROR(worker().ConfigureRoles(req));
     ASSIGN_OR_RETURN(v1::LoadModelResponse loaded, worker().LoadModel(v1::LoadModelRequest()));
     spdlog::info("model loaded on {}: {} parameters", worker().worker_id(), loaded.num_parameters());
@@ -383,6 +422,9 @@ class JobRunner::Impl {
     req.set_global_step(found->global_step);
     RETURN_IF_ERROR(worker().LoadCheckpoint(req));
     RETURN_IF_ERROR(sampler_->Restore(found->sampler_state));
+    if (auto it = found->controller_state.find("kl_ctrl.value"); it != found->controller_state.end()) {
+      kl_ctrl_->set_value(it->second);
+    }
     global_step_ = found->global_step;
     spdlog::info("resumed from {} (global step {})", found->dir, global_step_);
     return absl::OkStatus();
@@ -434,6 +476,7 @@ class JobRunner::Impl {
     gen.set_step_id(step_id);
     for (size_t i = 0; i < indices.size(); ++i) AddPrompt(gen, train_[indices[i]], absl::StrCat(step, "-", i));
     *gen.mutable_sampling() = Sampling(false, step);
+    gen.set_greedy_baseline(config_.algorithm.adv_estimator == "remax");
     ASSIGN_OR_RETURN(v1::GenerateResponse generated, worker().Generate(gen));
     m["timing_s/gen"] = Seconds(t0);
     MergeInto(m, generated.metrics());
@@ -459,7 +502,7 @@ class JobRunner::Impl {
     MergeInto(m, old_lp.metrics());
     m["timing_s/old_log_prob"] = Seconds(t0);
 
-    if (arr.actor.use_kl_loss) {
+    if (NeedRef()) {
       SetState(JobState::kStepRefLogProb);
       t0 = Clock::now();
       lp.set_role("ref");
@@ -469,25 +512,60 @@ class JobRunner::Impl {
     }
     RETURN_IF_ERROR(CheckCancel());
 
+    if (config_.UseCritic()) {
+      SetState(JobState::kStepValues);
+      t0 = Clock::now();
+      v1::ComputeValuesRequest vr;
+      vr.set_step_id(step_id);
+      ASSIGN_OR_RETURN(v1::ComputeValuesResponse values, worker().ComputeValues(vr));
+      MergeInto(m, values.metrics());
+      m["timing_s/values"] = Seconds(t0);
+    }
+    RETURN_IF_ERROR(CheckCancel());
+
     SetState(JobState::kStepAdvantage);
     t0 = Clock::now();
+    const AlgorithmConfig& al = config_.algorithm;
     v1::ComputeAdvantageRequest adv;
     adv.set_step_id(step_id);
-    adv.set_estimator(config_.algorithm.adv_estimator);
-    adv.set_norm_adv_by_std_in_grpo(config_.algorithm.norm_adv_by_std_in_grpo);
+    adv.set_estimator(al.adv_estimator);
+    adv.set_norm_adv_by_std_in_grpo(al.norm_adv_by_std_in_grpo);
+    adv.set_gamma(al.gamma);
+    adv.set_lam(al.lam);
+    adv.set_use_kl_in_reward(al.use_kl_in_reward);
+    adv.set_kl_coef(kl_ctrl_->value());
+    adv.set_kl_penalty(al.kl_penalty);
     ASSIGN_OR_RETURN(v1::ComputeAdvantageResponse adv_resp, worker().ComputeAdvantage(adv));
     MergeInto(m, adv_resp.metrics());
+    if (al.use_kl_in_reward) {
+      kl_ctrl_->Update(m["actor/reward_kl_penalty"], static_cast<int64_t>(scores.size()));
+    }
     m["timing_s/adv"] = Seconds(t0);
 
-    SetState(JobState::kStepActorUpdate);
-    t0 = Clock::now();
-    v1::UpdateActorRequest upd;
-    upd.set_step_id(step_id);
-    upd.set_temperature(temperature);
-    upd.set_seed(static_cast<uint64_t>(config_.trainer.seed) * 31ULL + static_cast<uint64_t>(step));
-    ASSIGN_OR_RETURN(v1::UpdateActorResponse upd_resp, worker().UpdateActor(upd));
-    MergeInto(m, upd_resp.metrics());
-    m["timing_s/update_actor"] = Seconds(t0);
+    const uint64_t update_seed = static_cast<uint64_t>(config_.trainer.seed) * 31ULL + static_cast<uint64_t>(step);
+    if (config_.UseCritic()) {
+      SetState(JobState::kStepCriticUpdate);
+      t0 = Clock::now();
+      v1::UpdateCriticRequest cr;
+      cr.set_step_id(step_id);
+      cr.set_seed(update_seed);
+      ASSIGN_OR_RETURN(v1::UpdateCriticResponse critic_resp, worker().UpdateCritic(cr));
+      MergeInto(m, critic_resp.metrics());
+      m["timing_s/update_critic"] = Seconds(t0);
+    }
+
+    // verl: the actor starts updating once the critic has warmed up.
+    if (config_.trainer.critic_warmup <= step) {
+      SetState(JobState::kStepActorUpdate);
+      t0 = Clock::now();
+      v1::UpdateActorRequest upd;
+      upd.set_step_id(step_id);
+      upd.set_temperature(temperature);
+      upd.set_seed(update_seed);
+      ASSIGN_OR_RETURN(v1::UpdateActorResponse upd_resp, worker().UpdateActor(upd));
+      MergeInto(m, upd_resp.metrics());
+      m["timing_s/update_actor"] = Seconds(t0);
+    }
 
     v1::ReleaseBatchRequest rel;
     rel.set_step_id(step_id);
@@ -558,6 +636,7 @@ class JobRunner::Impl {
   std::vector<PreparedExample> val_;
   std::unique_ptr<ResumableSampler> sampler_;
   std::unique_ptr<CheckpointManager> checkpoints_;
+  std::unique_ptr<KlController> kl_ctrl_;
   int64_t total_steps_ = 0;
   int64_t global_step_ = 0;
 

@@ -3,7 +3,8 @@
 
 // Runs one PPO/GRPO job as a state machine over gRPC calls to workers:
 //
-//   kInit -> kLoading -> (kValidating) -> kStep{Rollout, Reward, OldLogProb, RefLogProb, Advantage, ActorUpdate}
+//   kInit -> kLoading -> (kValidating)
+//         -> kStep{Rollout, Reward, OldLogProb, (RefLogProb), (Values), Advantage, (CriticUpdate), ActorUpdate}
 //         -> (kValidating) -> (kCheckpointing) -> next step ... -> kDone       (or kFailed / kCancelled)
 //
 // Every transition is logged with its duration; per-step durations are reported as verl's timing_s/<stage> metrics.
@@ -35,7 +36,9 @@ enum class JobState {
   kStepReward,
   kStepOldLogProb,
   kStepRefLogProb,
+  kStepValues,
   kStepAdvantage,
+  kStepCriticUpdate,
   kStepActorUpdate,
   kCheckpointing,
   kDone,

@@ -55,11 +55,22 @@ absl::Status WriteText(const std::string& path, const std::string& text) {
 
 absl::Status SaveActorCheckpoint(const std::string& dir, const DecoderModel& model, const AdamW& optimizer,
                                  int64_t global_step, int32_t world_size, int32_t rank) {
+  return SaveTrainableCheckpoint(dir, model.named_parameters(), optimizer, global_step, world_size, rank);
+}
+
+absl::Status LoadActorCheckpoint(const std::string& dir, DecoderModel& model, AdamW& optimizer, int32_t world_size,
+                                 int32_t rank) {
+  return LoadTrainableCheckpoint(dir, model.named_parameters(), optimizer, world_size, rank);
+}
+
+absl::Status SaveTrainableCheckpoint(const std::string& dir,
+                                     const std::vector<std::pair<std::string, at::Tensor>>& params,
+                                     const AdamW& optimizer, int64_t global_step, int32_t world_size, int32_t rank) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
   const std::string sfx = Suffix(world_size, rank);
-  RETURN_IF_ERROR(WriteTensors(absl::StrCat(dir, "/model_", sfx, ".safetensors"), model.named_parameters()));
+  RETURN_IF_ERROR(WriteTensors(absl::StrCat(dir, "/model_", sfx, ".safetensors"), params));
   std::vector<std::pair<std::string, at::Tensor>> moments;
   auto& opt = const_cast<AdamW&>(optimizer);
   for (size_t i = 0; i < optimizer.params().size(); ++i) {
@@ -71,15 +82,16 @@ absl::Status SaveActorCheckpoint(const std::string& dir, const DecoderModel& mod
   return WriteText(absl::StrCat(dir, "/extra_state_", sfx, ".json"), extra.dump(2) + "\n");
 }
 
-absl::Status LoadActorCheckpoint(const std::string& dir, DecoderModel& model, AdamW& optimizer, int32_t world_size,
-                                 int32_t rank) {
+absl::Status LoadTrainableCheckpoint(const std::string& dir,
+                                     const std::vector<std::pair<std::string, at::Tensor>>& params,
+                                     AdamW& optimizer, int32_t world_size, int32_t rank) {
   const std::string sfx = Suffix(world_size, rank);
   const std::string model_path = absl::StrCat(dir, "/model_", sfx, ".safetensors");
   const std::string optim_path = absl::StrCat(dir, "/optim_", sfx, ".safetensors");
   const std::string extra_path = absl::StrCat(dir, "/extra_state_", sfx, ".json");
   {
     ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(model_path));
-    for (const auto& [name, t] : model.named_parameters()) RETURN_IF_ERROR(ReadInto(file, model_path, name, t));
+    for (const auto& [name, t] : params) RETURN_IF_ERROR(ReadInto(file, model_path, name, t));
   }
   {
     ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(optim_path));

@@ -15,6 +15,14 @@
 
 namespace verl {
 
+// The same files for any trained model (actor, or critic under global_step_N/critic/) given its parameters.
+absl::Status SaveTrainableCheckpoint(const std::string& dir,
+                                     const std::vector<std::pair<std::string, at::Tensor>>& params,
+                                     const AdamW& optimizer, int64_t global_step, int32_t world_size, int32_t rank);
+absl::Status LoadTrainableCheckpoint(const std::string& dir,
+                                     const std::vector<std::pair<std::string, at::Tensor>>& params,
+                                     AdamW& optimizer, int32_t world_size, int32_t rank);
+
 absl::Status SaveActorCheckpoint(const std::string& dir, const DecoderModel& model, const AdamW& optimizer,
                                  int64_t global_step, int32_t world_size, int32_t rank);
 

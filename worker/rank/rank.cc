@@ -16,12 +16,16 @@
 #include "common/text/tokenizer.h"
 #include "worker/checkpoint/actor_checkpoint.h"
 #include "worker/model/decoder_model.h"
+#include "worker/model/value_model.h"
 #include "worker/rank/rank_interface.h"
 #include "worker/rank/torch_util.h"
 #include "worker/rollout/generator.h"
 #include "worker/train/adamw.h"
+#include "worker/train/advantage.h"
 #include "worker/train/core_algos.h"
+#include "worker/train/policy_loss.h"
 #include "worker/train/ppo_actor.h"
+#include "worker/train/ppo_critic.h"
 
 namespace verl {
 namespace {
@@ -39,8 +43,14 @@ struct StepBatch {
   at::Tensor old_log_probs;
   at::Tensor ref_log_probs;
   at::Tensor advantages;
+  at::Tensor returns;
+  at::Tensor values;
+  std::optional<RolloutBatch> baseline;  // ReMax greedy responses, one per prompt
+  at::Tensor baseline_scores;            // [N], each prompt's baseline score repeated n times
   std::map<std::string, Metrics> log_prob_metrics;
+  std::optional<Metrics> value_metrics;
   std::optional<Metrics> advantage_metrics;
+  std::optional<Metrics> critic_update_metrics;
   std::optional<Metrics> update_metrics;
 };
 
@@ -57,9 +67,9 @@ class CpuRank final : public RankInterface {
 
   absl::Status Configure(const RankConfig& config) override {
     for (const std::string& role : config.roles) {
-      if (role != "actor" && role != "rollout" && role != "ref") {
+      if (role != "actor" && role != "rollout" && role != "ref" && role != "critic") {
         return absl::InvalidArgumentError(absl::StrCat("rank ", rank_id_, ": unknown role '", role,
-                                                       "' (expected actor, rollout or ref)"));
+                                                       "' (expected actor, rollout, ref or critic)"));
       }
     }
     if (config.dtype != "float32" && config.dtype != "bfloat16") {
@@ -82,6 +92,13 @@ class CpuRank final : public RankInterface {
         ASSIGN_OR_RETURN(ref_, DecoderModel::Load(config_.model_path, dtype));
         ref_->SetRequiresGrad(false);
       }
+      if (HasRole("critic")) {
+        const RankCriticSettings& c = config_.critic;
+        ASSIGN_OR_RETURN(critic_, ValueModel::Load(c.model_path, dtype, config_.seed));
+        critic_->SetRequiresGrad(false);
+        critic_optimizer_ = std::make_unique<AdamW>(
+            critic_->named_parameters(), AdamWOptions{c.lr, c.weight_decay, c.beta1, c.beta2, c.eps});
+      }
       const RankActorSettings& a = config_.actor;
       optimizer_ = std::make_unique<AdamW>(actor_->named_parameters(),
                                            AdamWOptions{a.lr, a.weight_decay, a.beta1, a.beta2, a.eps});
@@ -92,7 +109,7 @@ class CpuRank final : public RankInterface {
   }
 
   absl::StatusOr<GenerateOutput> Generate(const std::string& step_id, const std::vector<PromptInput>& prompts,
-                                          const SamplingSettings& sampling) override {
+                                          const SamplingSettings& sampling, bool greedy_baseline) override {
     if (auto it = batches_.find(step_id); it != batches_.end()) return it->second.generate_output;
     RETURN_IF_ERROR(RequireModel("Generate"));
     if (prompts.empty()) return Error("Generate", absl::InvalidArgumentError("no prompts"));
@@ -116,6 +133,12 @@ class CpuRank final : public RankInterface {
       batch.prompts = prompts;
       batch.n = opts.n;
       batch.rollout = verl::Generate(*actor_, ToTokenLists(prompts), opts);
+      if (greedy_baseline) {
+        SamplingOptions greedy = opts;
+        greedy.do_sample = false;
+        greedy.n = 1;
+        batch.baseline = verl::Generate(*actor_, ToTokenLists(prompts), greedy);
+      }
       const RolloutBatch& r = batch.rollout;
       batch.seq = {at::cat({r.prompts, r.responses}, 1), at::cat({r.prompt_mask, r.response_mask}, 1), r.responses,
                    r.response_mask};
@@ -161,6 +184,22 @@ class CpuRank final : public RankInterface {
         if (lengths[i] > 0) rewards[i][lengths[i] - 1] = *score;
       }
       batch->token_level_rewards = rewards;
+      if (batch->baseline) {
+        at::Tensor base = batch->baseline->responses.contiguous();
+        at::Tensor base_len = batch->baseline->response_mask.sum(1).contiguous();
+        const int64_t BR = base.size(1);
+        std::vector<float> scores(N);
+        for (size_t p = 0; p < batch->prompts.size(); ++p) {
+          const int64_t* row = base.data_ptr<int64_t>() + p * BR;
+          std::vector<int32_t> ids(row, row + base_len[p].item<int64_t>());
+          const PromptInput& prompt = batch->prompts[p];
+          auto score = ComputeScore(prompt.data_source, tokenizer_->Decode(ids, true), prompt.ground_truth,
+                                    prompt.extra_info_json);
+          if (!score.ok()) return Error("Score", Annotate(score.status(), "scoring the greedy baseline"));
+          for (int32_t j = 0; j < batch->n; ++j) scores[p * batch->n + j] = static_cast<float>(*score);
+        }
+        batch->baseline_scores = at::tensor(scores);
+      }
       batch->score_output = out;
       return out;
     });
@@ -196,28 +235,99 @@ class CpuRank final : public RankInterface {
     });
   }
 
-  absl::StatusOr<Metrics> ComputeAdvantage(const std::string& step_id, const std::string& estimator,
-                                           bool norm_adv_by_std_in_grpo) override {
+  absl::StatusOr<Metrics> ComputeValues(const std::string& step_id) override {
+    ASSIGN_OR_RETURN(StepBatch * batch, Find("ComputeValues", step_id));
+    if (batch->value_metrics) return *batch->value_metrics;
+    if (!critic_) return Error("ComputeValues", absl::FailedPreconditionError("no critic is placed on this rank"));
+    return CatchTorch(Context("ComputeValues"), [&]() -> absl::StatusOr<Metrics> {
+      batch->values = ComputeValuesNoGrad(*critic_, batch->seq,
+                                          std::max<int64_t>(1, config_.critic.forward_micro_batch_size_per_gpu));
+      batch->value_metrics = Metrics{};
+      return *batch->value_metrics;
+    });
+  }
+
+  absl::StatusOr<Metrics> ComputeAdvantage(const std::string& step_id, const AdvantageSettings& settings) override {
     ASSIGN_OR_RETURN(StepBatch * batch, Find("ComputeAdvantage", step_id));
     if (batch->advantage_metrics) return *batch->advantage_metrics;
     if (!batch->token_level_rewards.defined()) {
       return Error("ComputeAdvantage", absl::FailedPreconditionError("the step has not been scored"));
     }
-    if (estimator != "grpo") {
-      return Error("ComputeAdvantage", absl::UnimplementedError(absl::StrCat(
-                                           "adv_estimator '", estimator, "' is not implemented yet (grpo is)")));
+    if (settings.use_kl_in_reward && (!batch->old_log_probs.defined() || !batch->ref_log_probs.defined())) {
+      return Error("ComputeAdvantage", absl::FailedPreconditionError(
+                                           "use_kl_in_reward needs the actor's and the ref's log-probs first"));
     }
     return CatchTorch(Context("ComputeAdvantage"), [&]() -> absl::StatusOr<Metrics> {
-      at::Tensor mask = batch->seq.response_mask;
-      batch->advantages = ComputeGrpoOutcomeAdvantage(batch->token_level_rewards, mask, batch->row_uids,
-                                                      norm_adv_by_std_in_grpo);
       Metrics m;
-      at::Tensor valid = batch->advantages.masked_select(mask);
-      AddStats(m, "critic/advantages", valid);
-      AddStats(m, "critic/returns", valid);
-      AddStats(m, "critic/rewards", batch->token_level_rewards.sum(-1));
+      at::Tensor mask = batch->seq.response_mask;
+      at::Tensor rewards = batch->token_level_rewards;
+      if (settings.use_kl_in_reward) {
+        auto kl = ApplyKlPenalty(rewards, batch->old_log_probs, batch->ref_log_probs, mask, settings.kl_coef,
+                                 settings.kl_penalty);
+        if (!kl.ok()) return Error("ComputeAdvantage", kl.status());
+        rewards = kl->token_level_rewards;
+        m["actor/reward_kl_penalty"] = kl->current_kl;
+        m["actor/reward_kl_penalty_coeff"] = settings.kl_coef;
+      }
+      AdvantageInputs in;
+      in.token_level_rewards = rewards;
+      in.response_mask = mask;
+      in.group_ids = batch->row_uids;
+      in.values = batch->values;
+      in.baseline_scores = batch->baseline_scores;
+      AdvantageOptions opts;
+      opts.gamma = settings.gamma;
+      opts.lam = settings.lam;
+      opts.norm_adv_by_std_in_grpo = settings.norm_adv_by_std_in_grpo;
+      auto adv = ComputeAdvantages(settings.estimator, in, opts);
+      if (!adv.ok()) return Error("ComputeAdvantage", adv.status());
+      batch->advantages = adv->advantages;
+      batch->returns = adv->returns;
+      AddStats(m, "critic/advantages", batch->advantages.masked_select(mask));
+      AddStats(m, "critic/returns", batch->returns.masked_select(mask));
+      AddStats(m, "critic/rewards", rewards.sum(-1));
+      if (batch->values.defined()) {
+        at::Tensor v = batch->values.masked_select(mask);
+        at::Tensor ret = batch->returns.masked_select(mask);
+        AddStats(m, "critic/values", v);
+        // verl: 1 - Var(returns - values) / Var(returns).
+        m["critic/vf_explained_var"] = (1.0 - (ret - v).var() / (ret.var() + 1e-5)).item<double>();
+      }
       batch->advantage_metrics = m;
       return m;
+    });
+  }
+
+  absl::StatusOr<Metrics> UpdateCritic(const std::string& step_id, uint64_t seed) override {
+    ASSIGN_OR_RETURN(StepBatch * batch, Find("UpdateCritic", step_id));
+    if (batch->critic_update_metrics) return *batch->critic_update_metrics;
+    if (!critic_) return Error("UpdateCritic", absl::FailedPreconditionError("no critic is placed on this rank"));
+    if (!batch->values.defined() || !batch->returns.defined()) {
+      return Error("UpdateCritic",
+                   absl::FailedPreconditionError("values and returns must be computed before the critic update"));
+    }
+    return CatchTorch(Context("UpdateCritic"), [&]() -> absl::StatusOr<Metrics> {
+      const RankCriticSettings& c = config_.critic;
+      ValueUpdateOptions o;
+      o.lr = WarmupLr(c.lr, c.lr_warmup_steps, critic_updates_done_);
+      o.grad_clip = c.grad_clip;
+      o.cliprange_value = c.cliprange_value;
+      o.loss_agg_mode = c.loss_agg_mode;
+      o.mini_batch_size = c.ppo_mini_batch_size * batch->n;
+      o.micro_batch_size = std::max<int64_t>(1, c.ppo_micro_batch_size_per_gpu);
+      o.ppo_epochs = c.ppo_epochs;
+      o.shuffle = c.shuffle;
+      o.seed = seed;
+      struct GradScope {
+        ValueModel& m;
+        explicit GradScope(ValueModel& model) : m(model) { m.SetRequiresGrad(true); }
+        ~GradScope() { m.SetRequiresGrad(false); }
+      } grad_scope(*critic_);
+      auto metrics = UpdateValue(*critic_, *critic_optimizer_, batch->seq, batch->values, batch->returns, o);
+      if (!metrics.ok()) return Error("UpdateCritic", metrics.status());
+      ++critic_updates_done_;
+      batch->critic_update_metrics = *metrics;
+      return *metrics;
     });
   }
 
@@ -231,10 +341,14 @@ class CpuRank final : public RankInterface {
     return CatchTorch(Context("UpdateActor"), [&]() -> absl::StatusOr<Metrics> {
       const RankActorSettings& a = config_.actor;
       PolicyUpdateOptions o;
-      o.lr = a.lr;
-      if (a.lr_warmup_steps > 0 && updates_done_ < a.lr_warmup_steps) {
-        o.lr = a.lr * static_cast<double>(updates_done_) / static_cast<double>(a.lr_warmup_steps);
-      }
+      o.lr = WarmupLr(a.lr, a.lr_warmup_steps, updates_done_);
+      o.loss_mode = a.loss_mode;
+      o.clip_cov_ratio = a.clip_cov_ratio;
+      o.clip_cov_lb = a.clip_cov_lb;
+      o.clip_cov_ub = a.clip_cov_ub;
+      o.kl_cov_ratio = a.kl_cov_ratio;
+      o.ppo_kl_coef = a.ppo_kl_coef;
+      o.tis_imp_ratio_cap = a.tis_imp_ratio_cap;
       o.grad_clip = a.grad_clip;
       o.clip_ratio_low = a.clip_ratio_low;
       o.clip_ratio_high = a.clip_ratio_high;
@@ -257,7 +371,9 @@ class CpuRank final : public RankInterface {
         ~GradScope() { m.SetRequiresGrad(false); }
       } grad_scope(*actor_);
       auto metrics = UpdatePolicy(*actor_, *optimizer_, batch->seq,
-                                  {batch->old_log_probs, batch->ref_log_probs, batch->advantages}, o);
+                                  {batch->old_log_probs, batch->ref_log_probs, batch->advantages,
+                                   batch->rollout.log_probs},
+                                  o);
       if (!metrics.ok()) return Error("UpdateActor", metrics.status());
       ++updates_done_;
       batch->update_metrics = *metrics;
@@ -276,6 +392,10 @@ class CpuRank final : public RankInterface {
       const std::string actor_dir = dir + "/actor";
       RETURN_IF_ERROR(SaveActorCheckpoint(actor_dir, *actor_, *optimizer_, global_step, 1, rank_id_));
       if (hf_export) RETURN_IF_ERROR(ExportHuggingFace(actor_dir + "/huggingface", *actor_, config_.model_path));
+      if (critic_) {
+        RETURN_IF_ERROR(SaveTrainableCheckpoint(dir + "/critic", critic_->named_parameters(), *critic_optimizer_,
+                                                global_step, 1, rank_id_));
+      }
       return absl::OkStatus();
     });
   }
@@ -284,6 +404,11 @@ class CpuRank final : public RankInterface {
     RETURN_IF_ERROR(RequireModel("LoadCheckpoint"));
     return CatchTorch(Context("LoadCheckpoint"), [&]() -> absl::Status {
       RETURN_IF_ERROR(Error("LoadCheckpoint", LoadActorCheckpoint(dir + "/actor", *actor_, *optimizer_, 1, rank_id_)));
+      if (critic_) {
+        RETURN_IF_ERROR(Error("LoadCheckpoint", LoadTrainableCheckpoint(dir + "/critic", critic_->named_parameters(),
+                                                                         *critic_optimizer_, 1, rank_id_)));
+        critic_updates_done_ = global_step;
+      }
       updates_done_ = global_step;
       batches_.clear();
       return absl::OkStatus();
@@ -291,6 +416,11 @@ class CpuRank final : public RankInterface {
   }
 
  private:
+  // verl's constant-with-warmup schedule: lr * k / warmup for update k < warmup.
+  static double WarmupLr(double lr, int64_t warmup, int64_t updates_done) {
+    if (warmup > 0 && updates_done < warmup) return lr * static_cast<double>(updates_done) / static_cast<double>(warmup);
+    return lr;
+  }
   bool HasRole(const std::string& role) const {
     return std::find(config_.roles.begin(), config_.roles.end(), role) != config_.roles.end();
   }
@@ -319,9 +449,12 @@ class CpuRank final : public RankInterface {
   std::unique_ptr<DecoderModel> actor_;
   std::unique_ptr<DecoderModel> ref_;
   std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<ValueModel> critic_;
+  std::unique_ptr<AdamW> critic_optimizer_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::map<std::string, StepBatch> batches_;
   int64_t updates_done_ = 0;
+  int64_t critic_updates_done_ = 0;
 };
 
 }  // namespace

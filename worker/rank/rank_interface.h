@@ -44,12 +44,49 @@ struct RankActorSettings {
   int64_t ppo_epochs = 1;
   bool shuffle = false;
   int64_t log_prob_micro_batch_size_per_gpu = 8;
+  // actor.policy_loss.* and rollout correction
+  std::string loss_mode = "vanilla";
+  double clip_cov_ratio = 0.0002;
+  double clip_cov_lb = 1.0;
+  double clip_cov_ub = 5.0;
+  double kl_cov_ratio = 0.0002;
+  double ppo_kl_coef = 0.1;
+  double tis_imp_ratio_cap = -1;
+};
+
+struct RankCriticSettings {
+  std::string model_path;
+  double lr = 1e-5;
+  double weight_decay = 0.01;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  int64_t lr_warmup_steps = 0;
+  double grad_clip = 1.0;
+  double cliprange_value = 0.5;
+  std::string loss_agg_mode = "token-mean";
+  int64_t ppo_mini_batch_size = 1;           // prompts per optimizer step
+  int64_t ppo_micro_batch_size_per_gpu = 1;  // sequences per forward/backward
+  int64_t forward_micro_batch_size_per_gpu = 8;
+  int64_t ppo_epochs = 1;
+  bool shuffle = false;
+};
+
+struct AdvantageSettings {
+  std::string estimator = "grpo";
+  bool norm_adv_by_std_in_grpo = true;
+  double gamma = 1.0;
+  double lam = 1.0;
+  bool use_kl_in_reward = false;
+  double kl_coef = 0.0;
+  std::string kl_penalty = "kl";
 };
 
 struct RankConfig {
-  std::vector<std::string> roles;  // "actor", "rollout", "ref"
+  std::vector<std::string> roles;  // "actor", "rollout", "ref", "critic"
   std::string model_path;
   RankActorSettings actor;
+  RankCriticSettings critic;  // used when the "critic" role is placed here
   int32_t num_threads = 0;  // intra-op threads; 0 = leave LibTorch's default
   uint64_t seed = 0;
   std::string dtype = "float32";
@@ -98,17 +135,21 @@ class RankInterface {
 
   virtual absl::Status Configure(const RankConfig& config) = 0;
   virtual absl::StatusOr<LoadModelOutput> LoadModel() = 0;
+  // With greedy_baseline (ReMax) one greedy response per prompt is also generated and later scored as the baseline.
   virtual absl::StatusOr<GenerateOutput> Generate(const std::string& step_id, const std::vector<PromptInput>& prompts,
-                                                  const SamplingSettings& sampling) = 0;
+                                                  const SamplingSettings& sampling, bool greedy_baseline) = 0;
   virtual absl::StatusOr<ScoreOutput> Score(const std::string& step_id) = 0;
   // role "actor" stores old_log_probs, "ref" stores ref_log_probs.
   virtual absl::StatusOr<Metrics> ComputeLogProbs(const std::string& step_id, const std::string& role,
                                                   double temperature) = 0;
-  virtual absl::StatusOr<Metrics> ComputeAdvantage(const std::string& step_id, const std::string& estimator,
-                                                   bool norm_adv_by_std_in_grpo) = 0;
+  // The critic's values of the stored responses (role "critic").
+  virtual absl::StatusOr<Metrics> ComputeValues(const std::string& step_id) = 0;
+  // Token rewards (scores, minus the KL penalty when in-reward), then advantages and returns.
+  virtual absl::StatusOr<Metrics> ComputeAdvantage(const std::string& step_id, const AdvantageSettings& settings) = 0;
+  virtual absl::StatusOr<Metrics> UpdateCritic(const std::string& step_id, uint64_t seed) = 0;
   virtual absl::StatusOr<Metrics> UpdateActor(const std::string& step_id, double temperature, uint64_t seed) = 0;
   virtual absl::Status ReleaseBatch(const std::string& step_id) = 0;
-  // Writes <dir>/actor/... (and <dir>/actor/huggingface when hf_export).
+  // Writes <dir>/actor/... (and <dir>/actor/huggingface when hf_export), and <dir>/critic/... with a critic.
   virtual absl::Status SaveCheckpoint(const std::string& dir, int64_t global_step, bool hf_export) = 0;
   virtual absl::Status LoadCheckpoint(const std::string& dir, int64_t global_step) = 0;
 };

@@ -32,6 +32,33 @@ RankActorSettings FromProto(const v1::ActorConfig& a) {
   s.ppo_epochs = a.ppo_epochs();
   s.shuffle = a.shuffle();
   s.log_prob_micro_batch_size_per_gpu = a.log_prob_micro_batch_size_per_gpu();
+  s.loss_mode = a.loss_mode().empty() ? "vanilla" : a.loss_mode();
+  s.clip_cov_ratio = a.clip_cov_ratio();
+  s.clip_cov_lb = a.clip_cov_lb();
+  s.clip_cov_ub = a.clip_cov_ub();
+  s.kl_cov_ratio = a.kl_cov_ratio();
+  s.ppo_kl_coef = a.ppo_kl_coef();
+  s.tis_imp_ratio_cap = a.tis_imp_ratio_cap();
+  return s;
+}
+
+RankCriticSettings FromProto(const v1::CriticConfig& c) {
+  RankCriticSettings s;
+  s.model_path = c.model_path();
+  s.lr = c.optim().lr();
+  s.weight_decay = c.optim().weight_decay();
+  s.beta1 = c.optim().beta1();
+  s.beta2 = c.optim().beta2();
+  s.eps = c.optim().eps();
+  s.lr_warmup_steps = c.optim().lr_warmup_steps();
+  s.grad_clip = c.grad_clip();
+  s.cliprange_value = c.cliprange_value();
+  s.loss_agg_mode = c.loss_agg_mode();
+  s.ppo_mini_batch_size = c.ppo_mini_batch_size();
+  s.ppo_micro_batch_size_per_gpu = c.ppo_micro_batch_size_per_gpu();
+  s.forward_micro_batch_size_per_gpu = c.forward_micro_batch_size_per_gpu();
+  s.ppo_epochs = c.ppo_epochs();
+  s.shuffle = c.shuffle();
   return s;
 }
 
@@ -103,6 +130,7 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::ConfigureRoles(grpc::CallbackServer
     c.roles.assign(req->roles().begin(), req->roles().end());
     c.model_path = req->model_path();
     c.actor = FromProto(req->actor());
+    c.critic = FromProto(req->critic());
     c.num_threads = req->num_threads();
     c.seed = req->seed();
     c.dtype = req->dtype().empty() ? "float32" : req->dtype();
@@ -130,7 +158,8 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Generate(grpc::CallbackServerContex
       prompts.push_back({std::vector<int32_t>(p.token_ids().begin(), p.token_ids().end()), p.uid(), p.data_source(),
                          p.ground_truth(), p.extra_info_json()});
     }
-    ASSIGN_OR_RETURN(GenerateOutput out, rank_->Generate(req->step_id(), prompts, FromProto(req->sampling())));
+    ASSIGN_OR_RETURN(GenerateOutput out, rank_->Generate(req->step_id(), prompts, FromProto(req->sampling()),
+                                                              req->greedy_baseline()));
     ToProto(out.responses, resp->mutable_responses());
     resp->mutable_response_lengths()->Add(out.response_lengths.begin(), out.response_lengths.end());
     resp->mutable_prompt_lengths()->Add(out.prompt_lengths.begin(), out.prompt_lengths.end());
@@ -163,8 +192,35 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::ComputeAdvantage(grpc::CallbackServ
                                                               const v1::ComputeAdvantageRequest* req,
                                                               v1::ComputeAdvantageResponse* resp) {
   return RunOnRank(ctx, "ComputeAdvantage", req->step_id(), [this, req, resp]() -> absl::Status {
-    ASSIGN_OR_RETURN(Metrics m,
-                     rank_->ComputeAdvantage(req->step_id(), req->estimator(), req->norm_adv_by_std_in_grpo()));
+    AdvantageSettings a;
+    a.estimator = req->estimator();
+    a.norm_adv_by_std_in_grpo = req->norm_adv_by_std_in_grpo();
+    a.gamma = req->gamma();
+    a.lam = req->lam();
+    a.use_kl_in_reward = req->use_kl_in_reward();
+    a.kl_coef = req->kl_coef();
+    a.kl_penalty = req->kl_penalty().empty() ? "kl" : req->kl_penalty();
+    ASSIGN_OR_RETURN(Metrics m, rank_->ComputeAdvantage(req->step_id(), a));
+    ToProto(m, resp->mutable_metrics());
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::ComputeValues(grpc::CallbackServerContext* ctx,
+                                                           const v1::ComputeValuesRequest* req,
+                                                           v1::ComputeValuesResponse* resp) {
+  return RunOnRank(ctx, "ComputeValues", req->step_id(), [this, req, resp]() -> absl::Status {
+    ASSIGN_OR_RETURN(Metrics m, rank_->ComputeValues(req->step_id()));
+    ToProto(m, resp->mutable_metrics());
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::UpdateCritic(grpc::CallbackServerContext* ctx,
+                                                          const v1::UpdateCriticRequest* req,
+                                                          v1::UpdateCriticResponse* resp) {
+  return RunOnRank(ctx, "UpdateCritic", req->step_id(), [this, req, resp]() -> absl::Status {
+    ASSIGN_OR_RETURN(Metrics m, rank_->UpdateCritic(req->step_id(), req->seed()));
     ToProto(m, resp->mutable_metrics());
     return absl::OkStatus();
   });

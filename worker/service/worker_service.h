@@ -34,6 +34,10 @@ class WorkerServiceImpl final : public verl::v1::WorkerService::CallbackService 
                                   v1::ScoreResponse* resp) override;
   grpc::ServerUnaryReactor* ComputeLogProbs(grpc::CallbackServerContext* ctx, const v1::ComputeLogProbsRequest* req,
                                             v1::ComputeLogProbsResponse* resp) override;
+  grpc::ServerUnaryReactor* ComputeValues(grpc::CallbackServerContext* ctx, const v1::ComputeValuesRequest* req,
+                                          v1::ComputeValuesResponse* resp) override;
+  grpc::ServerUnaryReactor* UpdateCritic(grpc::CallbackServerContext* ctx, const v1::UpdateCriticRequest* req,
+                                         v1::UpdateCriticResponse* resp) override;
   grpc::ServerUnaryReactor* ComputeAdvantage(grpc::CallbackServerContext* ctx,
                                              const v1::ComputeAdvantageRequest* req,
                                              v1::ComputeAdvantageResponse* resp) override;

@@ -8,6 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
 #include "worker/train/core_algos.h"
+#include "worker/train/metric_accumulator.h"
+#include "worker/train/policy_loss.h"
 
 namespace verl {
 
@@ -45,22 +47,6 @@ SequenceBatch Select(const SequenceBatch& b, const at::Tensor& idx) {
           b.response_mask.index_select(0, idx)};
 }
 
-class MetricAccumulator {
- public:
-  void Add(const std::string& key, double v) {
-    auto& [sum, n] = sums_[key];
-    sum += v;
-    ++n;
-  }
-  std::map<std::string, double> Means() const {
-    std::map<std::string, double> out;
-    for (const auto& [k, sn] : sums_) out[k] = sn.first / sn.second;
-    return out;
-  }
-
- private:
-  std::map<std::string, std::pair<double, int64_t>> sums_;
-};
 
 }  // namespace
 
@@ -76,6 +62,21 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
   if (options.use_kl_loss && !inputs.ref_log_probs.defined()) {
     return absl::FailedPreconditionError("use_kl_loss is set but no ref log-probs were computed for this step");
   }
+  if (options.tis_imp_ratio_cap > 0 && !inputs.rollout_log_probs.defined()) {
+    return absl::FailedPreconditionError("tis_imp_ratio_cap is set but the rollout log-probs are missing");
+  }
+  PolicyLossOptions loss_options;
+  loss_options.loss_mode = options.loss_mode;
+  loss_options.clip_ratio_low = options.clip_ratio_low;
+  loss_options.clip_ratio_high = options.clip_ratio_high;
+  loss_options.clip_ratio_c = options.clip_ratio_c;
+  loss_options.loss_agg_mode = options.loss_agg_mode;
+  loss_options.clip_cov_ratio = options.clip_cov_ratio;
+  loss_options.clip_cov_lb = options.clip_cov_lb;
+  loss_options.clip_cov_ub = options.clip_cov_ub;
+  loss_options.kl_cov_ratio = options.kl_cov_ratio;
+  loss_options.ppo_kl_coef = options.ppo_kl_coef;
+  loss_options.tis_imp_ratio_cap = options.tis_imp_ratio_cap;
   at::Generator gen = at::detail::createCPUGenerator(options.seed);
   MetricAccumulator metrics;
   const std::vector<at::Tensor> params = model.parameters();
@@ -88,33 +89,41 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
       at::Tensor old_lp = inputs.old_log_probs.index_select(0, idx);
       at::Tensor adv = inputs.advantages.index_select(0, idx);
       at::Tensor ref_lp = options.use_kl_loss ? inputs.ref_log_probs.index_select(0, idx) : at::Tensor();
+      at::Tensor rollout_lp = options.tis_imp_ratio_cap > 0 ? inputs.rollout_log_probs.index_select(0, idx)
+                                                            : at::Tensor();
+      const AggNormalizer norm{mini.response_mask.sum().item<double>(), static_cast<double>(mini.size()),
+                               static_cast<double>(mini.responses.size(1))};
+      double pg_loss = 0, kl_loss = 0, entropy = 0;
       optimizer.ZeroGrad();
       for (int64_t b = 0; b < mini.size(); b += options.micro_batch_size) {
         const int64_t count = std::min(options.micro_batch_size, mini.size() - b);
-        const bool with_entropy = true;
-        LogProbResult lp = ForwardLogProbs(model, mini, b, count, options.temperature, with_entropy);
+        LogProbResult lp = ForwardLogProbs(model, mini, b, count, options.temperature, /*with_entropy=*/true);
         at::Tensor mask = mini.response_mask.narrow(0, b, count).to(at::kFloat);
         ASSIGN_OR_RETURN(PolicyLossResult pl,
-                         ComputePolicyLoss(old_lp.narrow(0, b, count), lp.log_probs, adv.narrow(0, b, count), mask,
-                                           options.clip_ratio_low, options.clip_ratio_high, options.clip_ratio_c,
-                                           options.loss_agg_mode));
-        ASSIGN_OR_RETURN(at::Tensor entropy_loss, AggLoss(lp.entropy, mask, options.loss_agg_mode));
-        at::Tensor policy_loss = pl.pg_loss - options.entropy_coeff * entropy_loss;
+                         ComputePolicyLossByMode(old_lp.narrow(0, b, count), lp.log_probs, adv.narrow(0, b, count),
+                                                 mask, rollout_lp.defined() ? rollout_lp.narrow(0, b, count)
+                                                                            : at::Tensor(),
+                                                 loss_options, norm));
+        ASSIGN_OR_RETURN(at::Tensor entropy_term, AggLossGlobal(lp.entropy, mask, options.loss_agg_mode, norm));
+        at::Tensor loss = pl.pg_loss - options.entropy_coeff * entropy_term;
         if (options.use_kl_loss) {
           ASSIGN_OR_RETURN(at::Tensor kld, KlPenalty(lp.log_probs, ref_lp.narrow(0, b, count), options.kl_loss_type));
-          ASSIGN_OR_RETURN(at::Tensor kl_loss, AggLoss(kld, mask, options.loss_agg_mode));
-          policy_loss = policy_loss + kl_loss * options.kl_loss_coef;
-          metrics.Add("actor/kl_loss", kl_loss.item<double>());
-          metrics.Add("actor/kl_coef", options.kl_loss_coef);
+          ASSIGN_OR_RETURN(at::Tensor kl_term, AggLossGlobal(kld, mask, options.loss_agg_mode, norm));
+          loss = loss + kl_term * options.kl_loss_coef;
+          kl_loss += kl_term.item<double>();
         }
-        // Scale so the mini-batch gradient is the mean over its micro-batches (verl's loss_scale_factor).
-        const double scale = static_cast<double>(count) / static_cast<double>(options.mini_batch_size);
-        (policy_loss * scale).backward();
-        metrics.Add("actor/pg_loss", pl.pg_loss.item<double>());
+        loss.backward();
+        pg_loss += pl.pg_loss.item<double>();
+        entropy += entropy_term.item<double>();
         metrics.Add("actor/pg_clipfrac", pl.pg_clipfrac.item<double>());
         metrics.Add("actor/ppo_kl", pl.ppo_kl.item<double>());
         metrics.Add("actor/pg_clipfrac_lower", pl.pg_clipfrac_lower.item<double>());
-        metrics.Add("actor/entropy", entropy_loss.item<double>());
+      }
+      metrics.Add("actor/pg_loss", pg_loss);
+      metrics.Add("actor/entropy", entropy);
+      if (options.use_kl_loss) {
+        metrics.Add("actor/kl_loss", kl_loss);
+        metrics.Add("actor/kl_coef", options.kl_loss_coef);
       }
       const double grad_norm = ClipGradNorm(params, options.grad_clip);
       if (std::isfinite(grad_norm)) {

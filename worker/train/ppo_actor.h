@@ -56,6 +56,14 @@ struct PolicyUpdateOptions {
   bool shuffle = false;
   double temperature = 1.0;
   uint64_t seed = 0;
+  // actor.policy_loss.* and rollout correction (see policy_loss.h).
+  std::string loss_mode = "vanilla";
+  double clip_cov_ratio = 0.0002;
+  double clip_cov_lb = 1.0;
+  double clip_cov_ub = 5.0;
+  double kl_cov_ratio = 0.0002;
+  double ppo_kl_coef = 0.1;
+  double tis_imp_ratio_cap = -1;
 };
 
 // Tensors the update reads besides the sequences: old_log_probs, advantages, and ref_log_probs when use_kl_loss.
@@ -63,9 +71,12 @@ struct PolicyUpdateInputs {
   at::Tensor old_log_probs;  // [N, R]
   at::Tensor ref_log_probs;  // [N, R] or undefined
   at::Tensor advantages;     // [N, R]
+  at::Tensor rollout_log_probs;  // [N, R]; needed when tis_imp_ratio_cap > 0
 };
 
-// Runs the update and returns verl's actor/* metrics averaged over micro-batches (grad_norm over mini-batches).
+// Runs the update and returns verl's actor/* metrics. Losses are normalised over each mini-batch (not per
+// micro-batch), so the update does not depend on the micro-batch size; actor/pg_loss, actor/kl_loss and
+// actor/entropy are mini-batch values, clip fractions micro-batch means, all averaged over mini-batches and epochs.
 absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, AdamW& optimizer,
                                                            const SequenceBatch& batch,
                                                            const PolicyUpdateInputs& inputs,

@@ -539,3 +539,50 @@ TEST_CASE("docs/config.md lists every schema key", "[config]") {
 
 }  // namespace
 }  // namespace verl
+
+namespace verl {
+namespace {
+
+TEST_CASE("the critic, policy-loss and KL-controller keys load and are checked", "[config]") {
+  TempDir dir;
+  const std::string path = dir.Write("min.yaml", kMinimal);
+  SECTION("gae uses a critic whose defaults follow the actor") {
+    auto job = LoadJobConfig(path, {"algorithm.adv_estimator=gae", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                                    "data.train_batch_size=8", "actor_rollout_ref.actor.policy_loss.loss_mode=gspo",
+                                    "algorithm.kl_ctrl.type=adaptive", "algorithm.use_kl_in_reward=true"});
+    INFO(job.status().ToString());
+    REQUIRE(job.ok());
+    CHECK(job->UseCritic());
+    CHECK(job->critic.model_path == job->actor_rollout_ref.model.path);
+    CHECK(job->critic.ppo_mini_batch_size == 4);
+    CHECK(job->critic.loss_agg_mode == "token-mean");
+    CHECK(job->actor_rollout_ref.actor.policy_loss.loss_mode == "gspo");
+    CHECK(job->algorithm.kl_ctrl.type == "adaptive");
+  }
+  SECTION("a critic mini-batch that does not divide the batch") {
+    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"algorithm.adv_estimator=gae", "data.train_batch_size=8",
+                                              "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                                              "critic.ppo_mini_batch_size=3"})
+                             .status(),
+                         "critic.ppo_mini_batch_size (3)");
+  }
+  SECTION("critic_warmup without a critic") {
+    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=2",
+                                              "trainer.critic_warmup=3"})
+                             .status(),
+                         "trainer.critic_warmup=3 needs a critic");
+  }
+  SECTION("an unknown loss mode lists the valid ones") {
+    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"actor_rollout_ref.actor.policy_loss.loss_mode=ppo"}).status(),
+                         "vanilla, gspo, gpg, cispo, clip_cov, kl_cov");
+  }
+  SECTION("adaptive KL control needs a positive target") {
+    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.type=adaptive",
+                                              "algorithm.kl_ctrl.target_kl=0"})
+                             .status(),
+                         "algorithm.kl_ctrl.target_kl must be > 0");
+  }
+}
+
+}  // namespace
+}  // namespace verl

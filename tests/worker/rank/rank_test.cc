@@ -18,6 +18,19 @@
 namespace verl {
 namespace {
 
+AdvantageSettings Grpo() {
+  AdvantageSettings a;
+  a.estimator = "grpo";
+  a.norm_adv_by_std_in_grpo = true;
+  return a;
+}
+
+AdvantageSettings Estimator(const std::string& name) {
+  AdvantageSettings a = Grpo();
+  a.estimator = name;
+  return a;
+}
+
 using testing::ReadFile;
 using testing::TestDir;
 
@@ -102,7 +115,7 @@ TEST_CASE("CpuRank runs a GRPO step through the torch-free interface", "[worker]
   REQUIRE(loaded->vocab_size == m.vocab_size);
   REQUIRE(loaded->num_parameters > m.vocab_size * 32);
 
-  auto gen = rank->Generate("step-1", Prompts(m), Sampling(m));
+  auto gen = rank->Generate("step-1", Prompts(m), Sampling(m), false);
   INFO(gen.status().ToString());
   REQUIRE(gen.ok());
   REQUIRE(gen->responses.dtype == DType::kInt32);
@@ -127,7 +140,7 @@ TEST_CASE("CpuRank runs a GRPO step through the torch-free interface", "[worker]
   // Idempotent: the same step id returns the stored rollout, even with other settings.
   SamplingSettings other = Sampling(m);
   other.seed = 999;
-  auto again = rank->Generate("step-1", Prompts(m), other);
+  auto again = rank->Generate("step-1", Prompts(m), other, false);
   REQUIRE(again.ok());
   REQUIRE(again->responses.bytes == gen->responses.bytes);
 
@@ -148,7 +161,7 @@ TEST_CASE("CpuRank runs a GRPO step through the torch-free interface", "[worker]
   REQUIRE(actor_lp->at("training/rollout_probs_diff_max") < 1e-5);
   REQUIRE(rank->ComputeLogProbs("step-1", "ref", 1.0).ok());
 
-  auto adv = rank->ComputeAdvantage("step-1", "grpo", true);
+  auto adv = rank->ComputeAdvantage("step-1", Grpo());
   INFO(adv.status().ToString());
   REQUIRE(adv.ok());
   // Per-sequence scores summed into critic/rewards.
@@ -185,11 +198,11 @@ TEST_CASE("CpuRank runs a GRPO step through the torch-free interface", "[worker]
   REQUIRE(ReadFile(ckpt.file("after1") + "/actor/huggingface/tokenizer.json") == ReadFile(m.dir.file("tokenizer.json")));
 
   // The next step sees the updated actor and the unchanged reference: the KL term is now non-zero.
-  REQUIRE(rank->Generate("step-2", Prompts(m), Sampling(m)).ok());
+  REQUIRE(rank->Generate("step-2", Prompts(m), Sampling(m), false).ok());
   REQUIRE(rank->Score("step-2").ok());
   REQUIRE(rank->ComputeLogProbs("step-2", "actor", 1.0).ok());
   REQUIRE(rank->ComputeLogProbs("step-2", "ref", 1.0).ok());
-  REQUIRE(rank->ComputeAdvantage("step-2", "grpo", true).ok());
+  REQUIRE(rank->ComputeAdvantage("step-2", Grpo()).ok());
   auto upd3 = rank->UpdateActor("step-2", 1.0, 0);
   REQUIRE(upd3.ok());
   REQUIRE(upd3->at("actor/kl_loss") > 1e-7);
@@ -212,10 +225,10 @@ TEST_CASE("CpuRank: calls out of order fail with the rank and stage", "[worker][
   TinyRankModel m;
   auto rank = CreateCpuRank(5);
   ExpectError(rank->LoadModel().status(), absl::StatusCode::kFailedPrecondition, {"rank 5", "LoadModel"});
-  ExpectError(rank->Generate("s", Prompts(m), Sampling(m)).status(), absl::StatusCode::kFailedPrecondition,
+  ExpectError(rank->Generate("s", Prompts(m), Sampling(m), false).status(), absl::StatusCode::kFailedPrecondition,
               {"rank 5", "Generate", "LoadModel first"});
-  ExpectError(rank->Configure(Config(m.dir.path(), {"actor", "critic"})), absl::StatusCode::kInvalidArgument,
-              {"rank 5", "'critic'"});
+  ExpectError(rank->Configure(Config(m.dir.path(), {"actor", "reward_model"})), absl::StatusCode::kInvalidArgument,
+              {"rank 5", "'reward_model'"});
 
   REQUIRE(rank->Configure(Config(m.dir.path(), {"actor", "rollout"})).ok());
   ExpectError(rank->Score("s").status(), absl::StatusCode::kFailedPrecondition, {"rank 5", "Score"});
@@ -225,23 +238,25 @@ TEST_CASE("CpuRank: calls out of order fail with the rank and stage", "[worker][
 
   std::vector<PromptInput> bad = Prompts(m);
   bad[1].token_ids.clear();
-  ExpectError(rank->Generate("s", bad, Sampling(m)).status(), absl::StatusCode::kInvalidArgument,
+  ExpectError(rank->Generate("s", bad, Sampling(m), false).status(), absl::StatusCode::kInvalidArgument,
               {"rank 5", "Generate", "prompt 1"});
   // A token id outside the model's vocabulary: LibTorch throws, the wall turns it into a Status.
   bad = Prompts(m);
   bad[0].token_ids.push_back(m.vocab_size + 5);
-  auto oob = rank->Generate("s", bad, Sampling(m));
+  auto oob = rank->Generate("s", bad, Sampling(m), false);
   REQUIRE_FALSE(oob.ok());
   INFO(oob.status().ToString());
   REQUIRE(std::string(oob.status().message()).find("rank 5 Generate") != std::string::npos);
 
-  REQUIRE(rank->Generate("s", Prompts(m), Sampling(m)).ok());
-  ExpectError(rank->ComputeAdvantage("s", "grpo", true).status(), absl::StatusCode::kFailedPrecondition,
+  REQUIRE(rank->Generate("s", Prompts(m), Sampling(m), false).ok());
+  ExpectError(rank->ComputeAdvantage("s", Grpo()).status(), absl::StatusCode::kFailedPrecondition,
               {"rank 5", "ComputeAdvantage", "scored"});
   REQUIRE(rank->Score("s").ok());
-  ExpectError(rank->ComputeAdvantage("s", "gae", true).status(), absl::StatusCode::kUnimplemented,
-              {"rank 5", "ComputeAdvantage", "'gae'"});
-  REQUIRE(rank->ComputeAdvantage("s", "grpo", true).ok());
+  ExpectError(rank->ComputeAdvantage("s", Estimator("gae")).status(), absl::StatusCode::kFailedPrecondition,
+              {"rank 5", "ComputeAdvantage", "values"});
+  ExpectError(rank->ComputeAdvantage("s", Estimator("nope")).status(), absl::StatusCode::kInvalidArgument,
+              {"rank 5", "ComputeAdvantage", "rloo"});
+  REQUIRE(rank->ComputeAdvantage("s", Grpo()).ok());
   ExpectError(rank->UpdateActor("s", 1.0, 0).status(), absl::StatusCode::kFailedPrecondition,
               {"rank 5", "UpdateActor", "old log-probs"});
   ExpectError(rank->ComputeLogProbs("s", "ref", 1.0).status(), absl::StatusCode::kFailedPrecondition,

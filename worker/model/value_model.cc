@@ -1,0 +1,64 @@
+#include "worker/model/value_model.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
+#include "worker/model/safetensors_checkpoint.h"
+#include "worker/rank/torch_util.h"
+
+namespace verl {
+
+absl::StatusOr<std::unique_ptr<ValueModel>> ValueModel::Load(const std::string& model_dir, at::ScalarType dtype,
+                                                             uint64_t seed) {
+  std::unique_ptr<ValueModel> vm(new ValueModel());
+  ASSIGN_OR_RETURN(vm->decoder_, DecoderModel::Load(model_dir, dtype));
+  const int64_t hidden = vm->decoder_->config().hidden_size;
+  ASSIGN_OR_RETURN(SafetensorsCheckpoint ckpt, SafetensorsCheckpoint::Open(model_dir));
+  auto weight = ckpt.Get("score.weight");
+  auto bias = ckpt.Get("score.bias");
+  if (weight.ok()) {
+    if (weight->shape != std::vector<int64_t>{1, hidden}) {
+      return absl::InvalidArgumentError(absl::StrCat(model_dir, ": tensor 'score.weight' must be [1, ", hidden,
+                                                     "] for a value head"));
+    }
+    vm->head_weight_ = at::from_blob(const_cast<void*>(weight->data), weight->shape,
+                                     at::TensorOptions().dtype(ToScalarType(weight->dtype)))
+                           .to(dtype, false, true);
+    vm->head_bias_ = bias.ok() ? at::from_blob(const_cast<void*>(bias->data), bias->shape,
+                                               at::TensorOptions().dtype(ToScalarType(bias->dtype)))
+                                     .to(dtype, false, true)
+                               : at::zeros({1}, at::TensorOptions().dtype(dtype));
+  } else {
+    at::Generator gen = at::detail::createCPUGenerator(seed);
+    vm->head_weight_ = at::normal(0.0, 0.02, {1, hidden}, gen, at::TensorOptions().dtype(at::kFloat)).to(dtype);
+    vm->head_bias_ = at::zeros({1}, at::TensorOptions().dtype(dtype));
+  }
+  for (const auto& [name, t] : vm->decoder_->named_parameters()) {
+    if (name != "lm_head.weight") vm->params_.emplace_back(name, t);
+  }
+  vm->params_.emplace_back("score.weight", vm->head_weight_);
+  vm->params_.emplace_back("score.bias", vm->head_bias_);
+  return vm;
+}
+
+at::Tensor ValueModel::Values(const at::Tensor& input_ids, const at::Tensor& attention_mask,
+                              int64_t response_length) const {
+  const int64_t S = input_ids.size(1);
+  at::Tensor hidden = decoder_->Forward(input_ids, PositionIdsFromMask(attention_mask),
+                                        BuildAttentionMask(attention_mask, 0, S), nullptr);
+  at::Tensor h = hidden.narrow(1, S - response_length - 1, response_length);
+  return at::linear(h, head_weight_, head_bias_).squeeze(-1).to(at::kFloat);
+}
+
+std::vector<at::Tensor> ValueModel::parameters() const {
+  std::vector<at::Tensor> out;
+  for (const auto& [name, t] : params_) out.push_back(t);
+  return out;
+}
+
+void ValueModel::SetRequiresGrad(bool requires_grad) {
+  for (auto& [name, t] : params_) t.set_requires_grad(requires_grad);
+}
+
+}  // namespace verl

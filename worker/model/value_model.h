@@ -1,0 +1,46 @@
+#ifndef VERL_WORKER_MODEL_VALUE_MODEL_H_
+#define VERL_WORKER_MODEL_VALUE_MODEL_H_
+
+// The critic: a decoder with a scalar value head on its final hidden states, as verl's critic built from
+// AutoModelForTokenClassification(num_labels=1): the head is `score.weight` [1, hidden] and `score.bias` [1]. When the
+// model directory has no such tensors (a plain LM checkpoint), the head starts as transformers initialises it:
+// weight ~ N(0, 0.02) from `seed`, bias 0.
+
+#include <ATen/ATen.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/model/decoder_model.h"
+
+namespace verl {
+
+class ValueModel {
+ public:
+  static absl::StatusOr<std::unique_ptr<ValueModel>> Load(const std::string& model_dir, at::ScalarType dtype,
+                                                          uint64_t seed);
+
+  // Values of the response tokens of rows [begin, begin + count): [count, R] float32, aligned like the log-probs
+  // (the hidden state before each response token). Records autograd history when grad mode is on.
+  at::Tensor Values(const at::Tensor& input_ids, const at::Tensor& attention_mask, int64_t response_length) const;
+
+  // Decoder parameters (HF names; lm_head excluded: it has no gradient here) plus score.weight and score.bias.
+  const std::vector<std::pair<std::string, at::Tensor>>& named_parameters() const { return params_; }
+  std::vector<at::Tensor> parameters() const;
+  void SetRequiresGrad(bool requires_grad);
+  const DecoderModel& decoder() const { return *decoder_; }
+
+ private:
+  ValueModel() = default;
+  std::unique_ptr<DecoderModel> decoder_;
+  at::Tensor head_weight_;
+  at::Tensor head_bias_;
+  std::vector<std::pair<std::string, at::Tensor>> params_;
+};
+
+}  // namespace verl
+
+#endif  // VERL_WORKER_MODEL_VALUE_MODEL_H_
