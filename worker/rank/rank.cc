@@ -318,11 +318,7 @@ class CpuRank final : public RankInterface {
       o.ppo_epochs = c.ppo_epochs;
       o.shuffle = c.shuffle;
       o.seed = seed;
-      struct GradScope {
-        ValueModel& m;
-        explicit GradScope(ValueModel& model) : m(model) { m.SetRequiresGrad(true); }
-        ~GradScope() { m.SetRequiresGrad(false); }
-      } grad_scope(*critic_);
+      GradScope<ValueModel> grad_scope(*critic_);
       auto metrics = UpdateValue(*critic_, *critic_optimizer_, batch->seq, batch->values, batch->returns, o);
       if (!metrics.ok()) return Error("UpdateCritic", metrics.status());
       ++critic_updates_done_;
@@ -364,12 +360,7 @@ class CpuRank final : public RankInterface {
       o.shuffle = a.shuffle;
       o.temperature = temperature;
       o.seed = seed;
-      // Gradients only while updating, even when the update throws.
-      struct GradScope {
-        DecoderModel& m;
-        explicit GradScope(DecoderModel& model) : m(model) { m.SetRequiresGrad(true); }
-        ~GradScope() { m.SetRequiresGrad(false); }
-      } grad_scope(*actor_);
+      GradScope<DecoderModel> grad_scope(*actor_);
       auto metrics = UpdatePolicy(*actor_, *optimizer_, batch->seq,
                                   {batch->old_log_probs, batch->ref_log_probs, batch->advantages,
                                    batch->rollout.log_probs},

@@ -61,4 +61,11 @@ double ClipGradNorm(const std::vector<at::Tensor>& params, double max_norm) {
   return norm;
 }
 
+double ClipAndStep(AdamW& optimizer, const std::vector<at::Tensor>& params, double max_norm, double lr) {
+  const double norm = ClipGradNorm(params, max_norm);
+  if (std::isfinite(norm)) optimizer.Step(lr);
+  optimizer.ZeroGrad();
+  return norm;
+}
+
 }  // namespace verl

@@ -50,6 +50,23 @@ class AdamW {
 // Returns the norm before clipping (may be inf/nan; then nothing is scaled).
 double ClipGradNorm(const std::vector<at::Tensor>& params, double max_norm);
 
+// The end of a mini-batch, as verl's _optimizer_step: clip the gradients to `max_norm`, take an optimizer step at
+// `lr` unless the norm is not finite (then the step is skipped), and clear the gradients. Returns the norm.
+double ClipAndStep(AdamW& optimizer, const std::vector<at::Tensor>& params, double max_norm, double lr);
+
+// Turns gradients on for a model's parameters for its lifetime (also when the update throws).
+template <typename Model>
+class GradScope {
+ public:
+  explicit GradScope(Model& model) : model_(model) { model_.SetRequiresGrad(true); }
+  ~GradScope() { model_.SetRequiresGrad(false); }
+  GradScope(const GradScope&) = delete;
+  GradScope& operator=(const GradScope&) = delete;
+
+ private:
+  Model& model_;
+};
+
 }  // namespace verl
 
 #endif  // VERL_WORKER_TRAIN_ADAMW_H_

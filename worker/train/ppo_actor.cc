@@ -125,13 +125,8 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
         metrics.Add("actor/kl_loss", kl_loss);
         metrics.Add("actor/kl_coef", options.kl_loss_coef);
       }
-      const double grad_norm = ClipGradNorm(params, options.grad_clip);
-      if (std::isfinite(grad_norm)) {
-        optimizer.Step(options.lr);
-      } else {
-        metrics.Add("actor/grad_norm_nonfinite", 1.0);
-      }
-      optimizer.ZeroGrad();
+      const double grad_norm = ClipAndStep(optimizer, params, options.grad_clip, options.lr);
+      if (!std::isfinite(grad_norm)) metrics.Add("actor/grad_norm_nonfinite", 1.0);
       metrics.Add("actor/grad_norm", grad_norm);
     }
   }

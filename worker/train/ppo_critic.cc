@@ -64,13 +64,8 @@ absl::StatusOr<std::map<std::string, double>> UpdateValue(ValueModel& model, Ada
         metrics.Add("critic/vpred_mean", MaskedMean(vpreds.detach(), m).item<double>());
       }
       metrics.Add("critic/vf_loss", vf_loss);
-      const double grad_norm = ClipGradNorm(params, options.grad_clip);
-      if (std::isfinite(grad_norm)) {
-        optimizer.Step(options.lr);
-      } else {
-        metrics.Add("critic/grad_norm_nonfinite", 1.0);
-      }
-      optimizer.ZeroGrad();
+      const double grad_norm = ClipAndStep(optimizer, params, options.grad_clip, options.lr);
+      if (!std::isfinite(grad_norm)) metrics.Add("critic/grad_norm_nonfinite", 1.0);
       metrics.Add("critic/grad_norm", grad_norm);
     }
   }
