@@ -10,5 +10,6 @@ function(verl_add_test)
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 300)
   endif()
-  set_tests_properties(${T_NAME} PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "${T_LABELS}")
+  # One OpenMP thread: LibTorch's thread pool spin-waits, which makes tests crawl on a busy 2-core machine.
+  set_tests_properties(${T_NAME} PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "${T_LABELS}" ENVIRONMENT "OMP_NUM_THREADS=1")
 endfunction()

@@ -11,6 +11,7 @@
 
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -103,17 +104,18 @@ int main(int argc, char** argv) {
 
   verl::JobRunnerOptions options;
   options.default_worker_binary = SelfDir() + "/verl-worker";
-  verl::JobRunner runner(*std::move(config), options);
-  std::thread([signals, &runner] {
+  // Shared with the signal thread, which may outlive main's scope.
+  auto runner = std::make_shared<verl::JobRunner>(*std::move(config), options);
+  std::thread([signals, runner] {
     int sig = 0;
     sigwait(&signals, &sig);
     std::cerr << "\nverl-controller: cancelling (again to exit at once)\n";
-    runner.RequestCancel();
+    runner->RequestCancel();
     sigwait(&signals, &sig);
     _exit(130);
   }).detach();
 
-  absl::Status status = runner.Run();
+  absl::Status status = runner->Run();
   if (!status.ok()) {
     std::cerr << "verl-controller: " << (absl::IsCancelled(status) ? "cancelled: " : "job failed: ")
               << status.message() << "\n";

@@ -39,7 +39,7 @@ const std::vector<ConfigKeySpec>& Table() {
       {"actor_rollout_ref.model.path", T::kString, "\"\"", "", true, O::kVerl,
        "Local HuggingFace model directory (config.json, *.safetensors, tokenizer.json) (required)."},
       {"actor_rollout_ref.model.dtype", T::kString, "float32", "float32|bfloat16", false, O::kOurs,
-       "Compute dtype of actor, rollout and ref (master weights stay float32)."},
+       "Parameter dtype of actor, rollout, ref and critic; bfloat16 is refused for now (no float32 master weights yet)."},
 
       // ---- actor_rollout_ref.actor ----
       {"actor_rollout_ref.actor.optim.lr", T::kDouble, "1.0e-6", "", false, O::kVerl, "AdamW learning rate."},
@@ -144,6 +144,8 @@ const std::vector<ConfigKeySpec>& Table() {
       {"critic.optim.weight_decay", T::kDouble, "0.01", "", false, O::kVerl, "Critic AdamW weight decay."},
       {"critic.optim.betas", T::kDoubleList, "[0.9, 0.999]", "", false, O::kVerl, "Critic AdamW betas."},
       {"critic.optim.eps", T::kDouble, "1e-8", "", false, O::kOurs, "Critic AdamW epsilon."},
+      {"critic.optim.lr_warmup_steps", T::kInt, "-1", "", false, O::kVerl,
+       "Critic warmup steps; -1 uses critic.optim.lr_warmup_steps_ratio."},
       {"critic.optim.lr_warmup_steps_ratio", T::kDouble, "0.0", "", false, O::kVerl,
        "Critic warmup, as a fraction of the total steps."},
       {"critic.ppo_mini_batch_size", T::kInt, "${actor_rollout_ref.actor.ppo_mini_batch_size}", "", false, O::kVerl,

@@ -190,6 +190,7 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   r.Read("critic.optim.weight_decay", &cr.optim.weight_decay);
   r.Read("critic.optim.betas", &cr.optim.betas);
   r.Read("critic.optim.eps", &cr.optim.eps);
+  r.Read("critic.optim.lr_warmup_steps", &cr.optim.lr_warmup_steps);
   r.Read("critic.optim.lr_warmup_steps_ratio", &cr.optim.lr_warmup_steps_ratio);
   r.Read("critic.ppo_mini_batch_size", &cr.ppo_mini_batch_size);
   r.Read("critic.ppo_micro_batch_size_per_gpu", &cr.ppo_micro_batch_size_per_gpu);
@@ -370,6 +371,10 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
   for (const std::string& addr : cl.worker_addresses) {
     check(!addr.empty(), "cluster.worker_addresses must not contain an empty address");
   }
+
+  check(c.actor_rollout_ref.model.dtype != "bfloat16",
+        "actor_rollout_ref.model.dtype=bfloat16 is not supported yet: training needs float32 master weights, which "
+        "this build does not keep; use float32");
 
   // The critic (GAE) and the in-reward KL controller.
   if (c.UseCritic()) {

@@ -76,6 +76,10 @@ absl::StatusOr<std::vector<LaunchedWorker>> LocalWorkerLauncher::Launch(const st
     p.info.log_path = absl::StrCat(log_dir, "/", p.info.worker_id, ".log");
     const std::string ready = absl::StrCat(log_dir, "/", p.info.worker_id, ".ready");
     fs::remove(ready, ec);
+    // Everything the child needs is built before fork: between fork and exec only async-signal-safe calls.
+    const std::string rank = std::to_string(first + i);
+    const char* argv[] = {binary.c_str(), "--listen", "127.0.0.1:0", "--ready-file", ready.c_str(),
+                          "--worker-id", p.info.worker_id.c_str(), "--rank", rank.c_str(), nullptr};
     const pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) return absl::InternalError(absl::StrCat("fork failed: ", strerror(errno)));
@@ -90,9 +94,7 @@ absl::StatusOr<std::vector<LaunchedWorker>> LocalWorkerLauncher::Launch(const st
         dup2(fd, 2);
         close(fd);
       }
-      const std::string rank = std::to_string(first + i);
-      execl(binary.c_str(), binary.c_str(), "--listen", "127.0.0.1:0", "--ready-file", ready.c_str(), "--worker-id",
-            p.info.worker_id.c_str(), "--rank", rank.c_str(), static_cast<char*>(nullptr));
+      execv(binary.c_str(), const_cast<char* const*>(argv));
       _exit(127);
     }
     p.info.pid = pid;

@@ -47,6 +47,11 @@ absl::StatusOr<v1::HealthResponse> WorkerClient::WaitHealthy(double timeout_s) {
   }
 }
 
+void WorkerClient::CancelInFlight() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (in_flight_ != nullptr) in_flight_->TryCancel();
+}
+
 absl::Status WorkerClient::Shutdown() {
   return Call("Shutdown", &Stub::Shutdown, v1::ShutdownRequest(), 5.0).status();
 }

@@ -11,8 +11,10 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -69,6 +71,9 @@ class WorkerClient {
   // Short deadline: used while stopping.
   absl::Status Shutdown();
 
+  // Cancels the call in flight, if any (it returns CANCELLED at once). Thread-safe; for Ctrl-C.
+  void CancelInFlight();
+
  private:
   using Stub = v1::WorkerService::Stub;
 
@@ -81,7 +86,15 @@ class WorkerClient {
                      std::chrono::milliseconds(static_cast<int64_t>(1000 * (timeout_s > 0 ? timeout_s
                                                                                            : rpc_timeout_s_))));
     Resp response;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      in_flight_ = &ctx;
+    }
     grpc::Status status = (stub_.get()->*method)(&ctx, request, &response);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      in_flight_ = nullptr;
+    }
     if (status.ok()) return response;
     return Failure(rpc, status);
   }
@@ -93,6 +106,8 @@ class WorkerClient {
   std::function<absl::Status()> liveness_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<Stub> stub_;
+  std::mutex mu_;
+  grpc::ClientContext* in_flight_ ABSL_GUARDED_BY(mu_) = nullptr;
 };
 
 }  // namespace verl

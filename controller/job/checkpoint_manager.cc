@@ -70,10 +70,19 @@ absl::Status CheckpointManager::Save(int64_t global_step, const ResumableSampler
     fs::remove_all(tmp_dir, ec);
     return status;
   }
-  fs::remove_all(final_dir, ec);
+  // Re-saving a step (e.g. after resuming from an older one) must not open a window in which the directory the
+  // tracker names is missing: move the old one aside, move the new one in, update the tracker, then delete the old.
+  const std::string old_dir = absl::StrCat(root_, "/.global_step_", global_step, ".old");
+  fs::remove_all(old_dir, ec);
+  if (fs::exists(final_dir)) {
+    fs::rename(final_dir, old_dir, ec);
+    if (ec) return absl::InternalError(absl::StrCat("cannot move ", final_dir, " aside: ", ec.message()));
+  }
   fs::rename(tmp_dir, final_dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot rename ", tmp_dir, " to ", final_dir, ": ", ec.message()));
-  return WriteFileAtomically(TrackerPath(), absl::StrCat(global_step, "\n"));
+  RETURN_IF_ERROR(WriteFileAtomically(TrackerPath(), absl::StrCat(global_step, "\n")));
+  fs::remove_all(old_dir, ec);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::optional<CheckpointManager::Found>> CheckpointManager::Find(

@@ -2,7 +2,7 @@
 #define VERL_CONTROLLER_JOB_CHECKPOINT_MANAGER_H_
 
 // Checkpoint bookkeeping in verl's layout under trainer.default_local_dir:
-//   global_step_N/actor/...                 written by the workers
+//   global_step_N/actor/..., critic/...     written by the workers
 //   global_step_N/data.json                 the sampler state (verl writes data.pt)
 //   latest_checkpointed_iteration.txt       N, written last
 // A checkpoint is assembled in a temporary directory and renamed into place, then the tracker file is replaced

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iostream>
 #include <numeric>
+#include <mutex>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -94,9 +95,23 @@ class JobRunner::Impl {
     return status;
   }
 
-  Metrics last_metrics;
+  Metrics LastMetrics() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_metrics_;
+  }
+
+  // Called from another thread (Ctrl-C): cancels the RPCs in flight.
+  void CancelInFlight() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& w : workers_) w->CancelInFlight();
+  }
 
  private:
+  void SetLastMetrics(const Metrics& m) {
+    std::lock_guard<std::mutex> lock(mu_);
+    last_metrics_ = m;
+  }
+
   absl::Status RunInner() {
     SetState(JobState::kInit);
     RETURN_IF_ERROR(PrepareInputs());
@@ -110,8 +125,8 @@ class JobRunner::Impl {
     const TrainerConfig& t = config_.trainer;
     const bool has_val = !val_.empty() && t.test_freq > 0;
     if (has_val && t.val_before_train && global_step_ == 0) {
-      ASSIGN_OR_RETURN(Metrics val, Validate());
-      last_metrics = val;
+      ASSIGN_OR_RETURN(Metrics val, Validate(0));
+      SetLastMetrics(val);
       RETURN_IF_ERROR(sinks_.Log(0, val));
     }
     while (global_step_ < total_steps_) {
@@ -122,7 +137,7 @@ class JobRunner::Impl {
       ASSIGN_OR_RETURN(Metrics metrics, TrainStep(step));
       if (has_val && (last || step % t.test_freq == 0)) {
         auto start = Clock::now();
-        ASSIGN_OR_RETURN(Metrics val, Validate());
+        ASSIGN_OR_RETURN(Metrics val, Validate(step));
         metrics.insert(val.begin(), val.end());
         metrics["timing_s/testing"] = Seconds(start);
       }
@@ -140,7 +155,7 @@ class JobRunner::Impl {
       const double tokens = metrics["perf/total_num_tokens"];
       metrics["perf/time_per_step"] = metrics["timing_s/step"];
       metrics["perf/throughput"] = tokens / metrics["timing_s/step"] / static_cast<double>(t.WorldSize());
-      last_metrics = metrics;
+      SetLastMetrics(metrics);
       RETURN_IF_ERROR(sinks_.Log(step, metrics));
     }
     spdlog::info("job finished: {} steps", global_step_);
@@ -300,6 +315,7 @@ class JobRunner::Impl {
       auto client = std::make_unique<WorkerClient>(id, address, c.rpc_timeout_s, liveness);
       ASSIGN_OR_RETURN(v1::HealthResponse health, client->WaitHealthy(c.worker_start_timeout_s));
       spdlog::debug("{} healthy: pid {}, {} rank(s) on {}", id, health.pid(), health.num_ranks(), health.device());
+      std::lock_guard<std::mutex> lock(mu_);
       workers_.push_back(std::move(client));
     }
     return absl::OkStatus();
@@ -311,14 +327,25 @@ class JobRunner::Impl {
       // Close our connections before waiting for the workers to exit: a worker's graceful server shutdown waits
       // for its clients to disconnect, and an idle channel of ours would only notice the worker's GOAWAY at gRPC's
       // next backup poll (5 s), which made every job end (and Ctrl-C) take about 5 s.
-      workers_.clear();
+      ClearWorkers();
       launcher_->StopAll();
       launcher_.reset();
     }
+    ClearWorkers();
+  }
+
+  void ClearWorkers() {
+    std::lock_guard<std::mutex> lock(mu_);
     workers_.clear();
   }
 
   WorkerClient& worker() { return *workers_.front(); }
+
+  // verl: lr_warmup_steps when set (>= 0), else lr_warmup_steps_ratio of the total steps.
+  int64_t WarmupSteps(const OptimConfig& optim) const {
+    if (optim.lr_warmup_steps >= 0) return optim.lr_warmup_steps;
+    return static_cast<int64_t>(optim.lr_warmup_steps_ratio * static_cast<double>(total_steps_));
+  }
 
   // The ref model is needed for a KL loss or an in-reward KL penalty.
   bool NeedRef() const {
@@ -342,8 +369,7 @@ class JobRunner::Impl {
       cc->mutable_optim()->set_beta1(c.optim.betas.at(0));
       cc->mutable_optim()->set_beta2(c.optim.betas.at(1));
       cc->mutable_optim()->set_eps(c.optim.eps);
-      cc->mutable_optim()->set_lr_warmup_steps(
-          static_cast<int64_t>(c.optim.lr_warmup_steps_ratio * static_cast<double>(total_steps_)));
+      cc->mutable_optim()->set_lr_warmup_steps(WarmupSteps(c.optim));
       cc->set_grad_clip(c.grad_clip);
       cc->set_cliprange_value(c.cliprange_value);
       cc->set_loss_agg_mode(c.loss_agg_mode);
@@ -365,9 +391,7 @@ class JobRunner::Impl {
     ac->mutable_optim()->set_beta1(a.optim.betas.at(0));
     ac->mutable_optim()->set_beta2(a.optim.betas.at(1));
     ac->mutable_optim()->set_eps(a.optim.eps);
-    int64_t warmup = a.optim.lr_warmup_steps;
-    if (warmup < 0) warmup = static_cast<int64_t>(a.optim.lr_warmup_steps_ratio * static_cast<double>(total_steps_));
-    ac->mutable_optim()->set_lr_warmup_steps(warmup);
+    ac->mutable_optim()->set_lr_warmup_steps(WarmupSteps(a.optim));
     ac->set_grad_clip(a.grad_clip);
     ac->set_clip_ratio_low(a.ClipRatioLow());
     ac->set_clip_ratio_high(a.ClipRatioHigh());
@@ -389,8 +413,11 @@ class JobRunner::Impl {
     ac->set_kl_cov_ratio(a.policy_loss.kl_cov_ratio);
     ac->set_ppo_kl_coef(a.policy_loss.ppo_kl_coef);
     ac->set_tis_imp_ratio_cap(a.tis_imp_ratio_cap);
-    ac->set_log_prob_micro_batch_size_per_gpu(static_cast<int32_t>(
-        arr.rollout.log_prob_micro_batch_size_per_gpu.value_or(config_.data.train_batch_size * arr.rollout.n)));
+    const int64_t step_seqs = config_.data.train_batch_size * arr.rollout.n;
+    ac->set_log_prob_micro_batch_size_per_gpu(
+        static_cast<int32_t>(arr.rollout.log_prob_micro_batch_size_per_gpu.value_or(step_seqs)));
+    ac->set_ref_log_prob_micro_batch_size_per_gpu(
+        static_cast<int32_t>(arr.ref.log_prob_micro_batch_size_per_gpu.value_or(step_seqs)));
     RETURN_IF_ERROR(worker().ConfigureRoles(req));
     ASSIGN_OR_RETURN(v1::LoadModelResponse loaded, worker().LoadModel(v1::LoadModelRequest()));
     spdlog::info("model loaded on {}: {} parameters", worker().worker_id(), loaded.num_parameters());
@@ -589,18 +616,18 @@ class JobRunner::Impl {
   }
 
   // Generates once (val_kwargs) for every validation prompt and reports the mean score per data source.
-  absl::StatusOr<Metrics> Validate() {
+  absl::StatusOr<Metrics> Validate(int64_t step) {
     SetState(JobState::kValidating);
     const int64_t chunk = config_.data.val_batch_size.value_or(static_cast<int64_t>(val_.size()));
     std::map<std::string, std::vector<double>> by_source;
     for (int64_t begin = 0, part = 0; begin < static_cast<int64_t>(val_.size()); begin += chunk, ++part) {
       RETURN_IF_ERROR(CheckCancel());
       const int64_t end = std::min<int64_t>(begin + chunk, val_.size());
-      const std::string step_id = absl::StrCat("val-", global_step_, "-", part);
+      const std::string step_id = absl::StrCat("val-", step, "-", part);
       v1::GenerateRequest gen;
       gen.set_step_id(step_id);
       for (int64_t i = begin; i < end; ++i) AddPrompt(gen, val_[i], absl::StrCat("val-", i));
-      *gen.mutable_sampling() = Sampling(true, global_step_);
+      *gen.mutable_sampling() = Sampling(true, step);
       const int64_t n = gen.sampling().n();
       RETURN_IF_ERROR(worker().Generate(gen));
       v1::ScoreRequest sr;
@@ -641,7 +668,10 @@ class JobRunner::Impl {
   int64_t global_step_ = 0;
 
   std::unique_ptr<LocalWorkerLauncher> launcher_;
+  // Guards workers_ (read by CancelInFlight from a signal thread) and last_metrics_.
+  mutable std::mutex mu_;
   std::vector<std::unique_ptr<WorkerClient>> workers_;
+  Metrics last_metrics_;
   MultiSink sinks_;
 
  public:
@@ -660,8 +690,13 @@ JobRunner::JobRunner(JobConfig config, JobRunnerOptions options)
 
 JobRunner::~JobRunner() = default;
 
+void JobRunner::RequestCancel() {
+  cancel_requested_.store(true);
+  impl_->CancelInFlight();
+}
+
 absl::Status JobRunner::Run() { return impl_->Run(); }
 
-const std::map<std::string, double>& JobRunner::last_metrics() const { return impl_->last_metrics; }
+std::map<std::string, double> JobRunner::last_metrics() const { return impl_->LastMetrics(); }
 
 }  // namespace verl

@@ -63,12 +63,12 @@ class JobRunner {
   // Runs the job to the end. OK when every step ran; Cancelled after RequestCancel(); otherwise the first error.
   absl::Status Run();
 
-  // Makes Run() stop at the next stage boundary, stop its workers and return Cancelled.
-  void RequestCancel() { cancel_requested_.store(true); }
+  // Makes Run() stop: the RPC in flight is cancelled, then the workers are stopped and Run returns Cancelled.
+  void RequestCancel();
 
   JobState state() const { return state_.load(); }
-  // The last step's metrics (for tests and the service).
-  const std::map<std::string, double>& last_metrics() const;
+  // A copy of the last step's metrics (for tests and the service). Thread-safe.
+  std::map<std::string, double> last_metrics() const;
 
  private:
   class Impl;

@@ -54,18 +54,20 @@ absl::Status WriteText(const std::string& path, const std::string& text) {
 }  // namespace
 
 absl::Status SaveActorCheckpoint(const std::string& dir, const DecoderModel& model, const AdamW& optimizer,
-                                 int64_t global_step, int32_t world_size, int32_t rank) {
-  return SaveTrainableCheckpoint(dir, model.named_parameters(), optimizer, global_step, world_size, rank);
+                                 int64_t global_step, int32_t world_size, int32_t rank, int64_t updates_done) {
+  return SaveTrainableCheckpoint(dir, model.named_parameters(), optimizer, global_step, world_size, rank,
+                                 updates_done);
 }
 
 absl::Status LoadActorCheckpoint(const std::string& dir, DecoderModel& model, AdamW& optimizer, int32_t world_size,
-                                 int32_t rank) {
-  return LoadTrainableCheckpoint(dir, model.named_parameters(), optimizer, world_size, rank);
+                                 int32_t rank, int64_t* updates_done) {
+  return LoadTrainableCheckpoint(dir, model.named_parameters(), optimizer, world_size, rank, updates_done);
 }
 
 absl::Status SaveTrainableCheckpoint(const std::string& dir,
                                      const std::vector<std::pair<std::string, at::Tensor>>& params,
-                                     const AdamW& optimizer, int64_t global_step, int32_t world_size, int32_t rank) {
+                                     const AdamW& optimizer, int64_t global_step, int32_t world_size, int32_t rank,
+                                     int64_t updates_done) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
@@ -79,12 +81,14 @@ absl::Status SaveTrainableCheckpoint(const std::string& dir,
   }
   RETURN_IF_ERROR(WriteTensors(absl::StrCat(dir, "/optim_", sfx, ".safetensors"), moments));
   nlohmann::json extra = {{"optimizer_step", optimizer.step_count()}, {"global_step", global_step}};
+  if (updates_done >= 0) extra["updates_done"] = updates_done;
   return WriteText(absl::StrCat(dir, "/extra_state_", sfx, ".json"), extra.dump(2) + "\n");
 }
 
 absl::Status LoadTrainableCheckpoint(const std::string& dir,
                                      const std::vector<std::pair<std::string, at::Tensor>>& params,
-                                     AdamW& optimizer, int32_t world_size, int32_t rank) {
+                                     AdamW& optimizer, int32_t world_size, int32_t rank,
+                                     int64_t* updates_done) {
   const std::string sfx = Suffix(world_size, rank);
   const std::string model_path = absl::StrCat(dir, "/model_", sfx, ".safetensors");
   const std::string optim_path = absl::StrCat(dir, "/optim_", sfx, ".safetensors");
@@ -108,6 +112,7 @@ absl::Status LoadTrainableCheckpoint(const std::string& dir,
     return absl::DataLossError(absl::StrCat(extra_path, ": malformed (no optimizer_step)"));
   }
   optimizer.set_step_count(extra["optimizer_step"].get<int64_t>());
+  if (updates_done) *updates_done = extra.value("updates_done", int64_t{-1});
   return absl::OkStatus();
 }
 

@@ -4,7 +4,7 @@
 // The actor's part of a checkpoint, in verl's layout with safetensors instead of pickles:
 //   <dir>/model_world_size_W_rank_R.safetensors   parameters (HF names)
 //   <dir>/optim_world_size_W_rank_R.safetensors   AdamW moments (exp_avg.<name>, exp_avg_sq.<name>)
-//   <dir>/extra_state_world_size_W_rank_R.json    optimizer step, global step
+//   <dir>/extra_state_world_size_W_rank_R.json    optimizer step, global step, update count
 //   <dir>/huggingface/                             config.json + model.safetensors + tokenizer files (HF export)
 
 #include <string>
@@ -16,19 +16,23 @@
 namespace verl {
 
 // The same files for any trained model (actor, or critic under global_step_N/critic/) given its parameters.
+// `updates_done` (the number of update calls, which drives the lr warmup) is kept in the extra state; on load it is
+// written to *updates_done when given (-1 when the checkpoint predates it).
 absl::Status SaveTrainableCheckpoint(const std::string& dir,
                                      const std::vector<std::pair<std::string, at::Tensor>>& params,
-                                     const AdamW& optimizer, int64_t global_step, int32_t world_size, int32_t rank);
+                                     const AdamW& optimizer, int64_t global_step, int32_t world_size, int32_t rank,
+                                     int64_t updates_done = -1);
 absl::Status LoadTrainableCheckpoint(const std::string& dir,
                                      const std::vector<std::pair<std::string, at::Tensor>>& params,
-                                     AdamW& optimizer, int32_t world_size, int32_t rank);
+                                     AdamW& optimizer, int32_t world_size, int32_t rank,
+                                     int64_t* updates_done = nullptr);
 
 absl::Status SaveActorCheckpoint(const std::string& dir, const DecoderModel& model, const AdamW& optimizer,
-                                 int64_t global_step, int32_t world_size, int32_t rank);
+                                 int64_t global_step, int32_t world_size, int32_t rank, int64_t updates_done = -1);
 
 // Loads parameters and optimizer state in place. Errors name the file and tensor.
 absl::Status LoadActorCheckpoint(const std::string& dir, DecoderModel& model, AdamW& optimizer, int32_t world_size,
-                                 int32_t rank);
+                                 int32_t rank, int64_t* updates_done = nullptr);
 
 // Writes an HF model directory that transformers loads: config.json, generation_config.json, model.safetensors,
 // and the tokenizer files copied from `source_model_dir`.

@@ -3,11 +3,19 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status/status_macros.h"
 #include "worker/model/safetensors_checkpoint.h"
 #include "worker/rank/torch_util.h"
 
 namespace verl {
+namespace {
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<ValueModel>> ValueModel::Load(const std::string& model_dir, at::ScalarType dtype,
                                                              uint64_t seed) {
@@ -15,20 +23,33 @@ absl::StatusOr<std::unique_ptr<ValueModel>> ValueModel::Load(const std::string& 
   ASSIGN_OR_RETURN(vm->decoder_, DecoderModel::Load(model_dir, dtype));
   const int64_t hidden = vm->decoder_->config().hidden_size;
   ASSIGN_OR_RETURN(SafetensorsCheckpoint ckpt, SafetensorsCheckpoint::Open(model_dir));
-  auto weight = ckpt.Get("score.weight");
-  auto bias = ckpt.Get("score.bias");
-  if (weight.ok()) {
-    if (weight->shape != std::vector<int64_t>{1, hidden}) {
+  const bool has_weight = ckpt.Contains("score.weight");
+  const bool has_bias = ckpt.Contains("score.bias");
+  if (has_weight) {
+    ASSIGN_OR_RETURN(SafetensorsFile::TensorView weight, ckpt.Get("score.weight"));
+    if (weight.shape != std::vector<int64_t>{1, hidden}) {
       return absl::InvalidArgumentError(absl::StrCat(model_dir, ": tensor 'score.weight' must be [1, ", hidden,
-                                                     "] for a value head"));
+                                                     "] for a value head, got ", ShapeString(weight.shape)));
     }
-    vm->head_weight_ = at::from_blob(const_cast<void*>(weight->data), weight->shape,
-                                     at::TensorOptions().dtype(ToScalarType(weight->dtype)))
+    vm->head_weight_ = at::from_blob(const_cast<void*>(weight.data), weight.shape,
+                                     at::TensorOptions().dtype(ToScalarType(weight.dtype)))
                            .to(dtype, false, true);
-    vm->head_bias_ = bias.ok() ? at::from_blob(const_cast<void*>(bias->data), bias->shape,
-                                               at::TensorOptions().dtype(ToScalarType(bias->dtype)))
-                                     .to(dtype, false, true)
-                               : at::zeros({1}, at::TensorOptions().dtype(dtype));
+    if (has_bias) {
+      ASSIGN_OR_RETURN(SafetensorsFile::TensorView bias, ckpt.Get("score.bias"));
+      if (bias.shape != std::vector<int64_t>{1}) {
+        return absl::InvalidArgumentError(absl::StrCat(model_dir, ": tensor 'score.bias' must be [1] for a value ",
+                                                       "head, got ", ShapeString(bias.shape)));
+      }
+      vm->head_bias_ = at::from_blob(const_cast<void*>(bias.data), bias.shape,
+                                     at::TensorOptions().dtype(ToScalarType(bias.dtype)))
+                           .to(dtype, false, true);
+    } else {
+      vm->head_bias_ = at::zeros({1}, at::TensorOptions().dtype(dtype));
+    }
+  } else if (has_bias) {
+    // Half a head is a broken checkpoint; starting the weight from random would silently discard the bias's training.
+    return absl::InvalidArgumentError(
+        absl::StrCat(model_dir, ": tensor 'score.bias' is present but 'score.weight' is missing"));
   } else {
     at::Generator gen = at::detail::createCPUGenerator(seed);
     vm->head_weight_ = at::normal(0.0, 0.02, {1, hidden}, gen, at::TensorOptions().dtype(at::kFloat)).to(dtype);

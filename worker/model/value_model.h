@@ -20,10 +20,13 @@ namespace verl {
 
 class ValueModel {
  public:
+  // Loads the decoder of `model_dir` in `dtype` and its head (`score.bias` may be absent: zero). Errors: those of
+  // DecoderModel::Load, and InvalidArgument naming the directory and tensor for a `score.weight` other than
+  // [1, hidden], a `score.bias` other than [1], or a `score.bias` without `score.weight`.
   static absl::StatusOr<std::unique_ptr<ValueModel>> Load(const std::string& model_dir, at::ScalarType dtype,
                                                           uint64_t seed);
 
-  // Values of the response tokens of rows [begin, begin + count): [count, R] float32, aligned like the log-probs
+  // Values of the last `response_length` tokens of every row: [N, R] float32, aligned like the log-probs
   // (the hidden state before each response token). Records autograd history when grad mode is on.
   at::Tensor Values(const at::Tensor& input_ids, const at::Tensor& attention_mask, int64_t response_length) const;
 

@@ -86,15 +86,22 @@ class CpuRank final : public RankInterface {
     if (config_.model_path.empty()) return Error("LoadModel", absl::FailedPreconditionError("roles not configured"));
     return CatchTorch(Context("LoadModel"), [&]() -> absl::StatusOr<LoadModelOutput> {
       const at::ScalarType dtype = config_.dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
-      ASSIGN_OR_RETURN(actor_, DecoderModel::Load(config_.model_path, dtype));
+      // Load errors carry the rank and the role, as every other error of this interface does.
+      auto actor = DecoderModel::Load(config_.model_path, dtype);
+      if (!actor.ok()) return Error("LoadModel/actor", actor.status());
+      actor_ = std::move(*actor);
       actor_->SetRequiresGrad(false);
       if (HasRole("ref")) {
-        ASSIGN_OR_RETURN(ref_, DecoderModel::Load(config_.model_path, dtype));
+        auto ref = DecoderModel::Load(config_.model_path, dtype);
+        if (!ref.ok()) return Error("LoadModel/ref", ref.status());
+        ref_ = std::move(*ref);
         ref_->SetRequiresGrad(false);
       }
       if (HasRole("critic")) {
         const RankCriticSettings& c = config_.critic;
-        ASSIGN_OR_RETURN(critic_, ValueModel::Load(c.model_path, dtype, config_.seed));
+        auto critic = ValueModel::Load(c.model_path, dtype, config_.seed);
+        if (!critic.ok()) return Error("LoadModel/critic", critic.status());
+        critic_ = std::move(*critic);
         critic_->SetRequiresGrad(false);
         critic_optimizer_ = std::make_unique<AdamW>(
             critic_->named_parameters(), AdamWOptions{c.lr, c.weight_decay, c.beta1, c.beta2, c.eps});
@@ -102,8 +109,9 @@ class CpuRank final : public RankInterface {
       const RankActorSettings& a = config_.actor;
       optimizer_ = std::make_unique<AdamW>(actor_->named_parameters(),
                                            AdamWOptions{a.lr, a.weight_decay, a.beta1, a.beta2, a.eps});
-      ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::FromFile(config_.model_path + "/tokenizer.json"));
-      tokenizer_ = std::make_unique<Tokenizer>(std::move(tok));
+      auto tok = Tokenizer::FromFile(config_.model_path + "/tokenizer.json");
+      if (!tok.ok()) return Error("LoadModel/tokenizer", tok.status());
+      tokenizer_ = std::make_unique<Tokenizer>(std::move(*tok));
       return LoadModelOutput{actor_->num_parameters(), static_cast<int32_t>(actor_->config().vocab_size)};
     });
   }
@@ -217,8 +225,9 @@ class CpuRank final : public RankInterface {
                    absl::FailedPreconditionError(absl::StrCat("role '", role, "' is not placed on this rank")));
     }
     return CatchTorch(Context("ComputeLogProbs/" + role), [&]() -> absl::StatusOr<Metrics> {
-      at::Tensor lp = ComputeLogProbsNoGrad(*model, batch->seq, temperature,
-                                            std::max<int64_t>(1, config_.actor.log_prob_micro_batch_size_per_gpu));
+      const int64_t micro = role == "ref" ? config_.actor.ref_log_prob_micro_batch_size_per_gpu
+                                          : config_.actor.log_prob_micro_batch_size_per_gpu;
+      at::Tensor lp = ComputeLogProbsNoGrad(*model, batch->seq, temperature, std::max<int64_t>(1, micro));
       Metrics m;
       at::Tensor mask = batch->seq.response_mask.to(at::kFloat);
       if (role == "actor") {
@@ -381,11 +390,11 @@ class CpuRank final : public RankInterface {
     RETURN_IF_ERROR(RequireModel("SaveCheckpoint"));
     return CatchTorch(Context("SaveCheckpoint"), [&]() -> absl::Status {
       const std::string actor_dir = dir + "/actor";
-      RETURN_IF_ERROR(SaveActorCheckpoint(actor_dir, *actor_, *optimizer_, global_step, 1, rank_id_));
+      RETURN_IF_ERROR(SaveActorCheckpoint(actor_dir, *actor_, *optimizer_, global_step, 1, rank_id_, updates_done_));
       if (hf_export) RETURN_IF_ERROR(ExportHuggingFace(actor_dir + "/huggingface", *actor_, config_.model_path));
       if (critic_) {
         RETURN_IF_ERROR(SaveTrainableCheckpoint(dir + "/critic", critic_->named_parameters(), *critic_optimizer_,
-                                                global_step, 1, rank_id_));
+                                                global_step, 1, rank_id_, critic_updates_done_));
       }
       return absl::OkStatus();
     });
@@ -394,13 +403,17 @@ class CpuRank final : public RankInterface {
   absl::Status LoadCheckpoint(const std::string& dir, int64_t global_step) override {
     RETURN_IF_ERROR(RequireModel("LoadCheckpoint"));
     return CatchTorch(Context("LoadCheckpoint"), [&]() -> absl::Status {
-      RETURN_IF_ERROR(Error("LoadCheckpoint", LoadActorCheckpoint(dir + "/actor", *actor_, *optimizer_, 1, rank_id_)));
+      // The update counts drive the lr warmup; older checkpoints without them fall back to the step.
+      int64_t actor_updates = -1, critic_updates = -1;
+      RETURN_IF_ERROR(Error("LoadCheckpoint", LoadActorCheckpoint(dir + "/actor", *actor_, *optimizer_, 1, rank_id_,
+                                                                  &actor_updates)));
       if (critic_) {
         RETURN_IF_ERROR(Error("LoadCheckpoint", LoadTrainableCheckpoint(dir + "/critic", critic_->named_parameters(),
-                                                                         *critic_optimizer_, 1, rank_id_)));
-        critic_updates_done_ = global_step;
+                                                                         *critic_optimizer_, 1, rank_id_,
+                                                                         &critic_updates)));
+        critic_updates_done_ = critic_updates >= 0 ? critic_updates : global_step;
       }
-      updates_done_ = global_step;
+      updates_done_ = actor_updates >= 0 ? actor_updates : global_step;
       batches_.clear();
       return absl::OkStatus();
     });

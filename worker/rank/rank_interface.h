@@ -43,7 +43,8 @@ struct RankActorSettings {
   int64_t ppo_micro_batch_size_per_gpu = 1;  // sequences per forward/backward
   int64_t ppo_epochs = 1;
   bool shuffle = false;
-  int64_t log_prob_micro_batch_size_per_gpu = 8;
+  int64_t log_prob_micro_batch_size_per_gpu = 8;      // old log-probs (actor)
+  int64_t ref_log_prob_micro_batch_size_per_gpu = 8;  // ref log-probs
   // actor.policy_loss.* and rollout correction
   std::string loss_mode = "vanilla";
   double clip_cov_ratio = 0.0002;

@@ -3,7 +3,8 @@
 //   verl-worker --listen 127.0.0.1:0 --ready-file /tmp/w0.ready --worker-id w0
 //
 // With port 0 the kernel picks a free port; the address actually bound is written to --ready-file (atomically) once
-// the server accepts calls, which is how a launching controller learns it. SIGTERM/SIGINT or a Shutdown RPC stop it.
+// the server accepts calls, which is how a launching controller learns it. SIGTERM/SIGINT or a Shutdown RPC stop it:
+// the call in flight may finish (at most 10 s more), a second signal exits at once.
 
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
@@ -92,10 +93,13 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // The first signal stops gracefully (the call in flight finishes); a second one exits at once.
   std::thread signal_thread([signals] {
     int sig = 0;
     sigwait(&signals, &sig);
-    if (sig != 0) RequestStop();
+    RequestStop();
+    sigwait(&signals, &sig);
+    _exit(1);
   });
   signal_thread.detach();
 
@@ -128,6 +132,11 @@ int main(int argc, char** argv) {
     g_cv.wait(lock, [] { return g_stop; });
   }
   spdlog::info("shutting down");
+  // A rank busy with a long call would hold the graceful stop up; nobody is waiting for its result any more.
+  std::thread([] {
+    std::this_thread::sleep_for(std::chrono::seconds(10));
+    _exit(1);
+  }).detach();
   // Short grace: in-flight calls finish, idle client channels do not hold the exit up for long.
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   server->Wait();

@@ -32,6 +32,9 @@ RankActorSettings FromProto(const v1::ActorConfig& a) {
   s.ppo_epochs = a.ppo_epochs();
   s.shuffle = a.shuffle();
   s.log_prob_micro_batch_size_per_gpu = a.log_prob_micro_batch_size_per_gpu();
+  s.ref_log_prob_micro_batch_size_per_gpu = a.ref_log_prob_micro_batch_size_per_gpu() > 0
+                                                ? a.ref_log_prob_micro_batch_size_per_gpu()
+                                                : a.log_prob_micro_batch_size_per_gpu();
   s.loss_mode = a.loss_mode().empty() ? "vanilla" : a.loss_mode();
   s.clip_cov_ratio = a.clip_cov_ratio();
   s.clip_cov_lb = a.clip_cov_lb();

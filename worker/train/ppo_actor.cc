@@ -91,8 +91,7 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
       at::Tensor ref_lp = options.use_kl_loss ? inputs.ref_log_probs.index_select(0, idx) : at::Tensor();
       at::Tensor rollout_lp = options.tis_imp_ratio_cap > 0 ? inputs.rollout_log_probs.index_select(0, idx)
                                                             : at::Tensor();
-      const AggNormalizer norm{mini.response_mask.sum().item<double>(), static_cast<double>(mini.size()),
-                               static_cast<double>(mini.responses.size(1))};
+      const AggNormalizer norm = LocalAggNormalizer(mini.response_mask);
       double pg_loss = 0, kl_loss = 0, entropy = 0;
       optimizer.ZeroGrad();
       for (int64_t b = 0; b < mini.size(); b += options.micro_batch_size) {

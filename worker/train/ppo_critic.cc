@@ -47,8 +47,7 @@ absl::StatusOr<std::map<std::string, double>> UpdateValue(ValueModel& model, Ada
       at::Tensor mask = batch.response_mask.index_select(0, idx).to(at::kFloat);
       at::Tensor vold = old_values.index_select(0, idx);
       at::Tensor ret = returns.index_select(0, idx);
-      const AggNormalizer norm{mask.sum().item<double>(), static_cast<double>(options.mini_batch_size),
-                               static_cast<double>(R)};
+      const AggNormalizer norm = LocalAggNormalizer(mask);
       double vf_loss = 0;
       optimizer.ZeroGrad();
       for (int64_t b = 0; b < options.mini_batch_size; b += options.micro_batch_size) {

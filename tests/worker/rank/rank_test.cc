@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -267,6 +268,231 @@ TEST_CASE("CpuRank: calls out of order fail with the rank and stage", "[worker][
   // use_kl_loss is on but this rank has no ref role, so no ref log-probs: the update says so.
   ExpectError(rank->UpdateActor("s", 1.0, 0).status(), absl::StatusCode::kFailedPrecondition,
               {"rank 5", "UpdateActor", "ref log-probs"});
+}
+
+// A PPO rank: actor, rollout, ref and a critic started from the same tiny model.
+RankConfig PpoConfig(const std::string& model_path) {
+  RankConfig c = Config(model_path, {"actor", "rollout", "ref", "critic"});
+  c.actor.use_kl_loss = false;
+  c.seed = 17;
+  c.critic.model_path = model_path;
+  c.critic.lr = 1e-3;
+  c.critic.weight_decay = 0.0;
+  c.critic.ppo_mini_batch_size = 1;  // prompts: two optimizer steps over the 4 sequences
+  c.critic.ppo_micro_batch_size_per_gpu = 2;
+  c.critic.forward_micro_batch_size_per_gpu = 3;
+  return c;
+}
+
+// GAE with gamma = lam = 1 and the k1 KL penalty in the reward.
+AdvantageSettings GaeWithKl() {
+  AdvantageSettings a;
+  a.estimator = "gae";
+  a.gamma = 1.0;
+  a.lam = 1.0;
+  a.use_kl_in_reward = true;
+  a.kl_coef = 0.1;
+  a.kl_penalty = "kl";
+  return a;
+}
+
+std::unique_ptr<RankInterface> LoadedRank(int32_t id, const RankConfig& config) {
+  auto rank = CreateCpuRank(id);
+  REQUIRE(rank->Configure(config).ok());
+  auto loaded = rank->LoadModel();
+  INFO(loaded.status().ToString());
+  REQUIRE(loaded.ok());
+  return rank;
+}
+
+// Generate, Score, actor and ref log-probs, values and GAE advantages for `step`; returns the advantage metrics.
+Metrics PpoPrepare(RankInterface& rank, const TinyRankModel& m, const std::string& step, GenerateOutput* gen_out,
+                   ScoreOutput* score_out) {
+  auto gen = rank.Generate(step, Prompts(m), Sampling(m), false);
+  INFO(gen.status().ToString());
+  REQUIRE(gen.ok());
+  auto score = rank.Score(step);
+  INFO(score.status().ToString());
+  REQUIRE(score.ok());
+  REQUIRE(rank.ComputeLogProbs(step, "actor", 1.0).ok());
+  REQUIRE(rank.ComputeLogProbs(step, "ref", 1.0).ok());
+  auto values = rank.ComputeValues(step);
+  INFO(values.status().ToString());
+  REQUIRE(values.ok());
+  auto adv = rank.ComputeAdvantage(step, GaeWithKl());
+  INFO(adv.status().ToString());
+  REQUIRE(adv.ok());
+  if (gen_out != nullptr) *gen_out = *gen;
+  if (score_out != nullptr) *score_out = *score;
+  return *adv;
+}
+
+TEST_CASE("CpuRank runs a PPO step with a critic through the torch-free interface", "[worker][rank]") {
+  TinyRankModel m;
+  TestDir ckpt("rank_ppo_ckpt");
+  const RankConfig config = PpoConfig(m.dir.path());
+  auto rank = LoadedRank(0, config);
+
+  REQUIRE(rank->Generate("ppo-1", Prompts(m), Sampling(m), false).ok());
+  auto score = rank->Score("ppo-1");
+  REQUIRE(score.ok());
+  REQUIRE(rank->ComputeLogProbs("ppo-1", "actor", 1.0).ok());
+  REQUIRE(rank->ComputeLogProbs("ppo-1", "ref", 1.0).ok());
+  // The critic update needs the values (and the returns) first.
+  ExpectError(rank->UpdateCritic("ppo-1", 0).status(), absl::StatusCode::kFailedPrecondition,
+              {"rank 0", "UpdateCritic", "values"});
+  auto values = rank->ComputeValues("ppo-1");
+  INFO(values.status().ToString());
+  REQUIRE(values.ok());
+  // Values but no returns yet.
+  ExpectError(rank->UpdateCritic("ppo-1", 0).status(), absl::StatusCode::kFailedPrecondition,
+              {"rank 0", "UpdateCritic", "returns"});
+
+  auto adv = rank->ComputeAdvantage("ppo-1", GaeWithKl());
+  INFO(adv.status().ToString());
+  REQUIRE(adv.ok());
+  for (const auto& [k, v] : *adv) UNSCOPED_INFO(k << " = " << v);
+  for (const char* key : {"actor/reward_kl_penalty", "actor/reward_kl_penalty_coeff", "critic/values/mean",
+                          "critic/values/max", "critic/values/min", "critic/vf_explained_var",
+                          "critic/advantages/mean", "critic/returns/max", "critic/returns/min"}) {
+    INFO(key);
+    REQUIRE(adv->count(key) == 1);
+  }
+  // Actor and ref are the same weights before the first update: no KL, so the rewards are the scores.
+  REQUIRE(adv->at("actor/reward_kl_penalty") == Approx(0.0).margin(1e-7));
+  REQUIRE(adv->at("actor/reward_kl_penalty_coeff") == 0.1);
+  // gamma = lam = 1 and a single reward on the last token: every token's return is its sequence's score.
+  const auto [min_score, max_score] = std::minmax_element(score->scores.begin(), score->scores.end());
+  REQUIRE(adv->at("critic/returns/max") == Approx(*max_score).margin(1e-6));
+  REQUIRE(adv->at("critic/returns/min") == Approx(*min_score).margin(1e-6));
+  // GAE advantages are whitened over the valid tokens.
+  REQUIRE(adv->at("critic/advantages/mean") == Approx(0.0).margin(1e-5));
+  // A freshly initialised head (N(0, 0.02) over 32 unit-scale features) gives small values that vary by token.
+  REQUIRE(std::abs(adv->at("critic/values/mean")) < 0.5);
+  REQUIRE(adv->at("critic/values/max") > adv->at("critic/values/min"));
+  REQUIRE(adv->at("critic/vf_explained_var") <= 1.0);
+
+  REQUIRE(rank->SaveCheckpoint(ckpt.file("before"), 0, false).ok());
+  auto crit = rank->UpdateCritic("ppo-1", 0);
+  INFO(crit.status().ToString());
+  REQUIRE(crit.ok());
+  for (const char* key : {"critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm",
+                          "critic/lr"}) {
+    INFO(key);
+    REQUIRE(crit->count(key) == 1);
+  }
+  REQUIRE(crit->at("critic/vf_loss") > 0.0);
+  REQUIRE(crit->at("critic/lr") == 1e-3);
+  auto upd = rank->UpdateActor("ppo-1", 1.0, 0);
+  INFO(upd.status().ToString());
+  REQUIRE(upd.ok());
+  REQUIRE(upd->count("actor/pg_loss") == 1);
+  REQUIRE(rank->SaveCheckpoint(ckpt.file("after"), 1, false).ok());
+
+  // A retried UpdateCritic returns the stored metrics and leaves the critic alone.
+  auto crit2 = rank->UpdateCritic("ppo-1", 0);
+  REQUIRE(crit2.ok());
+  REQUIRE(*crit2 == *crit);
+  REQUIRE(rank->SaveCheckpoint(ckpt.file("after2"), 1, false).ok());
+  const std::string model_file = "/critic/model_world_size_1_rank_0.safetensors";
+  const std::string optim_file = "/critic/optim_world_size_1_rank_0.safetensors";
+  const std::string extra_file = "/critic/extra_state_world_size_1_rank_0.json";
+  REQUIRE(ReadFile(ckpt.file("after") + model_file).size() > 1000);
+  REQUIRE(ReadFile(ckpt.file("after") + optim_file).size() > 1000);
+  REQUIRE_FALSE(ReadFile(ckpt.file("after") + extra_file).empty());
+  REQUIRE(ReadFile(ckpt.file("after") + model_file) != ReadFile(ckpt.file("before") + model_file));
+  REQUIRE(ReadFile(ckpt.file("after") + model_file) == ReadFile(ckpt.file("after2") + model_file));
+  REQUIRE(ReadFile(ckpt.file("after") + optim_file) == ReadFile(ckpt.file("after2") + optim_file));
+  // The critic is saved beside the actor, not instead of it.
+  REQUIRE(ReadFile(ckpt.file("after") + "/actor/model_world_size_1_rank_0.safetensors").size() > 1000);
+
+  // The next step on the trained rank: the actor has moved away from the reference, so the KL penalty is non-zero.
+  GenerateOutput gen2;
+  const Metrics adv2 = PpoPrepare(*rank, m, "ppo-2", &gen2, nullptr);
+  REQUIRE(std::abs(adv2.at("actor/reward_kl_penalty")) > 1e-7);
+
+  // A fresh rank restored from the checkpoint generates the same responses and computes the same values.
+  auto restored = LoadedRank(0, config);
+  REQUIRE(restored->LoadCheckpoint(ckpt.file("after"), 1).ok());
+  REQUIRE(restored->SaveCheckpoint(ckpt.file("restored"), 1, false).ok());
+  REQUIRE(ReadFile(ckpt.file("restored") + model_file) == ReadFile(ckpt.file("after") + model_file));
+  REQUIRE(ReadFile(ckpt.file("restored") + optim_file) == ReadFile(ckpt.file("after") + optim_file));
+  GenerateOutput gen2_restored;
+  const Metrics adv2_restored = PpoPrepare(*restored, m, "ppo-2", &gen2_restored, nullptr);
+  REQUIRE(gen2_restored.responses.bytes == gen2.responses.bytes);
+  for (const char* key : {"critic/values/mean", "critic/values/max", "critic/values/min", "critic/vf_explained_var",
+                          "critic/advantages/max"}) {
+    INFO(key << ": " << adv2.at(key) << " vs " << adv2_restored.at(key));
+    REQUIRE(adv2_restored.at(key) == Approx(adv2.at(key)).epsilon(1e-6).margin(1e-7));
+  }
+  // Both critics then take the same update.
+  auto crit_a = rank->UpdateCritic("ppo-2", 3);
+  auto crit_b = restored->UpdateCritic("ppo-2", 3);
+  REQUIRE(crit_a.ok());
+  REQUIRE(crit_b.ok());
+  REQUIRE(crit_b->at("critic/vf_loss") == Approx(crit_a->at("critic/vf_loss")).epsilon(1e-6));
+  REQUIRE(crit_b->at("critic/grad_norm") == Approx(crit_a->at("critic/grad_norm")).epsilon(1e-5));
+}
+
+TEST_CASE("CpuRank: critic calls without a critic fail with the rank and stage", "[worker][rank]") {
+  TinyRankModel m;
+  auto rank = LoadedRank(6, Config(m.dir.path(), {"actor", "rollout"}));
+  ExpectError(rank->ComputeValues("s").status(), absl::StatusCode::kNotFound, {"rank 6", "ComputeValues", "'s'"});
+  REQUIRE(rank->Generate("s", Prompts(m), Sampling(m), false).ok());
+  REQUIRE(rank->Score("s").ok());
+  ExpectError(rank->ComputeValues("s").status(), absl::StatusCode::kFailedPrecondition,
+              {"rank 6", "ComputeValues", "critic"});
+  REQUIRE(rank->ComputeAdvantage("s", Grpo()).ok());
+  ExpectError(rank->UpdateCritic("s", 0).status(), absl::StatusCode::kFailedPrecondition,
+              {"rank 6", "UpdateCritic", "critic"});
+  // A critic whose model directory does not exist fails LoadModel, naming the directory.
+  RankConfig bad = PpoConfig(m.dir.path());
+  bad.critic.model_path = m.dir.file("no_such_critic");
+  auto other = CreateCpuRank(7);
+  REQUIRE(other->Configure(bad).ok());
+  ExpectError(other->LoadModel().status(), absl::StatusCode::kNotFound, {"rank 7", "LoadModel/critic", "no_such_critic"});
+}
+
+TEST_CASE("CpuRank: ReMax scores a greedy baseline per prompt", "[worker][rank]") {
+  TinyRankModel m;
+  auto rank = LoadedRank(2, Config(m.dir.path(), {"actor", "rollout"}));
+  // The greedy responses and their scores, by hand: one greedy sample per prompt.
+  SamplingSettings greedy = Sampling(m);
+  greedy.do_sample = false;
+  greedy.n = 1;
+  REQUIRE(rank->Generate("greedy", Prompts(m), greedy, false).ok());
+  auto base = rank->Score("greedy");
+  REQUIRE(base.ok());
+  REQUIRE(base->scores.size() == 2);
+
+  auto gen = rank->Generate("remax", Prompts(m), Sampling(m), /*greedy_baseline=*/true);
+  INFO(gen.status().ToString());
+  REQUIRE(gen.ok());
+  auto score = rank->Score("remax");
+  INFO(score.status().ToString());
+  REQUIRE(score.ok());
+  REQUIRE(score->scores.size() == 4);  // the baseline is scored too, but not returned as a sample
+  auto adv = rank->ComputeAdvantage("remax", Estimator("remax"));
+  INFO(adv.status().ToString());
+  REQUIRE(adv.ok());
+  // Every token of sample i gets its return (the score) minus its prompt's greedy score.
+  double max_adv = -1e9, min_adv = 1e9;
+  for (int i = 0; i < 4; ++i) {
+    const double a = score->scores[i] - base->scores[i / 2];
+    UNSCOPED_INFO("sample " << i << ": score " << score->scores[i] << ", baseline " << base->scores[i / 2]);
+    max_adv = std::max(max_adv, a);
+    min_adv = std::min(min_adv, a);
+  }
+  REQUIRE(adv->at("critic/advantages/max") == Approx(max_adv).margin(1e-6));
+  REQUIRE(adv->at("critic/advantages/min") == Approx(min_adv).margin(1e-6));
+
+  // The baseline does not disturb the sampled rollout.
+  auto plain = rank->Generate("plain", Prompts(m), Sampling(m), false);
+  REQUIRE(plain.ok());
+  REQUIRE(plain->responses.bytes == gen->responses.bytes);
+  REQUIRE(rank->Score("plain").ok());
+  ExpectError(rank->ComputeAdvantage("plain", Estimator("remax")).status(), absl::StatusCode::kFailedPrecondition,
+              {"rank 2", "ComputeAdvantage", "baseline"});
 }
 
 }  // namespace

@@ -6,11 +6,43 @@
 #include <vector>
 
 #include "tests/worker/torch_catch.h"
+#include "worker/train/advantage.h"
+#include "worker/train/policy_loss.h"
 
 namespace verl {
 namespace {
 
 using testing::MaxAbsDiff;
+
+// The hand-computed cases below were written for whole-batch calls; these adapters run them through the production
+// entry points (ComputeAdvantages, ComputePolicyLossByMode, AggLossGlobal) with the batch as its own mini-batch.
+at::Tensor ComputeGrpoOutcomeAdvantage(const at::Tensor& rewards, const at::Tensor& mask,
+                                       const std::vector<std::string>& uids, bool norm_by_std) {
+  AdvantageInputs in;
+  in.token_level_rewards = rewards;
+  in.response_mask = mask;
+  in.group_ids = uids;
+  AdvantageOptions o;
+  o.norm_adv_by_std_in_grpo = norm_by_std;
+  auto r = ComputeAdvantages("grpo", in, o);
+  REQUIRE(r.ok());
+  return r->advantages;
+}
+
+absl::StatusOr<PolicyLossResult> ComputePolicyLoss(const at::Tensor& old_log_prob, const at::Tensor& log_prob,
+                                                   const at::Tensor& adv, const at::Tensor& mask, double low,
+                                                   double high, double clip_c, const std::string& mode) {
+  PolicyLossOptions o;
+  o.clip_ratio_low = low;
+  o.clip_ratio_high = high;
+  o.clip_ratio_c = clip_c;
+  o.loss_agg_mode = mode;
+  return ComputePolicyLossByMode(old_log_prob, log_prob, adv, mask, at::Tensor(), o, LocalAggNormalizer(mask));
+}
+
+absl::StatusOr<at::Tensor> AggLoss(const at::Tensor& loss, const at::Tensor& mask, const std::string& mode) {
+  return AggLossGlobal(loss, mask, mode, LocalAggNormalizer(mask));
+}
 
 at::Tensor Floats(const std::vector<std::vector<float>>& rows) {
   at::Tensor t = at::empty({static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows[0].size())}, at::kFloat);
