@@ -23,6 +23,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/test_dir.h"
+
 namespace verl::testing {
 
 // The directory holding the project's executables in this build tree.
@@ -32,42 +34,6 @@ inline std::string Bin(const std::string& name) { return BinDir() + "/" + name; 
 using Clock = std::chrono::steady_clock;
 inline double SecondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-// A fresh directory under the system temp dir, removed with its contents on destruction.
-class TestDir {
- public:
-  explicit TestDir(const std::string& tag) {
-    static std::atomic<int> counter{0};
-    path_ = std::filesystem::temp_directory_path() /
-            ("verl_" + tag + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TestDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TestDir(const TestDir&) = delete;
-  TestDir& operator=(const TestDir&) = delete;
-
-  std::string path() const { return path_.string(); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
-
-inline void WriteFile(const std::string& path, const std::string& contents) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << contents;
-}
-
-inline std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 // Writes an executable /bin/sh script.

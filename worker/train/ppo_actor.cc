@@ -62,21 +62,10 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
   if (options.use_kl_loss && !inputs.ref_log_probs.defined()) {
     return absl::FailedPreconditionError("use_kl_loss is set but no ref log-probs were computed for this step");
   }
-  if (options.tis_imp_ratio_cap > 0 && !inputs.rollout_log_probs.defined()) {
+  if (options.loss.tis_imp_ratio_cap > 0 && !inputs.rollout_log_probs.defined()) {
     return absl::FailedPreconditionError("tis_imp_ratio_cap is set but the rollout log-probs are missing");
   }
-  PolicyLossOptions loss_options;
-  loss_options.loss_mode = options.loss_mode;
-  loss_options.clip_ratio_low = options.clip_ratio_low;
-  loss_options.clip_ratio_high = options.clip_ratio_high;
-  loss_options.clip_ratio_c = options.clip_ratio_c;
-  loss_options.loss_agg_mode = options.loss_agg_mode;
-  loss_options.clip_cov_ratio = options.clip_cov_ratio;
-  loss_options.clip_cov_lb = options.clip_cov_lb;
-  loss_options.clip_cov_ub = options.clip_cov_ub;
-  loss_options.kl_cov_ratio = options.kl_cov_ratio;
-  loss_options.ppo_kl_coef = options.ppo_kl_coef;
-  loss_options.tis_imp_ratio_cap = options.tis_imp_ratio_cap;
+  const PolicyLossOptions& loss_options = options.loss;
   at::Generator gen = at::detail::createCPUGenerator(options.seed);
   MetricAccumulator metrics;
   const std::vector<at::Tensor> params = model.parameters();
@@ -89,7 +78,7 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
       at::Tensor old_lp = inputs.old_log_probs.index_select(0, idx);
       at::Tensor adv = inputs.advantages.index_select(0, idx);
       at::Tensor ref_lp = options.use_kl_loss ? inputs.ref_log_probs.index_select(0, idx) : at::Tensor();
-      at::Tensor rollout_lp = options.tis_imp_ratio_cap > 0 ? inputs.rollout_log_probs.index_select(0, idx)
+      at::Tensor rollout_lp = options.loss.tis_imp_ratio_cap > 0 ? inputs.rollout_log_probs.index_select(0, idx)
                                                             : at::Tensor();
       const AggNormalizer norm = LocalAggNormalizer(mini.response_mask);
       double pg_loss = 0, kl_loss = 0, entropy = 0;
@@ -103,11 +92,11 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
                                                  mask, rollout_lp.defined() ? rollout_lp.narrow(0, b, count)
                                                                             : at::Tensor(),
                                                  loss_options, norm));
-        ASSIGN_OR_RETURN(at::Tensor entropy_term, AggLossGlobal(lp.entropy, mask, options.loss_agg_mode, norm));
+        ASSIGN_OR_RETURN(at::Tensor entropy_term, AggLossGlobal(lp.entropy, mask, options.loss.loss_agg_mode, norm));
         at::Tensor loss = pl.pg_loss - options.entropy_coeff * entropy_term;
         if (options.use_kl_loss) {
           ASSIGN_OR_RETURN(at::Tensor kld, KlPenalty(lp.log_probs, ref_lp.narrow(0, b, count), options.kl_loss_type));
-          ASSIGN_OR_RETURN(at::Tensor kl_term, AggLossGlobal(kld, mask, options.loss_agg_mode, norm));
+          ASSIGN_OR_RETURN(at::Tensor kl_term, AggLossGlobal(kld, mask, options.loss.loss_agg_mode, norm));
           loss = loss + kl_term * options.kl_loss_coef;
           kl_loss += kl_term.item<double>();
         }

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "worker/model/decoder_model.h"
 #include "worker/train/adamw.h"
+#include "worker/train/policy_loss.h"
 
 namespace verl {
 
@@ -40,12 +41,9 @@ at::Tensor ComputeLogProbsNoGrad(const DecoderModel& model, const SequenceBatch&
                                  int64_t micro_batch_size);
 
 struct PolicyUpdateOptions {
+  PolicyLossOptions loss;  // loss mode, clip ranges, loss_agg_mode (also used for the entropy and KL terms), TIS
   double lr = 1e-6;
   double grad_clip = 1.0;
-  double clip_ratio_low = 0.2;
-  double clip_ratio_high = 0.2;
-  double clip_ratio_c = 3.0;
-  std::string loss_agg_mode = "token-mean";
   double entropy_coeff = 0.0;
   bool use_kl_loss = false;
   double kl_loss_coef = 0.001;
@@ -56,14 +54,6 @@ struct PolicyUpdateOptions {
   bool shuffle = false;
   double temperature = 1.0;
   uint64_t seed = 0;
-  // actor.policy_loss.* and rollout correction (see policy_loss.h).
-  std::string loss_mode = "vanilla";
-  double clip_cov_ratio = 0.0002;
-  double clip_cov_lb = 1.0;
-  double clip_cov_ub = 5.0;
-  double kl_cov_ratio = 0.0002;
-  double ppo_kl_coef = 0.1;
-  double tis_imp_ratio_cap = -1;
 };
 
 // Tensors the update reads besides the sequences: old_log_probs, advantages, and ref_log_probs when use_kl_loss.

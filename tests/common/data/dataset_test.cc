@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/common/data/test_dir.h"
+#include "tests/test_dir.h"
 
 namespace verl {
 namespace {
@@ -67,7 +67,7 @@ std::shared_ptr<arrow::Array> StringArray(const std::vector<std::optional<std::s
 
 TEST_CASE("Parquet round trip keeps every field") {
   TestDir dir;
-  const std::string path = dir.File("train.parquet");
+  const std::string path = dir.file("train.parquet");
   const std::vector<Example> examples = SampleExamples();
   REQUIRE(WriteParquet(path, examples).ok());
 
@@ -90,7 +90,7 @@ TEST_CASE("Parquet round trip keeps every field") {
 
 TEST_CASE("Parquet layout is verl's: list<struct<content, role>>, reward_model struct, extra_info struct") {
   TestDir dir;
-  const std::string path = dir.File("layout.parquet");
+  const std::string path = dir.file("layout.parquet");
   REQUIRE(WriteParquet(path, SampleExamples()).ok());
   auto input = arrow::io::ReadableFile::Open(path).ValueOrDie();
   auto reader = parquet::arrow::OpenFile(input, arrow::default_memory_pool()).ValueOrDie();
@@ -108,7 +108,7 @@ TEST_CASE("Parquet layout is verl's: list<struct<content, role>>, reward_model s
 
 TEST_CASE("Parquet extra_info with mixed or nested values") {
   TestDir dir;
-  const std::string path = dir.File("mixed.parquet");
+  const std::string path = dir.file("mixed.parquet");
   std::vector<Example> examples = SampleExamples();
   examples[0].extra_info_json = json{{"v", 1}, {"nested", {{"a", 1}}}}.dump();
   examples[1].extra_info_json = json{{"v", 2.5}, {"nested", "text"}}.dump();
@@ -123,7 +123,7 @@ TEST_CASE("Parquet extra_info with mixed or nested values") {
 
 TEST_CASE("Parquet without extra_info keys omits the column and loads as {}") {
   TestDir dir;
-  const std::string path = dir.File("plain.parquet");
+  const std::string path = dir.file("plain.parquet");
   std::vector<Example> examples = SampleExamples();
   for (Example& e : examples) e.extra_info_json = "{}";
   REQUIRE(WriteParquet(path, examples).ok());
@@ -134,7 +134,7 @@ TEST_CASE("Parquet without extra_info keys omits the column and loads as {}") {
 
 TEST_CASE("JSONL round trip is exact") {
   TestDir dir;
-  const std::string path = dir.File("train.jsonl");
+  const std::string path = dir.file("train.jsonl");
   const std::vector<Example> examples = SampleExamples();
   REQUIRE(WriteJsonl(path, examples).ok());
   auto loaded = LoadDataset(path);
@@ -144,7 +144,7 @@ TEST_CASE("JSONL round trip is exact") {
 
 TEST_CASE("Parquet written elsewhere: string prompt, numeric ground truth, several row groups, custom prompt key") {
   TestDir dir;
-  const std::string path = dir.File("foreign.parquet");
+  const std::string path = dir.file("foreign.parquet");
   const int n = 7;
   std::vector<std::optional<std::string>> prompts, sources;
   arrow::Int64Builder truth_builder;
@@ -181,7 +181,7 @@ TEST_CASE("Parquet written elsewhere: string prompt, numeric ground truth, sever
 
 TEST_CASE("Parquet with large strings, dictionary columns and nested extra_info") {
   TestDir dir;
-  const std::string path = dir.File("types.parquet");
+  const std::string path = dir.file("types.parquet");
   arrow::LargeStringBuilder content_builder, role_builder;
   REQUIRE(content_builder.AppendValues({"hello", "again"}).ok());
   REQUIRE(role_builder.AppendValues({"user", "user"}).ok());
@@ -220,7 +220,7 @@ TEST_CASE("Parquet with large strings, dictionary columns and nested extra_info"
 
 TEST_CASE("Floating ground truth is written in its shortest form") {
   TestDir dir;
-  const std::string path = dir.File("float.jsonl");
+  const std::string path = dir.file("float.jsonl");
   WriteText(path, R"({"prompt": "q", "data_source": "s", "reward_model": {"ground_truth": 18.0}})" "\n"
                   R"({"prompt": "q", "data_source": "s", "reward_model": {"ground_truth": 0.25}})" "\n");
   auto loaded = LoadDataset(path);
@@ -233,27 +233,27 @@ TEST_CASE("Loading errors name the file, the row and the column") {
   TestDir dir;
 
   SECTION("missing file") {
-    auto result = LoadDataset(dir.File("nope.parquet"));
+    auto result = LoadDataset(dir.file("nope.parquet"));
     REQUIRE(result.status().code() == absl::StatusCode::kNotFound);
     CHECK_THAT(Message(result.status()), Catch::Contains("nope.parquet"));
   }
 
   SECTION("unknown extension") {
-    WriteText(dir.File("data.csv"), "a,b\n");
-    auto result = LoadDataset(dir.File("data.csv"));
+    WriteText(dir.file("data.csv"), "a,b\n");
+    auto result = LoadDataset(dir.file("data.csv"));
     REQUIRE(result.status().code() == absl::StatusCode::kInvalidArgument);
     CHECK_THAT(Message(result.status()), Catch::Contains("data.csv") && Catch::Contains(".jsonl"));
   }
 
   SECTION("not a Parquet file") {
-    WriteText(dir.File("bad.parquet"), "this is not parquet");
-    auto result = LoadDataset(dir.File("bad.parquet"));
+    WriteText(dir.file("bad.parquet"), "this is not parquet");
+    auto result = LoadDataset(dir.file("bad.parquet"));
     REQUIRE(!result.ok());
     CHECK_THAT(Message(result.status()), Catch::Contains("bad.parquet"));
   }
 
   SECTION("Parquet null data_source at row 2") {
-    const std::string path = dir.File("null.parquet");
+    const std::string path = dir.file("null.parquet");
     auto table = arrow::Table::Make(
         arrow::schema({arrow::field("prompt", arrow::utf8()), arrow::field("data_source", arrow::utf8())}),
         {StringArray({"a", "b", "c"}), StringArray({"s", "s", std::nullopt})});
@@ -264,7 +264,7 @@ TEST_CASE("Loading errors name the file, the row and the column") {
   }
 
   SECTION("Parquet prompt messages without a role") {
-    const std::string path = dir.File("norole.parquet");
+    const std::string path = dir.file("norole.parquet");
     auto content = StringArray({"hi"});
     auto messages = arrow::StructArray::Make({content}, {arrow::field("content", arrow::utf8())}).ValueOrDie();
     arrow::Int32Builder offset_builder;
@@ -281,7 +281,7 @@ TEST_CASE("Loading errors name the file, the row and the column") {
   }
 
   SECTION("JSONL malformed line names its line number") {
-    const std::string path = dir.File("bad.jsonl");
+    const std::string path = dir.file("bad.jsonl");
     WriteText(path, R"({"prompt": "a", "data_source": "s"})" "\n\n" R"({"prompt": "b", "data_source": )" "\n");
     auto result = LoadDataset(path);
     REQUIRE(result.status().code() == absl::StatusCode::kInvalidArgument);
@@ -289,7 +289,7 @@ TEST_CASE("Loading errors name the file, the row and the column") {
   }
 
   SECTION("JSONL wrong type") {
-    const std::string path = dir.File("type.jsonl");
+    const std::string path = dir.file("type.jsonl");
     WriteText(path, R"({"prompt": "a", "data_source": "s"})" "\n" R"({"prompt": 5, "data_source": "s"})" "\n");
     auto result = LoadDataset(path);
     REQUIRE(result.status().code() == absl::StatusCode::kInvalidArgument);
@@ -298,7 +298,7 @@ TEST_CASE("Loading errors name the file, the row and the column") {
   }
 
   SECTION("JSONL bad ground truth and extra_info") {
-    const std::string path = dir.File("gt.jsonl");
+    const std::string path = dir.file("gt.jsonl");
     WriteText(path, R"({"prompt": "a", "data_source": "s", "reward_model": {"ground_truth": [1]}})" "\n");
     CHECK_THAT(Message(LoadDataset(path).status()),
                Catch::Contains("line 1: column 'reward_model': expected ground_truth to be a string or number"));
@@ -307,7 +307,7 @@ TEST_CASE("Loading errors name the file, the row and the column") {
   }
 
   SECTION("JSONL missing column lists the keys present") {
-    const std::string path = dir.File("missing.jsonl");
+    const std::string path = dir.file("missing.jsonl");
     WriteText(path, R"({"prompt": "a", "source": "s"})" "\n");
     auto result = LoadDataset(path);
     CHECK_THAT(Message(result.status()),
@@ -315,7 +315,7 @@ TEST_CASE("Loading errors name the file, the row and the column") {
   }
 
   SECTION("empty dataset") {
-    const std::string path = dir.File("empty.jsonl");
+    const std::string path = dir.file("empty.jsonl");
     WriteText(path, "\n  \n");
     auto result = LoadDataset(path);
     REQUIRE(result.status().code() == absl::StatusCode::kInvalidArgument);
@@ -326,16 +326,16 @@ TEST_CASE("Loading errors name the file, the row and the column") {
 TEST_CASE("Writing errors") {
   TestDir dir;
   std::vector<Example> examples = SampleExamples();
-  CHECK(WriteParquet(dir.File("e.parquet"), {}).code() == absl::StatusCode::kInvalidArgument);
-  CHECK(WriteJsonl(dir.File("e.jsonl"), {}).code() == absl::StatusCode::kInvalidArgument);
+  CHECK(WriteParquet(dir.file("e.parquet"), {}).code() == absl::StatusCode::kInvalidArgument);
+  CHECK(WriteJsonl(dir.file("e.jsonl"), {}).code() == absl::StatusCode::kInvalidArgument);
   examples[1].extra_info_json = "[1, 2]";
-  CHECK_THAT(Message(WriteParquet(dir.File("x.parquet"), examples)), Catch::Contains("row 1: extra_info_json"));
-  CHECK_THAT(Message(WriteJsonl(dir.File("x.jsonl"), examples)), Catch::Contains("row 1: extra_info_json"));
-  const std::string nowhere = dir.File("no/such/dir/x.parquet");
+  CHECK_THAT(Message(WriteParquet(dir.file("x.parquet"), examples)), Catch::Contains("row 1: extra_info_json"));
+  CHECK_THAT(Message(WriteJsonl(dir.file("x.jsonl"), examples)), Catch::Contains("row 1: extra_info_json"));
+  const std::string nowhere = dir.file("no/such/dir/x.parquet");
   CHECK(!WriteParquet(nowhere, SampleExamples()).ok());
-  CHECK(!WriteJsonl(dir.File("no/such/dir/x.jsonl"), SampleExamples()).ok());
-  CHECK(!std::filesystem::exists(dir.File("x.parquet")));
-  CHECK(!std::filesystem::exists(dir.File("x.jsonl")));
+  CHECK(!WriteJsonl(dir.file("no/such/dir/x.jsonl"), SampleExamples()).ok());
+  CHECK(!std::filesystem::exists(dir.file("x.parquet")));
+  CHECK(!std::filesystem::exists(dir.file("x.jsonl")));
 }
 
 }  // namespace

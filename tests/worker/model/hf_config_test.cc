@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "nlohmann/json.hpp"
-#include "tests/worker/model/test_dir.h"
+#include "tests/test_dir.h"
 
 namespace verl {
 namespace {

@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "nlohmann/json.hpp"
-#include "tests/worker/model/test_dir.h"
+#include "tests/test_dir.h"
 #include "worker/model/dtype_convert.h"
 #include "worker/model/safetensors_checkpoint.h"
 

@@ -6,7 +6,7 @@
 #include <set>
 
 #include "nlohmann/json.hpp"
-#include "tests/worker/model/test_dir.h"
+#include "tests/test_dir.h"
 
 namespace verl {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
-#include "tests/worker/model/test_dir.h"
+#include "tests/test_dir.h"
 
 namespace verl {
 namespace {

@@ -13,7 +13,7 @@
 
 #include "common/text/bpe_trainer.h"
 #include "common/text/tokenizer.h"
-#include "tests/worker/model/test_dir.h"
+#include "tests/test_dir.h"
 #include "tests/worker/tiny_model.h"
 
 namespace verl {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "tests/worker/torch_catch.h"
-#include "tests/worker/model/test_dir.h"
+#include "tests/test_dir.h"
 #include "tests/worker/tiny_model.h"
 #include "worker/train/ppo_actor.h"
 

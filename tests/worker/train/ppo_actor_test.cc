@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "tests/worker/torch_catch.h"
-#include "tests/worker/model/test_dir.h"
+#include "tests/test_dir.h"
 #include "tests/worker/tiny_model.h"
 
 namespace verl {

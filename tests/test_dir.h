@@ -1,7 +1,7 @@
-#ifndef VERL_TESTS_WORKER_MODEL_TEST_DIR_H_
-#define VERL_TESTS_WORKER_MODEL_TEST_DIR_H_
+#ifndef VERL_TESTS_TEST_DIR_H_
+#define VERL_TESTS_TEST_DIR_H_
 
-// A fresh directory under the system temp dir, removed with its contents on destruction.
+// Test helpers shared by every suite: a fresh temporary directory per test, and whole-file reads and writes.
 
 #include <unistd.h>
 
@@ -13,9 +13,10 @@
 
 namespace verl::testing {
 
+// A fresh directory under the system temp dir, named after `tag`, removed with its contents on destruction.
 class TestDir {
  public:
-  explicit TestDir(const std::string& tag) {
+  explicit TestDir(const std::string& tag = "test") {
     static std::atomic<int> counter{0};
     path_ = std::filesystem::temp_directory_path() /
             ("verl_" + tag + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
@@ -50,4 +51,4 @@ inline std::string ReadFile(const std::string& path) {
 
 }  // namespace verl::testing
 
-#endif  // VERL_TESTS_WORKER_MODEL_TEST_DIR_H_
+#endif  // VERL_TESTS_TEST_DIR_H_
