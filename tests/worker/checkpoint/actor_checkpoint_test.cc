@@ -85,6 +85,15 @@ TEST_CASE("Actor checkpoint round trip restores weights, moments and step exactl
   REQUIRE(AllEqual(Snapshot(opt.exp_avg_sq()), saved_v));
   REQUIRE(opt.step_count() == 1);
 
+  SECTION("the update count (lr warmup position) travels with the checkpoint") {
+    int64_t updates = 0;
+    REQUIRE(LoadActorCheckpoint(ckpt, *model, opt, 1, 0, &updates).ok());
+    REQUIRE(updates == -1);  // saved without a count
+    const std::string counted = dir.file("global_step_2/actor");
+    REQUIRE(SaveActorCheckpoint(counted, *model, opt, /*global_step=*/2, 1, 0, /*updates_done=*/7).ok());
+    REQUIRE(LoadActorCheckpoint(counted, *model, opt, 1, 0, &updates).ok());
+    REQUIRE(updates == 7);
+  }
   SECTION("another rank's files are not there: the error names the file") {
     absl::Status bad = LoadActorCheckpoint(ckpt, *model, opt, 2, 1);
     REQUIRE_FALSE(bad.ok());
