@@ -2,6 +2,9 @@
 
 #include <thread>
 
+#include "absl/strings/numbers.h"
+#include "common/rpc/metadata.h"
+
 namespace verl {
 
 WorkerClient::WorkerClient(std::string worker_id, std::string address, double rpc_timeout_s,
@@ -44,6 +47,16 @@ absl::StatusOr<v1::HealthResponse> WorkerClient::WaitHealthy(double timeout_s) {
       if (!alive.ok()) return alive;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+void WorkerClient::AddComputeSeconds(const grpc::ClientContext& ctx) {
+  const auto& trailers = ctx.GetServerTrailingMetadata();
+  auto it = trailers.find(kComputeSecondsMetadataKey);
+  if (it == trailers.end()) return;
+  double seconds = 0;
+  if (absl::SimpleAtod(absl::string_view(it->second.data(), it->second.size()), &seconds)) {
+    compute_seconds_ += seconds;
   }
 }
 

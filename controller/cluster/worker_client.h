@@ -74,6 +74,9 @@ class WorkerClient {
   // Cancels the call in flight, if any (it returns CANCELLED at once). Thread-safe; for Ctrl-C.
   void CancelInFlight();
 
+  // Seconds the worker's rank has spent on this client's calls so far (from each reply's trailing metadata).
+  double compute_seconds() const { return compute_seconds_; }
+
  private:
   using Stub = v1::WorkerService::Stub;
 
@@ -95,10 +98,12 @@ class WorkerClient {
       std::lock_guard<std::mutex> lock(mu_);
       in_flight_ = nullptr;
     }
+    AddComputeSeconds(ctx);
     if (status.ok()) return response;
     return Failure(rpc, status);
   }
   absl::Status Failure(const char* rpc, const grpc::Status& status);
+  void AddComputeSeconds(const grpc::ClientContext& ctx);
 
   std::string worker_id_;
   std::string address_;
@@ -108,6 +113,7 @@ class WorkerClient {
   std::unique_ptr<Stub> stub_;
   std::mutex mu_;
   grpc::ClientContext* in_flight_ ABSL_GUARDED_BY(mu_) = nullptr;
+  double compute_seconds_ = 0;  // only touched by the calling thread
 };
 
 }  // namespace verl

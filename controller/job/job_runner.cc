@@ -134,6 +134,7 @@ class JobRunner::Impl {
       const int64_t step = global_step_ + 1;
       const bool last = step == total_steps_;
       auto step_start = Clock::now();
+      const double compute_before = WorkerComputeSeconds();
       ASSIGN_OR_RETURN(Metrics metrics, TrainStep(step));
       if (has_val && (last || step % t.test_freq == 0)) {
         auto start = Clock::now();
@@ -150,6 +151,9 @@ class JobRunner::Impl {
         metrics["timing_s/save_checkpoint"] = Seconds(start);
       }
       metrics["timing_s/step"] = Seconds(step_start);
+      // Ours (BENCHMARKS.md B0): the part of the step that is not rank compute (RPC, serialisation, bookkeeping).
+      metrics["perf/controller_overhead"] =
+          std::max(0.0, 1.0 - (WorkerComputeSeconds() - compute_before) / metrics["timing_s/step"]);
       metrics["training/global_step"] = static_cast<double>(step);
       metrics["training/epoch"] = static_cast<double>(sampler_->state().epoch);
       const double tokens = metrics["perf/total_num_tokens"];
@@ -340,6 +344,13 @@ class JobRunner::Impl {
   }
 
   WorkerClient& worker() { return *workers_.front(); }
+
+  // Rank compute so far, over all workers (the workers run one after another in this build).
+  double WorkerComputeSeconds() const {
+    double total = 0;
+    for (const auto& w : workers_) total += w->compute_seconds();
+    return total;
+  }
 
   // verl: lr_warmup_steps when set (>= 0), else lr_warmup_steps_ratio of the total steps.
   int64_t WarmupSteps(const OptimConfig& optim) const {

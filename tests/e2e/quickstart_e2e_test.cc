@@ -87,7 +87,7 @@ TEST_CASE("quickstart GRPO: reward rises, metrics and checkpoints land, and a re
   const nlohmann::json& last = lines.back()["data"];
   for (const char* key : {"critic/score/mean", "actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm",
                           "response_length/mean", "timing_s/gen", "timing_s/update_actor", "timing_s/step",
-                          "perf/throughput", "critic/advantages/mean"}) {
+                          "perf/throughput", "critic/advantages/mean", "perf/controller_overhead"}) {
     INFO(key);
     REQUIRE(first.contains(key));
   }

@@ -2,7 +2,11 @@
 
 #include <unistd.h>
 
+#include <chrono>
+#include <string>
+
 #include "absl/strings/str_cat.h"
+#include "common/rpc/metadata.h"
 #include "common/status/grpc_status.h"
 #include "common/status/status_macros.h"
 #include "spdlog/spdlog.h"
@@ -101,8 +105,12 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::RunOnRank(grpc::CallbackServerConte
                                                        const std::string& step_id,
                                                        std::function<absl::Status()> work) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  executor_.Post([this, reactor, rpc, step_id, work = std::move(work)] {
+  executor_.Post([this, ctx, reactor, rpc, step_id, work = std::move(work)] {
+    const auto start = std::chrono::steady_clock::now();
     absl::Status status = work();
+    ctx->AddTrailingMetadata(
+        kComputeSecondsMetadataKey,
+        std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
     if (!status.ok()) {
       status = Annotate(status, absl::StrCat("worker ", worker_id_, " (pid ", getpid(), ") ", rpc,
                                              step_id.empty() ? "" : " step " + step_id));
