@@ -204,6 +204,8 @@ const std::vector<ConfigKeySpec>& Table() {
        "CPU threads per rank (intra-op); 0 uses all cores divided among the local ranks."},
       {"cluster.rpc_timeout_s", T::kDouble, "600.0", "", false, O::kOurs,
        "Deadline of a worker RPC, in seconds."},
+      {"cluster.max_worker_restarts", T::kInt, "3", "", false, O::kOurs,
+       "Local workers that die are restarted from the last checkpoint of this run at most this many times."},
       {"cluster.worker_start_timeout_s", T::kDouble, "60.0", "", false, O::kOurs,
        "How long to wait for a local worker to come up, in seconds."},
   };

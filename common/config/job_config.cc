@@ -227,6 +227,7 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   r.Read("cluster.num_threads_per_rank", &cl.num_threads_per_rank);
   r.Read("cluster.rpc_timeout_s", &cl.rpc_timeout_s);
   r.Read("cluster.worker_start_timeout_s", &cl.worker_start_timeout_s);
+  r.Read("cluster.max_worker_restarts", &cl.max_worker_restarts);
 
   if (absl::Status s = r.Finish(); !s.ok()) return s;
   return c;
@@ -365,6 +366,8 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
   const ClusterConfig& cl = c.cluster;
   check(cl.num_threads_per_rank >= 0,
         absl::StrCat("cluster.num_threads_per_rank must be >= 0 (0: all cores), got ", cl.num_threads_per_rank));
+  check(cl.max_worker_restarts >= 0,
+        absl::StrCat("cluster.max_worker_restarts must be >= 0, got ", cl.max_worker_restarts));
   check(cl.rpc_timeout_s > 0, "cluster.rpc_timeout_s must be > 0, got " + Fmt(cl.rpc_timeout_s));
   check(cl.worker_start_timeout_s > 0,
         "cluster.worker_start_timeout_s must be > 0, got " + Fmt(cl.worker_start_timeout_s));

@@ -182,6 +182,7 @@ struct ClusterConfig {
   int64_t num_threads_per_rank = 0;        // 0: all cores
   double rpc_timeout_s = 600.0;            // seconds
   double worker_start_timeout_s = 60.0;    // seconds
+  int64_t max_worker_restarts = 3;         // recoveries of dead local workers from the last checkpoint
   bool operator==(const ClusterConfig&) const = default;
 };
 

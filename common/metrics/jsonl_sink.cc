@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <system_error>
 
 #include <nlohmann/json.hpp>
@@ -23,6 +24,32 @@ absl::StatusOr<std::unique_ptr<JsonlSink>> JsonlSink::Open(const std::string& pa
   std::ofstream out(path, std::ios::out | std::ios::app | std::ios::binary);
   if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot open metrics file '", path, "' for appending"));
   return std::unique_ptr<JsonlSink>(new JsonlSink(path, std::move(out)));
+}
+
+absl::Status JsonlSink::KeepStepsUpTo(const std::string& path, int64_t last_step) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::OkStatus();
+  std::string kept;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_discarded() && j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
+        j["step"].get<int64_t>() > last_step) {
+      continue;
+    }
+    kept += line + "\n";
+  }
+  in.close();
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << kept;
+    if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write '", tmp, "'"));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot replace '", path, "': ", ec.message()));
+  return absl::OkStatus();
 }
 
 JsonlSink::JsonlSink(std::string path, std::ofstream out) : path_(std::move(path)), out_(std::move(out)) {}

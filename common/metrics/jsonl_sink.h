@@ -29,6 +29,10 @@ class JsonlSink : public MetricSink {
 
   const std::string& path() const { return path_; }
 
+  // Rewrites `path` (atomically) keeping only the lines whose "step" is <= `last_step`, so that steps replayed after
+  // a resume or a recovery are recorded exactly once. A missing file is fine. Unparsable lines are kept.
+  static absl::Status KeepStepsUpTo(const std::string& path, int64_t last_step);
+
   // The line Log() writes, without the trailing newline.
   static std::string FormatLine(int64_t step, const std::map<std::string, double>& metrics);
 

@@ -119,9 +119,25 @@ class JobRunner::Impl {
     SetState(JobState::kLoading);
     RETURN_IF_ERROR(StartWorkers());
     RETURN_IF_ERROR(LoadModels());
-    RETURN_IF_ERROR(OpenSinks());
     RETURN_IF_ERROR(MaybeResume());
+    RETURN_IF_ERROR(OpenSinks());
+    while (true) {
+      absl::Status status = RunSteps();
+      if (status.ok() || !IsWorkerFailure(status)) return status;
+      if (restarts_ >= config_.cluster.max_worker_restarts) {
+        return Annotate(status, absl::StrCat("giving up after ", restarts_, " worker restart(s) (cluster.max_worker_restarts)"));
+      }
+      ++restarts_;
+      spdlog::warn("{}", std::string(status.message()));
+      spdlog::warn("worker failure during step {}: restarting the workers ({} of at most {}) and resuming from {}",
+                   global_step_ + 1, restarts_, config_.cluster.max_worker_restarts,
+                   last_checkpoint_step_ > 0 ? checkpoints_->StepDir(last_checkpoint_step_) : "the start");
+      RETURN_IF_ERROR(Recover());
+    }
+  }
 
+  // The steps from where the job stands (after a start, a resume or a recovery) to the end.
+  absl::Status RunSteps() {
     const TrainerConfig& t = config_.trainer;
     const bool has_val = !val_.empty() && t.test_freq > 0;
     if (has_val && t.val_before_train && global_step_ == 0) {
@@ -148,6 +164,7 @@ class JobRunner::Impl {
         auto start = Clock::now();
         RETURN_IF_ERROR(checkpoints_->Save(step, sampler_->state(), /*hf_export=*/last,
                                            {{"kl_ctrl.value", kl_ctrl_->value()}}));
+        last_checkpoint_step_ = step;
         metrics["timing_s/save_checkpoint"] = Seconds(start);
       }
       metrics["timing_s/step"] = Seconds(step_start);
@@ -155,6 +172,7 @@ class JobRunner::Impl {
       metrics["perf/controller_overhead"] =
           std::max(0.0, 1.0 - (WorkerComputeSeconds() - compute_before) / metrics["timing_s/step"]);
       metrics["training/global_step"] = static_cast<double>(step);
+      metrics["training/worker_restarts"] = static_cast<double>(restarts_);
       metrics["training/epoch"] = static_cast<double>(sampler_->state().epoch);
       const double tokens = metrics["perf/total_num_tokens"];
       metrics["perf/time_per_step"] = metrics["timing_s/step"];
@@ -441,7 +459,10 @@ class JobRunner::Impl {
       if (logger == "console") {
         sinks_.Add(std::make_unique<ConsoleSink>(options_.console ? options_.console : &std::cout, total_steps_));
       } else if (logger == "jsonl") {
-        ASSIGN_OR_RETURN(auto sink, JsonlSink::Open(t.log_dir + "/metrics.jsonl"));
+        // Keep the lines of the steps that stand (those up to the checkpoint resumed from); a fresh start keeps none.
+        const std::string path = t.log_dir + "/metrics.jsonl";
+        RETURN_IF_ERROR(JsonlSink::KeepStepsUpTo(path, global_step_ > 0 ? global_step_ : -1));
+        ASSIGN_OR_RETURN(auto sink, JsonlSink::Open(path));
         spdlog::info("metrics: {}", sink->path());
         sinks_.Add(std::move(sink));
       } else {
@@ -455,17 +476,52 @@ class JobRunner::Impl {
     ASSIGN_OR_RETURN(std::optional<CheckpointManager::Found> found,
                      checkpoints_->Find(config_.trainer.resume_mode, config_.trainer.resume_from_path));
     if (!found) return absl::OkStatus();
+    return ResumeFrom(*found);
+  }
+
+  absl::Status ResumeFrom(const CheckpointManager::Found& found) {
     v1::LoadCheckpointRequest req;
-    req.set_dir(fs::absolute(found->dir).string());
-    req.set_global_step(found->global_step);
+    req.set_dir(fs::absolute(found.dir).string());
+    req.set_global_step(found.global_step);
     RETURN_IF_ERROR(worker().LoadCheckpoint(req));
-    RETURN_IF_ERROR(sampler_->Restore(found->sampler_state));
-    if (auto it = found->controller_state.find("kl_ctrl.value"); it != found->controller_state.end()) {
+    RETURN_IF_ERROR(sampler_->Restore(found.sampler_state));
+    if (auto it = found.controller_state.find("kl_ctrl.value"); it != found.controller_state.end()) {
       kl_ctrl_->set_value(it->second);
     }
-    global_step_ = found->global_step;
-    spdlog::info("resumed from {} (global step {})", found->dir, global_step_);
+    global_step_ = found.global_step;
+    last_checkpoint_step_ = found.global_step;
+    spdlog::info("resumed from {} (global step {})", found.dir, global_step_);
     return absl::OkStatus();
+  }
+
+  // A local worker died (or stopped answering): the step in flight is abandoned, the workers are restarted, and the
+  // job continues from the last checkpoint this run wrote or resumed from (from the start when there is none).
+  // Metrics of the abandoned steps are dropped from the JSONL file when the sinks reopen, so each step is recorded
+  // once.
+  absl::Status Recover() {
+    const auto start = Clock::now();
+    StopWorkers();
+    (void)sinks_.Close();
+    sinks_ = MultiSink();
+    RETURN_IF_ERROR(StartWorkers());
+    RETURN_IF_ERROR(LoadModels());
+    RETURN_IF_ERROR(sampler_->Restore(ResumableSampler::State{}));
+    kl_ctrl_->set_value(config_.algorithm.kl_ctrl.kl_coef);
+    global_step_ = 0;
+    if (last_checkpoint_step_ > 0) {
+      ASSIGN_OR_RETURN(std::optional<CheckpointManager::Found> found,
+                       checkpoints_->Find("resume_path", checkpoints_->StepDir(last_checkpoint_step_)));
+      RETURN_IF_ERROR(ResumeFrom(*found));
+    }
+    RETURN_IF_ERROR(OpenSinks());
+    spdlog::info("recovered in {:.1f} s; continuing at step {}", Seconds(start), global_step_ + 1);
+    return absl::OkStatus();
+  }
+
+  // Whether `status` comes from a local worker that died or stopped answering (and we may restart it).
+  bool IsWorkerFailure(const absl::Status& status) {
+    if (!launcher_ || owner_->cancel_requested_.load()) return false;
+    return !launcher_->CheckAlive().ok() || absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status);
   }
 
   v1::SamplingParams Sampling(bool validation, int64_t step) const {
@@ -677,6 +733,8 @@ class JobRunner::Impl {
   std::unique_ptr<KlController> kl_ctrl_;
   int64_t total_steps_ = 0;
   int64_t global_step_ = 0;
+  int64_t last_checkpoint_step_ = 0;  // the newest checkpoint this run wrote or resumed from
+  int64_t restarts_ = 0;
 
   std::unique_ptr<LocalWorkerLauncher> launcher_;
   // Guards workers_ (read by CancelInFlight from a signal thread) and last_metrics_.

@@ -2,6 +2,7 @@
 // CPU quickstart (GRPO on the tiny Qwen2 model, synthetic repeat-the-letter task). The reward must rise, metrics and
 // checkpoints must land in verl's layout, and a second run must resume from the last checkpoint.
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,7 +12,10 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <chrono>
+#include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -149,6 +153,52 @@ TEST_CASE("RLOO raises the reward", "[e2e][rloo]") { CheckRewardRises(kConfig, "
 
 TEST_CASE("REINFORCE++ raises the reward", "[e2e][reinforce_plus_plus]") {
   CheckRewardRises(kConfig, "algorithm.adv_estimator=reinforce_plus_plus");
+}
+
+// The pid the worker printed in its log ("serving WorkerService on ... (pid N)"), or -1.
+pid_t WorkerPid(const fs::path& log) {
+  std::smatch m;
+  const std::string text = ReadFile(log);
+  if (std::regex_search(text, m, std::regex("\\(pid ([0-9]+)\\)"))) return std::stoi(m[1]);
+  return -1;
+}
+
+TEST_CASE("a worker killed mid-run is restarted from the last checkpoint and every step is recorded once",
+          "[e2e][recovery]") {
+  Workspace ws;
+  const fs::path metrics = ws.dir / "out/metrics.jsonl";
+  const fs::path worker_log = ws.dir / "out/workers/worker-0.log";
+  // Kill the worker (SIGKILL, no goodbye) once step 16 is logged: the last checkpoint is then step 10.
+  pid_t killed = -1;
+  std::thread killer([&] {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (fs::exists(metrics) && ReadJsonl(metrics).size() >= 16) {
+        killed = WorkerPid(worker_log);
+        if (killed > 0) ::kill(killed, SIGKILL);
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  const int rc = ws.Controller("trainer.total_training_steps=30 trainer.save_freq=10 trainer.test_freq=-1", "run.log");
+  killer.join();
+  const std::string log = ReadFile(ws.dir / "run.log");
+  INFO(Tail(ws.dir / "run.log"));
+  REQUIRE(killed > 0);
+  REQUIRE(rc == 0);
+  CHECK(log.find("killed by signal 9") != std::string::npos);
+  CHECK(log.find("resuming from") != std::string::npos);
+  // Steps 1..30 (no validation here), each exactly once, in order.
+  std::vector<nlohmann::json> lines = ReadJsonl(metrics);
+  std::vector<int64_t> steps;
+  for (const auto& l : lines) steps.push_back(l["step"].get<int64_t>());
+  std::vector<int64_t> expected;
+  for (int64_t i = 1; i <= 30; ++i) expected.push_back(i);
+  CHECK(steps == expected);
+  CHECK(lines.back()["data"]["training/worker_restarts"].get<double>() == 1.0);
+  // The restarted worker is a new process.
+  CHECK(WorkerPid(worker_log) != killed);
 }
 
 }  // namespace
