@@ -228,6 +228,8 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   r.Read("cluster.rpc_timeout_s", &cl.rpc_timeout_s);
   r.Read("cluster.worker_start_timeout_s", &cl.worker_start_timeout_s);
   r.Read("cluster.max_worker_restarts", &cl.max_worker_restarts);
+  r.Read("cluster.heartbeat_interval_s", &cl.heartbeat_interval_s);
+  r.Read("cluster.heartbeat_timeout_s", &cl.heartbeat_timeout_s);
 
   if (absl::Status s = r.Finish(); !s.ok()) return s;
   return c;
@@ -366,6 +368,8 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
   const ClusterConfig& cl = c.cluster;
   check(cl.num_threads_per_rank >= 0,
         absl::StrCat("cluster.num_threads_per_rank must be >= 0 (0: all cores), got ", cl.num_threads_per_rank));
+  check(cl.heartbeat_interval_s > 0, "cluster.heartbeat_interval_s must be > 0, got " + Fmt(cl.heartbeat_interval_s));
+  check(cl.heartbeat_timeout_s > 0, "cluster.heartbeat_timeout_s must be > 0, got " + Fmt(cl.heartbeat_timeout_s));
   check(cl.max_worker_restarts >= 0,
         absl::StrCat("cluster.max_worker_restarts must be >= 0, got ", cl.max_worker_restarts));
   check(cl.rpc_timeout_s > 0, "cluster.rpc_timeout_s must be > 0, got " + Fmt(cl.rpc_timeout_s));

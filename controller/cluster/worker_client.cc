@@ -65,6 +65,17 @@ void WorkerClient::CancelInFlight() {
   if (in_flight_ != nullptr) in_flight_->TryCancel();
 }
 
+absl::Status WorkerClient::Ping(double timeout_s) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(static_cast<int64_t>(1000 * timeout_s)));
+  v1::HealthResponse response;
+  grpc::Status status = stub_->Health(&ctx, v1::HealthRequest(), &response);
+  if (status.ok()) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat("worker ", worker_id_, " at ", address_, " missed its heartbeat (",
+                                             FromGrpcStatus(status).message(), ")"));
+}
+
 absl::Status WorkerClient::Shutdown() {
   return Call("Shutdown", &Stub::Shutdown, v1::ShutdownRequest(), 5.0).status();
 }

@@ -71,6 +71,9 @@ class WorkerClient {
   // Short deadline: used while stopping.
   absl::Status Shutdown();
 
+  // A Health call with its own deadline, independent of the call in flight (safe from a heartbeat thread).
+  absl::Status Ping(double timeout_s);
+
   // Cancels the call in flight, if any (it returns CANCELLED at once). Thread-safe; for Ctrl-C.
   void CancelInFlight();
 

@@ -7,7 +7,9 @@
 #include <fstream>
 #include <iostream>
 #include <numeric>
+#include <condition_variable>
 #include <mutex>
+#include <thread>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -123,6 +125,7 @@ class JobRunner::Impl {
     RETURN_IF_ERROR(OpenSinks());
     while (true) {
       absl::Status status = RunSteps();
+      if (absl::Status hb = HeartbeatFailure(); !status.ok() && !hb.ok()) status = hb;
       if (status.ok() || !IsWorkerFailure(status)) return status;
       if (restarts_ >= config_.cluster.max_worker_restarts) {
         return Annotate(status, absl::StrCat("giving up after ", restarts_, " worker restart(s) (cluster.max_worker_restarts)"));
@@ -340,20 +343,71 @@ class JobRunner::Impl {
       std::lock_guard<std::mutex> lock(mu_);
       workers_.push_back(std::move(client));
     }
+    StartHeartbeat();
     return absl::OkStatus();
   }
 
-  void StopWorkers() {
+  // graceful: ask each worker to shut down first (not for a worker that already failed: it may not answer).
+  void StopWorkers(bool graceful = true) {
+    StopHeartbeat();
     if (launcher_) {
-      for (auto& w : workers_) (void)w->Shutdown();
+      if (graceful) {
+        for (auto& w : workers_) (void)w->Shutdown();
+      }
       // Close our connections before waiting for the workers to exit: a worker's graceful server shutdown waits
       // for its clients to disconnect, and an idle channel of ours would only notice the worker's GOAWAY at gRPC's
       // next backup poll (5 s), which made every job end (and Ctrl-C) take about 5 s.
       ClearWorkers();
-      launcher_->StopAll();
+      launcher_->StopAll(graceful ? 5.0 : 1.0);
       launcher_.reset();
     }
     ClearWorkers();
+  }
+
+  // Checks every cluster.heartbeat_interval_s that each worker answers Health (answered on the worker's gRPC thread,
+  // so a busy rank still answers). A worker that does not answer within cluster.heartbeat_timeout_s has its call in
+  // flight cancelled, and the job treats it as failed (and recovers when it launched it).
+  void StartHeartbeat() {
+    StopHeartbeat();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      heartbeat_stop_ = false;
+      heartbeat_failure_ = absl::OkStatus();
+    }
+    heartbeat_ = std::thread([this] {
+      const ClusterConfig& c = config_.cluster;
+      std::unique_lock<std::mutex> lock(mu_);
+      while (!heartbeat_cv_.wait_for(lock, std::chrono::duration<double>(c.heartbeat_interval_s),
+                                     [this] { return heartbeat_stop_; })) {
+        for (auto& w : workers_) {
+          WorkerClient* client = w.get();
+          lock.unlock();
+          absl::Status alive = client->Ping(c.heartbeat_timeout_s);
+          lock.lock();
+          if (heartbeat_stop_) return;
+          if (!alive.ok()) {
+            spdlog::warn("{}", std::string(alive.message()));
+            heartbeat_failure_ = alive;
+            client->CancelInFlight();
+            return;
+          }
+        }
+      }
+    });
+  }
+
+  void StopHeartbeat() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      heartbeat_stop_ = true;
+    }
+    heartbeat_cv_.notify_all();
+    if (heartbeat_.joinable()) heartbeat_.join();
+  }
+
+  absl::Status HeartbeatFailure() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return heartbeat_failure_;
   }
 
   void ClearWorkers() {
@@ -500,7 +554,7 @@ class JobRunner::Impl {
   // once.
   absl::Status Recover() {
     const auto start = Clock::now();
-    StopWorkers();
+    StopWorkers(/*graceful=*/false);
     (void)sinks_.Close();
     sinks_ = MultiSink();
     RETURN_IF_ERROR(StartWorkers());
@@ -737,8 +791,13 @@ class JobRunner::Impl {
   int64_t restarts_ = 0;
 
   std::unique_ptr<LocalWorkerLauncher> launcher_;
-  // Guards workers_ (read by CancelInFlight from a signal thread) and last_metrics_.
+  // Guards workers_ (read by CancelInFlight from a signal thread and by the heartbeat), last_metrics_ and the
+  // heartbeat's state.
   mutable std::mutex mu_;
+  std::thread heartbeat_;
+  std::condition_variable heartbeat_cv_;
+  bool heartbeat_stop_ = true;
+  absl::Status heartbeat_failure_;
   std::vector<std::unique_ptr<WorkerClient>> workers_;
   Metrics last_metrics_;
   MultiSink sinks_;

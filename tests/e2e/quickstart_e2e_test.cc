@@ -201,4 +201,39 @@ TEST_CASE("a worker killed mid-run is restarted from the last checkpoint and eve
   CHECK(WorkerPid(worker_log) != killed);
 }
 
+TEST_CASE("a hung worker (SIGSTOP) misses its heartbeat and is replaced; the job finishes", "[e2e][recovery]") {
+  Workspace ws;
+  const fs::path metrics = ws.dir / "out/metrics.jsonl";
+  const fs::path worker_log = ws.dir / "out/workers/worker-0.log";
+  pid_t stopped = -1;
+  std::thread stopper([&] {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (fs::exists(metrics) && ReadJsonl(metrics).size() >= 16) {
+        stopped = WorkerPid(worker_log);
+        if (stopped > 0) ::kill(stopped, SIGSTOP);
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const int rc = ws.Controller("trainer.total_training_steps=30 trainer.save_freq=10 trainer.test_freq=-1 "
+                               "cluster.heartbeat_interval_s=0.2 cluster.heartbeat_timeout_s=1.0",
+                               "run.log");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  stopper.join();
+  if (stopped > 0) ::kill(stopped, SIGKILL);  // never leave a stopped process behind, whatever happened
+  INFO(Tail(ws.dir / "run.log"));
+  REQUIRE(stopped > 0);
+  REQUIRE(rc == 0);
+  CHECK(ReadFile(ws.dir / "run.log").find("missed its heartbeat") != std::string::npos);
+  std::vector<nlohmann::json> lines = ReadJsonl(metrics);
+  REQUIRE(lines.size() == 30);
+  CHECK(lines.back()["step"] == 30);
+  CHECK(lines.back()["data"]["training/worker_restarts"].get<double>() == 1.0);
+  // Far below the RPC deadline (cluster.rpc_timeout_s = 600 s): the heartbeat turned the hang into a recovery.
+  CHECK(seconds < 60);
+}
+
 }  // namespace
