@@ -4,13 +4,13 @@
 
 #include <chrono>
 #include <filesystem>
+#include <condition_variable>
 #include <fstream>
 #include <iostream>
-#include <numeric>
-#include <condition_variable>
 #include <mutex>
-#include <thread>
+#include <numeric>
 #include <optional>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -128,7 +128,8 @@ class JobRunner::Impl {
       if (absl::Status hb = HeartbeatFailure(); !status.ok() && !hb.ok()) status = hb;
       if (status.ok() || !IsWorkerFailure(status)) return status;
       if (restarts_ >= config_.cluster.max_worker_restarts) {
-        return Annotate(status, absl::StrCat("giving up after ", restarts_, " worker restart(s) (cluster.max_worker_restarts)"));
+        return Annotate(status, absl::StrCat("giving up after ", restarts_,
+                                             " worker restart(s) (cluster.max_worker_restarts)"));
       }
       ++restarts_;
       spdlog::warn("{}", std::string(status.message()));
