@@ -219,7 +219,7 @@ TEST_CASE("a hung worker (SIGSTOP) misses its heartbeat and is replaced; the job
   });
   const auto start = std::chrono::steady_clock::now();
   const int rc = ws.Controller("trainer.total_training_steps=30 trainer.save_freq=10 trainer.test_freq=-1 "
-                               "cluster.heartbeat_interval_s=0.2 cluster.heartbeat_timeout_s=1.0",
+                               "cluster.heartbeat_interval_s=0.2 cluster.heartbeat_timeout_s=2.0",
                                "run.log");
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   stopper.join();
