@@ -20,6 +20,7 @@
 #include "common/metrics/jsonl_sink.h"
 #include "common/metrics/metrics_util.h"
 #include "common/metrics/multi_sink.h"
+#include "common/metrics/tensorboard_sink.h"
 #include "common/status/status_macros.h"
 #include "common/text/chat_template.h"
 #include "common/text/tokenizer.h"
@@ -519,6 +520,10 @@ class JobRunner::Impl {
         RETURN_IF_ERROR(JsonlSink::KeepStepsUpTo(path, global_step_ > 0 ? global_step_ : -1));
         ASSIGN_OR_RETURN(auto sink, JsonlSink::Open(path));
         spdlog::info("metrics: {}", sink->path());
+        sinks_.Add(std::move(sink));
+      } else if (logger == "tensorboard") {
+        ASSIGN_OR_RETURN(auto sink, TensorBoardSink::Open(t.log_dir + "/tensorboard"));
+        spdlog::info("tensorboard events: {}", sink->path());
         sinks_.Add(std::move(sink));
       } else {
         return absl::UnimplementedError(absl::StrCat("trainer.logger: '", logger, "' is not available in this build"));

@@ -180,3 +180,51 @@ TEST_CASE("ReduceMeanMaxMin and SanitizeMetricName", "[metrics]") {
 
 }  // namespace
 }  // namespace verl
+
+#include "common/metrics/crc32c.h"
+#include "common/metrics/tensorboard_sink.h"
+#include "tests/test_dir.h"
+
+namespace verl {
+namespace {
+
+TEST_CASE("CRC-32C matches the standard check value", "[metrics][tensorboard]") {
+  const char* check = "123456789";
+  CHECK(Crc32c(check, 9) == 0xE3069283u);
+  CHECK(Crc32c("", 0) == 0u);
+  const uint32_t crc = Crc32c(check, 9);
+  CHECK(MaskedCrc32c(check, 9) == static_cast<uint32_t>(((crc >> 15) | (crc << 17)) + 0xa282ead8u));
+}
+
+TEST_CASE("TensorBoard event files round-trip scalars and detect corruption", "[metrics][tensorboard]") {
+  testing::TestDir dir("tensorboard");
+  std::string path;
+  {
+    auto sink = TensorBoardSink::Open(dir.file("tb"));
+    REQUIRE(sink.ok());
+    path = (*sink)->path();
+    REQUIRE((*sink)->Log(1, {{"critic/score/mean", 0.25}, {"actor/pg_loss", -0.5}}).ok());
+    REQUIRE((*sink)->Log(2, {{"critic/score/mean", 0.75}, {"bad", std::nan("")}}).ok());
+  }
+  auto scalars = ReadTensorBoardScalars(path);
+  INFO(scalars.status().ToString());
+  REQUIRE(scalars.ok());
+  REQUIRE(scalars->size() == 3);  // the NaN is skipped
+  CHECK((*scalars)[0].step == 1);
+  CHECK((*scalars)[0].tag == "actor/pg_loss");
+  CHECK((*scalars)[0].value == -0.5f);
+  CHECK((*scalars)[2].step == 2);
+  CHECK((*scalars)[2].tag == "critic/score/mean");
+  CHECK((*scalars)[2].value == 0.75f);
+
+  // Flip one byte of the last record's data: the reader names the file and the offset.
+  std::string bytes = testing::ReadFile(path);
+  bytes[bytes.size() - 6] ^= 0x5a;
+  testing::WriteFile(path, bytes);
+  auto corrupt = ReadTensorBoardScalars(path);
+  REQUIRE(corrupt.status().code() == absl::StatusCode::kDataLoss);
+  CHECK(std::string(corrupt.status().message()).find(path) != std::string::npos);
+}
+
+}  // namespace
+}  // namespace verl

@@ -1,0 +1,119 @@
+#include "common/metrics/tensorboard_sink.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "common/metrics/crc32c.h"
+#include "tensorboard/event.pb.h"
+
+namespace verl {
+namespace {
+
+double WallTime() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+void PutU64(std::string& out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+void PutU32(std::string& out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+uint64_t GetU64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
+  return v;
+}
+uint32_t GetU32(const char* p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
+  return v;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TensorBoardSink>> TensorBoardSink::Open(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create TensorBoard directory '", dir, "'"));
+  char host[256] = "localhost";
+  gethostname(host, sizeof(host) - 1);
+  const std::string path = absl::StrCat(dir, "/events.out.tfevents.", static_cast<int64_t>(WallTime()), ".", host,
+                                        ".", getpid());
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot create TensorBoard event file '", path, "'"));
+  std::unique_ptr<TensorBoardSink> sink(new TensorBoardSink(path, std::move(out)));
+  tensorboard::Event header;
+  header.set_wall_time(WallTime());
+  header.set_file_version("brain.Event:2");
+  absl::Status s = sink->WriteRecord(header.SerializeAsString());
+  if (!s.ok()) return s;
+  return sink;
+}
+
+TensorBoardSink::~TensorBoardSink() { (void)Close(); }
+
+absl::Status TensorBoardSink::WriteRecord(const std::string& data) {
+  std::string header;
+  PutU64(header, data.size());
+  std::string record = header;
+  PutU32(record, MaskedCrc32c(header.data(), header.size()));
+  record += data;
+  PutU32(record, MaskedCrc32c(data.data(), data.size()));
+  out_.write(record.data(), static_cast<std::streamsize>(record.size()));
+  out_.flush();
+  if (!out_) return absl::DataLossError(absl::StrCat("cannot write TensorBoard event file '", path_, "'"));
+  return absl::OkStatus();
+}
+
+absl::Status TensorBoardSink::Log(int64_t step, const std::map<std::string, double>& metrics) {
+  tensorboard::Event event;
+  event.set_wall_time(WallTime());
+  event.set_step(step);
+  tensorboard::Summary* summary = event.mutable_summary();
+  for (const auto& [tag, value] : metrics) {
+    if (!std::isfinite(value)) continue;
+    tensorboard::SummaryValue* v = summary->add_value();
+    v->set_tag(tag);
+    v->set_simple_value(static_cast<float>(value));
+  }
+  return WriteRecord(event.SerializeAsString());
+}
+
+absl::Status TensorBoardSink::Close() {
+  if (out_.is_open()) out_.close();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<TensorBoardScalar>> ReadTensorBoardScalars(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open TensorBoard event file '", path, "'"));
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<TensorBoardScalar> out;
+  size_t pos = 0;
+  while (pos < bytes.size()) {
+    auto bad = [&](const std::string& what) {
+      return absl::DataLossError(absl::StrCat(path, ": record at offset ", pos, ": ", what));
+    };
+    if (bytes.size() - pos < 12) return bad("truncated header");
+    const uint64_t len = GetU64(bytes.data() + pos);
+    if (GetU32(bytes.data() + pos + 8) != MaskedCrc32c(bytes.data() + pos, 8)) return bad("length CRC mismatch");
+    if (bytes.size() - pos - 12 < len + 4) return bad("truncated data");
+    const char* data = bytes.data() + pos + 12;
+    if (GetU32(data + len) != MaskedCrc32c(data, len)) return bad("data CRC mismatch");
+    tensorboard::Event event;
+    if (!event.ParseFromArray(data, static_cast<int>(len))) return bad("not an Event");
+    if (event.has_summary()) {
+      for (const auto& v : event.summary().value()) out.push_back({event.step(), v.tag(), v.simple_value()});
+    }
+    pos += 12 + len + 4;
+  }
+  return out;
+}
+
+}  // namespace verl
