@@ -34,8 +34,8 @@ absl::Status SaveActorCheckpoint(const std::string& dir, const DecoderModel& mod
 absl::Status LoadActorCheckpoint(const std::string& dir, DecoderModel& model, AdamW& optimizer, int32_t world_size,
                                  int32_t rank, int64_t* updates_done = nullptr);
 
-// Writes an HF model directory that transformers loads: config.json, generation_config.json, model.safetensors,
-// and the tokenizer files copied from `source_model_dir`.
+// Writes an HF model directory (meant to load in transformers unchanged; not yet checked against it here):
+// config.json, generation_config.json, model.safetensors, and the tokenizer files copied from `source_model_dir`.
 absl::Status ExportHuggingFace(const std::string& out_dir, const DecoderModel& model,
                                const std::string& source_model_dir);
 
