@@ -10,11 +10,6 @@
 namespace verl {
 namespace {
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) absl::StrAppend(&s, i ? ", " : "", shape[i]);
-  return s + "]";
-}
 
 // [B, T, heads * d] -> [B, heads, T, d]
 at::Tensor SplitHeads(const at::Tensor& x, int64_t heads, int64_t head_dim) {
@@ -38,8 +33,8 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Load(const std::stri
     if (!view.ok()) return Annotate(view.status(), absl::StrCat("loading model from ", model_dir));
     if (view->shape != spec.shape) {
       return absl::InvalidArgumentError(absl::StrCat(model_dir, ": tensor '", spec.name, "' has shape ",
-                                                     ShapeString(view->shape), ", config.json implies ",
-                                                     ShapeString(spec.shape)));
+                                                     FormatShape(view->shape), ", config.json implies ",
+                                                     FormatShape(spec.shape)));
     }
     at::Tensor t = at::from_blob(const_cast<void*>(view->data), view->shape,
                                  at::TensorOptions().dtype(ToScalarType(view->dtype)));

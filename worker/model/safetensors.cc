@@ -69,11 +69,15 @@ std::optional<uint64_t> ByteSize(const std::vector<int64_t>& shape, DType dtype)
   return n;
 }
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
+}  // namespace
+
+std::string FormatShape(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) absl::StrAppend(&s, i ? ", " : "", shape[i]);
   return s + "]";
 }
+
+namespace {
 
 // Writes all of [data, data + n) to `fd`, retrying on EINTR and short writes. Returns errno, 0 on success.
 int WriteAll(int fd, const char* data, size_t n) {
@@ -269,7 +273,7 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
       const std::optional<uint64_t> expected = ByteSize(entry.shape, entry.dtype);
       if (!expected || *expected != end - begin) {
         return absl::DataLossError(absl::StrCat(where, ": data_offsets [", begin, ", ", end, "] span ", end - begin,
-                                                " bytes but shape ", ShapeString(entry.shape), " of ", dtype_name,
+                                                " bytes but shape ", FormatShape(entry.shape), " of ", dtype_name,
                                                 " needs ", expected ? absl::StrCat(*expected) : "an overflowing number of",
                                                 " bytes"));
       }
@@ -336,11 +340,11 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorR
     }
     const std::optional<uint64_t> expected = ByteSize(t.shape, t.dtype);
     if (!expected) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": invalid shape ", ShapeString(t.shape)));
+      return absl::InvalidArgumentError(absl::StrCat(where, ": invalid shape ", FormatShape(t.shape)));
     }
     if (*expected != t.nbytes) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": ", t.nbytes, " bytes given but shape ",
-                                                     ShapeString(t.shape), " of ", std::string(SafetensorsDTypeName(t.dtype)),
+                                                     FormatShape(t.shape), " of ", std::string(SafetensorsDTypeName(t.dtype)),
                                                      " needs ", *expected));
     }
     if (t.nbytes > 0 && t.data == nullptr) return absl::InvalidArgumentError(absl::StrCat(where, ": null data"));

@@ -23,6 +23,9 @@
 
 namespace verl {
 
+// "[2, 3]": a shape as error messages print it.
+std::string FormatShape(const std::vector<int64_t>& shape);
+
 // The safetensors dtype string of `dtype` ("F32", "BF16", "F16", "I64", "I32", "U8", "BOOL").
 std::string_view SafetensorsDTypeName(DType dtype);
 

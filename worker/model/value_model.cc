@@ -11,9 +11,6 @@
 namespace verl {
 namespace {
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
 
 }  // namespace
 
@@ -29,7 +26,7 @@ absl::StatusOr<std::unique_ptr<ValueModel>> ValueModel::Load(const std::string& 
     ASSIGN_OR_RETURN(SafetensorsFile::TensorView weight, ckpt.Get("score.weight"));
     if (weight.shape != std::vector<int64_t>{1, hidden}) {
       return absl::InvalidArgumentError(absl::StrCat(model_dir, ": tensor 'score.weight' must be [1, ", hidden,
-                                                     "] for a value head, got ", ShapeString(weight.shape)));
+                                                     "] for a value head, got ", FormatShape(weight.shape)));
     }
     vm->head_weight_ = at::from_blob(const_cast<void*>(weight.data), weight.shape,
                                      at::TensorOptions().dtype(ToScalarType(weight.dtype)))
@@ -38,7 +35,7 @@ absl::StatusOr<std::unique_ptr<ValueModel>> ValueModel::Load(const std::string& 
       ASSIGN_OR_RETURN(SafetensorsFile::TensorView bias, ckpt.Get("score.bias"));
       if (bias.shape != std::vector<int64_t>{1}) {
         return absl::InvalidArgumentError(absl::StrCat(model_dir, ": tensor 'score.bias' must be [1] for a value ",
-                                                       "head, got ", ShapeString(bias.shape)));
+                                                       "head, got ", FormatShape(bias.shape)));
       }
       vm->head_bias_ = at::from_blob(const_cast<void*>(bias.data), bias.shape,
                                      at::TensorOptions().dtype(ToScalarType(bias.dtype)))

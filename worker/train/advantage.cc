@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "worker/rank/torch_util.h"
 #include "absl/strings/str_join.h"
 #include "common/status/status_macros.h"
 
@@ -21,12 +22,6 @@ using ReduceFn = std::function<at::Tensor(const at::Tensor&)>;
 
 at::Tensor ReduceSum(const ReduceFn& reduce_sum, const at::Tensor& t) { return reduce_sum ? reduce_sum(t) : t; }
 
-std::string ShapeString(const at::Tensor& t) {
-  if (!t.defined()) return "undefined";
-  std::vector<std::string> dims;
-  for (int64_t d : t.sizes()) dims.push_back(std::to_string(d));
-  return absl::StrCat("[", absl::StrJoin(dims, ", "), "]");
-}
 
 // Row indices of each group, groups in order of first appearance.
 std::vector<std::vector<int64_t>> GroupRows(const std::vector<std::string>& group_ids) {
@@ -257,11 +252,11 @@ bool NeedsGroups(const std::string& estimator) {
 absl::Status Validate(const std::string& estimator, const AdvantageInputs& in) {
   const at::Tensor& rw = in.token_level_rewards;
   if (!rw.defined() || rw.dim() != 2) {
-    return absl::InvalidArgumentError(absl::StrCat("token_level_rewards must be [N, R], got ", ShapeString(rw)));
+    return absl::InvalidArgumentError(absl::StrCat("token_level_rewards must be [N, R], got ", ShapeOf(rw)));
   }
   if (!in.response_mask.defined() || in.response_mask.sizes() != rw.sizes()) {
-    return absl::InvalidArgumentError(absl::StrCat("response_mask must match token_level_rewards ", ShapeString(rw),
-                                                   ", got ", ShapeString(in.response_mask)));
+    return absl::InvalidArgumentError(absl::StrCat("response_mask must match token_level_rewards ", ShapeOf(rw),
+                                                   ", got ", ShapeOf(in.response_mask)));
   }
   const int64_t n = rw.size(0);
   if (NeedsGroups(estimator)) {
@@ -280,7 +275,7 @@ absl::Status Validate(const std::string& estimator, const AdvantageInputs& in) {
     }
     if (in.values.sizes() != rw.sizes()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("values must match token_level_rewards ", ShapeString(rw), ", got ", ShapeString(in.values)));
+          absl::StrCat("values must match token_level_rewards ", ShapeOf(rw), ", got ", ShapeOf(in.values)));
     }
   }
   if (estimator == "remax") {
@@ -290,7 +285,7 @@ absl::Status Validate(const std::string& estimator, const AdvantageInputs& in) {
     }
     if (in.baseline_scores.numel() != n) {
       return absl::InvalidArgumentError(
-          absl::StrCat("baseline_scores must have ", n, " elements, got ", ShapeString(in.baseline_scores)));
+          absl::StrCat("baseline_scores must have ", n, " elements, got ", ShapeOf(in.baseline_scores)));
     }
   }
   return absl::OkStatus();
@@ -362,7 +357,7 @@ absl::StatusOr<AdvantageResult> ComputeAdvantages(const std::string& estimator, 
     return out;
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("advantage estimator '", estimator, "' failed on token_level_rewards ",
-                                            ShapeString(inputs.token_level_rewards), ": ", e.what()));
+                                            ShapeOf(inputs.token_level_rewards), ": ", e.what()));
   }
 }
 

@@ -8,23 +8,18 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "worker/rank/torch_util.h"
 #include "absl/strings/str_join.h"
 #include "common/status/status_macros.h"
 
 namespace verl {
 namespace {
 
-std::string ShapeString(const at::Tensor& t) {
-  if (!t.defined()) return "undefined";
-  std::vector<std::string> dims;
-  for (int64_t d : t.sizes()) dims.push_back(std::to_string(d));
-  return absl::StrCat("[", absl::StrJoin(dims, ", "), "]");
-}
 
 absl::Status SameShape(const char* what, const at::Tensor& t, const at::Tensor& ref, const char* ref_name) {
   if (!t.defined() || t.sizes() != ref.sizes()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(what, " must match ", ref_name, " ", ShapeString(ref), ", got ", ShapeString(t)));
+        absl::StrCat(what, " must match ", ref_name, " ", ShapeOf(ref), ", got ", ShapeOf(t)));
   }
   return absl::OkStatus();
 }
@@ -280,7 +275,7 @@ absl::StatusOr<at::Tensor> AggLossGlobal(const at::Tensor& loss_mat, const at::T
   }
   if (!loss_mat.defined() || loss_mat.dim() != 2) {
     return absl::InvalidArgumentError(
-        absl::StrCat("loss_agg_mode '", mode, "': the loss matrix must be [N, R], got ", ShapeString(loss_mat)));
+        absl::StrCat("loss_agg_mode '", mode, "': the loss matrix must be [N, R], got ", ShapeOf(loss_mat)));
   }
   RETURN_IF_ERROR(SameShape("the loss mask", mask, loss_mat, "the loss matrix"));
   auto denominator = [&](double value, const char* field) -> absl::StatusOr<double> {
@@ -307,7 +302,7 @@ absl::StatusOr<at::Tensor> AggLossGlobal(const at::Tensor& loss_mat, const at::T
     // Fully masked sequences contribute 0 here and are not counted in global_seqs.
     return seq_losses.sum() / d;
   } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("loss_agg_mode '", mode, "' on ", ShapeString(loss_mat), ": ", e.what()));
+    return absl::InternalError(absl::StrCat("loss_agg_mode '", mode, "' on ", ShapeOf(loss_mat), ": ", e.what()));
   }
 }
 
@@ -326,7 +321,7 @@ absl::StatusOr<PolicyLossResult> ComputePolicyLossByMode(const at::Tensor& old_l
   }
   if (!log_prob.defined() || log_prob.dim() != 2) {
     return absl::InvalidArgumentError(
-        absl::StrCat("policy loss '", options.loss_mode, "': log_prob must be [N, R], got ", ShapeString(log_prob)));
+        absl::StrCat("policy loss '", options.loss_mode, "': log_prob must be [N, R], got ", ShapeOf(log_prob)));
   }
   RETURN_IF_ERROR(SameShape("old_log_prob", old_log_prob, log_prob, "log_prob"));
   RETURN_IF_ERROR(SameShape("advantages", advantages, log_prob, "log_prob"));
@@ -337,7 +332,7 @@ absl::StatusOr<PolicyLossResult> ComputePolicyLossByMode(const at::Tensor& old_l
     return r;
   } catch (const std::exception& e) {
     return absl::InternalError(
-        absl::StrCat("policy loss '", options.loss_mode, "' on log_prob ", ShapeString(log_prob), ": ", e.what()));
+        absl::StrCat("policy loss '", options.loss_mode, "' on log_prob ", ShapeOf(log_prob), ": ", e.what()));
   }
 }
 
@@ -346,7 +341,7 @@ absl::StatusOr<ValueLossResult> ComputeValueLoss(const at::Tensor& vpreds, const
                                                  double cliprange_value, const std::string& loss_agg_mode,
                                                  const AggNormalizer& norm) {
   if (!vpreds.defined() || vpreds.dim() != 2) {
-    return absl::InvalidArgumentError(absl::StrCat("value loss: vpreds must be [N, R], got ", ShapeString(vpreds)));
+    return absl::InvalidArgumentError(absl::StrCat("value loss: vpreds must be [N, R], got ", ShapeOf(vpreds)));
   }
   RETURN_IF_ERROR(SameShape("value loss: returns", returns, vpreds, "vpreds"));
   RETURN_IF_ERROR(SameShape("value loss: values", values, vpreds, "vpreds"));
@@ -362,7 +357,7 @@ absl::StatusOr<ValueLossResult> ComputeValueLoss(const at::Tensor& vpreds, const
     r.vf_clipfrac = MetricMean(losses2.gt(losses1), response_mask);
     return r;
   } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("value loss on ", ShapeString(vpreds), ": ", e.what()));
+    return absl::InternalError(absl::StrCat("value loss on ", ShapeOf(vpreds), ": ", e.what()));
   }
 }
 
@@ -388,7 +383,7 @@ absl::StatusOr<KlInRewardResult> ApplyKlPenalty(const at::Tensor& token_level_sc
                                                 double kl_coef, const std::string& kl_penalty) {
   if (!token_level_scores.defined() || token_level_scores.dim() != 2) {
     return absl::InvalidArgumentError(
-        absl::StrCat("apply_kl_penalty: token_level_scores must be [N, R], got ", ShapeString(token_level_scores)));
+        absl::StrCat("apply_kl_penalty: token_level_scores must be [N, R], got ", ShapeOf(token_level_scores)));
   }
   RETURN_IF_ERROR(SameShape("apply_kl_penalty: old_log_prob", old_log_prob, token_level_scores, "token_level_scores"));
   RETURN_IF_ERROR(SameShape("apply_kl_penalty: ref_log_prob", ref_log_prob, token_level_scores, "token_level_scores"));
@@ -408,7 +403,7 @@ absl::StatusOr<KlInRewardResult> ApplyKlPenalty(const at::Tensor& token_level_sc
     }
     return r;
   } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("apply_kl_penalty on ", ShapeString(token_level_scores), ": ", e.what()));
+    return absl::InternalError(absl::StrCat("apply_kl_penalty on ", ShapeOf(token_level_scores), ": ", e.what()));
   }
 }
 
