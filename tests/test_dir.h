@@ -32,6 +32,12 @@ class TestDir {
 
   std::string path() const { return path_.string(); }
   std::string file(const std::string& name) const { return (path_ / name).string(); }
+  // Writes `text` to file `name` in the directory and returns its path.
+  std::string Write(const std::string& name, const std::string& text) const {
+    const std::string p = file(name);
+    std::ofstream(p, std::ios::binary | std::ios::trunc) << text;
+    return p;
+  }
 
  private:
   std::filesystem::path path_;

@@ -15,36 +15,14 @@
 #include "common/config/config_schema.h"
 #include "common/config/config_tree.h"
 #include "common/config/job_config.h"
+#include "tests/test_dir.h"
 
 namespace verl {
 namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh directory per test case, removed at the end.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            ("verl_config_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + "_" +
-             std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string Write(const std::string& name, const std::string& text) const {
-    const fs::path p = path_ / name;
-    std::ofstream(p) << text;
-    return p.string();
-  }
-  std::string Path(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
+using TempDir = testing::TestDir;
 
 constexpr const char* kMinimal = R"(
 data:
@@ -441,7 +419,7 @@ trainer:
 TEST_CASE("file errors", "[config]") {
   TempDir dir;
   SECTION("missing file") {
-    const std::string missing = dir.Path("nope.yaml");
+    const std::string missing = dir.file("nope.yaml");
     const absl::Status s = LoadJobConfig(missing, {}).status();
     CHECK(s.code() == absl::StatusCode::kNotFound);
     CHECK_ERROR_CONTAINS(s, missing);
@@ -463,7 +441,7 @@ TEST_CASE("file errors", "[config]") {
     CHECK_ERROR_CONTAINS(LoadJobConfig(path, {}).status(), "the top level must be a mapping");
   }
   SECTION("a directory") {
-    CHECK_ERROR_CONTAINS(LoadJobConfig(dir.Path(""), {}).status(), "is a directory");
+    CHECK_ERROR_CONTAINS(LoadJobConfig(dir.file(""), {}).status(), "is a directory");
   }
 }
 

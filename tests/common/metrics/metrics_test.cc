@@ -18,30 +18,14 @@
 #include "common/metrics/jsonl_sink.h"
 #include "common/metrics/metrics_util.h"
 #include "common/metrics/multi_sink.h"
+#include "tests/test_dir.h"
 
 namespace verl {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            ("verl_metrics_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + "_" +
-             std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  fs::path path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using TempDir = testing::TestDir;
 
 std::vector<std::string> ReadLines(const fs::path& path) {
   std::ifstream in(path);
@@ -52,7 +36,7 @@ std::vector<std::string> ReadLines(const fs::path& path) {
 
 TEST_CASE("JsonlSink writes verl's file-logger lines that parse back", "[metrics]") {
   TempDir dir;
-  const fs::path path = dir.path() / "outputs" / "proj" / "exp" / "metrics.jsonl";  // parents do not exist yet
+  const fs::path path = fs::path(dir.path()) / "outputs" / "proj" / "exp" / "metrics.jsonl";  // parents do not exist yet
   auto sink = JsonlSink::Open(path.string());
   INFO(sink.status().ToString());
   REQUIRE(sink.ok());
@@ -96,7 +80,7 @@ TEST_CASE("JsonlSink round-trips doubles exactly", "[metrics]") {
 
 TEST_CASE("JsonlSink reports a path it cannot open", "[metrics]") {
   TempDir dir;
-  const fs::path blocker = dir.path() / "file";
+  const fs::path blocker = fs::path(dir.path()) / "file";
   std::ofstream(blocker) << "x";
   auto sink = JsonlSink::Open((blocker / "metrics.jsonl").string());  // parent is a regular file
   REQUIRE_FALSE(sink.ok());
@@ -153,13 +137,13 @@ TEST_CASE("MultiSink fans out", "[metrics]") {
   std::ostringstream out;
   MultiSink multi;
   multi.Add(std::make_unique<ConsoleSink>(&out, 2));
-  auto jsonl = JsonlSink::Open((dir.path() / "m.jsonl").string());
+  auto jsonl = JsonlSink::Open((fs::path(dir.path()) / "m.jsonl").string());
   REQUIRE(jsonl.ok());
   multi.Add(*std::move(jsonl));
   REQUIRE(multi.Log(1, {{"actor/pg_loss", 1.0}}).ok());
   REQUIRE(multi.Close().ok());
   CHECK(out.str() == "step 1/2 [##########----------] 50% | pg_loss 1\n");
-  CHECK(ReadLines(dir.path() / "m.jsonl").size() == 1);
+  CHECK(ReadLines(fs::path(dir.path()) / "m.jsonl").size() == 1);
   CHECK_FALSE(multi.Log(2, {}).ok());
 }
 
