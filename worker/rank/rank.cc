@@ -173,38 +173,30 @@ class CpuRank final : public RankInterface {
     return CatchTorch(Context("Score"), [&]() -> absl::StatusOr<ScoreOutput> {
       const RolloutBatch& r = batch->rollout;
       const int64_t N = r.responses.size(0);
-      const int64_t R = r.responses.size(1);
       ScoreOutput out;
-      at::Tensor rewards = at::zeros({N, R}, at::kFloat);
-      at::Tensor responses = r.responses.contiguous();
+      at::Tensor rewards = at::zeros({N, r.responses.size(1)}, at::kFloat);
+      auto reward_at = rewards.accessor<float, 2>();
+      const at::Tensor responses = r.responses.contiguous();
       const auto& lengths = batch->generate_output.response_lengths;
       for (int64_t i = 0; i < N; ++i) {
         const PromptInput& p = batch->prompts[i / batch->n];
-        const int64_t* row = responses.data_ptr<int64_t>() + i * R;
-        std::vector<int32_t> ids(row, row + lengths[i]);
-        std::string text = tokenizer_->Decode(ids, /*skip_special_tokens=*/true);
-        auto score = ComputeScore(p.data_source, text, p.ground_truth, p.extra_info_json);
-        if (!score.ok()) {
-          return Error("Score", Annotate(score.status(), absl::StrCat("scoring sample ", i, " (uid ", p.uid, ")")));
+        auto scored = DecodeAndScore(responses, i, lengths[i], p);
+        if (!scored.ok()) {
+          return Error("Score", Annotate(scored.status(), absl::StrCat("scoring sample ", i, " (uid ", p.uid, ")")));
         }
-        out.scores.push_back(*score);
-        out.response_texts.push_back(std::move(text));
-        if (lengths[i] > 0) rewards[i][lengths[i] - 1] = *score;
+        out.scores.push_back(scored->second);
+        out.response_texts.push_back(std::move(scored->first));
+        if (lengths[i] > 0) reward_at[i][lengths[i] - 1] = static_cast<float>(scored->second);
       }
       batch->token_level_rewards = rewards;
       if (batch->baseline) {
-        at::Tensor base = batch->baseline->responses.contiguous();
-        at::Tensor base_len = batch->baseline->response_mask.sum(1).contiguous();
-        const int64_t BR = base.size(1);
+        const at::Tensor base = batch->baseline->responses.contiguous();
+        const at::Tensor base_len = batch->baseline->response_mask.sum(1).contiguous();
         std::vector<float> scores(N);
         for (size_t p = 0; p < batch->prompts.size(); ++p) {
-          const int64_t* row = base.data_ptr<int64_t>() + p * BR;
-          std::vector<int32_t> ids(row, row + base_len[p].item<int64_t>());
-          const PromptInput& prompt = batch->prompts[p];
-          auto score = ComputeScore(prompt.data_source, tokenizer_->Decode(ids, true), prompt.ground_truth,
-                                    prompt.extra_info_json);
-          if (!score.ok()) return Error("Score", Annotate(score.status(), "scoring the greedy baseline"));
-          for (int32_t j = 0; j < batch->n; ++j) scores[p * batch->n + j] = static_cast<float>(*score);
+          auto scored = DecodeAndScore(base, p, base_len.data_ptr<int64_t>()[p], batch->prompts[p]);
+          if (!scored.ok()) return Error("Score", Annotate(scored.status(), "scoring the greedy baseline"));
+          for (int32_t j = 0; j < batch->n; ++j) scores[p * batch->n + j] = static_cast<float>(scored->second);
         }
         batch->baseline_scores = at::tensor(scores);
       }
@@ -424,6 +416,15 @@ class CpuRank final : public RankInterface {
   static double WarmupLr(double lr, int64_t warmup, int64_t updates_done) {
     if (warmup > 0 && updates_done < warmup) return lr * static_cast<double>(updates_done) / static_cast<double>(warmup);
     return lr;
+  }
+  // Decodes row `row` (its first `length` tokens) of a contiguous int64 [N, R] response tensor, as verl's reward
+  // manager does (special tokens skipped), and scores it with the prompt's rule scorer. Returns (text, score).
+  absl::StatusOr<std::pair<std::string, double>> DecodeAndScore(const at::Tensor& responses, int64_t row,
+                                                                int64_t length, const PromptInput& prompt) const {
+    const int64_t* ids = responses.data_ptr<int64_t>() + row * responses.size(1);
+    std::string text = tokenizer_->Decode(std::vector<int32_t>(ids, ids + length), /*skip_special_tokens=*/true);
+    ASSIGN_OR_RETURN(double score, ComputeScore(prompt.data_source, text, prompt.ground_truth, prompt.extra_info_json));
+    return std::make_pair(std::move(text), score);
   }
   bool HasRole(const std::string& role) const {
     return std::find(config_.roles.begin(), config_.roles.end(), role) != config_.roles.end();
