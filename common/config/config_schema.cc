@@ -197,7 +197,11 @@ const std::vector<ConfigKeySpec>& Table() {
 
       // ---- cluster ----
       {"cluster.worker_addresses", T::kStringList, "[]", "", false, O::kOurs,
-       "host:port of running verl-worker daemons; empty starts local workers."},
+       "host:port of running verl-worker daemons, one per node (trainer.nnodes), each started with --ranks "
+       "trainer.n_gpus_per_node; empty starts local workers."},
+      {"cluster.comm_timeout_s", T::kDouble, "600.0", "", false, O::kOurs,
+       "Deadline of every collective between ranks (gradient all-reduce, batch statistics), in seconds; a rank that "
+       "stops answering turns into an error naming it within this time."},
       {"cluster.worker_binary", T::kString, "\"\"", "", false, O::kOurs,
        "verl-worker executable for local workers; empty means the one next to the controller."},
       {"cluster.num_threads_per_rank", T::kInt, "0", "", false, O::kOurs,

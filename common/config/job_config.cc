@@ -223,6 +223,7 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
 
   ClusterConfig& cl = c.cluster;
   r.Read("cluster.worker_addresses", &cl.worker_addresses);
+  r.Read("cluster.comm_timeout_s", &cl.comm_timeout_s);
   r.Read("cluster.worker_binary", &cl.worker_binary);
   r.Read("cluster.num_threads_per_rank", &cl.num_threads_per_rank);
   r.Read("cluster.rpc_timeout_s", &cl.rpc_timeout_s);
@@ -263,6 +264,12 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
   check(ro.val_kwargs.n >= 1, absl::StrCat("actor_rollout_ref.rollout.val_kwargs.n must be >= 1, got ", ro.val_kwargs.n));
   check(t.nnodes >= 1, absl::StrCat("trainer.nnodes must be >= 1, got ", t.nnodes));
   check(t.n_gpus_per_node >= 1, absl::StrCat("trainer.n_gpus_per_node must be >= 1, got ", t.n_gpus_per_node));
+  // Whole prompts go to ranks (all rollout.n samples of a prompt on one rank, so group statistics stay local).
+  if (d.train_batch_size > 0 && t.nnodes >= 1 && t.n_gpus_per_node >= 1 && d.train_batch_size % t.WorldSize() != 0) {
+    errors.push_back(absl::StrCat("data.train_batch_size (", d.train_batch_size,
+                                  ") must be divisible by the number of ranks trainer.nnodes * trainer.n_gpus_per_node (",
+                                  t.WorldSize(), "): each rank gets whole prompts"));
+  }
   const int64_t mini = a.ppo_mini_batch_size;
   if (mini <= 0) {
     errors.push_back(absl::StrCat("actor_rollout_ref.actor.ppo_mini_batch_size must be > 0, got ", mini));
@@ -373,6 +380,13 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
   check(cl.max_worker_restarts >= 0,
         absl::StrCat("cluster.max_worker_restarts must be >= 0, got ", cl.max_worker_restarts));
   check(cl.rpc_timeout_s > 0, "cluster.rpc_timeout_s must be > 0, got " + Fmt(cl.rpc_timeout_s));
+  check(cl.comm_timeout_s > 0, "cluster.comm_timeout_s must be > 0, got " + Fmt(cl.comm_timeout_s));
+  if (!cl.worker_addresses.empty() && t.nnodes >= 1 &&
+      static_cast<int64_t>(cl.worker_addresses.size()) != t.nnodes) {
+    errors.push_back(absl::StrCat("cluster.worker_addresses lists ", cl.worker_addresses.size(),
+                                  " worker(s) but trainer.nnodes is ", t.nnodes,
+                                  ": give one address per node (each worker hosts trainer.n_gpus_per_node ranks)"));
+  }
   check(cl.worker_start_timeout_s > 0,
         "cluster.worker_start_timeout_s must be > 0, got " + Fmt(cl.worker_start_timeout_s));
   for (const std::string& addr : cl.worker_addresses) {
@@ -392,6 +406,11 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
       errors.push_back(absl::StrCat("critic.ppo_mini_batch_size (", cr.ppo_mini_batch_size,
                                     ") must be > 0, <= data.train_batch_size (", d.train_batch_size,
                                     ") and divide it"));
+    } else if (cr.ppo_mini_batch_size * ro.n % std::max<int64_t>(1, t.WorldSize()) != 0) {
+      errors.push_back(absl::StrCat("critic.ppo_mini_batch_size * actor_rollout_ref.rollout.n (",
+                                    cr.ppo_mini_batch_size * ro.n,
+                                    ") must be divisible by the number of ranks trainer.nnodes * trainer.n_gpus_per_node (",
+                                    t.WorldSize(), ")"));
     } else if (cr.ppo_micro_batch_size_per_gpu && *cr.ppo_micro_batch_size_per_gpu > 0 &&
                (cr.ppo_mini_batch_size * ro.n / std::max<int64_t>(1, t.WorldSize())) %
                        *cr.ppo_micro_batch_size_per_gpu != 0) {

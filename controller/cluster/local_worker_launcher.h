@@ -34,10 +34,12 @@ class LocalWorkerLauncher {
   LocalWorkerLauncher(const LocalWorkerLauncher&) = delete;
   LocalWorkerLauncher& operator=(const LocalWorkerLauncher&) = delete;
 
-  // Starts `count` workers from `binary` and waits until each has written its ready file, at most `timeout_s`
-  // seconds. Fails fast (naming the worker, its exit status and log tail) if one exits before it is ready.
+  // Starts `count` workers from `binary`, each hosting `ranks_per_worker` ranks, and waits until each has written its
+  // ready file, at most `timeout_s` seconds. Fails fast (naming the worker, its exit status and log tail) if one
+  // exits before it is ready.
   absl::StatusOr<std::vector<LaunchedWorker>> Launch(const std::string& binary, int count,
-                                                     const std::string& log_dir, double timeout_s);
+                                                     const std::string& log_dir, double timeout_s,
+                                                     int ranks_per_worker = 1);
 
   // OK while every launched worker runs; otherwise an Unavailable error naming the first dead worker, its address
   // and its exit status.

@@ -37,6 +37,13 @@ class WorkerClient {
   absl::StatusOr<v1::ConfigureRolesResponse> ConfigureRoles(const v1::ConfigureRolesRequest& r) {
     return Call("ConfigureRoles", &Stub::ConfigureRoles, r);
   }
+  absl::StatusOr<v1::PrepareCommunicatorResponse> PrepareCommunicator(const v1::PrepareCommunicatorRequest& r) {
+    return Call("PrepareCommunicator", &Stub::PrepareCommunicator, r);
+  }
+  absl::StatusOr<v1::InitCommunicatorResponse> InitCommunicator(const v1::InitCommunicatorRequest& r,
+                                                                double timeout_s) {
+    return Call("InitCommunicator", &Stub::InitCommunicator, r, timeout_s);
+  }
   absl::StatusOr<v1::LoadModelResponse> LoadModel(const v1::LoadModelRequest& r) {
     return Call("LoadModel", &Stub::LoadModel, r);
   }

@@ -25,6 +25,7 @@
 #include "common/text/chat_template.h"
 #include "common/text/tokenizer.h"
 #include "controller/cluster/local_worker_launcher.h"
+#include "controller/cluster/rank_group.h"
 #include "controller/cluster/worker_client.h"
 #include "controller/job/checkpoint_manager.h"
 #include "controller/job/kl_controller.h"
@@ -107,6 +108,7 @@ class JobRunner::Impl {
   void CancelInFlight() {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& w : workers_) w->CancelInFlight();
+    if (ranks_) ranks_->CancelInFlight();
   }
 
  private:
@@ -304,46 +306,61 @@ class JobRunner::Impl {
     return out;
   }
 
+  // Starts (or connects to) the workers, numbers their ranks and forms the data-parallel group. Worker w's ranks are
+  // global ranks w * n_gpus_per_node ... (w + 1) * n_gpus_per_node - 1.
   absl::Status StartWorkers() {
     const ClusterConfig& c = config_.cluster;
-    const int64_t world = config_.trainer.WorldSize();
-    if (world != 1) {
-      return absl::UnimplementedError(absl::StrCat(
-          "trainer.nnodes * trainer.n_gpus_per_node = ", world,
-          ": this build runs one rank (data-parallel training over several ranks is not implemented yet)"));
-    }
-    if (config_.trainer.device != "cpu") {
-      return absl::UnimplementedError(absl::StrCat("trainer.device=", config_.trainer.device,
+    const TrainerConfig& t = config_.trainer;
+    if (t.device != "cpu") {
+      return absl::UnimplementedError(absl::StrCat("trainer.device=", t.device,
                                                    ": this build has no CUDA backend (use trainer.device=cpu)"));
     }
     std::vector<std::pair<std::string, std::string>> targets;  // id, address
     if (c.worker_addresses.empty()) {
       const std::string binary = c.worker_binary.empty() ? options_.default_worker_binary : c.worker_binary;
       launcher_ = std::make_unique<LocalWorkerLauncher>();
-      ASSIGN_OR_RETURN(auto launched, launcher_->Launch(binary, static_cast<int>(world),
-                                                        config_.trainer.log_dir + "/workers",
-                                                        c.worker_start_timeout_s));
+      ASSIGN_OR_RETURN(auto launched,
+                       launcher_->Launch(binary, static_cast<int>(t.nnodes), t.log_dir + "/workers",
+                                         c.worker_start_timeout_s, static_cast<int>(t.n_gpus_per_node)));
       for (const LaunchedWorker& w : launched) {
         spdlog::info("started {} (pid {}) on {}", w.worker_id, w.pid, w.address);
         targets.emplace_back(w.worker_id, w.address);
       }
     } else {
-      if (static_cast<int64_t>(c.worker_addresses.size()) != world) {
-        return absl::InvalidArgumentError(absl::StrCat("cluster.worker_addresses lists ", c.worker_addresses.size(),
-                                                       " workers, but the job needs ", world));
-      }
+      // The config check guarantees one address per node.
       for (size_t i = 0; i < c.worker_addresses.size(); ++i) {
         targets.emplace_back(absl::StrCat("worker-", i), c.worker_addresses[i]);
       }
     }
+    std::vector<RankAddress> ranks;
     for (const auto& [id, address] : targets) {
       std::function<absl::Status()> liveness;
       if (launcher_) liveness = [this, id = id] { return launcher_->CheckAlive(id); };
       auto client = std::make_unique<WorkerClient>(id, address, c.rpc_timeout_s, liveness);
       ASSIGN_OR_RETURN(v1::HealthResponse health, client->WaitHealthy(c.worker_start_timeout_s));
       spdlog::debug("{} healthy: pid {}, {} rank(s) on {}", id, health.pid(), health.num_ranks(), health.device());
+      if (health.num_ranks() != t.n_gpus_per_node) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the worker at ", address, " hosts ", health.num_ranks(), " rank(s) but trainer.n_gpus_per_node is ",
+            t.n_gpus_per_node, " (start it with --ranks ", t.n_gpus_per_node, ")"));
+      }
+      for (int32_t l = 0; l < health.num_ranks(); ++l) ranks.push_back({id, address, l});
       std::lock_guard<std::mutex> lock(mu_);
       workers_.push_back(std::move(client));
+    }
+    {
+      std::function<absl::Status(const std::string&)> liveness;
+      if (launcher_) liveness = [this](const std::string& id) { return launcher_->CheckAlive(id); };
+      auto group = std::make_unique<RankGroup>(std::move(ranks), c.rpc_timeout_s, liveness);
+      std::lock_guard<std::mutex> lock(mu_);
+      ranks_ = std::move(group);
+    }
+    if (ranks_->size() > 1) {
+      const auto start = Clock::now();
+      RETURN_IF_ERROR(Annotate(ranks_->InitCommunicators(c.worker_start_timeout_s, c.comm_timeout_s),
+                               "forming the data-parallel group"));
+      spdlog::info("data-parallel group of {} ranks on {} worker(s) formed in {:.2f} s", ranks_->size(),
+                   targets.size(), Seconds(start));
     }
     StartHeartbeat();
     return absl::OkStatus();
@@ -390,7 +407,9 @@ class JobRunner::Impl {
           if (!alive.ok()) {
             spdlog::warn("{}", std::string(alive.message()));
             heartbeat_failure_ = alive;
+            // The step's calls are in flight on the per-rank clients: cancel them all (the job recovers or fails).
             client->CancelInFlight();
+            if (ranks_) ranks_->CancelInFlight();
             return;
           }
         }
@@ -415,15 +434,30 @@ class JobRunner::Impl {
   void ClearWorkers() {
     std::lock_guard<std::mutex> lock(mu_);
     workers_.clear();
+    ranks_.reset();
   }
 
-  WorkerClient& worker() { return *workers_.front(); }
+  // Rank compute so far, averaged over the ranks (they compute concurrently).
+  double WorkerComputeSeconds() const { return ranks_ ? ranks_->MeanComputeSeconds() : 0.0; }
 
-  // Rank compute so far, over all workers (the workers run one after another in this build).
-  double WorkerComputeSeconds() const {
-    double total = 0;
-    for (const auto& w : workers_) total += w->compute_seconds();
-    return total;
+  int World() const { return ranks_->size(); }
+
+  // Sends `request` (its local_rank set per rank) to every rank through `call`, concurrently; returns the responses
+  // in rank order.
+  template <typename Req, typename Resp>
+  absl::StatusOr<std::vector<Resp>> OnAllRanks(const Req& request,
+                                               absl::StatusOr<Resp> (WorkerClient::*call)(const Req&),
+                                               std::vector<int> only = {}) {
+    return ranks_->ForEach<Resp>(
+        [&](int r) { return (ranks_->client(r).*call)(ranks_->For(r, request)); }, std::move(only));
+  }
+
+  // The ranks' metrics of one stage, merged (MergeRankMetrics), into `m`.
+  template <typename Resp>
+  static void MergeMetrics(Metrics& m, const std::vector<Resp>& responses) {
+    std::vector<Metrics> per_rank;
+    for (const Resp& r : responses) per_rank.emplace_back(r.metrics().begin(), r.metrics().end());
+    for (const auto& [k, v] : MergeRankMetrics(per_rank)) m[k] = v;
   }
 
   // verl: lr_warmup_steps when set (>= 0), else lr_warmup_steps_ratio of the total steps.
@@ -459,10 +493,10 @@ class JobRunner::Impl {
       cc->set_cliprange_value(c.cliprange_value);
       cc->set_loss_agg_mode(c.loss_agg_mode);
       cc->set_ppo_mini_batch_size(static_cast<int32_t>(c.ppo_mini_batch_size));
-      const int64_t critic_mini_seqs = c.ppo_mini_batch_size * arr.rollout.n;
+      const int64_t critic_mini_seqs = c.ppo_mini_batch_size * arr.rollout.n / World();
       cc->set_ppo_micro_batch_size_per_gpu(static_cast<int32_t>(c.ppo_micro_batch_size_per_gpu.value_or(critic_mini_seqs)));
       cc->set_forward_micro_batch_size_per_gpu(static_cast<int32_t>(c.forward_micro_batch_size_per_gpu.value_or(
-          config_.data.train_batch_size * arr.rollout.n)));
+          config_.data.train_batch_size * arr.rollout.n / World())));
       cc->set_ppo_epochs(static_cast<int32_t>(c.ppo_epochs));
       cc->set_shuffle(c.shuffle);
     }
@@ -487,7 +521,7 @@ class JobRunner::Impl {
     ac->set_kl_loss_coef(a.kl_loss_coef);
     ac->set_kl_loss_type(a.kl_loss_type);
     ac->set_ppo_mini_batch_size(static_cast<int32_t>(a.ppo_mini_batch_size));
-    const int64_t mini_seqs = a.ppo_mini_batch_size * arr.rollout.n;
+    const int64_t mini_seqs = a.ppo_mini_batch_size * arr.rollout.n / World();
     ac->set_ppo_micro_batch_size_per_gpu(static_cast<int32_t>(a.ppo_micro_batch_size_per_gpu.value_or(mini_seqs)));
     ac->set_ppo_epochs(static_cast<int32_t>(a.ppo_epochs));
     ac->set_shuffle(a.shuffle);
@@ -498,14 +532,15 @@ class JobRunner::Impl {
     ac->set_kl_cov_ratio(a.policy_loss.kl_cov_ratio);
     ac->set_ppo_kl_coef(a.policy_loss.ppo_kl_coef);
     ac->set_tis_imp_ratio_cap(a.tis_imp_ratio_cap);
-    const int64_t step_seqs = config_.data.train_batch_size * arr.rollout.n;
+    const int64_t step_seqs = config_.data.train_batch_size * arr.rollout.n / World();
     ac->set_log_prob_micro_batch_size_per_gpu(
         static_cast<int32_t>(arr.rollout.log_prob_micro_batch_size_per_gpu.value_or(step_seqs)));
     ac->set_ref_log_prob_micro_batch_size_per_gpu(
         static_cast<int32_t>(arr.ref.log_prob_micro_batch_size_per_gpu.value_or(step_seqs)));
-    RETURN_IF_ERROR(worker().ConfigureRoles(req));
-    ASSIGN_OR_RETURN(v1::LoadModelResponse loaded, worker().LoadModel(v1::LoadModelRequest()));
-    spdlog::info("model loaded on {}: {} parameters", worker().worker_id(), loaded.num_parameters());
+    RETURN_IF_ERROR(OnAllRanks(req, &WorkerClient::ConfigureRoles).status());
+    ASSIGN_OR_RETURN(std::vector<v1::LoadModelResponse> loaded,
+                     OnAllRanks(v1::LoadModelRequest(), &WorkerClient::LoadModel));
+    spdlog::info("model loaded on {} rank(s): {} parameters", loaded.size(), loaded.front().num_parameters());
     return absl::OkStatus();
   }
 
@@ -543,7 +578,7 @@ class JobRunner::Impl {
     v1::LoadCheckpointRequest req;
     req.set_dir(fs::absolute(found.dir).string());
     req.set_global_step(found.global_step);
-    RETURN_IF_ERROR(worker().LoadCheckpoint(req));
+    RETURN_IF_ERROR(OnAllRanks(req, &WorkerClient::LoadCheckpoint).status());
     RETURN_IF_ERROR(sampler_->Restore(found.sampler_state));
     if (auto it = found.controller_state.find("kl_ctrl.value"); it != found.controller_state.end()) {
       kl_ctrl_->set_value(it->second);
@@ -608,13 +643,62 @@ class JobRunner::Impl {
     return s;
   }
 
-  static void AddPrompt(v1::GenerateRequest& req, const PreparedExample& ex, const std::string& uid) {
+  static void AddPrompt(v1::GenerateRequest& req, const PreparedExample& ex, const std::string& uid,
+                        int64_t sample_index) {
     v1::Prompt* p = req.add_prompts();
     p->mutable_token_ids()->Add(ex.token_ids.begin(), ex.token_ids.end());
     p->set_uid(uid);
     p->set_data_source(ex.data_source);
     p->set_ground_truth(ex.ground_truth);
     p->set_extra_info_json(ex.extra_info_json);
+    p->set_sample_index(sample_index);
+  }
+
+  // Which prompts (indices into a list of `count`) each of `parts` ranks gets; whole prompts, so all rollout.n samples
+  // of a prompt stay on one rank. With `block` > 0 (the mini-batch, in prompts) that both count and parts divide, each
+  // consecutive block of prompts is split evenly over the ranks: rank r's k-th local mini-batch is then exactly its
+  // share of the k-th global mini-batch, so an update over several mini-batches gives what one rank would get.
+  // Otherwise rank r gets a contiguous, nearly equal slice (possibly empty).
+  static std::vector<std::vector<int64_t>> AssignPrompts(int64_t count, int parts, int64_t block) {
+    std::vector<std::vector<int64_t>> out(parts);
+    if (block > 0 && count % block == 0 && block % parts == 0) {
+      const int64_t share = block / parts;
+      for (int64_t i = 0; i < count; ++i) out[(i % block) / share].push_back(i);
+      return out;
+    }
+    const int64_t base = count / parts;
+    const int64_t extra = count % parts;
+    for (int r = 0; r < parts; ++r) {
+      const int64_t begin = r * base + std::min<int64_t>(r, extra);
+      const int64_t end = begin + base + (r < extra ? 1 : 0);
+      for (int64_t i = begin; i < end; ++i) out[r].push_back(i);
+    }
+    return out;
+  }
+
+  // Generates for prompts[i] (uid uid_prefix + (first_index + i), sample index first_index + i) on the ranks as
+  // `assignment` says; ranks assigned nothing get no call. Returns the ranks called and their responses, in rank order.
+  absl::StatusOr<std::pair<std::vector<int>, std::vector<v1::GenerateResponse>>> GenerateOnRanks(
+      const std::string& step_id, const std::vector<const PreparedExample*>& prompts,
+      const std::vector<std::vector<int64_t>>& assignment, const std::string& uid_prefix, int64_t first_index,
+      const v1::SamplingParams& sampling, bool greedy_baseline) {
+    std::vector<v1::GenerateRequest> requests(World());
+    std::vector<int> called;
+    for (int r = 0; r < World(); ++r) {
+      if (assignment[r].empty()) continue;
+      called.push_back(r);
+      v1::GenerateRequest& req = requests[r];
+      req.set_step_id(step_id);
+      for (int64_t i : assignment[r]) {
+        AddPrompt(req, *prompts[i], absl::StrCat(uid_prefix, first_index + i), first_index + i);
+      }
+      *req.mutable_sampling() = sampling;
+      req.set_greedy_baseline(greedy_baseline);
+    }
+    ASSIGN_OR_RETURN(std::vector<v1::GenerateResponse> out,
+                     ranks_->ForEach<v1::GenerateResponse>(
+                         [&](int r) { return ranks_->client(r).Generate(ranks_->For(r, requests[r])); }, called));
+    return std::make_pair(called, std::move(out));
   }
 
   absl::StatusOr<Metrics> TrainStep(int64_t step) {
@@ -626,23 +710,30 @@ class JobRunner::Impl {
 
     SetState(JobState::kStepRollout);
     auto t0 = Clock::now();
-    v1::GenerateRequest gen;
-    gen.set_step_id(step_id);
-    for (size_t i = 0; i < indices.size(); ++i) AddPrompt(gen, train_[indices[i]], absl::StrCat(step, "-", i));
-    *gen.mutable_sampling() = Sampling(false, step);
-    gen.set_greedy_baseline(config_.algorithm.adv_estimator == "remax");
-    ASSIGN_OR_RETURN(v1::GenerateResponse generated, worker().Generate(gen));
+    std::vector<const PreparedExample*> prompts;
+    for (int64_t index : indices) prompts.push_back(&train_[index]);
+    const auto assignment = AssignPrompts(static_cast<int64_t>(prompts.size()), World(),
+                                          config_.actor_rollout_ref.actor.shuffle
+                                              ? 0
+                                              : config_.actor_rollout_ref.actor.ppo_mini_batch_size);
+    ASSIGN_OR_RETURN(auto generated, GenerateOnRanks(step_id, prompts, assignment, absl::StrCat(step, "-"), 0,
+                                                     Sampling(false, step),
+                                                     config_.algorithm.adv_estimator == "remax"));
+    if (static_cast<int>(generated.first.size()) != World()) {
+      return absl::InternalError("every rank must hold prompts of a training step");
+    }
     m["timing_s/gen"] = Seconds(t0);
-    MergeInto(m, generated.metrics());
+    MergeMetrics(m, generated.second);
     RETURN_IF_ERROR(CheckCancel());
 
     SetState(JobState::kStepReward);
     t0 = Clock::now();
     v1::ScoreRequest score_req;
     score_req.set_step_id(step_id);
-    ASSIGN_OR_RETURN(v1::ScoreResponse scored, worker().Score(score_req));
+    ASSIGN_OR_RETURN(std::vector<v1::ScoreResponse> scored, OnAllRanks(score_req, &WorkerClient::Score));
     m["timing_s/reward"] = Seconds(t0);
-    std::vector<double> scores(scored.scores().begin(), scored.scores().end());
+    std::vector<double> scores;
+    for (const v1::ScoreResponse& s : scored) scores.insert(scores.end(), s.scores().begin(), s.scores().end());
     AddMeanMaxMin("critic/score", scores, &m);
     RETURN_IF_ERROR(CheckCancel());
 
@@ -652,16 +743,16 @@ class JobRunner::Impl {
     lp.set_step_id(step_id);
     lp.set_role("actor");
     lp.set_temperature(temperature);
-    ASSIGN_OR_RETURN(v1::ComputeLogProbsResponse old_lp, worker().ComputeLogProbs(lp));
-    MergeInto(m, old_lp.metrics());
+    ASSIGN_OR_RETURN(auto old_lp, OnAllRanks(lp, &WorkerClient::ComputeLogProbs));
+    MergeMetrics(m, old_lp);
     m["timing_s/old_log_prob"] = Seconds(t0);
 
     if (NeedRef()) {
       SetState(JobState::kStepRefLogProb);
       t0 = Clock::now();
       lp.set_role("ref");
-      ASSIGN_OR_RETURN(v1::ComputeLogProbsResponse ref_lp, worker().ComputeLogProbs(lp));
-      MergeInto(m, ref_lp.metrics());
+      ASSIGN_OR_RETURN(auto ref_lp, OnAllRanks(lp, &WorkerClient::ComputeLogProbs));
+      MergeMetrics(m, ref_lp);
       m["timing_s/ref"] = Seconds(t0);
     }
     RETURN_IF_ERROR(CheckCancel());
@@ -671,8 +762,8 @@ class JobRunner::Impl {
       t0 = Clock::now();
       v1::ComputeValuesRequest vr;
       vr.set_step_id(step_id);
-      ASSIGN_OR_RETURN(v1::ComputeValuesResponse values, worker().ComputeValues(vr));
-      MergeInto(m, values.metrics());
+      ASSIGN_OR_RETURN(auto values, OnAllRanks(vr, &WorkerClient::ComputeValues));
+      MergeMetrics(m, values);
       m["timing_s/values"] = Seconds(t0);
     }
     RETURN_IF_ERROR(CheckCancel());
@@ -689,8 +780,8 @@ class JobRunner::Impl {
     adv.set_use_kl_in_reward(al.use_kl_in_reward);
     adv.set_kl_coef(kl_ctrl_->value());
     adv.set_kl_penalty(al.kl_penalty);
-    ASSIGN_OR_RETURN(v1::ComputeAdvantageResponse adv_resp, worker().ComputeAdvantage(adv));
-    MergeInto(m, adv_resp.metrics());
+    ASSIGN_OR_RETURN(auto adv_resp, OnAllRanks(adv, &WorkerClient::ComputeAdvantage));
+    MergeMetrics(m, adv_resp);
     if (al.use_kl_in_reward) {
       kl_ctrl_->Update(m["actor/reward_kl_penalty"], static_cast<int64_t>(scores.size()));
     }
@@ -703,8 +794,8 @@ class JobRunner::Impl {
       v1::UpdateCriticRequest cr;
       cr.set_step_id(step_id);
       cr.set_seed(update_seed);
-      ASSIGN_OR_RETURN(v1::UpdateCriticResponse critic_resp, worker().UpdateCritic(cr));
-      MergeInto(m, critic_resp.metrics());
+      ASSIGN_OR_RETURN(auto critic_resp, OnAllRanks(cr, &WorkerClient::UpdateCritic));
+      MergeMetrics(m, critic_resp);
       m["timing_s/update_critic"] = Seconds(t0);
     }
 
@@ -716,20 +807,23 @@ class JobRunner::Impl {
       upd.set_step_id(step_id);
       upd.set_temperature(temperature);
       upd.set_seed(update_seed);
-      ASSIGN_OR_RETURN(v1::UpdateActorResponse upd_resp, worker().UpdateActor(upd));
-      MergeInto(m, upd_resp.metrics());
+      ASSIGN_OR_RETURN(auto upd_resp, OnAllRanks(upd, &WorkerClient::UpdateActor));
+      MergeMetrics(m, upd_resp);
       m["timing_s/update_actor"] = Seconds(t0);
     }
 
     v1::ReleaseBatchRequest rel;
     rel.set_step_id(step_id);
-    RETURN_IF_ERROR(worker().ReleaseBatch(rel));
+    RETURN_IF_ERROR(OnAllRanks(rel, &WorkerClient::ReleaseBatch).status());
 
+    std::vector<double> resp_len, prompt_len;
+    for (const v1::GenerateResponse& g : generated.second) {
+      resp_len.insert(resp_len.end(), g.response_lengths().begin(), g.response_lengths().end());
+      prompt_len.insert(prompt_len.end(), g.prompt_lengths().begin(), g.prompt_lengths().end());
+    }
     // Length statistics, verl's names.
     const double max_resp = static_cast<double>(config_.data.max_response_length);
     const double max_prompt = static_cast<double>(config_.data.max_prompt_length);
-    std::vector<double> resp_len(generated.response_lengths().begin(), generated.response_lengths().end());
-    std::vector<double> prompt_len(generated.prompt_lengths().begin(), generated.prompt_lengths().end());
     AddMeanMaxMin("response_length", resp_len, &m);
     AddMeanMaxMin("prompt_length", prompt_len, &m);
     double resp_clipped = 0, prompt_clipped = 0, tokens = 0;
@@ -751,21 +845,26 @@ class JobRunner::Impl {
       RETURN_IF_ERROR(CheckCancel());
       const int64_t end = std::min<int64_t>(begin + chunk, val_.size());
       const std::string step_id = absl::StrCat("val-", step, "-", part);
-      v1::GenerateRequest gen;
-      gen.set_step_id(step_id);
-      for (int64_t i = begin; i < end; ++i) AddPrompt(gen, val_[i], absl::StrCat("val-", i));
-      *gen.mutable_sampling() = Sampling(true, step);
-      const int64_t n = gen.sampling().n();
-      RETURN_IF_ERROR(worker().Generate(gen));
+      std::vector<const PreparedExample*> prompts;
+      for (int64_t i = begin; i < end; ++i) prompts.push_back(&val_[i]);
+      const v1::SamplingParams sampling = Sampling(true, step);
+      const int64_t n = sampling.n();
+      // Validation prompts need not divide evenly: ranks get nearly equal slices, and none when there are fewer
+      // prompts than ranks.
+      ASSIGN_OR_RETURN(auto generated,
+                       GenerateOnRanks(step_id, prompts, AssignPrompts(end - begin, World(), 0), "val-", begin,
+                                       sampling, false));
+      const std::vector<int>& called = generated.first;
       v1::ScoreRequest sr;
       sr.set_step_id(step_id);
-      ASSIGN_OR_RETURN(v1::ScoreResponse scored, worker().Score(sr));
-      for (int i = 0; i < scored.scores_size(); ++i) {
-        by_source[val_[begin + i / n].data_source].push_back(scored.scores(i));
+      ASSIGN_OR_RETURN(std::vector<v1::ScoreResponse> scored, OnAllRanks(sr, &WorkerClient::Score, called));
+      int64_t i = 0;
+      for (const v1::ScoreResponse& s : scored) {
+        for (double score : s.scores()) by_source[val_[begin + (i++) / n].data_source].push_back(score);
       }
       v1::ReleaseBatchRequest rel;
       rel.set_step_id(step_id);
-      RETURN_IF_ERROR(worker().ReleaseBatch(rel));
+      RETURN_IF_ERROR(OnAllRanks(rel, &WorkerClient::ReleaseBatch, called).status());
     }
     Metrics m;
     const int64_t n = config_.actor_rollout_ref.rollout.val_kwargs.n;
@@ -804,7 +903,8 @@ class JobRunner::Impl {
   std::condition_variable heartbeat_cv_;
   bool heartbeat_stop_ = true;
   absl::Status heartbeat_failure_;
-  std::vector<std::unique_ptr<WorkerClient>> workers_;
+  std::vector<std::unique_ptr<WorkerClient>> workers_;  // one per worker: health, heartbeat, shutdown
+  std::unique_ptr<RankGroup> ranks_;                    // one client per rank: the step calls
   Metrics last_metrics_;
   MultiSink sinks_;
 
@@ -815,7 +915,7 @@ class JobRunner::Impl {
     req.set_dir(fs::absolute(dir).string());
     req.set_global_step(step);
     req.set_hf_export(hf_export);
-    return worker().SaveCheckpoint(req).status();
+    return OnAllRanks(req, &WorkerClient::SaveCheckpoint).status();
   }
 };
 

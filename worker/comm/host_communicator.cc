@@ -36,13 +36,20 @@ std::string Errno() { return std::strerror(errno); }
 
 std::string DTypeName(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return "float32";
-    case DType::kBFloat16: return "bfloat16";
-    case DType::kFloat16: return "float16";
-    case DType::kInt64: return "int64";
-    case DType::kInt32: return "int32";
-    case DType::kUInt8: return "uint8";
-    case DType::kBool: return "bool";
+    case DType::kFloat32:
+      return "float32";
+    case DType::kBFloat16:
+      return "bfloat16";
+    case DType::kFloat16:
+      return "float16";
+    case DType::kInt64:
+      return "int64";
+    case DType::kInt32:
+      return "int32";
+    case DType::kUInt8:
+      return "uint8";
+    case DType::kBool:
+      return "bool";
   }
   return absl::StrCat("dtype(", static_cast<int>(dtype), ")");
 }
@@ -124,10 +131,17 @@ void DivideBy(T* data, int64_t n, int divisor) {
 
 void DivideBytes(char* data, int64_t n, DType compute_dtype, int divisor) {
   switch (compute_dtype) {
-    case DType::kFloat32: DivideBy(reinterpret_cast<float*>(data), n, divisor); break;
-    case DType::kInt32: DivideBy(reinterpret_cast<int32_t*>(data), n, divisor); break;
-    case DType::kInt64: DivideBy(reinterpret_cast<int64_t*>(data), n, divisor); break;
-    default: break;
+    case DType::kFloat32:
+      DivideBy(reinterpret_cast<float*>(data), n, divisor);
+      break;
+    case DType::kInt32:
+      DivideBy(reinterpret_cast<int32_t*>(data), n, divisor);
+      break;
+    case DType::kInt64:
+      DivideBy(reinterpret_cast<int64_t*>(data), n, divisor);
+      break;
+    default:
+      break;
   }
 }
 
@@ -388,19 +402,39 @@ void SetNoDelay(int fd) {
 
 }  // namespace
 
+absl::StatusOr<HostListener> HostCommunicator::Listen(const std::string& address) {
+  std::string host, port;
+  RETURN_IF_ERROR(ParseHostPort(address, &host, &port));
+  // The backlog only needs to hold the peers that connect before accept() runs; the group size is not known yet.
+  ASSIGN_OR_RETURN(ScopedFd fd, verl::Listen(address, 128));
+  sockaddr_storage bound{};
+  socklen_t len = sizeof(bound);
+  if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &len) != 0) {
+    return absl::InternalError(absl::StrCat("getsockname() on ", address, ": ", Errno()));
+  }
+  const int bound_port = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+                                                     : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  const bool v6 = host.find(':') != std::string::npos;
+  return HostListener{std::move(fd), absl::StrCat(v6 ? "[" : "", host, v6 ? "]" : "", ":", bound_port)};
+}
+
 absl::StatusOr<std::unique_ptr<HostCommunicator>> HostCommunicator::Create(const HostCommunicatorOptions& options) {
+  return Create(options, HostListener{});
+}
+
+absl::StatusOr<std::unique_ptr<HostCommunicator>> HostCommunicator::Create(const HostCommunicatorOptions& options,
+                                                                           HostListener pre_bound) {
   const int rank = options.rank;
   const int world = options.world_size;
   if (world < 1) {
     return absl::InvalidArgumentError(absl::StrCat("HostCommunicator: world_size must be >= 1, got ", world));
   }
   if (rank < 0 || rank >= world) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("HostCommunicator: rank ", rank, " is outside [0, ", world, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("HostCommunicator: rank ", rank, " is outside [0, ", world, ")"));
   }
   if (static_cast<int>(options.addresses.size()) != world) {
-    return absl::InvalidArgumentError(absl::StrCat("HostCommunicator: addresses has ", options.addresses.size(),
-                                                   " entries, world_size is ", world));
+    return absl::InvalidArgumentError(
+        absl::StrCat("HostCommunicator: addresses has ", options.addresses.size(), " entries, world_size is ", world));
   }
   if (options.connect_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("HostCommunicator: connect_timeout must be positive");
@@ -423,7 +457,8 @@ absl::StatusOr<std::unique_ptr<HostCommunicator>> HostCommunicator::Create(const
   const absl::Time deadline = DeadlineAfter(options.connect_timeout);
 
   if (world > 1) {
-    absl::StatusOr<ScopedFd> listener = Listen(options.addresses[rank], world);
+    absl::StatusOr<ScopedFd> listener = pre_bound.fd.valid() ? absl::StatusOr<ScopedFd>(std::move(pre_bound.fd))
+                                                             : verl::Listen(options.addresses[rank], world);
     if (!listener.ok()) return annotate(listener.status());
 
     const Hello mine{kMagic, kProtocolVersion, rank, world};
@@ -448,9 +483,9 @@ absl::StatusOr<std::unique_ptr<HostCommunicator>> HostCommunicator::Create(const
                                                                 theirs.world_size, ", this rank has ", world)));
       }
       if (theirs.rank != j) {
-        return annotate(absl::InvalidArgumentError(
-            absl::StrCat("the process listening at ", options.addresses[j], " says it is rank ", theirs.rank,
-                         ", expected rank ", j)));
+        return annotate(
+            absl::InvalidArgumentError(absl::StrCat("the process listening at ", options.addresses[j],
+                                                    " says it is rank ", theirs.rank, ", expected rank ", j)));
       }
       SetNoDelay(fd->get());
       peers[j] = std::move(*fd);
@@ -468,9 +503,9 @@ absl::StatusOr<std::unique_ptr<HostCommunicator>> HostCommunicator::Create(const
         for (int j = rank + 1; j < world; ++j) {
           if (!peers[j].valid()) absent.push_back(absl::StrCat("rank ", j, " at ", options.addresses[j]));
         }
-        return annotate(absl::DeadlineExceededError(
-            absl::StrCat("timed out after ", absl::FormatDuration(options.connect_timeout),
-                         " waiting for ", absl::StrJoin(absent, ", "), " to connect")));
+        return annotate(
+            absl::DeadlineExceededError(absl::StrCat("timed out after ", absl::FormatDuration(options.connect_timeout),
+                                                     " waiting for ", absl::StrJoin(absent, ", "), " to connect")));
       }
       ScopedFd fd(::accept4(listener->get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
       if (!fd.valid()) {
@@ -491,25 +526,24 @@ absl::StatusOr<std::unique_ptr<HostCommunicator>> HostCommunicator::Create(const
       const std::string listed =
           (j >= 0 && j < world) ? absl::StrCat(" (rank ", j, " is listed at ", options.addresses[j], ")") : "";
       if (theirs.world_size != world) {
-        return annotate(absl::InvalidArgumentError(absl::StrCat("world size mismatch with ", what, listed,
-                                                                ": it has ", theirs.world_size,
-                                                                ", this rank has ", world)));
+        return annotate(absl::InvalidArgumentError(absl::StrCat("world size mismatch with ", what, listed, ": it has ",
+                                                                theirs.world_size, ", this rank has ", world)));
       }
       if (j <= rank || j >= world) {
-        return annotate(absl::InvalidArgumentError(absl::StrCat(
-            what, " claims rank ", j, "; only ranks ", rank + 1, "..", world - 1, " connect to this rank")));
+        return annotate(absl::InvalidArgumentError(absl::StrCat(what, " claims rank ", j, "; only ranks ", rank + 1,
+                                                                "..", world - 1, " connect to this rank")));
       }
       if (peers[j].valid()) {
-        return annotate(absl::InvalidArgumentError(absl::StrCat("duplicate rank ", j, ": ", what,
-                                                                " claims a rank already connected", listed)));
+        return annotate(absl::InvalidArgumentError(
+            absl::StrCat("duplicate rank ", j, ": ", what, " claims a rank already connected", listed)));
       }
       SetNoDelay(fd.get());
       peers[j] = std::move(fd);
       --missing;
     }
   }
-  return std::unique_ptr<HostCommunicator>(new HostCommunicator(
-      rank, world, options.addresses, std::move(peers), std::move(wake_read), std::move(wake_write)));
+  return std::unique_ptr<HostCommunicator>(new HostCommunicator(rank, world, options.addresses, std::move(peers),
+                                                                std::move(wake_read), std::move(wake_write)));
 }
 
 HostCommunicator::HostCommunicator(int rank, int world_size, std::vector<std::string> addresses,
@@ -556,15 +590,15 @@ absl::Status HostCommunicator::CheckUsable(std::string_view op_name) const {
     return absl::AbortedError(absl::StrCat(Prefix(), AbslView(op_name), ": this communicator was aborted"));
   }
   if (!broken_.ok()) {
-    return absl::Status(broken_.code(), absl::StrCat(Prefix(), AbslView(op_name),
-                                                     ": communicator unusable after an earlier error: ",
-                                                     broken_.message()));
+    return absl::Status(broken_.code(),
+                        absl::StrCat(Prefix(), AbslView(op_name),
+                                     ": communicator unusable after an earlier error: ", broken_.message()));
   }
   return absl::OkStatus();
 }
 
-absl::Status HostCommunicator::Exchange(std::string_view op_name, std::vector<Transfer>& transfers,
-                                        absl::Time deadline, absl::Duration timeout) {
+absl::Status HostCommunicator::Exchange(std::string_view op_name, std::vector<Transfer>& transfers, absl::Time deadline,
+                                        absl::Duration timeout) {
   const std::string op(op_name);
   auto fail = [&](absl::Status status) {
     if (aborted_.load()) {
@@ -611,13 +645,13 @@ absl::Status HostCommunicator::Exchange(std::string_view op_name, std::vector<Tr
         for (int t : {active_recv[j], active_send[j]}) {
           if (t < 0) continue;
           const Transfer& x = transfers[t];
-          waiting.push_back(absl::StrCat(PeerName(j), x.is_send ? " to receive" : " to send", " (", x.done,
-                                         " of ", x.size, " bytes done)"));
+          waiting.push_back(absl::StrCat(PeerName(j), x.is_send ? " to receive" : " to send", " (", x.done, " of ",
+                                         x.size, " bytes done)"));
         }
       }
-      return fail(absl::DeadlineExceededError(absl::StrCat(Prefix(), op, " timed out after ",
-                                                           absl::FormatDuration(timeout), " waiting for ",
-                                                           absl::StrJoin(waiting, "; "))));
+      return fail(
+          absl::DeadlineExceededError(absl::StrCat(Prefix(), op, " timed out after ", absl::FormatDuration(timeout),
+                                                   " waiting for ", absl::StrJoin(waiting, "; "))));
     }
     for (int j = 0; j < world_size_; ++j) {
       const short revents = fds[j].revents;
@@ -632,8 +666,8 @@ absl::Status HostCommunicator::Exchange(std::string_view op_name, std::vector<Tr
             continue;
           }
           if (n == 0) {
-            return fail(absl::UnavailableError(absl::StrCat(Prefix(), op, ": ", PeerName(j),
-                                                            " closed the connection (it exited or aborted)")));
+            return fail(absl::UnavailableError(
+                absl::StrCat(Prefix(), op, ": ", PeerName(j), " closed the connection (it exited or aborted)")));
           }
           if (errno == EINTR) continue;
           if (errno == EAGAIN || errno == EWOULDBLOCK) break;
@@ -658,8 +692,8 @@ absl::Status HostCommunicator::Exchange(std::string_view op_name, std::vector<Tr
       // A reset connection reports POLLHUP/POLLERR; a peer that merely closed after finishing (FIN) does not, so this
       // only fires for peers that aborted or died.
       if (revents & (POLLHUP | POLLERR | POLLNVAL)) {
-        return fail(absl::UnavailableError(absl::StrCat(Prefix(), op, ": connection to ", PeerName(j),
-                                                        " was lost (it aborted or died)")));
+        return fail(absl::UnavailableError(
+            absl::StrCat(Prefix(), op, ": connection to ", PeerName(j), " was lost (it aborted or died)")));
       }
     }
   }
@@ -682,8 +716,8 @@ absl::Status CheckBuffer(const std::string& prefix, const void* data, int64_t co
 
 absl::Status CheckReduction(const std::string& prefix, DType dtype, ReduceOp op) {
   if (!ReducibleDType(dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        prefix, "reductions support float32, bfloat16, float16, int32 and int64, not ", DTypeName(dtype)));
+    return absl::InvalidArgumentError(
+        absl::StrCat(prefix, "reductions support float32, bfloat16, float16, int32 and int64, not ", DTypeName(dtype)));
   }
   if (!KnownOp(op)) {
     return absl::InvalidArgumentError(absl::StrCat(prefix, "unknown ReduceOp ", static_cast<int>(op)));
@@ -696,8 +730,8 @@ DType ComputeDType(DType dtype) { return Is16BitFloat(dtype) ? DType::kFloat32 :
 }  // namespace
 
 absl::Status HostCommunicator::RingReduceScatter(std::string_view op_name, char* work,
-                                                 const std::vector<int64_t>& offsets, DType compute_dtype,
-                                                 ReduceOp op, absl::Time deadline, absl::Duration timeout) {
+                                                 const std::vector<int64_t>& offsets, DType compute_dtype, ReduceOp op,
+                                                 absl::Time deadline, absl::Duration timeout) {
   const int w = world_size_;
   const int64_t esize = DTypeSize(compute_dtype);
   int64_t max_chunk = 0;
@@ -740,8 +774,7 @@ absl::Status HostCommunicator::RingAllGather(std::string_view op_name, char* buf
   return absl::OkStatus();
 }
 
-absl::Status HostCommunicator::AllReduce(void* data, int64_t count, DType dtype, ReduceOp op,
-                                         absl::Duration timeout) {
+absl::Status HostCommunicator::AllReduce(void* data, int64_t count, DType dtype, ReduceOp op, absl::Duration timeout) {
   const std::string prefix = absl::StrCat(Prefix(), "AllReduce: ");
   RETURN_IF_ERROR(CheckBuffer(prefix, data, count, dtype, "data"));
   RETURN_IF_ERROR(CheckReduction(prefix, dtype, op));

@@ -47,10 +47,24 @@ struct HostCommunicatorOptions {
   absl::Duration connect_timeout = absl::Seconds(60);
 };
 
+// A socket already bound and listening, made before the group forms so that a rank can publish its address without
+// racing another process for the port (port 0 lets the kernel pick a free one).
+struct HostListener {
+  ScopedFd fd;
+  std::string address;  // "host:port" actually bound ("[v6]:port" for IPv6)
+};
+
 class HostCommunicator final : public Communicator {
  public:
   // Builds the full mesh; blocks until every peer is connected or connect_timeout passes.
   static absl::StatusOr<std::unique_ptr<HostCommunicator>> Create(const HostCommunicatorOptions& options);
+  // The same, accepting peers on `listener` (from Listen) instead of listening on addresses[rank] itself;
+  // addresses[rank] should be listener.address.
+  static absl::StatusOr<std::unique_ptr<HostCommunicator>> Create(const HostCommunicatorOptions& options,
+                                                                  HostListener listener);
+  // Binds and listens on `address` ("host:port"; port 0 for any free port). UNAVAILABLE naming the address when it
+  // cannot be bound.
+  static absl::StatusOr<HostListener> Listen(const std::string& address);
 
   HostCommunicator(const HostCommunicator&) = delete;
   HostCommunicator& operator=(const HostCommunicator&) = delete;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -54,13 +55,6 @@ struct StepBatch {
   std::optional<Metrics> update_metrics;
 };
 
-void AddStats(Metrics& m, const std::string& prefix, const at::Tensor& values) {
-  if (values.numel() == 0) return;
-  m[prefix + "/mean"] = values.mean().item<double>();
-  m[prefix + "/max"] = values.max().item<double>();
-  m[prefix + "/min"] = values.min().item<double>();
-}
-
 class CpuRank final : public RankInterface {
  public:
   explicit CpuRank(int32_t rank_id) : rank_id_(rank_id) {}
@@ -68,8 +62,8 @@ class CpuRank final : public RankInterface {
   absl::Status Configure(const RankConfig& config) override {
     for (const std::string& role : config.roles) {
       if (role != "actor" && role != "rollout" && role != "ref" && role != "critic") {
-        return absl::InvalidArgumentError(absl::StrCat("rank ", rank_id_, ": unknown role '", role,
-                                                       "' (expected actor, rollout, ref or critic)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("rank ", rank_id_, ": unknown role '", role, "' (expected actor, rollout, ref or critic)"));
       }
     }
     if (config.dtype != "float32" && config.dtype != "bfloat16") {
@@ -80,6 +74,22 @@ class CpuRank final : public RankInterface {
     // Tiny random weights produce subnormal floats, which are orders of magnitude slower on x86.
     at::globalContext().setFlushDenormal(true);
     return absl::OkStatus();
+  }
+
+  absl::Status SetCommunicator(std::unique_ptr<Communicator> comm, absl::Duration timeout) override {
+    if (comm == nullptr) return Error("SetCommunicator", absl::InvalidArgumentError("no communicator"));
+    if (timeout <= absl::ZeroDuration()) {
+      return Error("SetCommunicator", absl::InvalidArgumentError("the collective timeout must be positive"));
+    }
+    if (comm_) comm_->Abort();
+    comm_ = std::move(comm);
+    comm_timeout_ = timeout;
+    batches_.clear();
+    return absl::OkStatus();
+  }
+
+  void AbortCommunicator() override {
+    if (comm_) comm_->Abort();
   }
 
   absl::StatusOr<LoadModelOutput> LoadModel() override {
@@ -103,8 +113,8 @@ class CpuRank final : public RankInterface {
         if (!critic.ok()) return Error("LoadModel/critic", critic.status());
         critic_ = std::move(*critic);
         critic_->SetRequiresGrad(false);
-        critic_optimizer_ = std::make_unique<AdamW>(
-            critic_->named_parameters(), AdamWOptions{c.lr, c.weight_decay, c.beta1, c.beta2, c.eps});
+        critic_optimizer_ = std::make_unique<AdamW>(critic_->named_parameters(),
+                                                    AdamWOptions{c.lr, c.weight_decay, c.beta1, c.beta2, c.eps});
       }
       const RankActorSettings& a = config_.actor;
       optimizer_ = std::make_unique<AdamW>(actor_->named_parameters(),
@@ -137,6 +147,10 @@ class CpuRank final : public RankInterface {
       opts.eos_token_ids = sampling.eos_token_ids;
       opts.pad_token_id = sampling.pad_token_id;
       opts.seed = sampling.seed;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        opts.prompt_keys.push_back(
+            static_cast<uint64_t>(prompts[i].sample_index >= 0 ? prompts[i].sample_index : static_cast<int64_t>(i)));
+      }
       StepBatch batch;
       batch.prompts = prompts;
       batch.n = opts.n;
@@ -225,9 +239,10 @@ class CpuRank final : public RankInterface {
       if (role == "actor") {
         batch->old_log_probs = lp;
         // How far the trainer's log-probs are from the rollout's (they share the kernels, so this stays tiny).
-        at::Tensor diff = (lp - batch->rollout.log_probs).abs();
-        m["training/rollout_probs_diff_mean"] = MaskedMean(diff, mask).item<double>();
-        m["training/rollout_probs_diff_max"] = (diff * mask).max().item<double>();
+        at::Tensor diff = (lp - batch->rollout.log_probs).abs() * mask;
+        at::Tensor sums = DpSum(at::stack({diff.sum(), mask.sum()}));
+        m["training/rollout_probs_diff_mean"] = (sums[0] / sums[1].clamp_min(1)).item<double>();
+        m["training/rollout_probs_diff_max"] = DpReduce(diff.max().reshape({1}), ReduceOp::kMax).item<double>();
       } else {
         batch->ref_log_probs = lp;
       }
@@ -255,8 +270,8 @@ class CpuRank final : public RankInterface {
       return Error("ComputeAdvantage", absl::FailedPreconditionError("the step has not been scored"));
     }
     if (settings.use_kl_in_reward && (!batch->old_log_probs.defined() || !batch->ref_log_probs.defined())) {
-      return Error("ComputeAdvantage", absl::FailedPreconditionError(
-                                           "use_kl_in_reward needs the actor's and the ref's log-probs first"));
+      return Error("ComputeAdvantage",
+                   absl::FailedPreconditionError("use_kl_in_reward needs the actor's and the ref's log-probs first"));
     }
     return CatchTorch(Context("ComputeAdvantage"), [&]() -> absl::StatusOr<Metrics> {
       Metrics m;
@@ -280,19 +295,20 @@ class CpuRank final : public RankInterface {
       opts.gamma = settings.gamma;
       opts.lam = settings.lam;
       opts.norm_adv_by_std_in_grpo = settings.norm_adv_by_std_in_grpo;
+      opts.reduce_sum = DpSumFn();
       auto adv = ComputeAdvantages(settings.estimator, in, opts);
       if (!adv.ok()) return Error("ComputeAdvantage", adv.status());
       batch->advantages = adv->advantages;
       batch->returns = adv->returns;
-      AddStats(m, "critic/advantages", batch->advantages.masked_select(mask));
-      AddStats(m, "critic/returns", batch->returns.masked_select(mask));
-      AddStats(m, "critic/rewards", rewards.sum(-1));
+      AddGlobalStats(m, "critic/advantages", batch->advantages.masked_select(mask));
+      AddGlobalStats(m, "critic/returns", batch->returns.masked_select(mask));
+      AddGlobalStats(m, "critic/rewards", rewards.sum(-1));
       if (batch->values.defined()) {
         at::Tensor v = batch->values.masked_select(mask);
         at::Tensor ret = batch->returns.masked_select(mask);
-        AddStats(m, "critic/values", v);
-        // verl: 1 - Var(returns - values) / Var(returns).
-        m["critic/vf_explained_var"] = (1.0 - (ret - v).var() / (ret.var() + 1e-5)).item<double>();
+        AddGlobalStats(m, "critic/values", v);
+        // verl: 1 - Var(returns - values) / Var(returns), over the whole batch.
+        m["critic/vf_explained_var"] = 1.0 - GlobalVar(ret - v) / (GlobalVar(ret) + 1e-5);
       }
       batch->advantage_metrics = m;
       return m;
@@ -314,8 +330,9 @@ class CpuRank final : public RankInterface {
       o.grad_clip = c.grad_clip;
       o.cliprange_value = c.cliprange_value;
       o.loss_agg_mode = c.loss_agg_mode;
-      o.mini_batch_size = c.ppo_mini_batch_size * batch->n;
+      ASSIGN_OR_RETURN(o.mini_batch_size, PerRankMiniBatch("critic", c.ppo_mini_batch_size, batch->n));
       o.micro_batch_size = std::max<int64_t>(1, c.ppo_micro_batch_size_per_gpu);
+      o.reduce_sum = DpSumFn();
       o.ppo_epochs = c.ppo_epochs;
       o.shuffle = c.shuffle;
       o.seed = seed;
@@ -355,17 +372,17 @@ class CpuRank final : public RankInterface {
       o.use_kl_loss = a.use_kl_loss;
       o.kl_loss_coef = a.kl_loss_coef;
       o.kl_loss_type = a.kl_loss_type;
-      o.mini_batch_size = a.ppo_mini_batch_size * batch->n;
+      ASSIGN_OR_RETURN(o.mini_batch_size, PerRankMiniBatch("actor", a.ppo_mini_batch_size, batch->n));
       o.micro_batch_size = std::max<int64_t>(1, a.ppo_micro_batch_size_per_gpu);
+      o.reduce_sum = DpSumFn();
       o.ppo_epochs = a.ppo_epochs;
       o.shuffle = a.shuffle;
       o.temperature = temperature;
       o.seed = seed;
       GradScope<DecoderModel> grad_scope(*actor_);
-      auto metrics = UpdatePolicy(*actor_, *optimizer_, batch->seq,
-                                  {batch->old_log_probs, batch->ref_log_probs, batch->advantages,
-                                   batch->rollout.log_probs},
-                                  o);
+      auto metrics =
+          UpdatePolicy(*actor_, *optimizer_, batch->seq,
+                       {batch->old_log_probs, batch->ref_log_probs, batch->advantages, batch->rollout.log_probs}, o);
       if (!metrics.ok()) return Error("UpdateActor", metrics.status());
       ++updates_done_;
       batch->update_metrics = *metrics;
@@ -380,13 +397,16 @@ class CpuRank final : public RankInterface {
 
   absl::Status SaveCheckpoint(const std::string& dir, int64_t global_step, bool hf_export) override {
     RETURN_IF_ERROR(RequireModel("SaveCheckpoint"));
+    // Data-parallel replicas hold identical parameters and optimizer state: group rank 0 writes them, in the layout
+    // of one rank (model_world_size_1_rank_0), so a checkpoint resumes on any number of ranks.
+    if (GroupRank() != 0) return absl::OkStatus();
     return CatchTorch(Context("SaveCheckpoint"), [&]() -> absl::Status {
       const std::string actor_dir = dir + "/actor";
-      RETURN_IF_ERROR(SaveActorCheckpoint(actor_dir, *actor_, *optimizer_, global_step, 1, rank_id_, updates_done_));
+      RETURN_IF_ERROR(SaveActorCheckpoint(actor_dir, *actor_, *optimizer_, global_step, 1, 0, updates_done_));
       if (hf_export) RETURN_IF_ERROR(ExportHuggingFace(actor_dir + "/huggingface", *actor_, config_.model_path));
       if (critic_) {
         RETURN_IF_ERROR(SaveTrainableCheckpoint(dir + "/critic", critic_->named_parameters(), *critic_optimizer_,
-                                                global_step, 1, rank_id_, critic_updates_done_));
+                                                global_step, 1, 0, critic_updates_done_));
       }
       return absl::OkStatus();
     });
@@ -397,12 +417,11 @@ class CpuRank final : public RankInterface {
     return CatchTorch(Context("LoadCheckpoint"), [&]() -> absl::Status {
       // The update counts drive the lr warmup; older checkpoints without them fall back to the step.
       int64_t actor_updates = -1, critic_updates = -1;
-      RETURN_IF_ERROR(Error("LoadCheckpoint", LoadActorCheckpoint(dir + "/actor", *actor_, *optimizer_, 1, rank_id_,
-                                                                  &actor_updates)));
+      RETURN_IF_ERROR(
+          Error("LoadCheckpoint", LoadActorCheckpoint(dir + "/actor", *actor_, *optimizer_, 1, 0, &actor_updates)));
       if (critic_) {
         RETURN_IF_ERROR(Error("LoadCheckpoint", LoadTrainableCheckpoint(dir + "/critic", critic_->named_parameters(),
-                                                                         *critic_optimizer_, 1, rank_id_,
-                                                                         &critic_updates)));
+                                                                        *critic_optimizer_, 1, 0, &critic_updates)));
         critic_updates_done_ = critic_updates >= 0 ? critic_updates : global_step;
       }
       updates_done_ = actor_updates >= 0 ? actor_updates : global_step;
@@ -414,7 +433,8 @@ class CpuRank final : public RankInterface {
  private:
   // verl's constant-with-warmup schedule: lr * k / warmup for update k < warmup.
   static double WarmupLr(double lr, int64_t warmup, int64_t updates_done) {
-    if (warmup > 0 && updates_done < warmup) return lr * static_cast<double>(updates_done) / static_cast<double>(warmup);
+    if (warmup > 0 && updates_done < warmup)
+      return lr * static_cast<double>(updates_done) / static_cast<double>(warmup);
     return lr;
   }
   // Decodes row `row` (its first `length` tokens) of a contiguous int64 [N, R] response tensor, as verl's reward
@@ -425,6 +445,59 @@ class CpuRank final : public RankInterface {
     std::string text = tokenizer_->Decode(std::vector<int32_t>(ids, ids + length), /*skip_special_tokens=*/true);
     ASSIGN_OR_RETURN(double score, ComputeScore(prompt.data_source, text, prompt.ground_truth, prompt.extra_info_json));
     return std::make_pair(std::move(text), score);
+  }
+  int GroupRank() const { return comm_ ? comm_->rank() : 0; }
+  int GroupSize() const { return comm_ ? comm_->world_size() : 1; }
+  // The reduction of `t` over the data-parallel group (a copy of `t` without a group). Floating tensors travel as
+  // float32 and come back in their own dtype; int64 stays int64. Throws StatusError (CatchTorch turns it back).
+  at::Tensor DpReduce(const at::Tensor& t, ReduceOp op) const {
+    if (!comm_) return t.clone();
+    const bool integral = t.scalar_type() == at::kLong;
+    at::Tensor buf = t.detach().to(integral ? at::kLong : at::kFloat).contiguous().clone();
+    absl::Status s =
+        comm_->AllReduce(buf.data_ptr(), buf.numel(), integral ? DType::kInt64 : DType::kFloat32, op, comm_timeout_);
+    if (!s.ok()) throw StatusError(s);
+    return buf.to(t.scalar_type());
+  }
+  at::Tensor DpSum(const at::Tensor& t) const { return DpReduce(t, ReduceOp::kSum); }
+  ReduceSumFn DpSumFn() const {
+    if (!comm_) return nullptr;
+    return [this](const at::Tensor& t) { return DpSum(t); };
+  }
+  // mean / max / min of `values` over the whole group (each rank may hold any number, including none).
+  void AddGlobalStats(Metrics& m, const std::string& prefix, const at::Tensor& values) const {
+    at::Tensor v = values.to(at::kDouble);
+    const double inf = std::numeric_limits<double>::infinity();
+    const bool any = v.numel() > 0;
+    at::Tensor sums =
+        DpSum(at::tensor({any ? v.sum().item<double>() : 0.0, static_cast<double>(v.numel())}, at::kDouble));
+    at::Tensor extremes =
+        DpReduce(at::tensor({any ? v.max().item<double>() : -inf, any ? -v.min().item<double>() : -inf}, at::kDouble),
+                 ReduceOp::kMax);
+    if (sums[1].item<double>() == 0) return;
+    m[prefix + "/mean"] = sums[0].item<double>() / sums[1].item<double>();
+    m[prefix + "/max"] = extremes[0].item<double>();
+    m[prefix + "/min"] = -extremes[1].item<double>();
+  }
+  // Unbiased variance of `values` over the whole group (two passes: the mean, then the squared deviations).
+  double GlobalVar(const at::Tensor& values) const {
+    at::Tensor v = values.to(at::kDouble);
+    at::Tensor first = DpSum(at::tensor({v.sum().item<double>(), static_cast<double>(v.numel())}, at::kDouble));
+    const double n = first[1].item<double>();
+    const double mean = n > 0 ? first[0].item<double>() / n : 0.0;
+    const double sq = DpSum(at::tensor({(v - mean).pow(2).sum().item<double>()}, at::kDouble)).item<double>();
+    return n > 1 ? sq / (n - 1) : std::numeric_limits<double>::quiet_NaN();
+  }
+  // A role's mini-batch on this rank, in sequences: ppo_mini_batch_size prompts of the global batch, times n, split
+  // evenly over the ranks (verl's ppo_mini_batch_size * n // dp_size).
+  absl::StatusOr<int64_t> PerRankMiniBatch(const std::string& role, int64_t mini_prompts, int32_t n) const {
+    if (mini_prompts * n % GroupSize() != 0) {
+      return Error(absl::StrCat("Update/", role),
+                   absl::InvalidArgumentError(absl::StrCat(role, " ppo_mini_batch_size * n = ", mini_prompts * n,
+                                                           " is not divisible by the ", GroupSize(),
+                                                           " data-parallel ranks")));
+    }
+    return mini_prompts * n / GroupSize();
   }
   bool HasRole(const std::string& role) const {
     return std::find(config_.roles.begin(), config_.roles.end(), role) != config_.roles.end();
@@ -460,6 +533,8 @@ class CpuRank final : public RankInterface {
   std::map<std::string, StepBatch> batches_;
   int64_t updates_done_ = 0;
   int64_t critic_updates_done_ = 0;
+  std::unique_ptr<Communicator> comm_;  // the data-parallel group; null: a group of one
+  absl::Duration comm_timeout_ = absl::Minutes(10);
 };
 
 }  // namespace

@@ -17,6 +17,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "worker/comm/communicator.h"
 #include "worker/rank/host_tensor.h"
 
 namespace verl {
@@ -88,7 +90,7 @@ struct RankConfig {
   std::string model_path;
   RankActorSettings actor;
   RankCriticSettings critic;  // used when the "critic" role is placed here
-  int32_t num_threads = 0;  // intra-op threads; 0 = leave LibTorch's default
+  int32_t num_threads = 0;    // intra-op threads; 0 = leave LibTorch's default
   uint64_t seed = 0;
   std::string dtype = "float32";
 };
@@ -99,6 +101,8 @@ struct PromptInput {
   std::string data_source;
   std::string ground_truth;
   std::string extra_info_json;
+  // The prompt's position in the step's global batch (keys its sampling streams); -1: its position in this request.
+  int64_t sample_index = -1;
 };
 
 struct SamplingSettings {
@@ -135,6 +139,17 @@ class RankInterface {
   virtual ~RankInterface() = default;
 
   virtual absl::Status Configure(const RankConfig& config) = 0;
+  // Joins a data-parallel group: from now on the step calls that need batch-wide numbers (advantage whitening and
+  // statistics, the loss normalisers, gradients, log-prob metrics) make collective calls on `comm`, each with
+  // `timeout`; every rank of the group must then receive the same calls in the same order. Generate and Score stay
+  // local (ranks may hold different numbers of prompts, or none, in validation). Without a communicator the rank is a
+  // group of one. SaveCheckpoint writes only on group rank 0 (parameters and optimizer state are replicated);
+  // LoadCheckpoint reads on every rank.
+  virtual absl::Status SetCommunicator(std::unique_ptr<Communicator> comm, absl::Duration timeout) = 0;
+  // Aborts the group's communicator: peers' pending and later collectives fail naming this rank, and this rank's
+  // later step calls fail until a new SetCommunicator. Called on the rank's thread, after a failed call. No-op
+  // without a group.
+  virtual void AbortCommunicator() = 0;
   virtual absl::StatusOr<LoadModelOutput> LoadModel() = 0;
   // With greedy_baseline (ReMax) one greedy response per prompt is also generated and later scored as the baseline.
   virtual absl::StatusOr<GenerateOutput> Generate(const std::string& step_id, const std::vector<PromptInput>& prompts,

@@ -1,6 +1,5 @@
 #include "worker/rollout/generator.h"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
@@ -8,7 +7,18 @@
 
 namespace verl {
 
-at::Tensor SampleNextTokens(const at::Tensor& logits, const SamplingOptions& options, at::Generator& generator,
+double CounterUniform(uint64_t seed, uint64_t stream, uint64_t counter) {
+  auto mix = [](uint64_t z) {
+    z += 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  };
+  const uint64_t bits = mix(mix(mix(seed) ^ stream) ^ counter);
+  return static_cast<double>(bits >> 11) * 0x1.0p-53;  // 53 random bits: [0, 1)
+}
+
+at::Tensor SampleNextTokens(const at::Tensor& logits, const SamplingOptions& options, const at::Tensor& uniforms,
                             at::Tensor* log_probs) {
   // Log-probs are always under logits / temperature (the trainer's quantity), greedy or not.
   at::Tensor scaled = options.temperature > 0 ? logits / options.temperature : logits;
@@ -30,7 +40,15 @@ at::Tensor SampleNextTokens(const at::Tensor& logits, const SamplingOptions& opt
       sorted = sorted.masked_fill(remove, neg_inf);
       filtered = at::empty_like(sorted).scatter_(-1, order, sorted);
     }
-    tokens = at::multinomial(filtered.softmax(-1), 1, /*replacement=*/false, generator).squeeze(-1);
+    // Inverse CDF in float64: the first token whose cumulative mass exceeds u * total. Tokens of probability 0 add
+    // nothing to the CDF, so they are never the first to exceed it; the clamp to the last token of positive mass
+    // covers u * total rounding up to the total.
+    at::Tensor cdf = filtered.softmax(-1).to(at::kDouble).cumsum(-1);
+    at::Tensor total = cdf.narrow(-1, cdf.size(-1) - 1, 1).contiguous();
+    at::Tensor target = uniforms.to(at::kDouble).view({-1, 1}) * total;
+    at::Tensor drawn = at::searchsorted(cdf, target, /*out_int32=*/false, /*right=*/true);
+    at::Tensor last = at::searchsorted(cdf, total, /*out_int32=*/false, /*right=*/false);
+    tokens = at::minimum(drawn, last).squeeze(-1);
   }
   if (log_probs) *log_probs = scaled.log_softmax(-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1);
   return tokens;
@@ -67,9 +85,14 @@ RolloutBatch Generate(const DecoderModel& model, const std::vector<std::vector<i
   out.response_mask = at::zeros({N, R}, at::kBool);
   out.log_probs = at::zeros({N, R}, at::kFloat);
 
-  at::Generator gen = at::detail::createCPUGenerator(options.seed);
-  at::Tensor eos = at::tensor(std::vector<int64_t>(options.eos_token_ids.begin(), options.eos_token_ids.end()),
-                              long_opts);
+  std::vector<uint64_t> streams(N);
+  for (int64_t i = 0; i < static_cast<int64_t>(prompts.size()); ++i) {
+    const uint64_t key = options.prompt_keys.empty() ? static_cast<uint64_t>(i) : options.prompt_keys.at(i);
+    for (int64_t j = 0; j < n; ++j) streams[i * n + j] = key * static_cast<uint64_t>(n) + static_cast<uint64_t>(j);
+  }
+  at::Tensor uniforms = at::empty({N}, at::kDouble);
+  at::Tensor eos =
+      at::tensor(std::vector<int64_t>(options.eos_token_ids.begin(), options.eos_token_ids.end()), long_opts);
   at::Tensor key_valid = at::zeros({N, P + R}, at::kBool);
   key_valid.narrow(1, 0, P).copy_(out.prompt_mask);
 
@@ -82,7 +105,11 @@ RolloutBatch Generate(const DecoderModel& model, const std::vector<std::vector<i
   at::Tensor pad = at::full({N}, options.pad_token_id, long_opts);
   for (int64_t t = 0; t < R; ++t) {
     at::Tensor lp;
-    at::Tensor tok = SampleNextTokens(logits, options, gen, &lp);
+    if (options.do_sample) {
+      double* u = uniforms.data_ptr<double>();
+      for (int64_t row = 0; row < N; ++row) u[row] = CounterUniform(options.seed, streams[row], t);
+    }
+    at::Tensor tok = SampleNextTokens(logits, options, uniforms, &lp);
     tok = at::where(done, pad, tok);
     out.responses.select(1, t).copy_(tok);
     out.log_probs.select(1, t).copy_(lp.masked_fill(done, 0.0));

@@ -25,6 +25,10 @@ struct SamplingOptions {
   std::vector<int32_t> eos_token_ids;
   int32_t pad_token_id = 0;
   uint64_t seed = 0;
+  // The random stream of sample j of prompt i is keyed by (seed, prompt_keys[i] * n + j, token position), so a
+  // prompt's samples do not depend on which other prompts share the batch (data-parallel ranks split a step's prompts
+  // and still draw what one rank would). Empty: prompt i's key is i.
+  std::vector<uint64_t> prompt_keys;
 };
 
 // All tensors on CPU. N = prompts * n; row i*n + j is sample j of prompt i. P = longest prompt, R = max_new_tokens.
@@ -36,9 +40,15 @@ struct RolloutBatch {
   at::Tensor log_probs;      // [N, R] float32 rollout log-probs (0 where masked)
 };
 
-// Samples the next token for each row of `logits` [N, V] (float32). Writes the log-prob of each chosen token under
-// softmax(logits / temperature) (greedy too; plain logits only when temperature <= 0) to *log_probs. Returns int64 [N].
-at::Tensor SampleNextTokens(const at::Tensor& logits, const SamplingOptions& options, at::Generator& generator,
+// A uniform draw in [0, 1) from a counter-based generator (SplitMix64 of seed, stream and counter): the same three
+// numbers give the same draw on every rank and in every batch.
+double CounterUniform(uint64_t seed, uint64_t stream, uint64_t counter);
+
+// Samples the next token for each row of `logits` [N, V] (float32) by inverting the row's CDF at `uniforms` [N]
+// (float64 draws in [0, 1)); a token outside top-k / top-p, or of probability 0, is never drawn. Writes the log-prob
+// of each chosen token under softmax(logits / temperature) (greedy too; plain logits only when temperature <= 0) to
+// *log_probs. Greedy (do_sample false) ignores `uniforms`. Returns int64 [N].
+at::Tensor SampleNextTokens(const at::Tensor& logits, const SamplingOptions& options, const at::Tensor& uniforms,
                             at::Tensor* log_probs);
 
 // Generates for every prompt. Requires non-empty prompts. Runs under inference mode.

@@ -1,7 +1,10 @@
-// verl-worker: one daemon per node. Serves WorkerService on --listen and hosts one CPU rank.
+// verl-worker: one daemon per node. Serves WorkerService on --listen and hosts --ranks CPU ranks, each on its own
+// thread.
 //
-//   verl-worker --listen 127.0.0.1:0 --ready-file /tmp/w0.ready --worker-id w0
+//   verl-worker --listen 127.0.0.1:0 --ready-file /tmp/w0.ready --worker-id w0 [--ranks 2] [--comm-host 10.0.0.5]
 //
+// --comm-host is the address other workers reach this one's ranks at for collectives (the host backend); it defaults
+// to the --listen host, and must be given when that is a wildcard (0.0.0.0 or [::]).
 // With port 0 the kernel picks a free port; the address actually bound is written to --ready-file (atomically) once
 // the server accepts calls, which is how a launching controller learns it. SIGTERM/SIGINT or a Shutdown RPC stop it:
 // the call in flight may finish (at most 10 s more), a second signal exits at once.
@@ -19,7 +22,9 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "absl/strings/numbers.h"
 #include "spdlog/spdlog.h"
 #include "worker/rank/rank_interface.h"
 #include "worker/service/worker_service.h"
@@ -30,11 +35,13 @@ struct Flags {
   std::string listen = "127.0.0.1:0";
   std::string ready_file;
   std::string worker_id = "worker-0";
-  int rank = 0;
+  int ranks = 1;
+  std::string comm_host;
 };
 
 void Usage() {
-  std::cerr << "usage: verl-worker [--listen HOST:PORT] [--ready-file PATH] [--worker-id ID] [--rank N]\n";
+  std::cerr << "usage: verl-worker [--listen HOST:PORT] [--ready-file PATH] [--worker-id ID] [--ranks N] "
+               "[--comm-host HOST]\n";
 }
 
 bool ParseFlags(int argc, char** argv, Flags* flags) {
@@ -52,8 +59,15 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
       flags->ready_file = v;
     } else if (arg == "--worker-id" && value(&v)) {
       flags->worker_id = v;
-    } else if (arg == "--rank" && value(&v)) {
-      flags->rank = std::stoi(v);
+    } else if (arg == "--ranks" && value(&v)) {
+      int n = 0;
+      if (!absl::SimpleAtoi(v, &n) || n < 1 || n > 1024) {
+        std::cerr << "verl-worker: --ranks must be a number from 1 to 1024, got '" << v << "'\n";
+        return false;
+      }
+      flags->ranks = n;
+    } else if (arg == "--comm-host" && value(&v)) {
+      flags->comm_host = v;
     } else if (arg == "--help" || arg == "-h") {
       Usage();
       std::exit(0);
@@ -103,7 +117,19 @@ int main(int argc, char** argv) {
   });
   signal_thread.detach();
 
-  verl::WorkerServiceImpl service(flags.worker_id, verl::CreateCpuRank(flags.rank), RequestStop);
+  std::string comm_host = flags.comm_host;
+  if (comm_host.empty()) {
+    comm_host = flags.listen.substr(0, flags.listen.rfind(':'));
+    if (comm_host.size() >= 2 && comm_host.front() == '[') comm_host = comm_host.substr(1, comm_host.size() - 2);
+    if (comm_host == "0.0.0.0" || comm_host == "::" || comm_host.empty()) {
+      std::cerr << "verl-worker: --listen " << flags.listen
+                << " is a wildcard address; give --comm-host, the address other workers reach this host at\n";
+      return 2;
+    }
+  }
+  std::vector<std::unique_ptr<verl::RankInterface>> ranks;
+  for (int i = 0; i < flags.ranks; ++i) ranks.push_back(verl::CreateCpuRank(i));
+  verl::WorkerServiceImpl service(flags.worker_id, std::move(ranks), comm_host, RequestStop);
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(flags.listen, grpc::InsecureServerCredentials(), &port);
@@ -117,7 +143,7 @@ int main(int argc, char** argv) {
   }
   const std::string host = flags.listen.substr(0, flags.listen.rfind(':'));
   const std::string address = host + ":" + std::to_string(port);
-  spdlog::info("serving WorkerService on {} (pid {})", address, getpid());
+  spdlog::info("serving WorkerService on {} (pid {}) with {} rank(s)", address, getpid(), flags.ranks);
   if (!flags.ready_file.empty()) {
     const std::string tmp = flags.ready_file + ".tmp";
     {

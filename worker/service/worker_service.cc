@@ -95,26 +95,47 @@ void ToProto(const Metrics& m, google::protobuf::Map<std::string, double>* out) 
 
 }  // namespace
 
-WorkerServiceImpl::WorkerServiceImpl(std::string worker_id, std::unique_ptr<RankInterface> rank,
-                                     std::function<void()> on_shutdown)
-    : worker_id_(std::move(worker_id)), rank_(std::move(rank)), on_shutdown_(std::move(on_shutdown)) {}
+WorkerServiceImpl::WorkerServiceImpl(std::string worker_id, std::vector<std::unique_ptr<RankInterface>> ranks,
+                                     std::string comm_host, std::function<void()> on_shutdown)
+    : worker_id_(std::move(worker_id)), comm_host_(std::move(comm_host)), on_shutdown_(std::move(on_shutdown)) {
+  slots_.resize(ranks.size());
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    slots_[i].rank = std::move(ranks[i]);
+    slots_[i].executor = std::make_unique<RankExecutor>();
+  }
+}
 
-WorkerServiceImpl::~WorkerServiceImpl() = default;
+WorkerServiceImpl::~WorkerServiceImpl() {
+  // Join every rank thread before any rank goes away: a rank may be in a collective with a sibling.
+  for (RankSlot& slot : slots_) slot.executor.reset();
+}
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::RunOnRank(grpc::CallbackServerContext* ctx, const std::string& rpc,
-                                                       const std::string& step_id,
-                                                       std::function<absl::Status()> work) {
+                                                       int32_t local_rank, const std::string& step_id,
+                                                       std::function<absl::Status(RankInterface&)> work) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  executor_.Post([this, ctx, reactor, rpc, step_id, work = std::move(work)] {
+  if (local_rank < 0 || local_rank >= static_cast<int32_t>(slots_.size())) {
+    reactor->Finish(ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("worker ", worker_id_, " ", rpc, ": local_rank ", local_rank, " is out of range (this worker has ",
+                     slots_.size(), " rank(s); start it with --ranks N for more)"))));
+    return reactor;
+  }
+  RankSlot& slot = slots_[local_rank];
+  slot.executor->Post([this, ctx, reactor, rpc, local_rank, step_id, &slot, work = std::move(work)] {
     const auto start = std::chrono::steady_clock::now();
-    absl::Status status = work();
+    absl::Status status = work(*slot.rank);
     ctx->AddTrailingMetadata(
         kComputeSecondsMetadataKey,
         std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
     if (!status.ok()) {
-      status = Annotate(status, absl::StrCat("worker ", worker_id_, " (pid ", getpid(), ") ", rpc,
-                                             step_id.empty() ? "" : " step " + step_id));
+      status = Annotate(status, absl::StrCat("worker ", worker_id_, " (pid ", getpid(), ") local rank ", local_rank,
+                                             " ", rpc, step_id.empty() ? "" : " step " + step_id));
       spdlog::error("{}", std::string(status.message()));
+      // Peers waiting for this rank in a collective fail now, naming it, instead of at their timeout.
+      if (slot.in_group) {
+        slot.rank->AbortCommunicator();
+        slot.in_group = false;
+      }
     }
     reactor->Finish(ToGrpcStatus(status));
   });
@@ -125,7 +146,7 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Health(grpc::CallbackServerContext*
                                                     v1::HealthResponse* resp) {
   // Answered on the gRPC thread: health must not queue behind a long generation.
   resp->set_worker_id(worker_id_);
-  resp->set_num_ranks(1);
+  resp->set_num_ranks(static_cast<int32_t>(slots_.size()));
   resp->set_device("cpu");
   resp->set_pid(getpid());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
@@ -136,7 +157,7 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Health(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* WorkerServiceImpl::ConfigureRoles(grpc::CallbackServerContext* ctx,
                                                             const v1::ConfigureRolesRequest* req,
                                                             v1::ConfigureRolesResponse*) {
-  return RunOnRank(ctx, "ConfigureRoles", "", [this, req] {
+  return RunOnRank(ctx, "ConfigureRoles", req->local_rank(), "", [req](RankInterface& rank) {
     RankConfig c;
     c.roles.assign(req->roles().begin(), req->roles().end());
     c.model_path = req->model_path();
@@ -145,14 +166,61 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::ConfigureRoles(grpc::CallbackServer
     c.num_threads = req->num_threads();
     c.seed = req->seed();
     c.dtype = req->dtype().empty() ? "float32" : req->dtype();
-    return rank_->Configure(c);
+    return rank.Configure(c);
   });
 }
 
-grpc::ServerUnaryReactor* WorkerServiceImpl::LoadModel(grpc::CallbackServerContext* ctx, const v1::LoadModelRequest*,
-                                                       v1::LoadModelResponse* resp) {
-  return RunOnRank(ctx, "LoadModel", "", [this, resp]() -> absl::Status {
-    ASSIGN_OR_RETURN(LoadModelOutput out, rank_->LoadModel());
+grpc::ServerUnaryReactor* WorkerServiceImpl::PrepareCommunicator(grpc::CallbackServerContext* ctx,
+                                                                 const v1::PrepareCommunicatorRequest* req,
+                                                                 v1::PrepareCommunicatorResponse* resp) {
+  const int32_t local_rank = req->local_rank();
+  return RunOnRank(ctx, "PrepareCommunicator", local_rank, "", [this, local_rank, resp](RankInterface&) {
+    RankSlot& slot = slots_[local_rank];
+    const bool v6 = comm_host_.find(':') != std::string::npos;
+    ASSIGN_OR_RETURN(HostListener listener,
+                     HostCommunicator::Listen(absl::StrCat(v6 ? "[" : "", comm_host_, v6 ? "]" : "", ":0")));
+    resp->set_address(listener.address);
+    slot.listener = std::move(listener);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::InitCommunicator(grpc::CallbackServerContext* ctx,
+                                                              const v1::InitCommunicatorRequest* req,
+                                                              v1::InitCommunicatorResponse*) {
+  const int32_t local_rank = req->local_rank();
+  return RunOnRank(ctx, "InitCommunicator", local_rank, "", [this, local_rank, req](RankInterface& rank) {
+    RankSlot& slot = slots_[local_rank];
+    if (!slot.listener) {
+      return absl::FailedPreconditionError("InitCommunicator before PrepareCommunicator");
+    }
+    HostCommunicatorOptions options;
+    options.rank = req->global_rank();
+    options.world_size = req->addresses_size();
+    options.addresses.assign(req->addresses().begin(), req->addresses().end());
+    options.connect_timeout = absl::Seconds(req->connect_timeout_s() > 0 ? req->connect_timeout_s() : 60);
+    if (options.rank < 0 || options.rank >= options.world_size ||
+        options.addresses[options.rank] != slot.listener->address) {
+      return absl::InvalidArgumentError(absl::StrCat("global rank ", options.rank, " of ", options.world_size,
+                                                     ": its address in the list is not this rank's listener ",
+                                                     slot.listener->address));
+    }
+    HostListener listener = std::move(*slot.listener);
+    slot.listener.reset();
+    ASSIGN_OR_RETURN(std::unique_ptr<HostCommunicator> comm, HostCommunicator::Create(options, std::move(listener)));
+    RETURN_IF_ERROR(rank.SetCommunicator(
+        std::move(comm), absl::Seconds(req->collective_timeout_s() > 0 ? req->collective_timeout_s() : 600)));
+    slot.in_group = true;
+    spdlog::info("local rank {} joined the data-parallel group as rank {} of {}", local_rank, options.rank,
+                 options.world_size);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::LoadModel(grpc::CallbackServerContext* ctx,
+                                                       const v1::LoadModelRequest* req, v1::LoadModelResponse* resp) {
+  return RunOnRank(ctx, "LoadModel", req->local_rank(), "", [resp](RankInterface& rank) -> absl::Status {
+    ASSIGN_OR_RETURN(LoadModelOutput out, rank.LoadModel());
     resp->set_num_parameters(out.num_parameters);
     resp->set_vocab_size(out.vocab_size);
     spdlog::info("model loaded: {} parameters, vocabulary {}", out.num_parameters, out.vocab_size);
@@ -160,29 +228,30 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::LoadModel(grpc::CallbackServerConte
   });
 }
 
-grpc::ServerUnaryReactor* WorkerServiceImpl::Generate(grpc::CallbackServerContext* ctx,
-                                                      const v1::GenerateRequest* req, v1::GenerateResponse* resp) {
-  return RunOnRank(ctx, "Generate", req->step_id(), [this, req, resp]() -> absl::Status {
-    std::vector<PromptInput> prompts;
-    prompts.reserve(req->prompts_size());
-    for (const v1::Prompt& p : req->prompts()) {
-      prompts.push_back({std::vector<int32_t>(p.token_ids().begin(), p.token_ids().end()), p.uid(), p.data_source(),
-                         p.ground_truth(), p.extra_info_json()});
-    }
-    ASSIGN_OR_RETURN(GenerateOutput out, rank_->Generate(req->step_id(), prompts, FromProto(req->sampling()),
-                                                              req->greedy_baseline()));
-    ToProto(out.responses, resp->mutable_responses());
-    resp->mutable_response_lengths()->Add(out.response_lengths.begin(), out.response_lengths.end());
-    resp->mutable_prompt_lengths()->Add(out.prompt_lengths.begin(), out.prompt_lengths.end());
-    ToProto(out.metrics, resp->mutable_metrics());
-    return absl::OkStatus();
-  });
+grpc::ServerUnaryReactor* WorkerServiceImpl::Generate(grpc::CallbackServerContext* ctx, const v1::GenerateRequest* req,
+                                                      v1::GenerateResponse* resp) {
+  return RunOnRank(
+      ctx, "Generate", req->local_rank(), req->step_id(), [req, resp](RankInterface& rank) -> absl::Status {
+        std::vector<PromptInput> prompts;
+        prompts.reserve(req->prompts_size());
+        for (const v1::Prompt& p : req->prompts()) {
+          prompts.push_back({std::vector<int32_t>(p.token_ids().begin(), p.token_ids().end()), p.uid(), p.data_source(),
+                             p.ground_truth(), p.extra_info_json(), p.sample_index()});
+        }
+        ASSIGN_OR_RETURN(GenerateOutput out,
+                         rank.Generate(req->step_id(), prompts, FromProto(req->sampling()), req->greedy_baseline()));
+        ToProto(out.responses, resp->mutable_responses());
+        resp->mutable_response_lengths()->Add(out.response_lengths.begin(), out.response_lengths.end());
+        resp->mutable_prompt_lengths()->Add(out.prompt_lengths.begin(), out.prompt_lengths.end());
+        ToProto(out.metrics, resp->mutable_metrics());
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::Score(grpc::CallbackServerContext* ctx, const v1::ScoreRequest* req,
                                                    v1::ScoreResponse* resp) {
-  return RunOnRank(ctx, "Score", req->step_id(), [this, req, resp]() -> absl::Status {
-    ASSIGN_OR_RETURN(ScoreOutput out, rank_->Score(req->step_id()));
+  return RunOnRank(ctx, "Score", req->local_rank(), req->step_id(), [req, resp](RankInterface& rank) -> absl::Status {
+    ASSIGN_OR_RETURN(ScoreOutput out, rank.Score(req->step_id()));
     resp->mutable_scores()->Add(out.scores.begin(), out.scores.end());
     for (std::string& t : out.response_texts) resp->add_response_texts(std::move(t));
     return absl::OkStatus();
@@ -192,81 +261,86 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Score(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* WorkerServiceImpl::ComputeLogProbs(grpc::CallbackServerContext* ctx,
                                                              const v1::ComputeLogProbsRequest* req,
                                                              v1::ComputeLogProbsResponse* resp) {
-  return RunOnRank(ctx, "ComputeLogProbs", req->step_id(), [this, req, resp]() -> absl::Status {
-    ASSIGN_OR_RETURN(Metrics m, rank_->ComputeLogProbs(req->step_id(), req->role(), req->temperature()));
-    ToProto(m, resp->mutable_metrics());
-    return absl::OkStatus();
-  });
+  return RunOnRank(ctx, "ComputeLogProbs", req->local_rank(), req->step_id(),
+                   [req, resp](RankInterface& rank) -> absl::Status {
+                     ASSIGN_OR_RETURN(Metrics m, rank.ComputeLogProbs(req->step_id(), req->role(), req->temperature()));
+                     ToProto(m, resp->mutable_metrics());
+                     return absl::OkStatus();
+                   });
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::ComputeAdvantage(grpc::CallbackServerContext* ctx,
                                                               const v1::ComputeAdvantageRequest* req,
                                                               v1::ComputeAdvantageResponse* resp) {
-  return RunOnRank(ctx, "ComputeAdvantage", req->step_id(), [this, req, resp]() -> absl::Status {
-    AdvantageSettings a;
-    a.estimator = req->estimator();
-    a.norm_adv_by_std_in_grpo = req->norm_adv_by_std_in_grpo();
-    a.gamma = req->gamma();
-    a.lam = req->lam();
-    a.use_kl_in_reward = req->use_kl_in_reward();
-    a.kl_coef = req->kl_coef();
-    a.kl_penalty = req->kl_penalty().empty() ? "kl" : req->kl_penalty();
-    ASSIGN_OR_RETURN(Metrics m, rank_->ComputeAdvantage(req->step_id(), a));
-    ToProto(m, resp->mutable_metrics());
-    return absl::OkStatus();
-  });
+  return RunOnRank(ctx, "ComputeAdvantage", req->local_rank(), req->step_id(),
+                   [req, resp](RankInterface& rank) -> absl::Status {
+                     AdvantageSettings a;
+                     a.estimator = req->estimator();
+                     a.norm_adv_by_std_in_grpo = req->norm_adv_by_std_in_grpo();
+                     a.gamma = req->gamma();
+                     a.lam = req->lam();
+                     a.use_kl_in_reward = req->use_kl_in_reward();
+                     a.kl_coef = req->kl_coef();
+                     a.kl_penalty = req->kl_penalty().empty() ? "kl" : req->kl_penalty();
+                     ASSIGN_OR_RETURN(Metrics m, rank.ComputeAdvantage(req->step_id(), a));
+                     ToProto(m, resp->mutable_metrics());
+                     return absl::OkStatus();
+                   });
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::ComputeValues(grpc::CallbackServerContext* ctx,
                                                            const v1::ComputeValuesRequest* req,
                                                            v1::ComputeValuesResponse* resp) {
-  return RunOnRank(ctx, "ComputeValues", req->step_id(), [this, req, resp]() -> absl::Status {
-    ASSIGN_OR_RETURN(Metrics m, rank_->ComputeValues(req->step_id()));
-    ToProto(m, resp->mutable_metrics());
-    return absl::OkStatus();
-  });
+  return RunOnRank(ctx, "ComputeValues", req->local_rank(), req->step_id(),
+                   [req, resp](RankInterface& rank) -> absl::Status {
+                     ASSIGN_OR_RETURN(Metrics m, rank.ComputeValues(req->step_id()));
+                     ToProto(m, resp->mutable_metrics());
+                     return absl::OkStatus();
+                   });
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::UpdateCritic(grpc::CallbackServerContext* ctx,
                                                           const v1::UpdateCriticRequest* req,
                                                           v1::UpdateCriticResponse* resp) {
-  return RunOnRank(ctx, "UpdateCritic", req->step_id(), [this, req, resp]() -> absl::Status {
-    ASSIGN_OR_RETURN(Metrics m, rank_->UpdateCritic(req->step_id(), req->seed()));
-    ToProto(m, resp->mutable_metrics());
-    return absl::OkStatus();
-  });
+  return RunOnRank(ctx, "UpdateCritic", req->local_rank(), req->step_id(),
+                   [req, resp](RankInterface& rank) -> absl::Status {
+                     ASSIGN_OR_RETURN(Metrics m, rank.UpdateCritic(req->step_id(), req->seed()));
+                     ToProto(m, resp->mutable_metrics());
+                     return absl::OkStatus();
+                   });
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::UpdateActor(grpc::CallbackServerContext* ctx,
                                                          const v1::UpdateActorRequest* req,
                                                          v1::UpdateActorResponse* resp) {
-  return RunOnRank(ctx, "UpdateActor", req->step_id(), [this, req, resp]() -> absl::Status {
-    ASSIGN_OR_RETURN(Metrics m, rank_->UpdateActor(req->step_id(), req->temperature(), req->seed()));
-    ToProto(m, resp->mutable_metrics());
-    return absl::OkStatus();
-  });
+  return RunOnRank(ctx, "UpdateActor", req->local_rank(), req->step_id(),
+                   [req, resp](RankInterface& rank) -> absl::Status {
+                     ASSIGN_OR_RETURN(Metrics m, rank.UpdateActor(req->step_id(), req->temperature(), req->seed()));
+                     ToProto(m, resp->mutable_metrics());
+                     return absl::OkStatus();
+                   });
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::ReleaseBatch(grpc::CallbackServerContext* ctx,
                                                           const v1::ReleaseBatchRequest* req,
                                                           v1::ReleaseBatchResponse*) {
-  return RunOnRank(ctx, "ReleaseBatch", req->step_id(), [this, req] { return rank_->ReleaseBatch(req->step_id()); });
+  return RunOnRank(ctx, "ReleaseBatch", req->local_rank(), req->step_id(),
+                   [req](RankInterface& rank) { return rank.ReleaseBatch(req->step_id()); });
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::SaveCheckpoint(grpc::CallbackServerContext* ctx,
                                                             const v1::SaveCheckpointRequest* req,
                                                             v1::SaveCheckpointResponse*) {
-  return RunOnRank(ctx, "SaveCheckpoint", absl::StrCat(req->global_step()), [this, req] {
-    return rank_->SaveCheckpoint(req->dir(), req->global_step(), req->hf_export());
-  });
+  return RunOnRank(
+      ctx, "SaveCheckpoint", req->local_rank(), absl::StrCat(req->global_step()),
+      [req](RankInterface& rank) { return rank.SaveCheckpoint(req->dir(), req->global_step(), req->hf_export()); });
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::LoadCheckpoint(grpc::CallbackServerContext* ctx,
                                                             const v1::LoadCheckpointRequest* req,
                                                             v1::LoadCheckpointResponse*) {
-  return RunOnRank(ctx, "LoadCheckpoint", absl::StrCat(req->global_step()), [this, req] {
-    return rank_->LoadCheckpoint(req->dir(), req->global_step());
-  });
+  return RunOnRank(ctx, "LoadCheckpoint", req->local_rank(), absl::StrCat(req->global_step()),
+                   [req](RankInterface& rank) { return rank.LoadCheckpoint(req->dir(), req->global_step()); });
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::Shutdown(grpc::CallbackServerContext* ctx, const v1::ShutdownRequest*,

@@ -2,15 +2,20 @@
 #define VERL_WORKER_SERVICE_WORKER_SERVICE_H_
 
 // The WorkerService gRPC handlers (callback API). No LibTorch here: requests become the plain structs of
-// worker/rank/rank_interface.h and run on the rank's executor thread; errors come back as gRPC statuses whose message
-// names the worker, the RPC and the step.
+// worker/rank/rank_interface.h and run on the executor thread of the rank they name (local_rank), so the ranks of one
+// worker compute in parallel and meet in collectives; errors come back as gRPC statuses whose message names the
+// worker, the rank, the RPC and the step. A rank call that fails while the rank belongs to a data-parallel group
+// aborts the group, so its peers fail promptly (naming this rank) instead of waiting in a collective.
 
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "verl/v1/worker.grpc.pb.h"
+#include "worker/comm/host_communicator.h"
 #include "worker/rank/rank_interface.h"
 #include "worker/service/rank_executor.h"
 
@@ -18,14 +23,21 @@ namespace verl {
 
 class WorkerServiceImpl final : public verl::v1::WorkerService::CallbackService {
  public:
-  // `on_shutdown` runs (once) after a Shutdown RPC has been answered.
-  WorkerServiceImpl(std::string worker_id, std::unique_ptr<RankInterface> rank, std::function<void()> on_shutdown);
+  // `on_shutdown` runs (once) after a Shutdown RPC has been answered. `comm_host` is the host (name or address) the
+  // ranks' host-backend listeners bind to and advertise: one the other workers can reach.
+  WorkerServiceImpl(std::string worker_id, std::vector<std::unique_ptr<RankInterface>> ranks, std::string comm_host,
+                    std::function<void()> on_shutdown);
   ~WorkerServiceImpl() override;
 
   grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* ctx, const v1::HealthRequest* req,
                                    v1::HealthResponse* resp) override;
   grpc::ServerUnaryReactor* ConfigureRoles(grpc::CallbackServerContext* ctx, const v1::ConfigureRolesRequest* req,
                                            v1::ConfigureRolesResponse* resp) override;
+  grpc::ServerUnaryReactor* PrepareCommunicator(grpc::CallbackServerContext* ctx,
+                                                const v1::PrepareCommunicatorRequest* req,
+                                                v1::PrepareCommunicatorResponse* resp) override;
+  grpc::ServerUnaryReactor* InitCommunicator(grpc::CallbackServerContext* ctx, const v1::InitCommunicatorRequest* req,
+                                             v1::InitCommunicatorResponse* resp) override;
   grpc::ServerUnaryReactor* LoadModel(grpc::CallbackServerContext* ctx, const v1::LoadModelRequest* req,
                                       v1::LoadModelResponse* resp) override;
   grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* ctx, const v1::GenerateRequest* req,
@@ -38,8 +50,7 @@ class WorkerServiceImpl final : public verl::v1::WorkerService::CallbackService 
                                           v1::ComputeValuesResponse* resp) override;
   grpc::ServerUnaryReactor* UpdateCritic(grpc::CallbackServerContext* ctx, const v1::UpdateCriticRequest* req,
                                          v1::UpdateCriticResponse* resp) override;
-  grpc::ServerUnaryReactor* ComputeAdvantage(grpc::CallbackServerContext* ctx,
-                                             const v1::ComputeAdvantageRequest* req,
+  grpc::ServerUnaryReactor* ComputeAdvantage(grpc::CallbackServerContext* ctx, const v1::ComputeAdvantageRequest* req,
                                              v1::ComputeAdvantageResponse* resp) override;
   grpc::ServerUnaryReactor* UpdateActor(grpc::CallbackServerContext* ctx, const v1::UpdateActorRequest* req,
                                         v1::UpdateActorResponse* resp) override;
@@ -53,15 +64,23 @@ class WorkerServiceImpl final : public verl::v1::WorkerService::CallbackService 
                                      v1::ShutdownResponse* resp) override;
 
  private:
-  // Runs `work` on the rank thread and finishes the call with its status, annotated with worker, RPC and step.
-  grpc::ServerUnaryReactor* RunOnRank(grpc::CallbackServerContext* ctx, const std::string& rpc,
-                                      const std::string& step_id, std::function<absl::Status()> work);
+  // Runs `work(rank)` on rank `local_rank`'s thread and finishes the call with its status, annotated with worker,
+  // rank, RPC and step. An out-of-range local_rank is INVALID_ARGUMENT.
+  grpc::ServerUnaryReactor* RunOnRank(grpc::CallbackServerContext* ctx, const std::string& rpc, int32_t local_rank,
+                                      const std::string& step_id, std::function<absl::Status(RankInterface&)> work);
+
+  struct RankSlot {
+    std::unique_ptr<RankInterface> rank;
+    std::optional<HostListener> listener;    // from PrepareCommunicator until InitCommunicator; rank thread only
+    bool in_group = false;                   // has a communicator; rank thread only
+    std::unique_ptr<RankExecutor> executor;  // declared last: joined before the rank is destroyed
+  };
 
   const std::string worker_id_;
-  std::unique_ptr<RankInterface> rank_;
+  const std::string comm_host_;
+  std::vector<RankSlot> slots_;
   std::function<void()> on_shutdown_;
   std::atomic<bool> shutdown_requested_{false};
-  RankExecutor executor_;  // last: joined first, while rank_ is alive
 };
 
 }  // namespace verl

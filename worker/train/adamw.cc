@@ -44,6 +44,35 @@ void AdamW::ZeroGrad() {
   }
 }
 
+void ReduceGradients(const std::vector<at::Tensor>& params, const ReduceSumFn& reduce_sum, int64_t bucket_elements) {
+  if (!reduce_sum) return;
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> bucket;
+  int64_t elements = 0;
+  auto flush = [&] {
+    if (bucket.empty()) return;
+    std::vector<at::Tensor> flat;
+    flat.reserve(bucket.size());
+    for (const at::Tensor& g : bucket) flat.push_back(g.reshape({-1}).to(at::kFloat));
+    at::Tensor summed = reduce_sum(at::cat(flat));
+    int64_t offset = 0;
+    for (at::Tensor& g : bucket) {
+      g.copy_(summed.narrow(0, offset, g.numel()).view_as(g));
+      offset += g.numel();
+    }
+    bucket.clear();
+    elements = 0;
+  };
+  for (const at::Tensor& p : params) {
+    at::Tensor& grad = const_cast<at::Tensor&>(p).mutable_grad();
+    if (!grad.defined()) grad = at::zeros_like(p);
+    if (elements > 0 && elements + grad.numel() > bucket_elements) flush();
+    bucket.push_back(grad);
+    elements += grad.numel();
+  }
+  flush();
+}
+
 double ClipGradNorm(const std::vector<at::Tensor>& params, double max_norm) {
   at::NoGradGuard no_grad;
   at::Tensor total = at::zeros({}, at::kDouble);

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "worker/train/core_algos.h"
+
 namespace verl {
 
 struct AdamWOptions {
@@ -53,6 +55,12 @@ double ClipGradNorm(const std::vector<at::Tensor>& params, double max_norm);
 // The end of a mini-batch, as verl's _optimizer_step: clip the gradients to `max_norm`, take an optimizer step at
 // `lr` unless the norm is not finite (then the step is skipped), and clear the gradients. Returns the norm.
 double ClipAndStep(AdamW& optimizer, const std::vector<at::Tensor>& params, double max_norm, double lr);
+
+// Sums the parameters' gradients over the data-parallel group with `reduce_sum`, in float32 buckets of at most
+// `bucket_elements` elements (a parameter without a gradient counts as zeros and then gets one, so every rank makes
+// the same calls). No-op when reduce_sum is unset.
+void ReduceGradients(const std::vector<at::Tensor>& params, const ReduceSumFn& reduce_sum,
+                     int64_t bucket_elements = int64_t{1} << 24);
 
 // Turns gradients on for a model's parameters for its lifetime (also when the update throws).
 template <typename Model>

@@ -11,16 +11,15 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "worker/rank/torch_util.h"
 #include "absl/strings/str_join.h"
 #include "common/status/status_macros.h"
+#include "worker/rank/torch_util.h"
+#include "worker/train/core_algos.h"
 
 namespace verl {
 namespace {
 
 using ReduceFn = std::function<at::Tensor(const at::Tensor&)>;
-
-at::Tensor ReduceSum(const ReduceFn& reduce_sum, const at::Tensor& t) { return reduce_sum ? reduce_sum(t) : t; }
 
 
 // Row indices of each group, groups in order of first appearance.

@@ -1,6 +1,5 @@
 #include "worker/train/core_algos.h"
 
-
 #include "absl/strings/str_cat.h"
 
 namespace verl {
@@ -20,8 +19,8 @@ absl::StatusOr<at::Tensor> KlPenalty(const at::Tensor& log_prob, const at::Tenso
     at::Tensor kld = kl.exp() - kl - 1;
     return kld.clamp(-10, 10);
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown kl_loss_type '", kl_type,
-                                                 "' (expected kl, k1, abs, mse, k2, low_var_kl or k3)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown kl_loss_type '", kl_type, "' (expected kl, k1, abs, mse, k2, low_var_kl or k3)"));
 }
 
 at::Tensor EntropyFromLogits(const at::Tensor& logits) {

@@ -7,12 +7,18 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 
 namespace verl {
+
+// Sums a tensor over the data-parallel group and returns the sum (identical on every rank). Every rank of the group
+// must make the same calls in the same order. An unset function means one rank: the identity.
+using ReduceSumFn = std::function<at::Tensor(const at::Tensor&)>;
+inline at::Tensor ReduceSum(const ReduceSumFn& fn, const at::Tensor& t) { return fn ? fn(t) : t; }
 
 // sum(x * mask) / (sum(mask) + 1e-8), verl's masked_mean.
 at::Tensor MaskedMean(const at::Tensor& x, const at::Tensor& mask);

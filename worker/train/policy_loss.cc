@@ -8,13 +8,12 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "worker/rank/torch_util.h"
 #include "absl/strings/str_join.h"
 #include "common/status/status_macros.h"
+#include "worker/rank/torch_util.h"
 
 namespace verl {
 namespace {
-
 
 absl::Status SameShape(const char* what, const at::Tensor& t, const at::Tensor& ref, const char* ref_name) {
   if (!t.defined() || t.sizes() != ref.sizes()) {
@@ -264,6 +263,16 @@ AggNormalizer LocalAggNormalizer(const at::Tensor& mini_batch_mask) {
   norm.global_tokens = m.sum().item<double>();
   norm.global_seqs = m.dim() >= 1 ? m.sum(-1).gt(0).sum().item<double>() : 0;
   norm.max_response_length = m.dim() >= 1 ? static_cast<double>(m.size(-1)) : 0;
+  return norm;
+}
+
+AggNormalizer GlobalAggNormalizer(const at::Tensor& mini_batch_mask, const ReduceSumFn& reduce_sum) {
+  AggNormalizer norm = LocalAggNormalizer(mini_batch_mask);
+  if (!reduce_sum) return norm;
+  at::NoGradGuard no_grad;
+  at::Tensor counts = reduce_sum(at::tensor({norm.global_tokens, norm.global_seqs}, at::kDouble)).to(at::kDouble);
+  norm.global_tokens = counts[0].item<double>();
+  norm.global_seqs = counts[1].item<double>();
   return norm;
 }
 

@@ -34,6 +34,8 @@ struct AggNormalizer {
 // This rank's share of the normaliser for a mini-batch whose response mask is `mini_batch_mask` [N, R]: its token
 // count, its non-empty sequence count and R. Sum global_tokens and global_seqs over the ranks before use.
 AggNormalizer LocalAggNormalizer(const at::Tensor& mini_batch_mask);
+// LocalAggNormalizer with global_tokens and global_seqs summed over the data-parallel group (a collective call).
+AggNormalizer GlobalAggNormalizer(const at::Tensor& mini_batch_mask, const ReduceSumFn& reduce_sum);
 
 // Sum-form aggregation of a micro-batch's per-token losses, divided by the global denominators of `norm` for `mode`,
 // so that summing the results over all micro-batches (and ranks) gives verl's agg_loss over the mini-batch:

@@ -47,17 +47,15 @@ SequenceBatch Select(const SequenceBatch& b, const at::Tensor& idx) {
           b.response_mask.index_select(0, idx)};
 }
 
-
 }  // namespace
 
 absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, AdamW& optimizer,
-                                                           const SequenceBatch& batch,
-                                                           const PolicyUpdateInputs& inputs,
+                                                           const SequenceBatch& batch, const PolicyUpdateInputs& inputs,
                                                            const PolicyUpdateOptions& options) {
   const int64_t N = batch.size();
   if (options.mini_batch_size <= 0 || N % options.mini_batch_size != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("batch of ", N, " sequences is not divisible into mini-batches of ",
-                                                   options.mini_batch_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch of ", N, " sequences is not divisible into mini-batches of ", options.mini_batch_size));
   }
   if (options.use_kl_loss && !inputs.ref_log_probs.defined()) {
     return absl::FailedPreconditionError("use_kl_loss is set but no ref log-probs were computed for this step");
@@ -78,9 +76,9 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
       at::Tensor old_lp = inputs.old_log_probs.index_select(0, idx);
       at::Tensor adv = inputs.advantages.index_select(0, idx);
       at::Tensor ref_lp = options.use_kl_loss ? inputs.ref_log_probs.index_select(0, idx) : at::Tensor();
-      at::Tensor rollout_lp = options.loss.tis_imp_ratio_cap > 0 ? inputs.rollout_log_probs.index_select(0, idx)
-                                                            : at::Tensor();
-      const AggNormalizer norm = LocalAggNormalizer(mini.response_mask);
+      at::Tensor rollout_lp =
+          options.loss.tis_imp_ratio_cap > 0 ? inputs.rollout_log_probs.index_select(0, idx) : at::Tensor();
+      const AggNormalizer norm = GlobalAggNormalizer(mini.response_mask, options.reduce_sum);
       double pg_loss = 0, kl_loss = 0, entropy = 0;
       optimizer.ZeroGrad();
       for (int64_t b = 0; b < mini.size(); b += options.micro_batch_size) {
@@ -88,10 +86,9 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
         LogProbResult lp = ForwardLogProbs(model, mini, b, count, options.temperature, /*with_entropy=*/true);
         at::Tensor mask = mini.response_mask.narrow(0, b, count).to(at::kFloat);
         ASSIGN_OR_RETURN(PolicyLossResult pl,
-                         ComputePolicyLossByMode(old_lp.narrow(0, b, count), lp.log_probs, adv.narrow(0, b, count),
-                                                 mask, rollout_lp.defined() ? rollout_lp.narrow(0, b, count)
-                                                                            : at::Tensor(),
-                                                 loss_options, norm));
+                         ComputePolicyLossByMode(
+                             old_lp.narrow(0, b, count), lp.log_probs, adv.narrow(0, b, count), mask,
+                             rollout_lp.defined() ? rollout_lp.narrow(0, b, count) : at::Tensor(), loss_options, norm));
         ASSIGN_OR_RETURN(at::Tensor entropy_term, AggLossGlobal(lp.entropy, mask, options.loss.loss_agg_mode, norm));
         at::Tensor loss = pl.pg_loss - options.entropy_coeff * entropy_term;
         if (options.use_kl_loss) {
@@ -106,6 +103,14 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
         metrics.Add("actor/pg_clipfrac", pl.pg_clipfrac.item<double>());
         metrics.Add("actor/ppo_kl", pl.ppo_kl.item<double>());
         metrics.Add("actor/pg_clipfrac_lower", pl.pg_clipfrac_lower.item<double>());
+      }
+      ReduceGradients(params, options.reduce_sum);
+      // Each rank holds its share of the mini-batch's (globally normalised) losses: the sum is the mini-batch's.
+      if (options.reduce_sum) {
+        at::Tensor sums = ReduceSum(options.reduce_sum, at::tensor({pg_loss, entropy, kl_loss}, at::kDouble));
+        pg_loss = sums[0].item<double>();
+        entropy = sums[1].item<double>();
+        kl_loss = sums[2].item<double>();
       }
       metrics.Add("actor/pg_loss", pg_loss);
       metrics.Add("actor/entropy", entropy);

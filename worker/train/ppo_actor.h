@@ -19,10 +19,10 @@ namespace verl {
 
 // A step's sequences: prompt (left-padded) followed by response (right-padded). S = P + R.
 struct SequenceBatch {
-  at::Tensor input_ids;      // [N, S] int64
-  at::Tensor attention_mask; // [N, S] bool
-  at::Tensor responses;      // [N, R] int64
-  at::Tensor response_mask;  // [N, R] bool
+  at::Tensor input_ids;       // [N, S] int64
+  at::Tensor attention_mask;  // [N, S] bool
+  at::Tensor responses;       // [N, R] int64
+  at::Tensor response_mask;   // [N, R] bool
   int64_t size() const { return input_ids.size(0); }
 };
 
@@ -54,13 +54,17 @@ struct PolicyUpdateOptions {
   bool shuffle = false;
   double temperature = 1.0;
   uint64_t seed = 0;
+  // Data parallelism: each rank passes its share of every mini-batch (mini_batch_size is per rank) and a reduce_sum
+  // over the group; the normaliser counts, the gradients and the loss metrics are summed with it, so every rank takes
+  // the same optimizer step as one rank with the whole mini-batch would. Unset: one rank.
+  ReduceSumFn reduce_sum;
 };
 
 // Tensors the update reads besides the sequences: old_log_probs, advantages, and ref_log_probs when use_kl_loss.
 struct PolicyUpdateInputs {
-  at::Tensor old_log_probs;  // [N, R]
-  at::Tensor ref_log_probs;  // [N, R] or undefined
-  at::Tensor advantages;     // [N, R]
+  at::Tensor old_log_probs;      // [N, R]
+  at::Tensor ref_log_probs;      // [N, R] or undefined
+  at::Tensor advantages;         // [N, R]
   at::Tensor rollout_log_probs;  // [N, R]; needed when tis_imp_ratio_cap > 0
 };
 
@@ -68,8 +72,7 @@ struct PolicyUpdateInputs {
 // micro-batch), so the update does not depend on the micro-batch size; actor/pg_loss, actor/kl_loss and
 // actor/entropy are mini-batch values, clip fractions micro-batch means, all averaged over mini-batches and epochs.
 absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, AdamW& optimizer,
-                                                           const SequenceBatch& batch,
-                                                           const PolicyUpdateInputs& inputs,
+                                                           const SequenceBatch& batch, const PolicyUpdateInputs& inputs,
                                                            const PolicyUpdateOptions& options);
 
 }  // namespace verl

@@ -47,21 +47,23 @@ absl::StatusOr<std::map<std::string, double>> UpdateValue(ValueModel& model, Ada
       at::Tensor mask = batch.response_mask.index_select(0, idx).to(at::kFloat);
       at::Tensor vold = old_values.index_select(0, idx);
       at::Tensor ret = returns.index_select(0, idx);
-      const AggNormalizer norm = LocalAggNormalizer(mask);
+      const AggNormalizer norm = GlobalAggNormalizer(mask, options.reduce_sum);
       double vf_loss = 0;
       optimizer.ZeroGrad();
       for (int64_t b = 0; b < options.mini_batch_size; b += options.micro_batch_size) {
         const int64_t count = std::min(options.micro_batch_size, options.mini_batch_size - b);
         at::Tensor m = mask.narrow(0, b, count);
         at::Tensor vpreds = model.Values(ids.narrow(0, b, count), valid.narrow(0, b, count), R);
-        ASSIGN_OR_RETURN(ValueLossResult vl,
-                         ComputeValueLoss(vpreds, ret.narrow(0, b, count), vold.narrow(0, b, count), m,
-                                          options.cliprange_value, options.loss_agg_mode, norm));
+        ASSIGN_OR_RETURN(ValueLossResult vl, ComputeValueLoss(vpreds, ret.narrow(0, b, count), vold.narrow(0, b, count),
+                                                              m, options.cliprange_value, options.loss_agg_mode, norm));
         vl.vf_loss.backward();
         vf_loss += vl.vf_loss.item<double>();
         metrics.Add("critic/vf_clipfrac", vl.vf_clipfrac.item<double>());
         metrics.Add("critic/vpred_mean", MaskedMean(vpreds.detach(), m).item<double>());
       }
+      ReduceGradients(params, options.reduce_sum);
+      if (options.reduce_sum)
+        vf_loss = ReduceSum(options.reduce_sum, at::tensor({vf_loss}, at::kDouble)).item<double>();
       metrics.Add("critic/vf_loss", vf_loss);
       const double grad_norm = ClipAndStep(optimizer, params, options.grad_clip, options.lr);
       if (!std::isfinite(grad_norm)) metrics.Add("critic/grad_norm_nonfinite", 1.0);

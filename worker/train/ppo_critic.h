@@ -30,13 +30,13 @@ struct ValueUpdateOptions {
   int64_t ppo_epochs = 1;
   bool shuffle = false;
   uint64_t seed = 0;
+  ReduceSumFn reduce_sum;  // data parallelism, as PolicyUpdateOptions::reduce_sum
 };
 
 // Returns critic/vf_loss, critic/vf_clipfrac, critic/vpred_mean, critic/grad_norm, critic/lr.
 absl::StatusOr<std::map<std::string, double>> UpdateValue(ValueModel& model, AdamW& optimizer,
                                                           const SequenceBatch& batch, const at::Tensor& old_values,
-                                                          const at::Tensor& returns,
-                                                          const ValueUpdateOptions& options);
+                                                          const at::Tensor& returns, const ValueUpdateOptions& options);
 
 }  // namespace verl
 

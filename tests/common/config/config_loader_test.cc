@@ -77,6 +77,7 @@ trainer:
   total_epochs: 2
   save_freq: 10
   test_freq: 5
+  nnodes: 2
 cluster:
   worker_addresses: ["10.0.0.1:7000", "10.0.0.2:7000"]
   rpc_timeout_s: 30
@@ -366,6 +367,15 @@ TEST_CASE("combination rules", "[config]") {
   }
   SECTION("the rank count divides the mini-batch") {
     CHECK_ERROR_CONTAINS(error({"trainer.n_gpus_per_node=3"}), "must be divisible by the number of ranks");
+  }
+  SECTION("each rank gets whole prompts") {
+    const absl::Status s = error({"data.train_batch_size=6", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+                                  "trainer.n_gpus_per_node=4"});
+    CHECK_ERROR_CONTAINS(s, "data.train_batch_size (6) must be divisible by the number of ranks");
+  }
+  SECTION("one worker address per node") {
+    CHECK_ERROR_CONTAINS(error({"cluster.worker_addresses=[a:1,b:2,c:3]", "trainer.nnodes=2"}),
+                         "cluster.worker_addresses lists 3 worker(s) but trainer.nnodes is 2");
   }
 }
 

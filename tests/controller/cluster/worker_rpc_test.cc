@@ -8,6 +8,7 @@
 #include <google/protobuf/util/message_differencer.h>
 
 #include "controller/cluster/local_worker_launcher.h"
+#include "controller/cluster/rank_group.h"
 #include "controller/cluster/worker_client.h"
 #include "tests/controller/test_util.h"
 
@@ -231,6 +232,58 @@ TEST_CASE("WorkerService runs a GRPO step over gRPC and reports errors with cont
     absl::Status alive = launcher.CheckAlive();
     CHECK_THAT(std::string(alive.message()), Catch::Contains("worker-0") && Catch::Contains("exited with status 0"));
   }
+}
+
+TEST_CASE("WorkerService hosts several ranks: they form a group and a bad local_rank is refused",
+          "[controller][worker_rpc]") {
+  TestDir dir("worker_rpc_ranks");
+  const std::string model = dir.file("model");
+  REQUIRE(testing::MakeTinyModel(model, dir.path()).empty());
+  LocalWorkerLauncher launcher;
+  auto launched = launcher.Launch(Bin("verl-worker"), 1, dir.file("logs"), 30, /*ranks_per_worker=*/2);
+  REQUIRE(launched.ok());
+  const LaunchedWorker w = launched->at(0);
+  WorkerClient client(w.worker_id, w.address, 30);
+  auto health = client.WaitHealthy(10);
+  REQUIRE(health.ok());
+  REQUIRE(health->num_ranks() == 2);
+
+  v1::ConfigureRolesRequest roles = Roles(model);
+  roles.set_local_rank(2);
+  auto refused = client.ConfigureRoles(roles);
+  INFO(refused.status().ToString());
+  REQUIRE(absl::IsInvalidArgument(refused.status()));
+  REQUIRE(std::string(refused.status().message()).find("local_rank 2 is out of range (this worker has 2 rank(s)") !=
+          std::string::npos);
+
+  // InitCommunicator before PrepareCommunicator is refused; then the two ranks form a group over the host backend.
+  v1::InitCommunicatorRequest early;
+  early.add_addresses("127.0.0.1:1");
+  REQUIRE(absl::IsFailedPrecondition(client.InitCommunicator(early, 10).status()));
+  std::vector<RankAddress> ranks = {{w.worker_id, w.address, 0}, {w.worker_id, w.address, 1}};
+  RankGroup group(ranks, 30, nullptr);
+  REQUIRE(group.InitCommunicators(10, 10).ok());
+  // Both ranks load the model and run a step's first stages as one group (the log-prob metrics are all-reduced).
+  auto configured = group.ForEach<v1::ConfigureRolesResponse>(
+      [&](int r) { return group.client(r).ConfigureRoles(group.For(r, Roles(model))); });
+  REQUIRE(configured.ok());
+  auto loaded = group.ForEach<v1::LoadModelResponse>(
+      [&](int r) { return group.client(r).LoadModel(group.For(r, v1::LoadModelRequest())); });
+  REQUIRE(loaded.ok());
+  auto generated = group.ForEach<v1::GenerateResponse>(
+      [&](int r) { return group.client(r).Generate(group.For(r, SmallBatch("s1"))); });
+  REQUIRE(generated.ok());
+  v1::ComputeLogProbsRequest lp;
+  lp.set_step_id("s1");
+  lp.set_role("actor");
+  lp.set_temperature(1.0);
+  auto logprobs = group.ForEach<v1::ComputeLogProbsResponse>(
+      [&](int r) { return group.client(r).ComputeLogProbs(group.For(r, lp)); });
+  INFO(logprobs.status().ToString());
+  REQUIRE(logprobs.ok());
+  // Each rank holds the same two prompts here, so the group-wide mean equals each rank's own.
+  REQUIRE(logprobs->at(0).metrics().at("training/rollout_probs_diff_mean") ==
+          Approx(logprobs->at(1).metrics().at("training/rollout_probs_diff_mean")));
 }
 
 }  // namespace

@@ -14,80 +14,16 @@
 #include "common/text/bpe_trainer.h"
 #include "common/text/tokenizer.h"
 #include "tests/test_dir.h"
+#include "tests/worker/rank/rank_fixtures.h"
 #include "tests/worker/tiny_model.h"
 
 namespace verl {
 namespace {
 
-AdvantageSettings Grpo() {
-  AdvantageSettings a;
-  a.estimator = "grpo";
-  a.norm_adv_by_std_in_grpo = true;
-  return a;
-}
-
-AdvantageSettings Estimator(const std::string& name) {
-  AdvantageSettings a = Grpo();
-  a.estimator = name;
-  return a;
-}
+using namespace rank_testing;  // NOLINT: the shared fixtures
 
 using testing::ReadFile;
 using testing::TestDir;
-
-constexpr char kEos[] = "<|endoftext|>";
-
-// A model directory whose tokenizer.json and model vocabulary agree: a byte-level BPE trained on a few letter strings.
-struct TinyRankModel {
-  TestDir dir{"rank_model"};
-  int32_t vocab_size = 0;
-  int32_t eos_id = 0;
-  std::vector<int32_t> prompt_a, prompt_b;
-
-  TinyRankModel() {
-    auto json = TrainByteLevelBpeTokenizerJson({"aaaa aaaa bbbb", "abab cdcd", "repeat a", "repeat b"}, 8, {kEos});
-    REQUIRE(json.ok());
-    auto tok = Tokenizer::FromJson(*json, "tokenizer.json");
-    REQUIRE(tok.ok());
-    vocab_size = tok->vocab_size();
-    REQUIRE(vocab_size > 256);
-    eos_id = *tok->TokenToId(kEos);
-    prompt_a = tok->Encode("repeat a");
-    prompt_b = tok->Encode("say aaaa");
-    DecoderConfig config = testing::TinyDecoderConfig(vocab_size);
-    config.eos_token_ids = {eos_id};
-    config.pad_token_id = eos_id;
-    testing::WriteTinyModel(dir.path(), config);
-    testing::WriteFile(dir.file("tokenizer.json"), *json);
-  }
-};
-
-RankConfig Config(const std::string& model_path, std::vector<std::string> roles = {"actor", "rollout", "ref"}) {
-  RankConfig c;
-  c.roles = std::move(roles);
-  c.model_path = model_path;
-  c.actor.lr = 1e-4;
-  c.actor.ppo_mini_batch_size = 2;  // prompts: one optimizer step over all 4 sequences
-  c.actor.ppo_micro_batch_size_per_gpu = 2;
-  c.actor.log_prob_micro_batch_size_per_gpu = 3;
-  c.actor.use_kl_loss = true;
-  return c;
-}
-
-std::vector<PromptInput> Prompts(const TinyRankModel& m) {
-  return {{m.prompt_a, "uid-a", "verl_cpp/repeat_letter", "a", "{}"},
-          {m.prompt_b, "uid-b", "verl_cpp/repeat_letter", "a", "{}"}};
-}
-
-SamplingSettings Sampling(const TinyRankModel& m) {
-  SamplingSettings s;
-  s.n = 2;
-  s.max_new_tokens = 6;
-  s.eos_token_ids = {m.eos_id};
-  s.pad_token_id = m.eos_id;
-  s.seed = 11;
-  return s;
-}
 
 // repeat_letter's documented rule, for ground truth "a": mean over the first 8 bytes of 1 ('a') / 0.25 (b, c, d).
 double RepeatLetterA(const std::string& text) {
@@ -116,7 +52,20 @@ TEST_CASE("CpuRank runs a GRPO step through the torch-free interface", "[worker]
   REQUIRE(loaded->vocab_size == m.vocab_size);
   REQUIRE(loaded->num_parameters > m.vocab_size * 32);
 
-  auto gen = rank->Generate("step-1", Prompts(m), Sampling(m), false);
+  // A sampling seed whose first step has a learning signal: within some prompt's group the two scores differ (else
+  // every GRPO advantage is 0 and the update below could not move the actor).
+  SamplingSettings sampling = Sampling(m);
+  for (bool signal = false; !signal; ++sampling.seed) {
+    REQUIRE(sampling.seed < 200);
+    REQUIRE(rank->Generate("probe", Prompts(m), sampling, false).ok());
+    auto probe = rank->Score("probe");
+    REQUIRE(probe.ok());
+    signal = probe->scores[0] != probe->scores[1] || probe->scores[2] != probe->scores[3];
+    REQUIRE(rank->ReleaseBatch("probe").ok());
+    if (signal) break;
+  }
+
+  auto gen = rank->Generate("step-1", Prompts(m), sampling, false);
   INFO(gen.status().ToString());
   REQUIRE(gen.ok());
   REQUIRE(gen->responses.dtype == DType::kInt32);
@@ -190,8 +139,8 @@ TEST_CASE("CpuRank runs a GRPO step through the torch-free interface", "[worker]
   REQUIRE(upd2.ok());
   REQUIRE(*upd2 == *upd);
   REQUIRE(rank->SaveCheckpoint(ckpt.file("after2"), 1, false).ok());
-  const std::string model_file = "/actor/model_world_size_1_rank_3.safetensors";
-  const std::string optim_file = "/actor/optim_world_size_1_rank_3.safetensors";
+  const std::string model_file = "/actor/model_world_size_1_rank_0.safetensors";
+  const std::string optim_file = "/actor/optim_world_size_1_rank_0.safetensors";
   REQUIRE(ReadFile(ckpt.file("after1") + model_file).size() > 1000);
   REQUIRE(ReadFile(ckpt.file("after1") + model_file) != ReadFile(ckpt.file("before") + model_file));
   REQUIRE(ReadFile(ckpt.file("after1") + model_file) == ReadFile(ckpt.file("after2") + model_file));
@@ -206,7 +155,7 @@ TEST_CASE("CpuRank runs a GRPO step through the torch-free interface", "[worker]
   REQUIRE(rank->ComputeAdvantage("step-2", Grpo()).ok());
   auto upd3 = rank->UpdateActor("step-2", 1.0, 0);
   REQUIRE(upd3.ok());
-  REQUIRE(upd3->at("actor/kl_loss") > 1e-7);
+  REQUIRE(upd3->at("actor/kl_loss") > 0.0);  // exactly 0 while actor == ref
 
   SECTION("LoadCheckpoint restores the saved weights") {
     REQUIRE(rank->LoadCheckpoint(ckpt.file("after1"), 1).ok());
@@ -294,15 +243,6 @@ AdvantageSettings GaeWithKl() {
   a.kl_coef = 0.1;
   a.kl_penalty = "kl";
   return a;
-}
-
-std::unique_ptr<RankInterface> LoadedRank(int32_t id, const RankConfig& config) {
-  auto rank = CreateCpuRank(id);
-  REQUIRE(rank->Configure(config).ok());
-  auto loaded = rank->LoadModel();
-  INFO(loaded.status().ToString());
-  REQUIRE(loaded.ok());
-  return rank;
 }
 
 // Generate, Score, actor and ref log-probs, values and GAE advantages for `step`; returns the advantage metrics.

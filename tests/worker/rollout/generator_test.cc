@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
+#include <limits>
 #include <set>
 #include <string>
 #include <vector>
@@ -163,12 +164,13 @@ TEST_CASE("SampleNextTokens: filters", "[worker][rollout]") {
   at::Generator gen = at::detail::createCPUGenerator(7);
   at::Tensor logits = at::randn({64, 50}, gen) * 3.0;
   const at::Tensor argmax = logits.argmax(-1);
+  auto draws = [&](int64_t n) { return at::rand({n}, gen, at::kDouble); };
 
   SECTION("greedy: argmax, log-prob of the plain logits") {
     SamplingOptions o;
     o.do_sample = false;
     at::Tensor lp;
-    at::Tensor tok = SampleNextTokens(logits, o, gen, &lp);
+    at::Tensor tok = SampleNextTokens(logits, o, draws(64), &lp);
     REQUIRE(at::equal(tok, argmax));
     at::Tensor expected = logits.log_softmax(-1).gather(-1, argmax.unsqueeze(-1)).squeeze(-1);
     REQUIRE(MaxAbsDiff(lp, expected) < 1e-6);
@@ -178,7 +180,7 @@ TEST_CASE("SampleNextTokens: filters", "[worker][rollout]") {
     o.top_p = 1e-6;
     o.temperature = 2.0;
     at::Tensor lp;
-    at::Tensor tok = SampleNextTokens(logits, o, gen, &lp);
+    at::Tensor tok = SampleNextTokens(logits, o, draws(64), &lp);
     REQUIRE(at::equal(tok, argmax));
     // The reported log-prob is under softmax(logits / temperature), before filtering.
     at::Tensor expected = (logits / 2.0).log_softmax(-1).gather(-1, argmax.unsqueeze(-1)).squeeze(-1);
@@ -190,7 +192,7 @@ TEST_CASE("SampleNextTokens: filters", "[worker][rollout]") {
     at::Tensor top3 = std::get<1>(logits.topk(3, -1));
     std::set<int64_t> seen;
     for (int rep = 0; rep < 5; ++rep) {
-      at::Tensor tok = SampleNextTokens(logits, o, gen, nullptr);
+      at::Tensor tok = SampleNextTokens(logits, o, draws(64), nullptr);
       REQUIRE(top3.eq(tok.unsqueeze(-1)).any(-1).all().item<bool>());
       for (int64_t i = 0; i < tok.size(0); ++i) seen.insert(tok[i].item<int64_t>() == argmax[i].item<int64_t>());
     }
@@ -201,14 +203,70 @@ TEST_CASE("SampleNextTokens: filters", "[worker][rollout]") {
     at::Tensor probs = at::tensor({0.5f, 0.3f, 0.2f}).log().unsqueeze(0).expand({400, 3}).contiguous();
     SamplingOptions o;
     o.top_p = 0.6;
-    at::Tensor tok = SampleNextTokens(probs, o, gen, nullptr);
+    at::Tensor tok = SampleNextTokens(probs, o, draws(400), nullptr);
     REQUIRE(tok.eq(2).sum().item<int64_t>() == 0);
     REQUIRE(tok.eq(0).sum().item<int64_t>() > 0);
     REQUIRE(tok.eq(1).sum().item<int64_t>() > 0);
     // Without top_p, token 2 shows up (p = 0.2 over 400 draws).
     o.top_p = 1.0;
-    REQUIRE(SampleNextTokens(probs, o, gen, nullptr).eq(2).sum().item<int64_t>() > 0);
+    REQUIRE(SampleNextTokens(probs, o, draws(400), nullptr).eq(2).sum().item<int64_t>() > 0);
   }
+  SECTION("inverse-CDF draws follow the distribution and never pick a zero-probability token") {
+    // p = [0.5, 0, 0.3, 0.2]
+    const float neg_inf = -std::numeric_limits<float>::infinity();
+    at::Tensor row = at::tensor({std::log(0.5f), neg_inf, std::log(0.3f), std::log(0.2f)});
+    at::Tensor logits4 = row.unsqueeze(0).expand({20000, 4}).contiguous();
+    SamplingOptions o;
+    at::Tensor tok = SampleNextTokens(logits4, o, draws(20000), nullptr);
+    REQUIRE(tok.eq(1).sum().item<int64_t>() == 0);
+    REQUIRE(std::abs(tok.eq(0).sum().item<double>() / 20000 - 0.5) < 0.02);
+    REQUIRE(std::abs(tok.eq(2).sum().item<double>() / 20000 - 0.3) < 0.02);
+    REQUIRE(std::abs(tok.eq(3).sum().item<double>() / 20000 - 0.2) < 0.02);
+    // The extreme draws: 0 picks the first token of positive mass, the largest double below 1 the last.
+    at::Tensor edge = SampleNextTokens(logits4.narrow(0, 0, 2), o, at::tensor({0.0, std::nextafter(1.0, 0.0)},
+                                                                               at::kDouble), nullptr);
+    REQUIRE(edge[0].item<int64_t>() == 0);
+    REQUIRE(edge[1].item<int64_t>() == 3);
+  }
+}
+
+TEST_CASE("CounterUniform: deterministic, in [0, 1), and different per stream and counter", "[worker][rollout]") {
+  REQUIRE(CounterUniform(1, 2, 3) == CounterUniform(1, 2, 3));
+  REQUIRE(CounterUniform(1, 2, 3) != CounterUniform(1, 2, 4));
+  REQUIRE(CounterUniform(1, 2, 3) != CounterUniform(1, 3, 3));
+  REQUIRE(CounterUniform(1, 2, 3) != CounterUniform(2, 2, 3));
+  double sum = 0;
+  for (uint64_t i = 0; i < 10000; ++i) {
+    const double u = CounterUniform(7, i, 0);
+    REQUIRE(u >= 0.0);
+    REQUIRE(u < 1.0);
+    sum += u;
+  }
+  REQUIRE(std::abs(sum / 10000 - 0.5) < 0.02);
+}
+
+TEST_CASE_METHOD(TinyModelFixture, "Generate: a prompt's samples do not depend on the rest of the batch",
+                 "[worker][rollout]") {
+  // Two prompts of equal length generated together, and each alone with its key, draw the same tokens (what
+  // data-parallel ranks rely on when they split a step's prompts).
+  const std::vector<std::vector<int32_t>> both = {{5, 6, 7}, {8, 9, 10}};
+  SamplingOptions o;
+  o.n = 3;
+  o.max_new_tokens = 6;
+  o.seed = 99;
+  o.pad_token_id = 49;
+  RolloutBatch together = Generate(model(), both, o);
+  for (uint64_t i = 0; i < 2; ++i) {
+    SamplingOptions alone = o;
+    alone.prompt_keys = {i};
+    RolloutBatch one = Generate(model(), {both[i]}, alone);
+    REQUIRE(at::equal(one.responses, together.responses.narrow(0, static_cast<int64_t>(i) * 3, 3)));
+  }
+  // And the keys matter: prompt 1 under key 0 draws what prompt 0's stream draws, not what it drew as prompt 1.
+  SamplingOptions shifted = o;
+  shifted.prompt_keys = {5};
+  RolloutBatch other = Generate(model(), {both[1]}, shifted);
+  REQUIRE_FALSE(at::equal(other.responses, together.responses.narrow(0, 3, 3)));
 }
 
 }  // namespace

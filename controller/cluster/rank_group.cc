@@ -1,0 +1,90 @@
+#include "controller/cluster/rank_group.h"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status/status_macros.h"
+
+namespace verl {
+
+absl::Status PickRootCause(const std::vector<absl::Status>& statuses) {
+  const absl::Status* first = nullptr;
+  for (const absl::Status& s : statuses) {
+    if (s.ok()) continue;
+    if (first == nullptr) first = &s;
+    if (!absl::IsUnavailable(s) && !absl::IsAborted(s)) return s;
+  }
+  return first == nullptr ? absl::OkStatus() : *first;
+}
+
+std::map<std::string, double> MergeRankMetrics(const std::vector<std::map<std::string, double>>& per_rank) {
+  std::map<std::string, std::pair<double, int>> acc;  // value (sum, max or min), count
+  for (const auto& metrics : per_rank) {
+    for (const auto& [key, value] : metrics) {
+      auto [it, inserted] = acc.try_emplace(key, value, 1);
+      if (inserted) continue;
+      if (absl::EndsWith(key, "/max")) {
+        it->second.first = std::max(it->second.first, value);
+      } else if (absl::EndsWith(key, "/min")) {
+        it->second.first = std::min(it->second.first, value);
+      } else {
+        it->second.first += value;
+      }
+      ++it->second.second;
+    }
+  }
+  std::map<std::string, double> out;
+  for (const auto& [key, v] : acc) {
+    const bool extreme = absl::EndsWith(key, "/max") || absl::EndsWith(key, "/min");
+    out[key] = extreme ? v.first : v.first / v.second;
+  }
+  return out;
+}
+
+RankGroup::RankGroup(std::vector<RankAddress> ranks, double rpc_timeout_s,
+                     std::function<absl::Status(const std::string& worker_id)> liveness)
+    : ranks_(std::move(ranks)) {
+  for (const RankAddress& r : ranks_) {
+    std::function<absl::Status()> alive;
+    if (liveness) alive = [liveness, id = r.worker_id] { return liveness(id); };
+    clients_.push_back(std::make_unique<WorkerClient>(
+        ranks_.size() == 1 ? r.worker_id : absl::StrCat(r.worker_id, " rank ", r.local_rank), r.address, rpc_timeout_s,
+        alive));
+  }
+}
+
+absl::Status RankGroup::InitCommunicators(double connect_timeout_s, double collective_timeout_s) {
+  if (size() <= 1) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::vector<v1::PrepareCommunicatorResponse> prepared,
+                   ForEach<v1::PrepareCommunicatorResponse>([this](int r) {
+                     return client(r).PrepareCommunicator(For(r, v1::PrepareCommunicatorRequest()));
+                   }));
+  v1::InitCommunicatorRequest init;
+  for (const auto& p : prepared) init.add_addresses(p.address());
+  init.set_connect_timeout_s(connect_timeout_s);
+  init.set_collective_timeout_s(collective_timeout_s);
+  ASSIGN_OR_RETURN(std::vector<v1::InitCommunicatorResponse> done, ForEach<v1::InitCommunicatorResponse>([&](int r) {
+                     v1::InitCommunicatorRequest req = For(r, init);
+                     req.set_global_rank(r);
+                     return client(r).InitCommunicator(req, connect_timeout_s + 30);
+                   }));
+  (void)done;
+  return absl::OkStatus();
+}
+
+void RankGroup::CancelInFlight() {
+  for (auto& c : clients_) c->CancelInFlight();
+}
+
+double RankGroup::MeanComputeSeconds() const {
+  if (clients_.empty()) return 0;
+  double total = 0;
+  for (const auto& c : clients_) total += c->compute_seconds();
+  return total / static_cast<double>(clients_.size());
+}
+
+}  // namespace verl

@@ -1,0 +1,167 @@
+// Data parallelism end to end: the real verl-controller runs the CPU quickstart (shortened) on 1 rank, on 2 ranks of
+// one worker, on 2 local workers of 2 ranks each, and on two verl-worker daemons started by hand on loopback and
+// listed in cluster.worker_addresses (the multi-node setup). The same seed and global batch must give the same
+// metrics at every step within float tolerance. Bad cluster setups fail at startup naming the address.
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/controller/test_util.h"
+
+namespace verl {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::Bin;
+using testing::ChildProcess;
+using testing::ReadFile;
+using testing::RunResult;
+using testing::TestDir;
+
+const std::string kConfig = std::string(VERL_SOURCE_DIR) + "/configs/quickstart.yaml";
+constexpr int kSteps = 6;
+
+struct Inputs {
+  TestDir dir{"dp_e2e"};
+  Inputs() {
+    REQUIRE(testing::MakeTinyModel(dir.file("model"), dir.path()).empty());
+    REQUIRE(testing::MakeDataset(dir.file("data"), dir.path(), 256, 16).empty());
+  }
+
+  // Runs the shortened quickstart with `extra` overrides; returns the metrics of each step (0: validation before
+  // training).
+  std::map<int, nlohmann::json> Job(const std::string& name, const std::vector<std::string>& extra) const {
+    std::vector<std::string> argv = {Bin("verl-controller"),
+                                     "--config",
+                                     kConfig,
+                                     "actor_rollout_ref.model.path=" + dir.file("model"),
+                                     "data.train_files=" + dir.file("data/train.parquet"),
+                                     "data.val_files=" + dir.file("data/test.parquet"),
+                                     "trainer.log_dir=" + dir.file(name + "/logs"),
+                                     "trainer.default_local_dir=" + dir.file(name + "/ckpt"),
+                                     "trainer.total_training_steps=" + std::to_string(kSteps),
+                                     "trainer.test_freq=3",
+                                     "trainer.logger=[jsonl]",
+                                     "cluster.worker_start_timeout_s=30"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    RunResult r = testing::Run(argv, dir.path(), 300);
+    INFO(name << " stderr: " << r.err.substr(r.err.size() > 3000 ? r.err.size() - 3000 : 0));
+    REQUIRE(r.exit_code == 0);
+    std::map<int, nlohmann::json> steps;
+    std::istringstream lines(ReadFile(dir.file(name + "/logs/metrics.jsonl")));
+    for (std::string line; std::getline(lines, line);) {
+      if (line.empty()) continue;
+      nlohmann::json j = nlohmann::json::parse(line);
+      steps[j["step"].get<int>()] = j["data"];
+    }
+    REQUIRE(steps.size() == kSteps + 1);
+    return steps;
+  }
+};
+
+void RequireSameRun(const std::map<int, nlohmann::json>& one, const std::map<int, nlohmann::json>& many,
+                    const std::string& what) {
+  INFO(what);
+  for (const auto& [step, metrics] : one) {
+    INFO("step " << step);
+    for (const char* key :
+         {"critic/score/mean", "response_length/mean", "critic/advantages/mean", "actor/pg_loss", "actor/grad_norm",
+          "actor/kl_loss", "actor/entropy", "val-core/verl_cpp/repeat_letter/reward/mean@1"}) {
+      if (!metrics.contains(key)) continue;
+      INFO(key);
+      REQUIRE(many.at(step).contains(key));
+      REQUIRE(many.at(step)[key].get<double>() == Approx(metrics[key].get<double>()).epsilon(1e-3).margin(1e-6));
+    }
+  }
+}
+
+// A verl-worker daemon started by hand, as on another node; its address comes from its ready file.
+struct Daemon {
+  std::unique_ptr<ChildProcess> process;
+  std::string address;
+
+  Daemon(const TestDir& dir, const std::string& id, int ranks) {
+    const std::string ready = dir.file(id + ".ready");
+    process = std::make_unique<ChildProcess>(
+        std::vector<std::string>{Bin("verl-worker"), "--listen", "127.0.0.1:0", "--ready-file", ready, "--worker-id",
+                                 id, "--ranks", std::to_string(ranks)},
+        dir.file(id + ".out"), dir.file(id + ".err"));
+    REQUIRE(testing::WaitFor([&] { return fs::exists(ready); }, 30));
+    address = ReadFile(ready);
+    while (!address.empty() && (address.back() == '\n' || address.back() == '\r')) address.pop_back();
+    REQUIRE_FALSE(address.empty());
+  }
+};
+
+TEST_CASE("data parallel: 1 rank, 2 ranks, 2 workers x 2 ranks and two hand-started daemons agree step by step",
+          "[e2e][dp]") {
+  Inputs in;
+  const auto one = in.Job("r1", {});
+  // The mini-batch is 16 prompts x 8 samples; per rank the micro-batch is the whole local mini-batch, as in the
+  // one-rank quickstart.
+  RequireSameRun(one,
+                 in.Job("r2", {"trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64"}),
+                 "one worker, 2 ranks");
+  RequireSameRun(one,
+                 in.Job("r4", {"trainer.nnodes=2", "trainer.n_gpus_per_node=2",
+                               "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32"}),
+                 "two local workers, 2 ranks each");
+  Daemon a(in.dir, "node-a", 1);
+  Daemon b(in.dir, "node-b", 1);
+  RequireSameRun(one,
+                 in.Job("hand", {"trainer.nnodes=2", "cluster.worker_addresses=[" + a.address + "," + b.address + "]",
+                                 "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64"}),
+                 "two daemons started by hand");
+  // The daemons outlive the job (the controller does not own them) and serve the next one.
+  REQUIRE(a.process->exit_code() == -1);
+  REQUIRE(b.process->exit_code() == -1);
+}
+
+TEST_CASE("data parallel: bad cluster setups fail at startup naming the address", "[e2e][dp]") {
+  TestDir dir("dp_e2e_bad");
+  REQUIRE(testing::MakeTinyModel(dir.file("model"), dir.path()).empty());
+  REQUIRE(testing::MakeDataset(dir.file("data"), dir.path(), 64, 8).empty());
+  auto job = [&](const std::vector<std::string>& extra) {
+    std::vector<std::string> argv = {Bin("verl-controller"),
+                                     "--config",
+                                     kConfig,
+                                     "actor_rollout_ref.model.path=" + dir.file("model"),
+                                     "data.train_files=" + dir.file("data/train.parquet"),
+                                     "data.val_files=" + dir.file("data/test.parquet"),
+                                     "trainer.log_dir=" + dir.file("logs"),
+                                     "trainer.default_local_dir=" + dir.file("ckpt"),
+                                     "trainer.total_training_steps=1",
+                                     "trainer.logger=[jsonl]",
+                                     "cluster.worker_start_timeout_s=3",
+                                     "trainer.nnodes=2",
+                                     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return testing::Run(argv, dir.path(), 60);
+  };
+  Daemon one_rank(dir, "one", 1);
+  Daemon two_ranks(dir, "two", 2);
+
+  SECTION("a worker hosting another number of ranks than trainer.n_gpus_per_node") {
+    RunResult r = job({"cluster.worker_addresses=[" + one_rank.address + "," + two_ranks.address + "]"});
+    INFO(r.err);
+    REQUIRE(r.exit_code != 0);
+    REQUIRE(r.err.find(two_ranks.address) != std::string::npos);
+    REQUIRE(r.err.find("hosts 2 rank(s) but trainer.n_gpus_per_node is 1") != std::string::npos);
+  }
+  SECTION("an address nobody listens at") {
+    const std::string nobody = "127.0.0.1:1";
+    RunResult r = job({"cluster.worker_addresses=[" + one_rank.address + "," + nobody + "]"});
+    INFO(r.err);
+    REQUIRE(r.exit_code != 0);
+    REQUIRE(r.err.find(nobody) != std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace verl

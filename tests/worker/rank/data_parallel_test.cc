@@ -1,0 +1,268 @@
+// Data parallelism at the rank level: 1, 2 and 4 CpuRanks joined by the host communicator on loopback run the same
+// global step (the same prompts, split as the controller splits them) and must agree on the gradient (its norm), the
+// losses and the updated weights within float tolerance; a rank that stops answering turns into an error naming it.
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "tests/worker/rank/rank_fixtures.h"
+#include "worker/comm/free_ports.h"
+#include "worker/comm/host_communicator.h"
+#include "worker/model/safetensors.h"
+#include "worker/rank/rank_interface.h"
+
+namespace verl {
+namespace {
+
+using namespace rank_testing;  // NOLINT: the shared fixtures
+
+constexpr int kPrompts = 8;
+constexpr int kMiniPrompts = 4;  // two optimizer steps per update
+
+// Eight prompts of equal length (so every split pads alike), with distinct ground truths.
+std::vector<PromptInput> GlobalPrompts(const TinyRankModel& m) {
+  std::vector<PromptInput> out;
+  for (int i = 0; i < kPrompts; ++i) {
+    const bool a = i % 2 == 0;
+    out.push_back(
+        {a ? m.prompt_a : m.prompt_b, absl::StrCat("p", i), "verl_cpp/repeat_letter", a ? "a" : "b", "{}", i});
+  }
+  return out;
+}
+
+// The controller's assignment (job_runner.cc, AssignPrompts): each mini-batch of kMiniPrompts prompts is split evenly
+// over the ranks.
+std::vector<int> PromptsOfRank(int rank, int world) {
+  std::vector<int> out;
+  const int share = kMiniPrompts / world;
+  for (int i = 0; i < kPrompts; ++i) {
+    if ((i % kMiniPrompts) / share == rank) out.push_back(i);
+  }
+  return out;
+}
+
+// Runs fn(r) for every rank on its own thread (the ranks meet in collectives).
+void OnEveryRank(int world, const std::function<void(int)>& fn) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) threads.emplace_back(fn, r);
+  for (std::thread& t : threads) t.join();
+}
+
+std::vector<std::unique_ptr<Communicator>> MakeGroup(int world, absl::Duration connect_timeout) {
+  std::vector<std::unique_ptr<Communicator>> comms(world);
+  if (world == 1) return comms;
+  auto addresses = PickFreeLoopbackAddresses(world);
+  REQUIRE(addresses.ok());
+  std::vector<absl::Status> errors(world);
+  OnEveryRank(world, [&](int r) {
+    HostCommunicatorOptions o;
+    o.rank = r;
+    o.world_size = world;
+    o.addresses = *addresses;
+    o.connect_timeout = connect_timeout;
+    auto c = HostCommunicator::Create(o);
+    errors[r] = c.status();
+    if (c.ok()) comms[r] = std::move(*c);
+  });
+  for (const absl::Status& s : errors) REQUIRE(s.ok());
+  return comms;
+}
+
+struct StepResult {
+  Metrics advantage, critic, actor;
+  std::map<std::string, std::vector<float>> weights;  // the actor after the update, from group rank 0's checkpoint
+};
+
+std::map<std::string, std::vector<float>> ReadWeights(const std::string& path) {
+  auto file = SafetensorsFile::Open(path);
+  INFO(file.status().ToString());
+  REQUIRE(file.ok());
+  std::map<std::string, std::vector<float>> out;
+  for (const std::string& name : file->names()) {
+    auto view = file->Get(name);
+    REQUIRE(view.ok());
+    REQUIRE(view->dtype == DType::kFloat32);
+    const float* data = static_cast<const float*>(view->data);
+    out[name].assign(data, data + view->numel());
+  }
+  return out;
+}
+
+// One PPO/GRPO step of the global batch on `world` ranks.
+StepResult RunStep(const TinyRankModel& m, int world, const RankConfig& config, const AdvantageSettings& adv,
+                   const TestDir& out) {
+  std::vector<std::unique_ptr<RankInterface>> ranks;
+  for (int r = 0; r < world; ++r) ranks.push_back(LoadedRank(r, config));
+  auto comms = MakeGroup(world, absl::Seconds(30));
+  for (int r = 0; r < world && world > 1; ++r) {
+    REQUIRE(ranks[r]->SetCommunicator(std::move(comms[r]), absl::Seconds(30)).ok());
+  }
+  const std::vector<PromptInput> all = GlobalPrompts(m);
+  const bool critic = adv.estimator == "gae";
+  std::vector<StepResult> results(world);
+  std::vector<absl::Status> errors(world);
+  OnEveryRank(world, [&](int r) {
+    RankInterface& rank = *ranks[r];
+    std::vector<PromptInput> mine;
+    for (int i : PromptsOfRank(r, world)) mine.push_back(all[i]);
+    auto fail = [&](const absl::Status& s) {
+      errors[r] = s;
+      rank.AbortCommunicator();  // as the worker service does: peers stop waiting
+    };
+    const std::string step = "dp-1";
+    if (auto s = rank.Generate(step, mine, Sampling(m), false).status(); !s.ok()) return fail(s);
+    if (auto s = rank.Score(step).status(); !s.ok()) return fail(s);
+    if (auto s = rank.ComputeLogProbs(step, "actor", 1.0).status(); !s.ok()) return fail(s);
+    if (auto s = rank.ComputeLogProbs(step, "ref", 1.0).status(); !s.ok()) return fail(s);
+    if (critic) {
+      if (auto s = rank.ComputeValues(step).status(); !s.ok()) return fail(s);
+    }
+    auto a = rank.ComputeAdvantage(step, adv);
+    if (!a.ok()) return fail(a.status());
+    results[r].advantage = *a;
+    if (critic) {
+      auto c = rank.UpdateCritic(step, 5);
+      if (!c.ok()) return fail(c.status());
+      results[r].critic = *c;
+    }
+    auto u = rank.UpdateActor(step, 1.0, 5);
+    if (!u.ok()) return fail(u.status());
+    results[r].actor = *u;
+    if (auto s = rank.SaveCheckpoint(out.file(absl::StrCat("w", world)), 1, false); !s.ok()) return fail(s);
+  });
+  for (const absl::Status& s : errors) {
+    INFO(s.ToString());
+    REQUIRE(s.ok());
+  }
+  // Every rank reports the same batch-wide numbers.
+  for (int r = 1; r < world; ++r) {
+    for (const auto& [key, value] : results[0].actor) {
+      if (key.find("clipfrac") != std::string::npos || key == "actor/ppo_kl") continue;  // micro-batch means
+      INFO(key);
+      REQUIRE(results[r].actor.at(key) == Approx(value).epsilon(1e-6));
+    }
+  }
+  results[0].weights = ReadWeights(out.file(absl::StrCat("w", world)) + "/actor/model_world_size_1_rank_0.safetensors");
+  return results[0];
+}
+
+void RequireSameStep(const StepResult& one, const StepResult& many, int world) {
+  INFO("world size " << world);
+  for (const char* key : {"critic/advantages/mean", "critic/advantages/max", "critic/advantages/min",
+                          "critic/returns/mean", "critic/rewards/mean"}) {
+    INFO(key);
+    REQUIRE(many.advantage.at(key) == Approx(one.advantage.at(key)).epsilon(1e-5).margin(1e-6));
+  }
+  // The norm of the summed gradient (before clipping) and the mini-batch losses: gradients reduced over the ranks
+  // with globally normalised losses equal the one-rank gradients.
+  for (const char* key : {"actor/grad_norm", "actor/pg_loss", "actor/entropy", "actor/kl_loss"}) {
+    INFO(key);
+    REQUIRE(many.actor.at(key) == Approx(one.actor.at(key)).epsilon(1e-4).margin(1e-7));
+  }
+  for (const auto& [key, value] : one.critic) {
+    if (key == "critic/vf_clipfrac" || key == "critic/vpred_mean") continue;  // micro-batch means
+    INFO(key);
+    REQUIRE(many.critic.at(key) == Approx(value).epsilon(1e-4).margin(1e-7));
+  }
+  REQUIRE(many.weights.size() == one.weights.size());
+  double max_diff = 0;
+  for (const auto& [name, w] : one.weights) {
+    const std::vector<float>& v = many.weights.at(name);
+    REQUIRE(v.size() == w.size());
+    for (size_t i = 0; i < w.size(); ++i) max_diff = std::max(max_diff, std::abs(double(v[i]) - double(w[i])));
+  }
+  REQUIRE(max_diff < 1e-5);
+}
+
+TEST_CASE("data parallel: 1, 2 and 4 ranks take the same update", "[worker][rank][dp]") {
+  TinyRankModel m;
+  REQUIRE(m.prompt_a.size() == m.prompt_b.size());
+  TestDir out("dp_rank");
+  RankConfig config = Config(m.dir.path());
+  config.actor.lr = 1e-2;
+  config.actor.ppo_mini_batch_size = kMiniPrompts;
+  config.actor.ppo_micro_batch_size_per_gpu = 1;
+  config.actor.entropy_coeff = 0.01;
+  config.actor.loss_agg_mode = "seq-mean-token-mean";
+
+  SECTION("GRPO with a KL loss") {
+    const StepResult one = RunStep(m, 1, config, Grpo(), out);
+    REQUIRE(one.actor.at("actor/grad_norm") > 0);
+    for (int world : {2, 4}) RequireSameStep(one, RunStep(m, world, config, Grpo(), out), world);
+  }
+  SECTION("REINFORCE++ (advantages whitened over the whole batch), token-mean") {
+    config.actor.loss_agg_mode = "token-mean";
+    const AdvantageSettings adv = Estimator("reinforce_plus_plus");
+    const StepResult one = RunStep(m, 1, config, adv, out);
+    for (int world : {2, 4}) RequireSameStep(one, RunStep(m, world, config, adv, out), world);
+  }
+  SECTION("PPO with a critic (GAE whitened over the batch, critic gradients reduced)") {
+    config.roles = {"actor", "rollout", "ref", "critic"};
+    config.critic.model_path = m.dir.path();
+    config.critic.lr = 1e-2;
+    config.critic.ppo_mini_batch_size = kMiniPrompts;
+    config.critic.ppo_micro_batch_size_per_gpu = 1;
+    config.seed = 3;
+    AdvantageSettings adv = Estimator("gae");
+    adv.use_kl_in_reward = true;
+    adv.kl_coef = 0.05;
+    const StepResult one = RunStep(m, 1, config, adv, out);
+    REQUIRE(one.critic.at("critic/grad_norm") > 0);
+    for (int world : {2, 4}) RequireSameStep(one, RunStep(m, world, config, adv, out), world);
+  }
+}
+
+TEST_CASE("data parallel: a rank that stops answering is named within the timeout", "[worker][rank][dp]") {
+  TinyRankModel m;
+  RankConfig config = Config(m.dir.path());
+  config.actor.ppo_mini_batch_size = 1;
+  std::vector<std::unique_ptr<RankInterface>> ranks;
+  for (int r = 0; r < 2; ++r) ranks.push_back(LoadedRank(r, config));
+  auto comms = MakeGroup(2, absl::Seconds(30));
+  for (int r = 0; r < 2; ++r) REQUIRE(ranks[r]->SetCommunicator(std::move(comms[r]), absl::Seconds(1)).ok());
+  const std::vector<PromptInput> all = GlobalPrompts(m);
+  OnEveryRank(2, [&](int r) {
+    const std::vector<PromptInput> mine = {all[r]};
+    REQUIRE(ranks[r]->Generate("s", mine, Sampling(m), false).ok());
+    REQUIRE(ranks[r]->Score("s").ok());
+    REQUIRE(ranks[r]->ComputeLogProbs("s", "actor", 1.0).ok());
+    REQUIRE(ranks[r]->ComputeLogProbs("s", "ref", 1.0).ok());
+    REQUIRE(ranks[r]->ComputeAdvantage("s", Grpo()).ok());
+  });
+
+  SECTION("silent: a deadline naming the peer and the collective") {
+    // Rank 1 never joins the update: rank 0's first collective waits at most the 1 s timeout.
+    const auto start = std::chrono::steady_clock::now();
+    auto updated = ranks[0]->UpdateActor("s", 1.0, 0);
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    INFO(updated.status().ToString());
+    REQUIRE(absl::IsDeadlineExceeded(updated.status()));
+    const std::string message(updated.status().message());
+    REQUIRE(message.find("rank 1") != std::string::npos);
+    REQUIRE(message.find("AllReduce") != std::string::npos);
+    REQUIRE(message.find("UpdateActor") != std::string::npos);
+    REQUIRE(waited < 10);
+  }
+  SECTION("failed: its abort reaches the peer at once") {
+    std::thread aborter([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      ranks[1]->AbortCommunicator();
+    });
+    auto updated = ranks[0]->UpdateActor("s", 1.0, 0);
+    aborter.join();
+    INFO(updated.status().ToString());
+    REQUIRE(absl::IsUnavailable(updated.status()));
+    REQUIRE(std::string(updated.status().message()).find("rank 1") != std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace verl
