@@ -94,6 +94,8 @@ const std::vector<ConfigKeySpec>& Table() {
        "kl_cov: coefficient of the KL penalty."},
       {"actor_rollout_ref.actor.tis_imp_ratio_cap", T::kDouble, "-1.0", "", false, O::kVerl,
        "Truncated importance sampling against the rollout log-probs: cap of the per-token weight; -1 disables."},
+      {"actor_rollout_ref.actor.shard_optimizer_state", T::kBool, "true", "", false, O::kOurs,
+       "Over several data-parallel ranks, each rank keeps and updates the AdamW moments of only its share of the parameters, then broadcasts them (ZeRO stage 1): optimizer memory per rank falls with the ranks. No effect on one rank."},
 
       // ---- actor_rollout_ref.rollout ----
       {"actor_rollout_ref.rollout.n", T::kInt, "1", "", false, O::kVerl, "Responses sampled per prompt."},
@@ -158,6 +160,8 @@ const std::vector<ConfigKeySpec>& Table() {
        "Passes over each step's batch in the critic update."},
       {"critic.shuffle", T::kBool, "${actor_rollout_ref.actor.shuffle}", "", false, O::kVerl,
        "Shuffle samples between critic mini-batches."},
+      {"critic.shard_optimizer_state", T::kBool, "${actor_rollout_ref.actor.shard_optimizer_state}", "", false,
+       O::kOurs, "As actor_rollout_ref.actor.shard_optimizer_state, for the critic."},
       {"critic.grad_clip", T::kDouble, "1.0", "", false, O::kVerl, "Critic gradient clipping by global norm."},
       {"critic.cliprange_value", T::kDouble, "0.5", "", false, O::kVerl, "Value clipping range."},
       {"critic.loss_agg_mode", T::kString, "${actor_rollout_ref.actor.loss_agg_mode}",

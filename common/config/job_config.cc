@@ -155,6 +155,7 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   r.Read("actor_rollout_ref.actor.policy_loss.kl_cov_ratio", &a.policy_loss.kl_cov_ratio);
   r.Read("actor_rollout_ref.actor.policy_loss.ppo_kl_coef", &a.policy_loss.ppo_kl_coef);
   r.Read("actor_rollout_ref.actor.tis_imp_ratio_cap", &a.tis_imp_ratio_cap);
+  r.Read("actor_rollout_ref.actor.shard_optimizer_state", &a.shard_optimizer_state);
 
   RolloutConfig& ro = c.actor_rollout_ref.rollout;
   r.Read("actor_rollout_ref.rollout.n", &ro.n);
@@ -197,6 +198,7 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   r.Read("critic.forward_micro_batch_size_per_gpu", &cr.forward_micro_batch_size_per_gpu);
   r.Read("critic.ppo_epochs", &cr.ppo_epochs);
   r.Read("critic.shuffle", &cr.shuffle);
+  r.Read("critic.shard_optimizer_state", &cr.shard_optimizer_state);
   r.Read("critic.grad_clip", &cr.grad_clip);
   r.Read("critic.cliprange_value", &cr.cliprange_value);
   r.Read("critic.loss_agg_mode", &cr.loss_agg_mode);

@@ -499,6 +499,7 @@ class JobRunner::Impl {
           config_.data.train_batch_size * arr.rollout.n / World())));
       cc->set_ppo_epochs(static_cast<int32_t>(c.ppo_epochs));
       cc->set_shuffle(c.shuffle);
+      cc->set_shard_optimizer_state(c.shard_optimizer_state);
     }
     req.set_model_path(fs::absolute(arr.model.path).string());
     req.set_num_threads(static_cast<int32_t>(config_.cluster.num_threads_per_rank));
@@ -532,6 +533,7 @@ class JobRunner::Impl {
     ac->set_kl_cov_ratio(a.policy_loss.kl_cov_ratio);
     ac->set_ppo_kl_coef(a.policy_loss.ppo_kl_coef);
     ac->set_tis_imp_ratio_cap(a.tis_imp_ratio_cap);
+    ac->set_shard_optimizer_state(a.shard_optimizer_state);
     const int64_t step_seqs = config_.data.train_batch_size * arr.rollout.n / World();
     ac->set_log_prob_micro_batch_size_per_gpu(
         static_cast<int32_t>(arr.rollout.log_prob_micro_batch_size_per_gpu.value_or(step_seqs)));

@@ -76,6 +76,10 @@ absl::Status SaveTrainableCheckpoint(const std::string& dir,
   std::vector<std::pair<std::string, at::Tensor>> moments;
   auto& opt = const_cast<AdamW&>(optimizer);
   for (size_t i = 0; i < optimizer.params().size(); ++i) {
+    if (!opt.exp_avg()[i].defined() || !opt.exp_avg_sq()[i].defined()) {
+      return absl::FailedPreconditionError(absl::StrCat("the optimizer state of '", optimizer.params()[i].first,
+                                                        "' is not on this rank (sharded): gather it first"));
+    }
     moments.emplace_back("exp_avg." + optimizer.params()[i].first, opt.exp_avg()[i]);
     moments.emplace_back("exp_avg_sq." + optimizer.params()[i].first, opt.exp_avg_sq()[i]);
   }
@@ -101,6 +105,7 @@ absl::Status LoadTrainableCheckpoint(const std::string& dir,
     ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(optim_path));
     for (size_t i = 0; i < optimizer.params().size(); ++i) {
       const std::string& name = optimizer.params()[i].first;
+      if (!optimizer.owns(i)) continue;  // sharded: another rank keeps this parameter's moments
       RETURN_IF_ERROR(ReadInto(file, optim_path, "exp_avg." + name, optimizer.exp_avg()[i]));
       RETURN_IF_ERROR(ReadInto(file, optim_path, "exp_avg_sq." + name, optimizer.exp_avg_sq()[i]));
     }

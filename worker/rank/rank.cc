@@ -4,6 +4,8 @@
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <fstream>
 #include <filesystem>
 #include <limits>
 #include <map>
@@ -30,6 +32,15 @@
 
 namespace verl {
 namespace {
+
+// The process's peak resident set (VmHWM), in GB; 0 when /proc is unreadable.
+double PeakRssGb() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::strtod(line.c_str() + 6, nullptr) * 1024 / 1e9;  // kB
+  }
+  return 0;
+}
 
 // Everything a step keeps on the rank, from rollout to update.
 struct StepBatch {
@@ -85,6 +96,7 @@ class CpuRank final : public RankInterface {
     comm_ = std::move(comm);
     comm_timeout_ = timeout;
     batches_.clear();
+    ApplySharding();
     return absl::OkStatus();
   }
 
@@ -119,6 +131,7 @@ class CpuRank final : public RankInterface {
       const RankActorSettings& a = config_.actor;
       optimizer_ = std::make_unique<AdamW>(actor_->named_parameters(),
                                            AdamWOptions{a.lr, a.weight_decay, a.beta1, a.beta2, a.eps});
+      ApplySharding();
       auto tok = Tokenizer::FromFile(config_.model_path + "/tokenizer.json");
       if (!tok.ok()) return Error("LoadModel/tokenizer", tok.status());
       tokenizer_ = std::make_unique<Tokenizer>(std::move(*tok));
@@ -384,6 +397,8 @@ class CpuRank final : public RankInterface {
           UpdatePolicy(*actor_, *optimizer_, batch->seq,
                        {batch->old_log_probs, batch->ref_log_probs, batch->advantages, batch->rollout.log_probs}, o);
       if (!metrics.ok()) return Error("UpdateActor", metrics.status());
+      (*metrics)["perf/actor_optimizer_state_gb"] = static_cast<double>(optimizer_->StateBytes()) / 1e9;
+      (*metrics)["perf/max_memory_rss_gb"] = PeakRssGb();
       ++updates_done_;
       batch->update_metrics = *metrics;
       return *metrics;
@@ -398,9 +413,21 @@ class CpuRank final : public RankInterface {
   absl::Status SaveCheckpoint(const std::string& dir, int64_t global_step, bool hf_export) override {
     RETURN_IF_ERROR(RequireModel("SaveCheckpoint"));
     // Data-parallel replicas hold identical parameters and optimizer state: group rank 0 writes them, in the layout
-    // of one rank (model_world_size_1_rank_0), so a checkpoint resumes on any number of ranks.
-    if (GroupRank() != 0) return absl::OkStatus();
+    // of one rank (model_world_size_1_rank_0), so a checkpoint resumes on any number of ranks. A sharded optimizer
+    // state is first sent to rank 0 (and dropped there again after the write).
     return CatchTorch(Context("SaveCheckpoint"), [&]() -> absl::Status {
+      GatherShardedMoments(optimizer_.get(), true);
+      if (critic_optimizer_) GatherShardedMoments(critic_optimizer_.get(), true);
+      absl::Status written = GroupRank() == 0 ? WriteCheckpoint(dir, global_step, hf_export) : absl::OkStatus();
+      GatherShardedMoments(optimizer_.get(), false);
+      if (critic_optimizer_) GatherShardedMoments(critic_optimizer_.get(), false);
+      return written;
+    });
+  }
+
+  // Group rank 0's part of SaveCheckpoint (the optimizer state gathered).
+  absl::Status WriteCheckpoint(const std::string& dir, int64_t global_step, bool hf_export) {
+    {
       const std::string actor_dir = dir + "/actor";
       RETURN_IF_ERROR(SaveActorCheckpoint(actor_dir, *actor_, *optimizer_, global_step, 1, 0, updates_done_));
       if (hf_export) RETURN_IF_ERROR(ExportHuggingFace(actor_dir + "/huggingface", *actor_, config_.model_path));
@@ -409,7 +436,7 @@ class CpuRank final : public RankInterface {
                                                 global_step, 1, 0, critic_updates_done_));
       }
       return absl::OkStatus();
-    });
+    }
   }
 
   absl::Status LoadCheckpoint(const std::string& dir, int64_t global_step) override {
@@ -445,6 +472,44 @@ class CpuRank final : public RankInterface {
     std::string text = tokenizer_->Decode(std::vector<int32_t>(ids, ids + length), /*skip_special_tokens=*/true);
     ASSIGN_OR_RETURN(double score, ComputeScore(prompt.data_source, text, prompt.ground_truth, prompt.extra_info_json));
     return std::make_pair(std::move(text), score);
+  }
+  // Shards the optimizers' state over the group (ZeRO-1) when there is a group and the settings ask for it; once.
+  void ApplySharding() {
+    if (!comm_ || GroupSize() <= 1) return;
+    auto broadcast = [this](at::Tensor& t, int root) {
+      absl::Status s = comm_->Broadcast(t.data_ptr(), t.numel(), DType::kFloat32, root, comm_timeout_);
+      if (!s.ok()) throw StatusError(s);
+    };
+    if (optimizer_ && config_.actor.shard_optimizer_state && !optimizer_->sharded()) {
+      optimizer_->Shard(AssignShardOwners(actor_->parameters(), GroupSize()), GroupRank(), broadcast);
+    }
+    if (critic_optimizer_ && config_.critic.shard_optimizer_state && !critic_optimizer_->sharded()) {
+      critic_optimizer_->Shard(AssignShardOwners(critic_->parameters(), GroupSize()), GroupRank(), broadcast);
+    }
+  }
+  // With `gather`, group rank 0 receives the moments it does not own from their owners (every rank calls this, in the
+  // same order); without, rank 0 drops them again. No-op for an unsharded optimizer.
+  void GatherShardedMoments(AdamW* opt, bool gather) {
+    if (opt == nullptr || !opt->sharded()) return;
+    for (size_t i = 0; i < opt->params().size(); ++i) {
+      const int owner = opt->owner(i);
+      if (owner == 0) continue;
+      if (!gather) {
+        if (GroupRank() == 0) opt->exp_avg()[i] = opt->exp_avg_sq()[i] = at::Tensor();
+        continue;
+      }
+      for (std::vector<at::Tensor>* moments : {&opt->exp_avg(), &opt->exp_avg_sq()}) {
+        at::Tensor& m = (*moments)[i];
+        absl::Status s;
+        if (GroupRank() == owner) {
+          s = comm_->Send(m.data_ptr(), m.numel(), DType::kFloat32, 0, comm_timeout_);
+        } else if (GroupRank() == 0) {
+          m = at::empty(opt->params()[i].second.sizes(), at::kFloat);
+          s = comm_->Recv(m.data_ptr(), m.numel(), DType::kFloat32, owner, comm_timeout_);
+        }
+        if (!s.ok()) throw StatusError(s);
+      }
+    }
   }
   int GroupRank() const { return comm_ ? comm_->rank() : 0; }
   int GroupSize() const { return comm_ ? comm_->world_size() : 1; }

@@ -55,6 +55,8 @@ struct RankActorSettings {
   double kl_cov_ratio = 0.0002;
   double ppo_kl_coef = 0.1;
   double tis_imp_ratio_cap = -1;
+  // In a data-parallel group: keep only this rank's share of the AdamW moments (ZeRO-1); see SetCommunicator.
+  bool shard_optimizer_state = true;
 };
 
 struct RankCriticSettings {
@@ -73,6 +75,7 @@ struct RankCriticSettings {
   int64_t forward_micro_batch_size_per_gpu = 8;
   int64_t ppo_epochs = 1;
   bool shuffle = false;
+  bool shard_optimizer_state = true;
 };
 
 struct AdvantageSettings {

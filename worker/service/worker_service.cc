@@ -46,6 +46,7 @@ RankActorSettings FromProto(const v1::ActorConfig& a) {
   s.kl_cov_ratio = a.kl_cov_ratio();
   s.ppo_kl_coef = a.ppo_kl_coef();
   s.tis_imp_ratio_cap = a.tis_imp_ratio_cap();
+  s.shard_optimizer_state = a.shard_optimizer_state();
   return s;
 }
 
@@ -66,6 +67,7 @@ RankCriticSettings FromProto(const v1::CriticConfig& c) {
   s.forward_micro_batch_size_per_gpu = c.forward_micro_batch_size_per_gpu();
   s.ppo_epochs = c.ppo_epochs();
   s.shuffle = c.shuffle();
+  s.shard_optimizer_state = c.shard_optimizer_state();
   return s;
 }
 

@@ -1,5 +1,6 @@
 #include "worker/train/adamw.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace verl {
@@ -12,6 +13,42 @@ AdamW::AdamW(std::vector<std::pair<std::string, at::Tensor>> params, AdamWOption
   }
 }
 
+void AdamW::Shard(std::vector<int> owners, int rank, std::function<void(at::Tensor&, int)> broadcast) {
+  owners_ = std::move(owners);
+  rank_ = rank;
+  broadcast_ = std::move(broadcast);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!owns(i)) {
+      exp_avg_[i] = at::Tensor();
+      exp_avg_sq_[i] = at::Tensor();
+    }
+  }
+}
+
+int64_t AdamW::StateBytes() const {
+  int64_t bytes = 0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (exp_avg_[i].defined()) bytes += exp_avg_[i].numel() * 4;
+    if (exp_avg_sq_[i].defined()) bytes += exp_avg_sq_[i].numel() * 4;
+  }
+  return bytes;
+}
+
+std::vector<int> AssignShardOwners(const std::vector<at::Tensor>& params, int world) {
+  std::vector<size_t> order(params.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return params[a].numel() > params[b].numel(); });
+  std::vector<int64_t> load(std::max(1, world), 0);
+  std::vector<int> owners(params.size(), 0);
+  for (size_t i : order) {
+    const int r = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+    owners[i] = r;
+    load[r] += params[i].numel();
+  }
+  return owners;
+}
+
 void AdamW::Step(double lr) {
   at::NoGradGuard no_grad;
   ++step_;
@@ -20,7 +57,7 @@ void AdamW::Step(double lr) {
   for (size_t i = 0; i < params_.size(); ++i) {
     at::Tensor p = params_[i].second;
     const at::Tensor& g_any = p.grad();
-    if (!g_any.defined()) continue;
+    if (!g_any.defined() || !owns(i)) continue;
     at::Tensor g = g_any.to(at::kFloat);
     at::Tensor& m = exp_avg_[i];
     at::Tensor& v = exp_avg_sq_[i];
@@ -33,6 +70,18 @@ void AdamW::Step(double lr) {
     } else {
       at::Tensor pf = p.to(at::kFloat);
       pf.mul_(1.0 - lr * options_.weight_decay).sub_(update, lr);
+      p.copy_(pf);
+    }
+  }
+  if (!sharded()) return;
+  // Every rank takes each parameter from its owner (in parameter order, so the calls pair up across ranks).
+  for (size_t i = 0; i < params_.size(); ++i) {
+    at::Tensor& p = params_[i].second;
+    if (p.scalar_type() == at::kFloat && p.is_contiguous()) {
+      broadcast_(p, owners_[i]);
+    } else {
+      at::Tensor pf = p.to(at::kFloat).contiguous();
+      broadcast_(pf, owners_[i]);
       p.copy_(pf);
     }
   }

@@ -3,11 +3,17 @@
 
 // AdamW (decoupled weight decay, bias-corrected moments) over a fixed list of parameters, as torch.optim.AdamW.
 // The moments are float32 tensors shaped like the parameters; they are exposed for checkpointing.
+//
+// Optimizer-state sharding (ZeRO stage 1) over a data-parallel group: after Shard(), each parameter has one owner
+// rank, only the owner keeps that parameter's moments and updates it, and Step() then broadcasts every parameter from
+// its owner, so the replicas stay identical while each rank holds about 1/world of the optimizer state. The
+// gradients must already be identical on every rank (summed over the group) when Step() runs.
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,6 +39,18 @@ class AdamW {
   void Step(double lr);
   void ZeroGrad();
 
+  // Shards the optimizer state: owners[i] is the rank that owns parameter i; this is rank `rank`. Moments of the
+  // parameters this rank does not own are freed (undefined tensors from now on). `broadcast(tensor, root)` must
+  // replace `tensor` (float32, contiguous) on every rank with root's values; every rank calls it for every parameter
+  // in order at the end of each Step(). It may throw (e.g. verl::StatusError) and the exception propagates.
+  void Shard(std::vector<int> owners, int rank, std::function<void(at::Tensor&, int)> broadcast);
+  bool sharded() const { return !owners_.empty(); }
+  // Whether this rank keeps (and updates) parameter i's moments: always when not sharded.
+  bool owns(size_t i) const { return owners_.empty() || owners_[i] == rank_; }
+  int owner(size_t i) const { return owners_.empty() ? rank_ : owners_[i]; }
+  // Bytes of optimizer state this rank holds (the moments it keeps).
+  int64_t StateBytes() const;
+
   int64_t step_count() const { return step_; }
   void set_step_count(int64_t step) { step_ = step; }
   const AdamWOptions& options() const { return options_; }
@@ -46,7 +64,14 @@ class AdamW {
   std::vector<at::Tensor> exp_avg_;
   std::vector<at::Tensor> exp_avg_sq_;
   int64_t step_ = 0;
+  std::vector<int> owners_;  // empty: not sharded
+  int rank_ = 0;
+  std::function<void(at::Tensor&, int)> broadcast_;
 };
+
+// Owners for sharding `params` over `world` ranks: largest parameters first, each to the rank holding the fewest
+// elements so far (ties to the lowest rank). Deterministic, so every rank computes the same assignment.
+std::vector<int> AssignShardOwners(const std::vector<at::Tensor>& params, int world);
 
 // Scales all gradients so their global L2 norm is at most max_norm (torch.nn.utils.clip_grad_norm_).
 // Returns the norm before clipping (may be inf/nan; then nothing is scaled).

@@ -79,6 +79,7 @@ std::vector<std::unique_ptr<Communicator>> MakeGroup(int world, absl::Duration c
 struct StepResult {
   Metrics advantage, critic, actor;
   std::map<std::string, std::vector<float>> weights;  // the actor after the update, from group rank 0's checkpoint
+  std::map<std::string, std::vector<float>> moments;  // its AdamW moments (gathered to rank 0 when sharded)
 };
 
 std::map<std::string, std::vector<float>> ReadWeights(const std::string& path) {
@@ -146,11 +147,14 @@ StepResult RunStep(const TinyRankModel& m, int world, const RankConfig& config, 
   for (int r = 1; r < world; ++r) {
     for (const auto& [key, value] : results[0].actor) {
       if (key.find("clipfrac") != std::string::npos || key == "actor/ppo_kl") continue;  // micro-batch means
+      if (key.rfind("perf/", 0) == 0) continue;  // this rank's own memory
       INFO(key);
       REQUIRE(results[r].actor.at(key) == Approx(value).epsilon(1e-6));
     }
   }
-  results[0].weights = ReadWeights(out.file(absl::StrCat("w", world)) + "/actor/model_world_size_1_rank_0.safetensors");
+  const std::string saved = out.file(absl::StrCat("w", world)) + "/actor/";
+  results[0].weights = ReadWeights(saved + "model_world_size_1_rank_0.safetensors");
+  results[0].moments = ReadWeights(saved + "optim_world_size_1_rank_0.safetensors");
   return results[0];
 }
 
@@ -172,14 +176,24 @@ void RequireSameStep(const StepResult& one, const StepResult& many, int world) {
     INFO(key);
     REQUIRE(many.critic.at(key) == Approx(value).epsilon(1e-4).margin(1e-7));
   }
-  REQUIRE(many.weights.size() == one.weights.size());
-  double max_diff = 0;
-  for (const auto& [name, w] : one.weights) {
-    const std::vector<float>& v = many.weights.at(name);
-    REQUIRE(v.size() == w.size());
-    for (size_t i = 0; i < w.size(); ++i) max_diff = std::max(max_diff, std::abs(double(v[i]) - double(w[i])));
-  }
-  REQUIRE(max_diff < 1e-5);
+  auto max_diff = [](const std::map<std::string, std::vector<float>>& a,
+                     const std::map<std::string, std::vector<float>>& b) {
+    REQUIRE(a.size() == b.size());
+    double diff = 0;
+    for (const auto& [name, w] : a) {
+      const std::vector<float>& v = b.at(name);
+      REQUIRE(v.size() == w.size());
+      for (size_t i = 0; i < w.size(); ++i) diff = std::max(diff, std::abs(double(v[i]) - double(w[i])));
+    }
+    return diff;
+  };
+  REQUIRE(max_diff(one.weights, many.weights) < 1e-5);
+  // The optimizer state (sharded over the ranks by default, gathered for the checkpoint) is the same too.
+  REQUIRE(max_diff(one.moments, many.moments) < 1e-5);
+  // ZeRO-1: each rank holds about 1/world of the moments.
+  const double state_one = one.actor.at("perf/actor_optimizer_state_gb");
+  REQUIRE(state_one > 0);
+  REQUIRE(many.actor.at("perf/actor_optimizer_state_gb") < state_one * (1.0 / world + 0.15));
 }
 
 TEST_CASE("data parallel: 1, 2 and 4 ranks take the same update", "[worker][rank][dp]") {
