@@ -20,6 +20,7 @@ APT_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config python3-pip
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libyaml-cpp-dev catch2 nlohmann-json3-dev libpcre2-dev libicu-dev libspdlog-dev libfmt-dev
+  prometheus  # promtool and a real server for the /metrics tests (not started as a service here)
 )
 
 log() { echo "[setup] $*" >&2; }

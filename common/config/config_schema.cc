@@ -171,8 +171,13 @@ const std::vector<ConfigKeySpec>& Table() {
       // ---- trainer ----
       {"trainer.project_name", T::kString, "verl_examples", "", false, O::kVerl, "Project name (paths, loggers)."},
       {"trainer.experiment_name", T::kString, "gsm8k", "", false, O::kVerl, "Experiment name (paths, loggers)."},
-      {"trainer.logger", T::kStringList, "[console, jsonl]", "console|jsonl|tensorboard", false, O::kVerlChanged,
-       "Metric sinks (verl: [console, wandb]); jsonl writes <trainer.log_dir>/metrics.jsonl."},
+      {"trainer.logger", T::kStringList, "[console, jsonl]", "console|jsonl|tensorboard|prometheus", false,
+       O::kVerlChanged,
+       "Metric sinks (verl: [console, wandb]); jsonl writes <trainer.log_dir>/metrics.jsonl; prometheus serves "
+       "/metrics on trainer.prometheus_listen."},
+      {"trainer.prometheus_listen", T::kString, "\"127.0.0.1:9400\"", "", false, O::kOurs,
+       "host:port of the controller's Prometheus /metrics endpoint when trainer.logger has prometheus (\":9400\" for "
+       "every interface, port 0 for any free port)."},
       {"trainer.nnodes", T::kInt, "1", "", false, O::kVerl, "Number of worker nodes."},
       {"trainer.n_gpus_per_node", T::kInt, "1", "", false, O::kVerlChanged,
        "Ranks per node: GPUs, or CPU slots when trainer.device=cpu (verl: 8)."},

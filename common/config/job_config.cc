@@ -207,6 +207,7 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   r.Read("trainer.project_name", &t.project_name);
   r.Read("trainer.experiment_name", &t.experiment_name);
   r.Read("trainer.logger", &t.logger);
+  r.Read("trainer.prometheus_listen", &t.prometheus_listen);
   r.Read("trainer.nnodes", &t.nnodes);
   r.Read("trainer.n_gpus_per_node", &t.n_gpus_per_node);
   r.Read("trainer.device", &t.device);

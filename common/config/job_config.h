@@ -156,7 +156,8 @@ struct CriticConfig {
 struct TrainerConfig {
   std::string project_name = "verl_examples";
   std::string experiment_name = "gsm8k";
-  std::vector<std::string> logger = {"console", "jsonl"};  // console | jsonl | tensorboard
+  std::vector<std::string> logger = {"console", "jsonl"};  // console | jsonl | tensorboard | prometheus
+  std::string prometheus_listen = "127.0.0.1:9400";
   int64_t nnodes = 1;
   int64_t n_gpus_per_node = 1;             // ranks per node (GPUs or CPU slots)
   std::string device = "cpu";              // cpu | cuda

@@ -20,6 +20,9 @@
 #include "common/metrics/jsonl_sink.h"
 #include "common/metrics/metrics_util.h"
 #include "common/metrics/multi_sink.h"
+#include "common/metrics/metrics_http_server.h"
+#include "common/metrics/prometheus_registry.h"
+#include "common/metrics/prometheus_sink.h"
 #include "common/metrics/tensorboard_sink.h"
 #include "common/status/status_macros.h"
 #include "common/text/chat_template.h"
@@ -192,6 +195,7 @@ class JobRunner::Impl {
   }
 
   void SetState(JobState s) {
+    if (prometheus_) (void)PrometheusSink::SetJobState(*prometheus_, PrometheusJobLabels(), JobStateName(s));
     JobState prev = owner_->state_.exchange(s);
     const double dt = Seconds(state_since_);
     state_since_ = Clock::now();
@@ -558,6 +562,22 @@ class JobRunner::Impl {
         ASSIGN_OR_RETURN(auto sink, JsonlSink::Open(path));
         spdlog::info("metrics: {}", sink->path());
         sinks_.Add(std::move(sink));
+      } else if (logger == "prometheus") {
+        // The registry and its endpoint live for the whole job (across recoveries); the sink feeds them.
+        if (!prometheus_) {
+          auto registry = std::make_shared<PrometheusRegistry>();
+          MetricsHttpServerOptions o;
+          o.listen = t.prometheus_listen;
+          auto server = MetricsHttpServer::Start(o, [registry] {
+            return MetricsHttpServer::Response{PrometheusRegistry::kContentType, registry->Render()};
+          });
+          if (!server.ok()) return Annotate(server.status(), "trainer.prometheus_listen");
+          metrics_server_ = *std::move(server);
+          prometheus_ = registry;
+          spdlog::info("prometheus metrics: http://{}/metrics", metrics_server_->address());
+        }
+        ASSIGN_OR_RETURN(auto sink, PrometheusSink::Create(prometheus_, PrometheusJobLabels()));
+        sinks_.Add(std::move(sink));
       } else if (logger == "tensorboard") {
         ASSIGN_OR_RETURN(auto sink, TensorBoardSink::Open(t.log_dir + "/tensorboard"));
         spdlog::info("tensorboard events: {}", sink->path());
@@ -907,6 +927,12 @@ class JobRunner::Impl {
   absl::Status heartbeat_failure_;
   std::vector<std::unique_ptr<WorkerClient>> workers_;  // one per worker: health, heartbeat, shutdown
   std::unique_ptr<RankGroup> ranks_;                    // one client per rank: the step calls
+  std::shared_ptr<PrometheusRegistry> prometheus_;      // with trainer.logger prometheus
+  std::unique_ptr<MetricsHttpServer> metrics_server_;
+
+  PrometheusLabels PrometheusJobLabels() const {
+    return {{"project", config_.trainer.project_name}, {"experiment", config_.trainer.experiment_name}};
+  }
   Metrics last_metrics_;
   MultiSink sinks_;
 

@@ -16,6 +16,7 @@
 #include <catch2/catch.hpp>
 
 #include "common/data/dataset.h"
+#include "tests/common/metrics/http_test_client.h"
 #include "tests/controller/test_util.h"
 
 namespace verl {
@@ -309,6 +310,38 @@ TEST_CASE("Ctrl-C stops verl-controller and its worker", "[controller][main]") {
   CHECK(::kill(worker, 0) != 0);
   // The job stopped well before its 1000 steps.
   CHECK(CountLines(metrics) < 1000);
+}
+
+TEST_CASE("trainer.logger=prometheus serves the running job's metrics on /metrics", "[controller][main][prometheus]") {
+  Job job;
+  job.MakeInputs();
+  std::vector<std::string> argv = {Bin("verl-controller"), "--config", job.config()};
+  for (const std::string& o : job.BaseOverrides(/*real_worker=*/true)) argv.push_back(o);
+  for (const char* o : {"trainer.total_training_steps=1000", "trainer.logger=[jsonl,prometheus]",
+                        "trainer.prometheus_listen=127.0.0.1:0"}) {
+    argv.push_back(o);
+  }
+  ChildProcess controller(argv, job.dir().file("controller.out"), job.dir().file("controller.err"));
+  const std::string metrics = job.dir().file("logs/metrics.jsonl");
+  REQUIRE(WaitFor([&] { return CountLines(metrics) >= 2 || controller.Wait(0); }, 30));
+  INFO("stderr: " << controller.err());
+  REQUIRE(controller.exit_code() == -1);
+  std::smatch m;
+  const std::string err = controller.out() + controller.err();  // the log line may be on either
+  REQUIRE(std::regex_search(err, m, std::regex(R"(prometheus metrics: http://127\.0\.0\.1:(\d+)/metrics)")));
+  const int port = std::stoi(m[1].str());
+  // A real scrape over loopback while the job runs.
+  testing::HttpResponse r = testing::HttpGet(port, "/metrics");
+  INFO(r.body);
+  REQUIRE(r.status == 200);
+  CHECK_THAT(r.body, Catch::Contains("verl_actor_pg_loss{experiment=\""));
+  CHECK_THAT(r.body, Catch::Contains("verl_critic_score_mean{"));
+  CHECK_THAT(r.body, Catch::Contains("verl_timing_seconds_gen{"));
+  CHECK_THAT(r.body, Catch::Contains("verl_training_global_step{"));
+  // Exactly one job state is active, and it is a running one.
+  CHECK(std::regex_search(r.body, std::regex(R"re(verl_job_state\{[^}]*state="(step/[a-z_]+|validating|checkpointing)"\} 1)re")));
+  REQUIRE(::kill(controller.pid(), SIGINT) == 0);
+  REQUIRE(controller.Wait(10));
 }
 
 }  // namespace
