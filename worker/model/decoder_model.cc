@@ -23,7 +23,8 @@ at::Tensor RotateHalf(const at::Tensor& x) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Load(const std::string& model_dir, at::ScalarType dtype) {
+absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Load(const std::string& model_dir, at::ScalarType dtype,
+                                                                 at::Device device) {
   ASSIGN_OR_RETURN(DecoderConfig config, LoadDecoderConfig(model_dir));
   ASSIGN_OR_RETURN(SafetensorsCheckpoint ckpt, SafetensorsCheckpoint::Open(model_dir));
   std::unique_ptr<DecoderModel> model(new DecoderModel(config));
@@ -38,7 +39,7 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Load(const std::stri
     }
     at::Tensor t = at::from_blob(const_cast<void*>(view->data), view->shape,
                                  at::TensorOptions().dtype(ToScalarType(view->dtype)));
-    loaded[spec.name] = t.to(dtype, /*non_blocking=*/false, /*copy=*/true);
+    loaded[spec.name] = t.to(device, dtype, /*non_blocking=*/false, /*copy=*/true);
     model->params_.emplace_back(spec.name, loaded[spec.name]);
   }
   model->embed_ = loaded.at("model.embed_tokens.weight");
@@ -59,16 +60,14 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Load(const std::stri
     layer.v_w = get("self_attn.v_proj.weight");
     layer.v_b = get("self_attn.v_proj.bias");
     layer.o_w = get("self_attn.o_proj.weight");
+    layer.o_b = get("self_attn.o_proj.bias");
     layer.post_norm = get("post_attention_layernorm.weight");
     layer.gate_w = get("mlp.gate_proj.weight");
     layer.up_w = get("mlp.up_proj.weight");
     layer.down_w = get("mlp.down_proj.weight");
     model->layers_.push_back(std::move(layer));
   }
-  int64_t d = config.head_dim;
-  model->inv_freq_ =
-      1.0 / at::pow(config.rope_theta, at::arange(0, d, 2, at::TensorOptions().dtype(at::kDouble)) / double(d));
-  model->inv_freq_ = model->inv_freq_.to(at::kFloat);
+  model->inv_freq_ = RopeInverseFrequencies(config).to(device);
   return model;
 }
 
@@ -141,7 +140,7 @@ at::Tensor DecoderModel::Forward(const at::Tensor& input_ids, const at::Tensor& 
     at::Tensor attn = at::scaled_dot_product_attention(q, k, v, attn_mask, 0.0, false, std::nullopt,
                                                        /*enable_gqa=*/heads != kv_heads);
     attn = attn.transpose(1, 2).reshape({h.size(0), T, heads * hd});
-    h = h + at::linear(attn, L.o_w);
+    h = h + at::linear(attn, L.o_w, L.o_b);
     x = RmsNorm(h, L.post_norm);
     h = h + at::linear(at::silu(at::linear(x, L.gate_w)) * at::linear(x, L.up_w), L.down_w);
   }
@@ -156,6 +155,30 @@ at::Tensor DecoderModel::Logits(const at::Tensor& hidden) const {
 }  // namespace verl
 
 namespace verl {
+
+at::Tensor RopeInverseFrequencies(const DecoderConfig& config) {
+  // transformers' _compute_default_rope_parameters, op for op in float32 (Python's `scalar / t` is
+  // t.reciprocal() * scalar, `scalar ** t` is pow(scalar, t)).
+  const int64_t d = config.head_dim;
+  at::Tensor exponent = at::arange(0, d, 2, at::TensorOptions().dtype(at::kLong)).to(at::kFloat) / double(d);
+  at::Tensor inv_freq = at::pow(config.rope_theta, exponent).reciprocal() * 1.0;
+  const RopeScaling& rs = config.rope_scaling;
+  if (rs.rope_type == "linear") return inv_freq / rs.factor;
+  if (rs.rope_type != "llama3") return inv_freq;
+  // _compute_llama3_parameters: long wavelengths are divided by `factor`, short ones kept, the band between
+  // interpolated smoothly.
+  const auto old_context_len = static_cast<double>(rs.original_max_position_embeddings);
+  const double low_freq_wavelen = old_context_len / rs.low_freq_factor;
+  const double high_freq_wavelen = old_context_len / rs.high_freq_factor;
+  at::Tensor wavelen = inv_freq.reciprocal() * (2 * M_PI);
+  at::Tensor scaled = at::where(wavelen > low_freq_wavelen, inv_freq / rs.factor, inv_freq);
+  at::Tensor smooth =
+      (wavelen.reciprocal() * old_context_len - rs.low_freq_factor) / (rs.high_freq_factor - rs.low_freq_factor);
+  at::Tensor smoothed = (1 - smooth) * scaled / rs.factor + smooth * scaled;
+  at::Tensor is_medium =
+      (wavelen < high_freq_wavelen).logical_not().logical_and((wavelen > low_freq_wavelen).logical_not());
+  return at::where(is_medium, smoothed, scaled);
+}
 
 at::Tensor BuildAttentionMask(const at::Tensor& key_valid, int64_t start, int64_t T) {
   const int64_t S = key_valid.size(1);

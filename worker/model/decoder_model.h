@@ -31,9 +31,11 @@ struct KvCache {
 
 class DecoderModel {
  public:
-  // Loads config.json and the safetensors weights of an HF model directory. Weights are converted to `dtype`.
+  // Loads config.json and the safetensors weights of an HF model directory. Weights are converted to `dtype` and
+  // placed on `device`; Forward's inputs must be on that device too.
   // Errors name the directory and the tensor (missing, wrong shape).
-  static absl::StatusOr<std::unique_ptr<DecoderModel>> Load(const std::string& model_dir, at::ScalarType dtype);
+  static absl::StatusOr<std::unique_ptr<DecoderModel>> Load(const std::string& model_dir, at::ScalarType dtype,
+                                                            at::Device device = at::kCPU);
 
   DecoderModel(const DecoderModel&) = delete;
   DecoderModel& operator=(const DecoderModel&) = delete;
@@ -61,7 +63,8 @@ class DecoderModel {
 
  private:
   struct Layer {
-    at::Tensor input_norm, q_w, q_b, k_w, k_b, v_w, v_b, o_w, post_norm, gate_w, up_w, down_w;
+    // Biases (q_b, k_b, v_b, o_b) are undefined when the model has none; o_b exists only for Llama attention_bias.
+    at::Tensor input_norm, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b, post_norm, gate_w, up_w, down_w;
   };
 
   explicit DecoderModel(DecoderConfig config) : config_(std::move(config)) {}
@@ -80,6 +83,10 @@ class DecoderModel {
 }  // namespace verl
 
 namespace verl {
+
+// The RoPE inverse frequencies [head_dim / 2], float32, for `config` (rope_theta and rope_scaling), computed with the
+// same float32 operations as transformers' rope init functions, so the rotations match bit for bit.
+at::Tensor RopeInverseFrequencies(const DecoderConfig& config);
 
 // The attention mask for queries at positions [start, start + T) over keys [0, S) where `key_valid` is bool [B, S]:
 // a query attends to valid keys at or before its own position, and always to itself (so rows of padding never

@@ -143,6 +143,49 @@ absl::StatusOr<nlohmann::json> ReadJsonObject(const fs::path& path) {
   return j;
 }
 
+// config.json's non-null "rope_scaling" object, as transformers validates it (rope_config_validation).
+absl::StatusOr<RopeScaling> ParseRopeScaling(const nlohmann::json& v, const std::string& path) {
+  if (!v.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": key 'rope_scaling' must be null or an object, got ", TypeName(v), " ", v.dump()));
+  }
+  JsonReader r(v, absl::StrCat(path, " (rope_scaling)"));
+  ASSIGN_OR_RETURN(std::optional<std::string> type, r.String("rope_type"));
+  if (!type) {
+    ASSIGN_OR_RETURN(type, r.String("type"));  // the older name
+  }
+  RopeScaling s;
+  if (!type) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": key 'rope_scaling' has no 'rope_type' (or 'type'): ", v.dump()));
+  }
+  if (*type == "default") return s;
+  if (*type != "linear" && *type != "llama3") {
+    return absl::UnimplementedError(absl::StrCat(path, ": key 'rope_scaling' has rope_type '", *type,
+                                                 "', which is not supported (supported: default, linear, llama3)"));
+  }
+  s.rope_type = *type;
+  if (!r.Has("factor")) return r.Error("factor", absl::StrCat("is required for rope_type ", *type));
+  ASSIGN_OR_RETURN(s.factor, r.Double("factor", 1.0));
+  if (!(s.factor >= 1.0)) return r.Error("factor", absl::StrCat("must be >= 1, got ", v.at("factor").dump()));
+  if (*type == "llama3") {
+    for (const char* key : {"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) {
+      if (!r.Has(key)) return r.Error(key, "is required for rope_type llama3");
+    }
+    ASSIGN_OR_RETURN(s.low_freq_factor, r.Double("low_freq_factor", 1.0));
+    ASSIGN_OR_RETURN(s.high_freq_factor, r.Double("high_freq_factor", 4.0));
+    if (!(s.low_freq_factor > 0)) return r.Error("low_freq_factor", "must be positive");
+    if (!(s.high_freq_factor > s.low_freq_factor)) {
+      return r.Error(
+          "high_freq_factor",
+          absl::StrCat("(", s.high_freq_factor, ") must be greater than low_freq_factor (", s.low_freq_factor, ")"));
+    }
+    ASSIGN_OR_RETURN(s.original_max_position_embeddings,
+                     r.PositiveInt("original_max_position_embeddings", std::nullopt));
+  }
+  return s;
+}
+
 absl::StatusOr<DecoderConfig> ParseDecoderConfig(const nlohmann::json& j, const std::string& path) {
   JsonReader r(j, path);
   DecoderConfig c;
@@ -194,11 +237,11 @@ absl::StatusOr<DecoderConfig> ParseDecoderConfig(const nlohmann::json& j, const 
   }
   c.torch_dtype = torch_dtype.value_or("float32");
 
-  // Features the decoder does not implement yet.
   if (r.Has("rope_scaling")) {
-    return absl::UnimplementedError(
-        absl::StrCat(path, ": key 'rope_scaling' is ", j.at("rope_scaling").dump(), "; only null is supported for now"));
+    ASSIGN_OR_RETURN(c.rope_scaling, ParseRopeScaling(j.at("rope_scaling"), path));
   }
+
+  // Features the decoder does not implement yet.
   ASSIGN_OR_RETURN(std::optional<std::string> hidden_act, r.String("hidden_act"));
   if (hidden_act && *hidden_act != "silu") {
     return absl::UnimplementedError(
@@ -277,7 +320,18 @@ std::string DecoderConfigToJson(const DecoderConfig& config) {
   j["head_dim"] = config.head_dim;
   j["max_position_embeddings"] = config.max_position_embeddings;
   j["rope_theta"] = config.rope_theta;
-  j["rope_scaling"] = nullptr;
+  const RopeScaling& rs = config.rope_scaling;
+  if (rs.rope_type.empty()) {
+    j["rope_scaling"] = nullptr;
+  } else if (rs.rope_type == "linear") {
+    j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", rs.factor}};
+  } else {
+    j["rope_scaling"] = {{"rope_type", rs.rope_type},
+                         {"factor", rs.factor},
+                         {"low_freq_factor", rs.low_freq_factor},
+                         {"high_freq_factor", rs.high_freq_factor},
+                         {"original_max_position_embeddings", rs.original_max_position_embeddings}};
+  }
   j["rms_norm_eps"] = config.rms_norm_eps;
   j["tie_word_embeddings"] = config.tie_word_embeddings;
   j["hidden_act"] = "silu";

@@ -19,6 +19,17 @@ namespace verl {
 // Model types LoadDecoderConfig accepts.
 inline constexpr std::string_view kSupportedDecoderModelTypes[] = {"qwen2", "llama"};
 
+// config.json's "rope_scaling" (transformers' modeling_rope_utils). rope_type "" means none (null or "default").
+// Supported: "linear" (inv_freq / factor) and "llama3" (Llama 3.1's frequency-dependent scaling with smoothing,
+// transformers' _compute_llama3_parameters); both keep the attention scaling at 1.
+struct RopeScaling {
+  std::string rope_type;                          // "", "linear" or "llama3" ("rope_type", or the older "type")
+  double factor = 1.0;                            // linear, llama3: required, >= 1
+  double low_freq_factor = 1.0;                   // llama3: required
+  double high_freq_factor = 4.0;                  // llama3: required, > low_freq_factor
+  int64_t original_max_position_embeddings = 0;   // llama3: required, positive
+};
+
 struct DecoderConfig {
   std::string model_type;                // "qwen2" or "llama"
   int64_t vocab_size = 0;                // required
@@ -30,6 +41,7 @@ struct DecoderConfig {
   int64_t head_dim = 0;                  // default: hidden_size / num_attention_heads
   int64_t max_position_embeddings = 0;   // default: 32768 (qwen2), 2048 (llama), as transformers
   double rope_theta = 10000.0;           // default 10000
+  RopeScaling rope_scaling;              // default: none
   double rms_norm_eps = 1e-6;            // default 1e-6
   bool tie_word_embeddings = false;      // default false; true: lm_head shares model.embed_tokens.weight
   bool attention_bias = false;           // qwen2: always true (q/k/v biases); llama: key "attention_bias", default false
@@ -44,13 +56,15 @@ struct DecoderConfig {
 // and the key: NotFound when config.json is missing; InvalidArgument for malformed JSON, a missing required key, a
 // value of the wrong type or out of range, an unsupported model_type (listing the supported ones) or inconsistent
 // sizes (heads not divisible by kv heads, hidden_size not divisible by heads without head_dim); Unimplemented for
-// features not supported yet: rope_scaling not null, hidden_act other than silu, qwen2 use_sliding_window true,
-// llama mlp_bias true.
+// features not supported yet: a rope_scaling type other than default, linear and llama3 (yarn, dynamic, longrope,
+// ...), hidden_act other than silu, qwen2 use_sliding_window true, llama mlp_bias true. A linear or llama3
+// rope_scaling missing a required key, or with a value of the wrong type or out of range, is InvalidArgument.
 absl::StatusOr<DecoderConfig> LoadDecoderConfig(const std::string& model_dir);
 
 // A config.json that transformers (>= 4.46) loads into Qwen2ForCausalLM / LlamaForCausalLM with the same
 // architecture: keys of `config.raw` are kept, the modelled fields and the usual companions (architectures,
-// hidden_act "silu", use_cache true, rope_scaling null, transformers_version "4.46.0", ...) are (over)written.
+// hidden_act "silu", use_cache true, rope_scaling (null, or the supported scaling with its keys),
+// transformers_version "4.46.0", ...) are (over)written.
 // For qwen2, attention_bias is implied by the architecture and not written.
 std::string DecoderConfigToJson(const DecoderConfig& config);
 

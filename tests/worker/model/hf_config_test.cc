@@ -250,11 +250,30 @@ TEST_CASE("hf config errors name the file and the key", "[hf_config]") {
     CHECK_THAT(std::string(s.message()), Catch::Contains("'mistral'") && Catch::Contains("qwen2") &&
                                              Catch::Contains("llama") && Catch::Contains("'model_type'"));
   }
-  SECTION("rope_scaling is not supported yet") {
+  SECTION("rope_scaling types other than default, linear and llama3 are not supported yet") {
     absl::Status s = LoadError(QwenWith("rope_scaling", R"({"type": "yarn", "factor": 4.0})"));
     CHECK(s.code() == absl::StatusCode::kUnimplemented);
-    CHECK_THAT(std::string(s.message()), Catch::Contains("'rope_scaling'") && Catch::Contains("config.json"));
+    CHECK_THAT(std::string(s.message()), Catch::Contains("'rope_scaling'") && Catch::Contains("config.json") &&
+                                             Catch::Contains("yarn") && Catch::Contains("llama3"));
     CHECK(LoadError(QwenWith("rope_scaling", "null")).ok());
+    CHECK(LoadError(QwenWith("rope_scaling", R"({"rope_type": "default"})")).ok());
+  }
+  SECTION("malformed llama3 / linear rope_scaling") {
+    const std::string ok = R"({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                              "original_max_position_embeddings": 8192})";
+    CHECK(LoadError(QwenWith("rope_scaling", ok)).ok());
+    absl::Status s = LoadError(QwenWith("rope_scaling", R"({"rope_type": "llama3", "factor": 8.0})"));
+    CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(s.message()), Catch::Contains("'low_freq_factor'") && Catch::Contains("config.json"));
+    s = LoadError(QwenWith("rope_scaling", R"({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0,
+                                               "high_freq_factor": 1.0, "original_max_position_embeddings": 8192})"));
+    CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(s.message()), Catch::Contains("'high_freq_factor'"));
+    s = LoadError(QwenWith("rope_scaling", R"({"type": "linear", "factor": 0.5})"));
+    CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(s.message()), Catch::Contains("'factor'"));
+    CHECK(LoadError(QwenWith("rope_scaling", R"({"factor": 2.0})")).code() == absl::StatusCode::kInvalidArgument);
+    CHECK(LoadError(QwenWith("rope_scaling", "4")).code() == absl::StatusCode::kInvalidArgument);
   }
   SECTION("other unsupported features") {
     CHECK(LoadError(QwenWith("use_sliding_window", "true")).code() == absl::StatusCode::kUnimplemented);
@@ -329,6 +348,39 @@ TEST_CASE("hf config written by DecoderConfigToJson loads back identically", "[h
   CHECK(j["eos_token_id"] == 3);
   CHECK(j["bos_token_id"].is_null());
   CHECK(j["pretraining_tp"] == 1);
+}
+
+TEST_CASE("hf config: llama3 and linear rope_scaling load and write back", "[hf_config]") {
+  for (const std::string scaling :
+       {std::string(R"({"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                        "original_max_position_embeddings": 8192})"),
+        std::string(R"({"type": "linear", "factor": 2})")}) {
+    INFO(scaling);
+    TestDir dir("hf_config_rope");
+    WriteModelDir(dir, QwenWith("rope_scaling", scaling));
+    absl::StatusOr<DecoderConfig> c = LoadDecoderConfig(dir.path());
+    INFO(c.status().ToString());
+    REQUIRE(c.ok());
+    const bool llama3 = scaling.find("llama3") != std::string::npos;
+    CHECK(c->rope_scaling.rope_type == (llama3 ? "llama3" : "linear"));
+    CHECK(c->rope_scaling.factor == (llama3 ? 32.0 : 2.0));
+    if (llama3) {
+      CHECK(c->rope_scaling.low_freq_factor == 1.0);
+      CHECK(c->rope_scaling.high_freq_factor == 4.0);
+      CHECK(c->rope_scaling.original_max_position_embeddings == 8192);
+    }
+    TestDir out("hf_config_rope_out");
+    WriteFile(out.file("config.json"), DecoderConfigToJson(*c));
+    absl::StatusOr<DecoderConfig> back = LoadDecoderConfig(out.path());
+    REQUIRE(back.ok());
+    CHECK(back->rope_scaling.rope_type == c->rope_scaling.rope_type);
+    CHECK(back->rope_scaling.factor == c->rope_scaling.factor);
+    CHECK(back->rope_scaling.low_freq_factor == c->rope_scaling.low_freq_factor);
+    CHECK(back->rope_scaling.high_freq_factor == c->rope_scaling.high_freq_factor);
+    CHECK(back->rope_scaling.original_max_position_embeddings == c->rope_scaling.original_max_position_embeddings);
+    const nlohmann::json j = nlohmann::json::parse(ReadFile(out.file("config.json")));
+    CHECK(j["rope_scaling"]["rope_type"] == c->rope_scaling.rope_type);
+  }
 }
 
 TEST_CASE("torch dtype names", "[hf_config]") {
