@@ -65,6 +65,13 @@ if(VERL_WITH_CUDA)
     message(FATAL_ERROR "NCCL not found in VERL_NCCL_ROOT='${VERL_NCCL_ROOT}' (want include/nccl.h and "
                         "lib/libnccl.so.2): pip install nvidia-nccl-cu13 or pass -DVERL_NCCL_ROOT=...")
   endif()
+  # LibTorch's CUDA backend: nothing references its symbols directly (it registers itself when loaded), so keep the
+  # linker from dropping it.
+  if(NOT EXISTS ${VERL_TORCH_ROOT}/lib/libtorch_cuda.so)
+    message(FATAL_ERROR "VERL_WITH_CUDA=ON but ${VERL_TORCH_ROOT}/lib has no libtorch_cuda.so (a CPU-only torch?)")
+  endif()
+  target_link_libraries(verl_torch INTERFACE -Wl,--no-as-needed ${VERL_TORCH_ROOT}/lib/libtorch_cuda.so
+                        ${VERL_TORCH_ROOT}/lib/libc10_cuda.so -Wl,--as-needed)
   add_library(verl_nccl INTERFACE IMPORTED GLOBAL)
   target_include_directories(verl_nccl SYSTEM INTERFACE ${VERL_NCCL_ROOT}/include)
   target_link_libraries(verl_nccl INTERFACE ${VERL_NCCL_ROOT}/lib/libnccl.so.2 CUDA::cudart)

@@ -62,7 +62,8 @@ bool LocalWorkerLauncher::Reap(Proc& p) {
 
 absl::StatusOr<std::vector<LaunchedWorker>> LocalWorkerLauncher::Launch(const std::string& binary, int count,
                                                                         const std::string& log_dir,
-                                                                        double timeout_s, int ranks_per_worker) {
+                                                                        double timeout_s, int ranks_per_worker,
+                                                                        const std::string& device) {
   if (access(binary.c_str(), X_OK) != 0) {
     return absl::NotFoundError(absl::StrCat("worker binary '", binary, "' is missing or not executable"));
   }
@@ -79,7 +80,8 @@ absl::StatusOr<std::vector<LaunchedWorker>> LocalWorkerLauncher::Launch(const st
     // Everything the child needs is built before fork: between fork and exec only async-signal-safe calls.
     const std::string ranks = std::to_string(ranks_per_worker);
     const char* argv[] = {binary.c_str(), "--listen", "127.0.0.1:0", "--ready-file", ready.c_str(),
-                          "--worker-id", p.info.worker_id.c_str(), "--ranks", ranks.c_str(), nullptr};
+                          "--worker-id", p.info.worker_id.c_str(), "--ranks", ranks.c_str(),
+                          "--device", device.c_str(), nullptr};
     const pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) return absl::InternalError(absl::StrCat("fork failed: ", strerror(errno)));

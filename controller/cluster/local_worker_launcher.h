@@ -34,12 +34,13 @@ class LocalWorkerLauncher {
   LocalWorkerLauncher(const LocalWorkerLauncher&) = delete;
   LocalWorkerLauncher& operator=(const LocalWorkerLauncher&) = delete;
 
-  // Starts `count` workers from `binary`, each hosting `ranks_per_worker` ranks, and waits until each has written its
+  // Starts `count` workers from `binary`, each hosting `ranks_per_worker` ranks on `device` ("cpu", or "cuda": local
+  // rank i on GPU i), and waits until each has written its
   // ready file, at most `timeout_s` seconds. Fails fast (naming the worker, its exit status and log tail) if one
   // exits before it is ready.
   absl::StatusOr<std::vector<LaunchedWorker>> Launch(const std::string& binary, int count,
                                                      const std::string& log_dir, double timeout_s,
-                                                     int ranks_per_worker = 1);
+                                                     int ranks_per_worker = 1, const std::string& device = "cpu");
 
   // OK while every launched worker runs; otherwise an Unavailable error naming the first dead worker, its address
   // and its exit status.

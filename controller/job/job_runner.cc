@@ -315,17 +315,13 @@ class JobRunner::Impl {
   absl::Status StartWorkers() {
     const ClusterConfig& c = config_.cluster;
     const TrainerConfig& t = config_.trainer;
-    if (t.device != "cpu") {
-      return absl::UnimplementedError(absl::StrCat("trainer.device=", t.device,
-                                                   ": this build has no CUDA backend (use trainer.device=cpu)"));
-    }
     std::vector<std::pair<std::string, std::string>> targets;  // id, address
     if (c.worker_addresses.empty()) {
       const std::string binary = c.worker_binary.empty() ? options_.default_worker_binary : c.worker_binary;
       launcher_ = std::make_unique<LocalWorkerLauncher>();
       ASSIGN_OR_RETURN(auto launched,
                        launcher_->Launch(binary, static_cast<int>(t.nnodes), t.log_dir + "/workers",
-                                         c.worker_start_timeout_s, static_cast<int>(t.n_gpus_per_node)));
+                                         c.worker_start_timeout_s, static_cast<int>(t.n_gpus_per_node), t.device));
       for (const LaunchedWorker& w : launched) {
         spdlog::info("started {} (pid {}) on {}", w.worker_id, w.pid, w.address);
         targets.emplace_back(w.worker_id, w.address);
@@ -343,6 +339,11 @@ class JobRunner::Impl {
       auto client = std::make_unique<WorkerClient>(id, address, c.rpc_timeout_s, liveness);
       ASSIGN_OR_RETURN(v1::HealthResponse health, client->WaitHealthy(c.worker_start_timeout_s));
       spdlog::debug("{} healthy: pid {}, {} rank(s) on {}", id, health.pid(), health.num_ranks(), health.device());
+      if (health.device() != t.device) {
+        return absl::InvalidArgumentError(absl::StrCat("the worker at ", address, " runs on ", health.device(),
+                                                       " but trainer.device is ", t.device, " (start it with --device ",
+                                                       t.device, ")"));
+      }
       if (health.num_ranks() != t.n_gpus_per_node) {
         return absl::InvalidArgumentError(absl::StrCat(
             "the worker at ", address, " hosts ", health.num_ranks(), " rank(s) but trainer.n_gpus_per_node is ",

@@ -2,11 +2,17 @@
 // on the quickstart task's text, so tests and the CPU quickstart need nothing from the network.
 //
 //   verl-make-tiny-model --out-dir models/tiny-qwen2 [--hidden 64] [--layers 2] [--heads 4] [--kv-heads 2]
-//                        [--intermediate 256] [--merges 40] [--seed 1]
+//                        [--intermediate 256] [--merges 40] [--seed 1] [--vocab-size 0] [--rope-theta 10000]
 //
 // The directory holds config.json, generation_config.json, model.safetensors (float32, N(0, 0.02), fixed seed),
-// tokenizer.json, tokenizer_config.json (ChatML chat template). The vocabulary is exactly the tokenizer's.
+// tokenizer.json, tokenizer_config.json (ChatML chat template). The vocabulary is the tokenizer's, or --vocab-size
+// rows when larger (the extra ids are never produced by the tokenizer, as in real models whose embedding is padded).
+//
+// BENCHMARKS.md's bench-0.5b (the Qwen2.5-0.5B architecture, random weights):
+//   verl-make-tiny-model --out-dir models/bench-0.5b --hidden 896 --layers 24 --heads 14 --kv-heads 2 \
+//       --intermediate 4864 --vocab-size 151936 --rope-theta 1000000
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -32,7 +38,8 @@ int Fail(const std::string& message) {
 
 const char* kUsage =
     "usage: verl-make-tiny-model --out-dir DIR [--hidden 64] [--layers 2] [--heads 4] [--kv-heads 2]\n"
-    "                            [--intermediate 256] [--merges 40] [--seed 1]\n";
+    "                            [--intermediate 256] [--merges 40] [--seed 1] [--vocab-size 0]\n"
+    "                            [--rope-theta 10000]\n";
 
 // ChatML, as Qwen2.5's tokenizer_config.json spells it minus the default system prompt.
 const char* kChatTemplate =
@@ -44,7 +51,8 @@ const char* kChatTemplate =
 int main(int argc, char** argv) {
   std::map<std::string, std::string> flags = {{"out-dir", ""},         {"hidden", "64"}, {"layers", "2"},
                                               {"heads", "4"},          {"kv-heads", "2"}, {"intermediate", "256"},
-                                              {"merges", "40"},        {"seed", "1"}};
+                                              {"merges", "40"},        {"seed", "1"},     {"vocab-size", "0"},
+                                              {"rope-theta", "10000"}};
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -62,7 +70,8 @@ int main(int argc, char** argv) {
     return Fail("--out-dir is required");
   }
   const std::string out = flags["out-dir"];
-  int64_t hidden, layers, heads, kv_heads, intermediate, merges, seed;
+  int64_t hidden, layers, heads, kv_heads, intermediate, merges, seed, vocab_size;
+  double rope_theta;
   try {
     hidden = std::stoll(flags["hidden"]);
     layers = std::stoll(flags["layers"]);
@@ -71,6 +80,8 @@ int main(int argc, char** argv) {
     intermediate = std::stoll(flags["intermediate"]);
     merges = std::stoll(flags["merges"]);
     seed = std::stoll(flags["seed"]);
+    vocab_size = std::stoll(flags["vocab-size"]);
+    rope_theta = std::stod(flags["rope-theta"]);
   } catch (const std::exception&) {
     return Fail("numeric flags need integer values");
   }
@@ -93,7 +104,11 @@ int main(int argc, char** argv) {
 
   verl::DecoderConfig config;
   config.model_type = "qwen2";
-  config.vocab_size = tokenizer->vocab_size();
+  if (vocab_size != 0 && vocab_size < tokenizer->vocab_size()) {
+    return Fail("--vocab-size " + std::to_string(vocab_size) + " is smaller than the tokenizer's " +
+                std::to_string(tokenizer->vocab_size()) + " ids");
+  }
+  config.vocab_size = std::max<int64_t>(vocab_size, tokenizer->vocab_size());
   config.hidden_size = hidden;
   config.intermediate_size = intermediate;
   config.num_hidden_layers = layers;
@@ -101,7 +116,7 @@ int main(int argc, char** argv) {
   config.num_key_value_heads = kv_heads;
   config.head_dim = hidden / heads;
   config.max_position_embeddings = 1024;
-  config.rope_theta = 10000.0;
+  config.rope_theta = rope_theta;
   config.rms_norm_eps = 1e-6;
   config.tie_word_embeddings = true;
   config.attention_bias = true;

@@ -15,9 +15,9 @@ namespace {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ValueModel>> ValueModel::Load(const std::string& model_dir, at::ScalarType dtype,
-                                                             uint64_t seed) {
+                                                             uint64_t seed, at::Device device) {
   std::unique_ptr<ValueModel> vm(new ValueModel());
-  ASSIGN_OR_RETURN(vm->decoder_, DecoderModel::Load(model_dir, dtype));
+  ASSIGN_OR_RETURN(vm->decoder_, DecoderModel::Load(model_dir, dtype, device));
   const int64_t hidden = vm->decoder_->config().hidden_size;
   ASSIGN_OR_RETURN(SafetensorsCheckpoint ckpt, SafetensorsCheckpoint::Open(model_dir));
   const bool has_weight = ckpt.Contains("score.weight");
@@ -52,6 +52,8 @@ absl::StatusOr<std::unique_ptr<ValueModel>> ValueModel::Load(const std::string& 
     vm->head_weight_ = at::normal(0.0, 0.02, {1, hidden}, gen, at::TensorOptions().dtype(at::kFloat)).to(dtype);
     vm->head_bias_ = at::zeros({1}, at::TensorOptions().dtype(dtype));
   }
+  vm->head_weight_ = vm->head_weight_.to(device);
+  vm->head_bias_ = vm->head_bias_.to(device);
   for (const auto& [name, t] : vm->decoder_->named_parameters()) {
     if (name != "lm_head.weight") vm->params_.emplace_back(name, t);
   }

@@ -23,8 +23,9 @@ class ValueModel {
   // Loads the decoder of `model_dir` in `dtype` and its head (`score.bias` may be absent: zero). Errors: those of
   // DecoderModel::Load, and InvalidArgument naming the directory and tensor for a `score.weight` other than
   // [1, hidden], a `score.bias` other than [1], or a `score.bias` without `score.weight`.
+  // On `device`, as DecoderModel::Load (the head is drawn on the host from `seed`, then moved).
   static absl::StatusOr<std::unique_ptr<ValueModel>> Load(const std::string& model_dir, at::ScalarType dtype,
-                                                          uint64_t seed);
+                                                          uint64_t seed, at::Device device = at::kCPU);
 
   // Values of the last `response_length` tokens of every row: [N, R] float32, aligned like the log-probs
   // (the hidden state before each response token). Records autograd history when grad mode is on.

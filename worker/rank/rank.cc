@@ -80,6 +80,18 @@ class CpuRank final : public RankInterface {
     if (config.dtype != "float32" && config.dtype != "bfloat16") {
       return absl::InvalidArgumentError(absl::StrCat("unsupported model dtype '", config.dtype, "'"));
     }
+    if (config.device != "cpu" && config.device.rfind("cuda", 0) != 0) {
+      return Error("Configure", absl::InvalidArgumentError(absl::StrCat("unknown device '", config.device,
+                                                                        "' (expected cpu or cuda:N)")));
+    }
+    if (config.device != "cpu" && !at::hasCUDA()) {
+      return Error("Configure", absl::FailedPreconditionError(absl::StrCat(
+                                    "device ", config.device, ": this worker has no CUDA (built without "
+                                    "VERL_WITH_CUDA, or no GPU visible)")));
+    }
+    ASSIGN_OR_RETURN(device_, CatchTorch(Context("Configure"), [&]() -> absl::StatusOr<at::Device> {
+                       return at::Device(config.device);
+                     }));
     config_ = config;
     if (config.num_threads > 0) at::set_num_threads(config.num_threads);
     // Tiny random weights produce subnormal floats, which are orders of magnitude slower on x86.
@@ -109,19 +121,19 @@ class CpuRank final : public RankInterface {
     return CatchTorch(Context("LoadModel"), [&]() -> absl::StatusOr<LoadModelOutput> {
       const at::ScalarType dtype = config_.dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
       // Load errors carry the rank and the role, as every other error of this interface does.
-      auto actor = DecoderModel::Load(config_.model_path, dtype);
+      auto actor = DecoderModel::Load(config_.model_path, dtype, device_);
       if (!actor.ok()) return Error("LoadModel/actor", actor.status());
       actor_ = std::move(*actor);
       actor_->SetRequiresGrad(false);
       if (HasRole("ref")) {
-        auto ref = DecoderModel::Load(config_.model_path, dtype);
+        auto ref = DecoderModel::Load(config_.model_path, dtype, device_);
         if (!ref.ok()) return Error("LoadModel/ref", ref.status());
         ref_ = std::move(*ref);
         ref_->SetRequiresGrad(false);
       }
       if (HasRole("critic")) {
         const RankCriticSettings& c = config_.critic;
-        auto critic = ValueModel::Load(c.model_path, dtype, config_.seed);
+        auto critic = ValueModel::Load(c.model_path, dtype, config_.seed, device_);
         if (!critic.ok()) return Error("LoadModel/critic", critic.status());
         critic_ = std::move(*critic);
         critic_->SetRequiresGrad(false);
@@ -182,8 +194,8 @@ class CpuRank final : public RankInterface {
       }
       GenerateOutput out;
       out.responses = ToHostTensor(r.responses.to(at::kInt));
-      at::Tensor resp_len = r.response_mask.sum(1).to(at::kInt).contiguous();
-      at::Tensor prompt_len = r.prompt_mask.sum(1).to(at::kInt).contiguous();
+      at::Tensor resp_len = r.response_mask.sum(1).to(at::kInt).cpu().contiguous();
+      at::Tensor prompt_len = r.prompt_mask.sum(1).to(at::kInt).cpu().contiguous();
       out.response_lengths.assign(resp_len.data_ptr<int32_t>(), resp_len.data_ptr<int32_t>() + resp_len.numel());
       out.prompt_lengths.assign(prompt_len.data_ptr<int32_t>(), prompt_len.data_ptr<int32_t>() + prompt_len.numel());
       at::Tensor mask = r.response_mask.to(at::kFloat);
@@ -203,7 +215,7 @@ class CpuRank final : public RankInterface {
       ScoreOutput out;
       at::Tensor rewards = at::zeros({N, r.responses.size(1)}, at::kFloat);
       auto reward_at = rewards.accessor<float, 2>();
-      const at::Tensor responses = r.responses.contiguous();
+      const at::Tensor responses = r.responses.cpu().contiguous();
       const auto& lengths = batch->generate_output.response_lengths;
       for (int64_t i = 0; i < N; ++i) {
         const PromptInput& p = batch->prompts[i / batch->n];
@@ -217,8 +229,8 @@ class CpuRank final : public RankInterface {
       }
       batch->token_level_rewards = rewards;
       if (batch->baseline) {
-        const at::Tensor base = batch->baseline->responses.contiguous();
-        const at::Tensor base_len = batch->baseline->response_mask.sum(1).contiguous();
+        const at::Tensor base = batch->baseline->responses.cpu().contiguous();
+        const at::Tensor base_len = batch->baseline->response_mask.sum(1).cpu().contiguous();
         std::vector<float> scores(N);
         for (size_t p = 0; p < batch->prompts.size(); ++p) {
           auto scored = DecodeAndScore(base, p, base_len.data_ptr<int64_t>()[p], batch->prompts[p]);
@@ -288,10 +300,11 @@ class CpuRank final : public RankInterface {
     }
     return CatchTorch(Context("ComputeAdvantage"), [&]() -> absl::StatusOr<Metrics> {
       Metrics m;
-      at::Tensor mask = batch->seq.response_mask;
+      // Advantages are computed on the host (small [N, R] tensors, per-group loops); the updates move them back.
+      at::Tensor mask = batch->seq.response_mask.cpu();
       at::Tensor rewards = batch->token_level_rewards;
       if (settings.use_kl_in_reward) {
-        auto kl = ApplyKlPenalty(rewards, batch->old_log_probs, batch->ref_log_probs, mask, settings.kl_coef,
+        auto kl = ApplyKlPenalty(rewards, batch->old_log_probs.cpu(), batch->ref_log_probs.cpu(), mask, settings.kl_coef,
                                  settings.kl_penalty);
         if (!kl.ok()) return Error("ComputeAdvantage", kl.status());
         rewards = kl->token_level_rewards;
@@ -302,7 +315,7 @@ class CpuRank final : public RankInterface {
       in.token_level_rewards = rewards;
       in.response_mask = mask;
       in.group_ids = batch->row_uids;
-      in.values = batch->values;
+      in.values = batch->values.defined() ? batch->values.cpu() : at::Tensor();
       in.baseline_scores = batch->baseline_scores;
       AdvantageOptions opts;
       opts.gamma = settings.gamma;
@@ -317,7 +330,7 @@ class CpuRank final : public RankInterface {
       AddGlobalStats(m, "critic/returns", batch->returns.masked_select(mask));
       AddGlobalStats(m, "critic/rewards", rewards.sum(-1));
       if (batch->values.defined()) {
-        at::Tensor v = batch->values.masked_select(mask);
+        at::Tensor v = batch->values.cpu().masked_select(mask);
         at::Tensor ret = batch->returns.masked_select(mask);
         AddGlobalStats(m, "critic/values", v);
         // verl: 1 - Var(returns - values) / Var(returns), over the whole batch.
@@ -350,7 +363,8 @@ class CpuRank final : public RankInterface {
       o.shuffle = c.shuffle;
       o.seed = seed;
       GradScope<ValueModel> grad_scope(*critic_);
-      auto metrics = UpdateValue(*critic_, *critic_optimizer_, batch->seq, batch->values, batch->returns, o);
+      auto metrics =
+          UpdateValue(*critic_, *critic_optimizer_, batch->seq, batch->values, batch->returns.to(device_), o);
       if (!metrics.ok()) return Error("UpdateCritic", metrics.status());
       ++critic_updates_done_;
       batch->critic_update_metrics = *metrics;
@@ -395,7 +409,9 @@ class CpuRank final : public RankInterface {
       GradScope<DecoderModel> grad_scope(*actor_);
       auto metrics =
           UpdatePolicy(*actor_, *optimizer_, batch->seq,
-                       {batch->old_log_probs, batch->ref_log_probs, batch->advantages, batch->rollout.log_probs}, o);
+                       {batch->old_log_probs, batch->ref_log_probs, batch->advantages.to(device_),
+                        batch->rollout.log_probs},
+                       o);
       if (!metrics.ok()) return Error("UpdateActor", metrics.status());
       (*metrics)["perf/actor_optimizer_state_gb"] = static_cast<double>(optimizer_->StateBytes()) / 1e9;
       (*metrics)["perf/max_memory_rss_gb"] = PeakRssGb();
@@ -477,8 +493,10 @@ class CpuRank final : public RankInterface {
   void ApplySharding() {
     if (!comm_ || GroupSize() <= 1) return;
     auto broadcast = [this](at::Tensor& t, int root) {
-      absl::Status s = comm_->Broadcast(t.data_ptr(), t.numel(), DType::kFloat32, root, comm_timeout_);
+      at::Tensor host = t.is_cpu() ? t : t.cpu();
+      absl::Status s = comm_->Broadcast(host.data_ptr(), host.numel(), DType::kFloat32, root, comm_timeout_);
       if (!s.ok()) throw StatusError(s);
+      if (!t.is_cpu()) t.copy_(host);
     };
     if (optimizer_ && config_.actor.shard_optimizer_state && !optimizer_->sharded()) {
       optimizer_->Shard(AssignShardOwners(actor_->parameters(), GroupSize()), GroupRank(), broadcast);
@@ -502,10 +520,12 @@ class CpuRank final : public RankInterface {
         at::Tensor& m = (*moments)[i];
         absl::Status s;
         if (GroupRank() == owner) {
-          s = comm_->Send(m.data_ptr(), m.numel(), DType::kFloat32, 0, comm_timeout_);
+          at::Tensor host = m.cpu().contiguous();
+          s = comm_->Send(host.data_ptr(), host.numel(), DType::kFloat32, 0, comm_timeout_);
         } else if (GroupRank() == 0) {
-          m = at::empty(opt->params()[i].second.sizes(), at::kFloat);
-          s = comm_->Recv(m.data_ptr(), m.numel(), DType::kFloat32, owner, comm_timeout_);
+          at::Tensor host = at::empty(opt->params()[i].second.sizes(), at::kFloat);
+          s = comm_->Recv(host.data_ptr(), host.numel(), DType::kFloat32, owner, comm_timeout_);
+          m = host.to(device_);
         }
         if (!s.ok()) throw StatusError(s);
       }
@@ -518,11 +538,12 @@ class CpuRank final : public RankInterface {
   at::Tensor DpReduce(const at::Tensor& t, ReduceOp op) const {
     if (!comm_) return t.clone();
     const bool integral = t.scalar_type() == at::kLong;
-    at::Tensor buf = t.detach().to(integral ? at::kLong : at::kFloat).contiguous().clone();
+    // The host backend moves host memory: device tensors are staged through the host.
+    at::Tensor buf = t.detach().to(at::kCPU, integral ? at::kLong : at::kFloat, false, /*copy=*/true).contiguous();
     absl::Status s =
         comm_->AllReduce(buf.data_ptr(), buf.numel(), integral ? DType::kInt64 : DType::kFloat32, op, comm_timeout_);
     if (!s.ok()) throw StatusError(s);
-    return buf.to(t.scalar_type());
+    return buf.to(t.device(), t.scalar_type());
   }
   at::Tensor DpSum(const at::Tensor& t) const { return DpReduce(t, ReduceOp::kSum); }
   ReduceSumFn DpSumFn() const {
@@ -599,6 +620,7 @@ class CpuRank final : public RankInterface {
   int64_t updates_done_ = 0;
   int64_t critic_updates_done_ = 0;
   std::unique_ptr<Communicator> comm_;  // the data-parallel group; null: a group of one
+  at::Device device_ = at::kCPU;         // where the models and the step's tensors live
   absl::Duration comm_timeout_ = absl::Minutes(10);
 };
 

@@ -96,6 +96,7 @@ struct RankConfig {
   int32_t num_threads = 0;    // intra-op threads; 0 = leave LibTorch's default
   uint64_t seed = 0;
   std::string dtype = "float32";
+  std::string device = "cpu";  // "cpu" or "cuda:N" (N = the worker's local rank)
 };
 
 struct PromptInput {

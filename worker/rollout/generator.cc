@@ -63,6 +63,9 @@ RolloutBatch Generate(const DecoderModel& model, const std::vector<std::vector<i
   for (const auto& p : prompts) P = std::max<int64_t>(P, p.size());
   const int64_t R = options.max_new_tokens;
   auto long_opts = at::TensorOptions().dtype(at::kLong);
+  // The batch is laid out on the host, then everything runs on the model's device.
+  const at::Device device = model.named_parameters().front().second.device();
+  auto dev_long = long_opts.device(device);
 
   RolloutBatch out;
   out.prompts = at::full({N, P}, options.pad_token_id, long_opts);
@@ -81,19 +84,22 @@ RolloutBatch Generate(const DecoderModel& model, const std::vector<std::vector<i
       }
     }
   }
-  out.responses = at::full({N, R}, options.pad_token_id, long_opts);
-  out.response_mask = at::zeros({N, R}, at::kBool);
-  out.log_probs = at::zeros({N, R}, at::kFloat);
+  out.prompts = out.prompts.to(device);
+  out.prompt_mask = out.prompt_mask.to(device);
+  out.responses = at::full({N, R}, options.pad_token_id, dev_long);
+  out.response_mask = at::zeros({N, R}, at::TensorOptions().dtype(at::kBool).device(device));
+  out.log_probs = at::zeros({N, R}, at::TensorOptions().dtype(at::kFloat).device(device));
 
   std::vector<uint64_t> streams(N);
   for (int64_t i = 0; i < static_cast<int64_t>(prompts.size()); ++i) {
     const uint64_t key = options.prompt_keys.empty() ? static_cast<uint64_t>(i) : options.prompt_keys.at(i);
     for (int64_t j = 0; j < n; ++j) streams[i * n + j] = key * static_cast<uint64_t>(n) + static_cast<uint64_t>(j);
   }
-  at::Tensor uniforms = at::empty({N}, at::kDouble);
+  at::Tensor uniforms = at::empty({N}, at::kDouble);  // host; copied to the device each step
   at::Tensor eos =
-      at::tensor(std::vector<int64_t>(options.eos_token_ids.begin(), options.eos_token_ids.end()), long_opts);
-  at::Tensor key_valid = at::zeros({N, P + R}, at::kBool);
+      at::tensor(std::vector<int64_t>(options.eos_token_ids.begin(), options.eos_token_ids.end()), long_opts)
+          .to(device);
+  at::Tensor key_valid = at::zeros({N, P + R}, at::TensorOptions().dtype(at::kBool).device(device));
   key_valid.narrow(1, 0, P).copy_(out.prompt_mask);
 
   KvCache cache = model.NewCache(N, P + R);
@@ -101,15 +107,15 @@ RolloutBatch Generate(const DecoderModel& model, const std::vector<std::vector<i
                                     BuildAttentionMask(out.prompt_mask, 0, P), &cache);
   at::Tensor logits = model.Logits(hidden.select(1, P - 1));
   at::Tensor next_pos = out.prompt_mask.sum(1);  // position of the first response token
-  at::Tensor done = at::zeros({N}, at::kBool);
-  at::Tensor pad = at::full({N}, options.pad_token_id, long_opts);
+  at::Tensor done = at::zeros({N}, at::TensorOptions().dtype(at::kBool).device(device));
+  at::Tensor pad = at::full({N}, options.pad_token_id, dev_long);
   for (int64_t t = 0; t < R; ++t) {
     at::Tensor lp;
     if (options.do_sample) {
       double* u = uniforms.data_ptr<double>();
       for (int64_t row = 0; row < N; ++row) u[row] = CounterUniform(options.seed, streams[row], t);
     }
-    at::Tensor tok = SampleNextTokens(logits, options, uniforms, &lp);
+    at::Tensor tok = SampleNextTokens(logits, options, uniforms.to(device), &lp);
     tok = at::where(done, pad, tok);
     out.responses.select(1, t).copy_(tok);
     out.log_probs.select(1, t).copy_(lp.masked_fill(done, 0.0));

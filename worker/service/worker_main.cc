@@ -4,7 +4,8 @@
 //   verl-worker --listen 127.0.0.1:0 --ready-file /tmp/w0.ready --worker-id w0 [--ranks 2] [--comm-host 10.0.0.5]
 //
 // --comm-host is the address other workers reach this one's ranks at for collectives (the host backend); it defaults
-// to the --listen host, and must be given when that is a wildcard (0.0.0.0 or [::]).
+// to the --listen host, and must be given when that is a wildcard (0.0.0.0 or [::]). With --device cuda, local rank i
+// runs on GPU i.
 // With port 0 the kernel picks a free port; the address actually bound is written to --ready-file (atomically) once
 // the server accepts calls, which is how a launching controller learns it. SIGTERM/SIGINT or a Shutdown RPC stop it:
 // the call in flight may finish (at most 10 s more), a second signal exits at once.
@@ -37,11 +38,12 @@ struct Flags {
   std::string worker_id = "worker-0";
   int ranks = 1;
   std::string comm_host;
+  std::string device = "cpu";
 };
 
 void Usage() {
   std::cerr << "usage: verl-worker [--listen HOST:PORT] [--ready-file PATH] [--worker-id ID] [--ranks N] "
-               "[--comm-host HOST]\n";
+               "[--comm-host HOST] [--device cpu|cuda]\n";
 }
 
 bool ParseFlags(int argc, char** argv, Flags* flags) {
@@ -68,6 +70,12 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
       flags->ranks = n;
     } else if (arg == "--comm-host" && value(&v)) {
       flags->comm_host = v;
+    } else if (arg == "--device" && value(&v)) {
+      if (v != "cpu" && v != "cuda") {
+        std::cerr << "verl-worker: --device must be cpu or cuda, got '" << v << "'\n";
+        return false;
+      }
+      flags->device = v;
     } else if (arg == "--help" || arg == "-h") {
       Usage();
       std::exit(0);
@@ -129,7 +137,7 @@ int main(int argc, char** argv) {
   }
   std::vector<std::unique_ptr<verl::RankInterface>> ranks;
   for (int i = 0; i < flags.ranks; ++i) ranks.push_back(verl::CreateCpuRank(i));
-  verl::WorkerServiceImpl service(flags.worker_id, std::move(ranks), comm_host, RequestStop);
+  verl::WorkerServiceImpl service(flags.worker_id, std::move(ranks), comm_host, flags.device, RequestStop);
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(flags.listen, grpc::InsecureServerCredentials(), &port);

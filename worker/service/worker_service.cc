@@ -98,8 +98,11 @@ void ToProto(const Metrics& m, google::protobuf::Map<std::string, double>* out) 
 }  // namespace
 
 WorkerServiceImpl::WorkerServiceImpl(std::string worker_id, std::vector<std::unique_ptr<RankInterface>> ranks,
-                                     std::string comm_host, std::function<void()> on_shutdown)
-    : worker_id_(std::move(worker_id)), comm_host_(std::move(comm_host)), on_shutdown_(std::move(on_shutdown)) {
+                                     std::string comm_host, std::string device, std::function<void()> on_shutdown)
+    : worker_id_(std::move(worker_id)),
+      comm_host_(std::move(comm_host)),
+      device_(std::move(device)),
+      on_shutdown_(std::move(on_shutdown)) {
   slots_.resize(ranks.size());
   for (size_t i = 0; i < ranks.size(); ++i) {
     slots_[i].rank = std::move(ranks[i]);
@@ -149,7 +152,7 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Health(grpc::CallbackServerContext*
   // Answered on the gRPC thread: health must not queue behind a long generation.
   resp->set_worker_id(worker_id_);
   resp->set_num_ranks(static_cast<int32_t>(slots_.size()));
-  resp->set_device("cpu");
+  resp->set_device(device_);
   resp->set_pid(getpid());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
@@ -159,7 +162,7 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Health(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* WorkerServiceImpl::ConfigureRoles(grpc::CallbackServerContext* ctx,
                                                             const v1::ConfigureRolesRequest* req,
                                                             v1::ConfigureRolesResponse*) {
-  return RunOnRank(ctx, "ConfigureRoles", req->local_rank(), "", [req](RankInterface& rank) {
+  return RunOnRank(ctx, "ConfigureRoles", req->local_rank(), "", [this, req](RankInterface& rank) {
     RankConfig c;
     c.roles.assign(req->roles().begin(), req->roles().end());
     c.model_path = req->model_path();
@@ -168,6 +171,7 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::ConfigureRoles(grpc::CallbackServer
     c.num_threads = req->num_threads();
     c.seed = req->seed();
     c.dtype = req->dtype().empty() ? "float32" : req->dtype();
+    c.device = device_ == "cuda" ? absl::StrCat("cuda:", req->local_rank()) : "cpu";
     return rank.Configure(c);
   });
 }

@@ -25,8 +25,9 @@ class WorkerServiceImpl final : public verl::v1::WorkerService::CallbackService 
  public:
   // `on_shutdown` runs (once) after a Shutdown RPC has been answered. `comm_host` is the host (name or address) the
   // ranks' host-backend listeners bind to and advertise: one the other workers can reach.
+  // `device` is "cpu" or "cuda"; with cuda, local rank i runs on GPU i.
   WorkerServiceImpl(std::string worker_id, std::vector<std::unique_ptr<RankInterface>> ranks, std::string comm_host,
-                    std::function<void()> on_shutdown);
+                    std::string device, std::function<void()> on_shutdown);
   ~WorkerServiceImpl() override;
 
   grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* ctx, const v1::HealthRequest* req,
@@ -78,6 +79,7 @@ class WorkerServiceImpl final : public verl::v1::WorkerService::CallbackService 
 
   const std::string worker_id_;
   const std::string comm_host_;
+  const std::string device_;
   std::vector<RankSlot> slots_;
   std::function<void()> on_shutdown_;
   std::atomic<bool> shutdown_requested_{false};

@@ -124,11 +124,12 @@ void ReduceGradients(const std::vector<at::Tensor>& params, const ReduceSumFn& r
 
 double ClipGradNorm(const std::vector<at::Tensor>& params, double max_norm) {
   at::NoGradGuard no_grad;
-  at::Tensor total = at::zeros({}, at::kDouble);
+  // Summed on the gradients' device, one host sync at the end.
+  std::vector<at::Tensor> squares;
   for (const at::Tensor& p : params) {
-    if (p.grad().defined()) total += p.grad().to(at::kDouble).square().sum();
+    if (p.grad().defined()) squares.push_back(p.grad().to(at::kDouble).square().sum());
   }
-  const double norm = std::sqrt(total.item<double>());
+  const double norm = squares.empty() ? 0.0 : std::sqrt(at::stack(squares).sum().item<double>());
   if (!std::isfinite(norm)) return norm;
   const double coef = max_norm / (norm + 1e-6);
   if (coef < 1.0) {

@@ -71,7 +71,7 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
     at::Tensor order = options.shuffle ? at::randperm(N, gen, at::TensorOptions().dtype(at::kLong))
                                        : at::arange(N, at::TensorOptions().dtype(at::kLong));
     for (int64_t mb = 0; mb < N; mb += options.mini_batch_size) {
-      at::Tensor idx = order.narrow(0, mb, options.mini_batch_size);
+      at::Tensor idx = order.narrow(0, mb, options.mini_batch_size).to(batch.input_ids.device());
       SequenceBatch mini = Select(batch, idx);
       at::Tensor old_lp = inputs.old_log_probs.index_select(0, idx);
       at::Tensor adv = inputs.advantages.index_select(0, idx);

@@ -41,7 +41,7 @@ absl::StatusOr<std::map<std::string, double>> UpdateValue(ValueModel& model, Ada
   for (int64_t epoch = 0; epoch < options.ppo_epochs; ++epoch) {
     at::Tensor order = options.shuffle ? at::randperm(N, gen, long_opts) : at::arange(N, long_opts);
     for (int64_t mb = 0; mb < N; mb += options.mini_batch_size) {
-      at::Tensor idx = order.narrow(0, mb, options.mini_batch_size);
+      at::Tensor idx = order.narrow(0, mb, options.mini_batch_size).to(batch.input_ids.device());
       at::Tensor ids = batch.input_ids.index_select(0, idx);
       at::Tensor valid = batch.attention_mask.index_select(0, idx);
       at::Tensor mask = batch.response_mask.index_select(0, idx).to(at::kFloat);

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Runs THERE (the GPU machine): the CUDA build of the whole project, the [gpu] rank test (a GRPO step on cuda:0
+# against the CPU), then GRPO with verl-controller on bench-0.5b (BENCHMARKS.md: the Qwen2.5-0.5B architecture with
+# random weights) on one GPU and, when two are visible, on two (data parallel). Results in $OUT:
+#   grpo_gpu.json   what ran, per-run step times and metrics
+#   build.log, tests.log, run-<name>.log
+#
+#   tools/device/grpo_gpu.sh            # STEPS=3 PROMPTS=64 N=8 RESPONSE=128 by default
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+OUT="${OUT:-$ROOT/build-cuda/out}"
+BUILD_DIR="${VERL_BUILD_DIR:-$ROOT/build-cuda}"
+STEPS="${STEPS:-3}"
+PROMPTS="${PROMPTS:-64}"
+N="${N:-8}"
+RESPONSE="${RESPONSE:-128}"
+mkdir -p "$OUT"
+start=$(date +%s)
+secs() { echo $(( $(date +%s) - start )); }
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+
+{ nvidia-smi -L; nvidia-smi --query-gpu=name,memory.total --format=csv; } > "$OUT/build.log" 2>&1
+. "$ROOT/tools/device/build.sh" --env-only
+set +e  # build.sh sets -e when sourced; this script records failures instead of stopping at the first
+"$ROOT/tools/device/build.sh" verl-controller verl-worker verl-make-tiny-model verl-make-dataset gpu_rank_test \
+  >> "$OUT/build.log" 2>&1
+build_rc=$?
+build_s=$(secs)
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+
+tests_rc=-1
+runs=()
+if [ $build_rc = 0 ]; then
+  timeout 300 "$BUILD_DIR/bin/gpu_rank_test" --durations yes > "$OUT/tests.log" 2>&1
+  tests_rc=$?
+  work=/tmp/verl-grpo-gpu
+  rm -rf "$work"; mkdir -p "$work"
+  "$BUILD_DIR/bin/verl-make-tiny-model" --out-dir "$work/bench-0.5b" --hidden 896 --layers 24 --heads 14 \
+    --kv-heads 2 --intermediate 4864 --vocab-size 151936 --rope-theta 1000000 >> "$OUT/tests.log" 2>&1
+  "$BUILD_DIR/bin/verl-make-dataset" --task repeat_letter --out-dir "$work/data" >> "$OUT/tests.log" 2>&1
+  run() {  # name ranks
+    local name=$1 ranks=$2
+    local mini=16
+    timeout 420 "$BUILD_DIR/bin/verl-controller" --config "$ROOT/configs/quickstart.yaml" \
+      actor_rollout_ref.model.path="$work/bench-0.5b" data.train_files="$work/data/train.parquet" \
+      data.val_files="$work/data/test.parquet" trainer.default_local_dir="$work/$name/ckpt" \
+      trainer.log_dir="$work/$name/logs" trainer.total_training_steps="$STEPS" trainer.save_freq=-1 \
+      trainer.test_freq=-1 trainer.val_before_train=false trainer.logger=[console,jsonl] trainer.device=cuda \
+      trainer.n_gpus_per_node="$ranks" data.train_batch_size="$PROMPTS" actor_rollout_ref.rollout.n="$N" \
+      data.max_response_length="$RESPONSE" actor_rollout_ref.actor.ppo_mini_batch_size=$mini \
+      actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32 \
+      actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=64 \
+      actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=64 actor_rollout_ref.actor.optim.lr=1e-6 \
+      cluster.num_threads_per_rank=4 cluster.worker_start_timeout_s=120 > "$OUT/run-$name.log" 2>&1
+    local rc=$?
+    cp "$work/$name/logs/metrics.jsonl" "$work/$name.jsonl" 2>/dev/null
+    tail -c 3000 "$work/$name/logs/workers/worker-0.log" >> "$OUT/run-$name.log" 2>/dev/null
+    runs+=("$name:$ranks:$rc")
+  }
+  run gpu1 1
+  if [ "$gpus" -ge 2 ]; then run gpu2 2; fi
+fi
+
+python3 - "$OUT" "/tmp/verl-grpo-gpu" <<PY
+import json, sys, os
+out, work = sys.argv[1], sys.argv[2]
+s = {"build_rc": $build_rc, "build_s": $build_s, "gpus": $gpus, "gpu_rank_test_rc": $tests_rc,
+     "settings": {"steps": $STEPS, "prompts": $PROMPTS, "n": $N, "max_response_length": $RESPONSE,
+                  "model": "bench-0.5b fp32 (random)"}, "runs": [], "total_s": $(secs)}
+keys = ["timing_s/step", "timing_s/gen", "timing_s/old_log_prob", "timing_s/ref", "timing_s/update_actor",
+        "perf/throughput", "perf/total_num_tokens", "response_length/mean", "actor/grad_norm", "actor/pg_loss",
+        "perf/max_memory_rss_gb", "perf/actor_optimizer_state_gb", "critic/score/mean"]
+for spec in "${runs[@]}".split():
+    name, ranks, rc = spec.split(":")
+    r = {"name": name, "ranks": int(ranks), "rc": int(rc), "steps": []}
+    path = os.path.join(work, name + ".jsonl")
+    if os.path.exists(path):
+        for line in open(path):
+            d = json.loads(line)
+            r["steps"].append({"step": d["step"], **{k: d["data"].get(k) for k in keys}})
+    s["runs"].append(r)
+json.dump(s, open(os.path.join(out, "grpo_gpu.json"), "w"), indent=1)
+print(json.dumps(s, indent=1)[:6000])
+PY
