@@ -208,6 +208,7 @@ const std::vector<ConfigKeySpec>& Table() {
       {"cluster.worker_addresses", T::kStringList, "[]", "", false, O::kOurs,
        "host:port of running verl-worker daemons, one per node (trainer.nnodes), each started with --ranks "
        "trainer.n_gpus_per_node; empty starts local workers."},
+      {"cluster.comm_backend", T::kString, "auto", "auto|host", false, O::kOurs, "Collectives between ranks: auto uses NCCL when every rank is on a GPU of a worker built with NCCL, else the host (TCP) backend; host forces the host backend."},
       {"cluster.comm_timeout_s", T::kDouble, "600.0", "", false, O::kOurs,
        "Deadline of every collective between ranks (gradient all-reduce, batch statistics), in seconds; a rank that "
        "stops answering turns into an error naming it within this time."},

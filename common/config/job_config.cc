@@ -227,6 +227,7 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   ClusterConfig& cl = c.cluster;
   r.Read("cluster.worker_addresses", &cl.worker_addresses);
   r.Read("cluster.comm_timeout_s", &cl.comm_timeout_s);
+  r.Read("cluster.comm_backend", &cl.comm_backend);
   r.Read("cluster.worker_binary", &cl.worker_binary);
   r.Read("cluster.num_threads_per_rank", &cl.num_threads_per_rank);
   r.Read("cluster.rpc_timeout_s", &cl.rpc_timeout_s);

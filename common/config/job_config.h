@@ -182,6 +182,7 @@ struct TrainerConfig {
 struct ClusterConfig {
   std::vector<std::string> worker_addresses;  // empty: start local workers; else one per node
   double comm_timeout_s = 600.0;              // every collective between ranks
+  std::string comm_backend = "auto";          // auto (NCCL when every rank can) | host
   std::string worker_binary;               // "": verl-worker next to the controller executable
   int64_t num_threads_per_rank = 0;        // 0: all cores
   double rpc_timeout_s = 600.0;            // seconds

@@ -57,14 +57,22 @@ RankGroup::RankGroup(std::vector<RankAddress> ranks, double rpc_timeout_s,
   }
 }
 
-absl::Status RankGroup::InitCommunicators(double connect_timeout_s, double collective_timeout_s) {
+absl::Status RankGroup::InitCommunicators(double connect_timeout_s, double collective_timeout_s, bool allow_nccl,
+                                          std::string* backend) {
   if (size() <= 1) return absl::OkStatus();
   ASSIGN_OR_RETURN(std::vector<v1::PrepareCommunicatorResponse> prepared,
                    ForEach<v1::PrepareCommunicatorResponse>([this](int r) {
                      return client(r).PrepareCommunicator(For(r, v1::PrepareCommunicatorRequest()));
                    }));
   v1::InitCommunicatorRequest init;
-  for (const auto& p : prepared) init.add_addresses(p.address());
+  bool all_nccl = true;
+  for (const auto& p : prepared) {
+    init.add_addresses(p.address());
+    all_nccl = all_nccl && !p.nccl_unique_id().empty();
+  }
+  // GPU ranks of workers built with NCCL all offer an id: they form an NCCL group with global rank 0's.
+  if (all_nccl && allow_nccl) init.set_nccl_unique_id(prepared.front().nccl_unique_id());
+  if (backend) *backend = init.nccl_unique_id().empty() ? "host" : "nccl";
   init.set_connect_timeout_s(connect_timeout_s);
   init.set_collective_timeout_s(collective_timeout_s);
   ASSIGN_OR_RETURN(std::vector<v1::InitCommunicatorResponse> done, ForEach<v1::InitCommunicatorResponse>([&](int r) {

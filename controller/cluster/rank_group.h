@@ -83,7 +83,10 @@ class RankGroup {
   // Forms the data-parallel group of all ranks (host backend): every rank binds a listener on its worker's
   // communication host, then all ranks connect to each other, at most connect_timeout_s; each collective later has
   // collective_timeout_s. No-op for a single rank.
-  absl::Status InitCommunicators(double connect_timeout_s, double collective_timeout_s);
+  // With allow_nccl, GPU ranks that all offer an NCCL id form an NCCL group instead (global rank 0's id).
+  // Returns the backend used ("host" or "nccl") through *backend when given.
+  absl::Status InitCommunicators(double connect_timeout_s, double collective_timeout_s, bool allow_nccl = true,
+                                 std::string* backend = nullptr);
 
   // Cancels every rank's call in flight.
   void CancelInFlight();

@@ -362,10 +362,12 @@ class JobRunner::Impl {
     }
     if (ranks_->size() > 1) {
       const auto start = Clock::now();
-      RETURN_IF_ERROR(Annotate(ranks_->InitCommunicators(c.worker_start_timeout_s, c.comm_timeout_s),
+      std::string backend;
+      RETURN_IF_ERROR(Annotate(ranks_->InitCommunicators(c.worker_start_timeout_s, c.comm_timeout_s,
+                                                         c.comm_backend == "auto", &backend),
                                "forming the data-parallel group"));
-      spdlog::info("data-parallel group of {} ranks on {} worker(s) formed in {:.2f} s", ranks_->size(),
-                   targets.size(), Seconds(start));
+      spdlog::info("data-parallel group of {} ranks on {} worker(s) formed in {:.2f} s ({} backend)", ranks_->size(),
+                   targets.size(), Seconds(start), backend);
     }
     StartHeartbeat();
     return absl::OkStatus();

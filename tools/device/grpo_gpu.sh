@@ -39,8 +39,9 @@ if [ $build_rc = 0 ]; then
   "$BUILD_DIR/bin/verl-make-tiny-model" --out-dir "$work/bench-0.5b" --hidden 896 --layers 24 --heads 14 \
     --kv-heads 2 --intermediate 4864 --vocab-size 151936 --rope-theta 1000000 >> "$OUT/tests.log" 2>&1
   "$BUILD_DIR/bin/verl-make-dataset" --task repeat_letter --out-dir "$work/data" >> "$OUT/tests.log" 2>&1
-  run() {  # name ranks
+  run() {  # name ranks [overrides...]
     local name=$1 ranks=$2
+    shift 2
     local mini=16
     timeout 420 "$BUILD_DIR/bin/verl-controller" --config "$ROOT/configs/quickstart.yaml" \
       actor_rollout_ref.model.path="$work/bench-0.5b" data.train_files="$work/data/train.parquet" \
@@ -52,14 +53,17 @@ if [ $build_rc = 0 ]; then
       actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32 \
       actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=64 \
       actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=64 actor_rollout_ref.actor.optim.lr=1e-6 \
-      cluster.num_threads_per_rank=4 cluster.worker_start_timeout_s=120 > "$OUT/run-$name.log" 2>&1
+      cluster.num_threads_per_rank=4 cluster.worker_start_timeout_s=120 "$@" > "$OUT/run-$name.log" 2>&1
     local rc=$?
     cp "$work/$name/logs/metrics.jsonl" "$work/$name.jsonl" 2>/dev/null
     tail -c 3000 "$work/$name/logs/workers/worker-0.log" >> "$OUT/run-$name.log" 2>/dev/null
     runs+=("$name:$ranks:$rc")
   }
   run gpu1 1
-  if [ "$gpus" -ge 2 ]; then run gpu2 2; fi
+  if [ "$gpus" -ge 2 ]; then
+    run gpu2 2                                   # NCCL (cluster.comm_backend=auto)
+    run gpu2-host 2 cluster.comm_backend=host    # the host backend, for comparison
+  fi
 fi
 
 python3 - "$OUT" "/tmp/verl-grpo-gpu" <<PY

@@ -42,6 +42,8 @@ class Communicator {
 
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
+  // Where every call's buffers must live: host memory (false; the host backend) or this rank's GPU (true; NCCL).
+  virtual bool uses_device_memory() const { return false; }
 
   // In place: `data` (count elements) becomes the element-wise reduction over all ranks; identical bytes on every
   // rank. `count` need not be a multiple of world_size.

@@ -86,6 +86,7 @@ class NcclCommunicator final : public Communicator {
 
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
+  bool uses_device_memory() const override { return true; }
   int cuda_device() const { return cuda_device_; }
   // The stream every collective runs on (non-blocking w.r.t. the legacy default stream). Owned by this object.
   cudaStream_t stream() const { return stream_; }

@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -493,10 +494,11 @@ class CpuRank final : public RankInterface {
   void ApplySharding() {
     if (!comm_ || GroupSize() <= 1) return;
     auto broadcast = [this](at::Tensor& t, int root) {
-      at::Tensor host = t.is_cpu() ? t : t.cpu();
-      absl::Status s = comm_->Broadcast(host.data_ptr(), host.numel(), DType::kFloat32, root, comm_timeout_);
+      at::Tensor buf = t.device() == CommDevice() ? t : t.to(CommDevice());
+      if (buf.is_cuda()) SyncDevice();
+      absl::Status s = comm_->Broadcast(buf.data_ptr(), buf.numel(), DType::kFloat32, root, comm_timeout_);
       if (!s.ok()) throw StatusError(s);
-      if (!t.is_cpu()) t.copy_(host);
+      if (!buf.is_same(t)) t.copy_(buf);
     };
     if (optimizer_ && config_.actor.shard_optimizer_state && !optimizer_->sharded()) {
       optimizer_->Shard(AssignShardOwners(actor_->parameters(), GroupSize()), GroupRank(), broadcast);
@@ -520,16 +522,24 @@ class CpuRank final : public RankInterface {
         at::Tensor& m = (*moments)[i];
         absl::Status s;
         if (GroupRank() == owner) {
-          at::Tensor host = m.cpu().contiguous();
-          s = comm_->Send(host.data_ptr(), host.numel(), DType::kFloat32, 0, comm_timeout_);
+          at::Tensor buf = m.to(CommDevice()).contiguous();
+          if (buf.is_cuda()) SyncDevice();
+          s = comm_->Send(buf.data_ptr(), buf.numel(), DType::kFloat32, 0, comm_timeout_);
         } else if (GroupRank() == 0) {
-          at::Tensor host = at::empty(opt->params()[i].second.sizes(), at::kFloat);
-          s = comm_->Recv(host.data_ptr(), host.numel(), DType::kFloat32, owner, comm_timeout_);
-          m = host.to(device_);
+          at::Tensor buf = at::empty(opt->params()[i].second.sizes(), at::TensorOptions(at::kFloat).device(CommDevice()));
+          if (buf.is_cuda()) SyncDevice();
+          s = comm_->Recv(buf.data_ptr(), buf.numel(), DType::kFloat32, owner, comm_timeout_);
+          m = buf.to(device_);
         }
         if (!s.ok()) throw StatusError(s);
       }
     }
+  }
+  // Where the communicator's buffers must be: this rank's device for NCCL, host memory for the host backend.
+  at::Device CommDevice() const { return comm_ && comm_->uses_device_memory() ? device_ : at::Device(at::kCPU); }
+  // Waits until the rank's device has finished its queued work (before a collective on another stream reads it).
+  void SyncDevice() const {
+    if (device_.is_cuda()) c10::impl::getDeviceGuardImpl(device_.type())->synchronizeDevice(device_.index());
   }
   int GroupRank() const { return comm_ ? comm_->rank() : 0; }
   int GroupSize() const { return comm_ ? comm_->world_size() : 1; }
@@ -538,8 +548,11 @@ class CpuRank final : public RankInterface {
   at::Tensor DpReduce(const at::Tensor& t, ReduceOp op) const {
     if (!comm_) return t.clone();
     const bool integral = t.scalar_type() == at::kLong;
-    // The host backend moves host memory: device tensors are staged through the host.
-    at::Tensor buf = t.detach().to(at::kCPU, integral ? at::kLong : at::kFloat, false, /*copy=*/true).contiguous();
+    // The buffer lives where the communicator works: the rank's GPU for NCCL (after the GPU has finished producing
+    // it: NCCL runs on its own stream), host memory for the host backend (device tensors staged through the host).
+    const at::Device where = CommDevice();
+    at::Tensor buf = t.detach().to(where, integral ? at::kLong : at::kFloat, false, /*copy=*/true).contiguous();
+    if (where.is_cuda()) SyncDevice();
     absl::Status s =
         comm_->AllReduce(buf.data_ptr(), buf.numel(), integral ? DType::kInt64 : DType::kFloat32, op, comm_timeout_);
     if (!s.ok()) throw StatusError(s);

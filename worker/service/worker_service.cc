@@ -10,6 +10,9 @@
 #include "common/status/grpc_status.h"
 #include "common/status/status_macros.h"
 #include "spdlog/spdlog.h"
+#ifdef VERL_WITH_CUDA
+#include "worker/comm/nccl_communicator.h"
+#endif
 
 namespace verl {
 namespace {
@@ -187,6 +190,12 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::PrepareCommunicator(grpc::CallbackS
                      HostCommunicator::Listen(absl::StrCat(v6 ? "[" : "", comm_host_, v6 ? "]" : "", ":0")));
     resp->set_address(listener.address);
     slot.listener = std::move(listener);
+#ifdef VERL_WITH_CUDA
+    if (device_ == "cuda") {
+      ASSIGN_OR_RETURN(std::string id, NcclCommunicator::CreateUniqueId());
+      resp->set_nccl_unique_id(id);
+    }
+#endif
     return absl::OkStatus();
   });
 }
@@ -213,12 +222,30 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::InitCommunicator(grpc::CallbackServ
     }
     HostListener listener = std::move(*slot.listener);
     slot.listener.reset();
-    ASSIGN_OR_RETURN(std::unique_ptr<HostCommunicator> comm, HostCommunicator::Create(options, std::move(listener)));
+    std::unique_ptr<Communicator> comm;
+    if (!req->nccl_unique_id().empty()) {
+#ifdef VERL_WITH_CUDA
+      if (device_ != "cuda") {
+        return absl::FailedPreconditionError("an NCCL group needs a worker started with --device cuda");
+      }
+      NcclCommunicatorOptions nccl;
+      nccl.rank = options.rank;
+      nccl.world_size = options.world_size;
+      nccl.unique_id = req->nccl_unique_id();
+      nccl.cuda_device = local_rank;
+      nccl.init_timeout = options.connect_timeout;
+      ASSIGN_OR_RETURN(comm, NcclCommunicator::Create(nccl));
+#else
+      return absl::FailedPreconditionError("this worker was built without NCCL (VERL_WITH_CUDA=OFF)");
+#endif
+    } else {
+      ASSIGN_OR_RETURN(comm, HostCommunicator::Create(options, std::move(listener)));
+    }
     RETURN_IF_ERROR(rank.SetCommunicator(
         std::move(comm), absl::Seconds(req->collective_timeout_s() > 0 ? req->collective_timeout_s() : 600)));
     slot.in_group = true;
-    spdlog::info("local rank {} joined the data-parallel group as rank {} of {}", local_rank, options.rank,
-                 options.world_size);
+    spdlog::info("local rank {} joined the data-parallel group as rank {} of {} ({})", local_rank, options.rank,
+                 options.world_size, req->nccl_unique_id().empty() ? "host backend" : "NCCL");
     return absl::OkStatus();
   });
 }
