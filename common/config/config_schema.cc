@@ -194,6 +194,8 @@ const std::vector<ConfigKeySpec>& Table() {
        "Steps that update only the critic before the actor starts updating."},
       {"trainer.default_local_dir", T::kString, "checkpoints/${trainer.project_name}/${trainer.experiment_name}", "",
        false, O::kVerl, "Checkpoint directory."},
+      {"trainer.max_actor_ckpt_to_keep", T::kOptionalInt, "null", "", false, O::kVerl, "Keep at most this many global_step_N checkpoints (older ones are deleted after a newer one is complete); null keeps all."},
+      {"trainer.max_critic_ckpt_to_keep", T::kOptionalInt, "null", "", false, O::kVerl, "As trainer.max_actor_ckpt_to_keep for the critic; actor and critic share each global_step_N directory, so a directory is deleted only when both limits allow it."},
       {"trainer.resume_mode", T::kString, "auto", "auto|disable|resume_path", false, O::kVerl,
        "auto: resume from the latest checkpoint in default_local_dir; resume_path: from resume_from_path."},
       {"trainer.resume_from_path", T::kString, "\"\"", "", false, O::kVerl,

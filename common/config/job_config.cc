@@ -218,6 +218,8 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   r.Read("trainer.val_before_train", &t.val_before_train);
   r.Read("trainer.critic_warmup", &t.critic_warmup);
   r.Read("trainer.default_local_dir", &t.default_local_dir);
+  r.Read("trainer.max_actor_ckpt_to_keep", &t.max_actor_ckpt_to_keep);
+  r.Read("trainer.max_critic_ckpt_to_keep", &t.max_critic_ckpt_to_keep);
   r.Read("trainer.resume_mode", &t.resume_mode);
   r.Read("trainer.resume_from_path", &t.resume_from_path);
   r.Read("trainer.rollout_data_dir", &t.rollout_data_dir);
@@ -384,6 +386,10 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
   check(cl.max_worker_restarts >= 0,
         absl::StrCat("cluster.max_worker_restarts must be >= 0, got ", cl.max_worker_restarts));
   check(cl.rpc_timeout_s > 0, "cluster.rpc_timeout_s must be > 0, got " + Fmt(cl.rpc_timeout_s));
+  for (const auto& [key, keep] : {std::pair{"trainer.max_actor_ckpt_to_keep", t.max_actor_ckpt_to_keep},
+                                  std::pair{"trainer.max_critic_ckpt_to_keep", t.max_critic_ckpt_to_keep}}) {
+    check(!keep || *keep >= 1, absl::StrCat(key, " must be >= 1 or null, got ", keep.value_or(0)));
+  }
   check(cl.comm_timeout_s > 0, "cluster.comm_timeout_s must be > 0, got " + Fmt(cl.comm_timeout_s));
   if (!cl.worker_addresses.empty() && t.nnodes >= 1 &&
       static_cast<int64_t>(cl.worker_addresses.size()) != t.nnodes) {

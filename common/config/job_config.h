@@ -168,6 +168,8 @@ struct TrainerConfig {
   bool val_before_train = true;
   int64_t critic_warmup = 0;               // steps that update only the critic
   std::string default_local_dir;           // resolved from checkpoints/${project_name}/${experiment_name}
+  std::optional<int64_t> max_actor_ckpt_to_keep;   // nullopt: keep all
+  std::optional<int64_t> max_critic_ckpt_to_keep;  // nullopt: keep all
   std::string resume_mode = "auto";        // auto | disable | resume_path
   std::string resume_from_path;
   std::string rollout_data_dir;            // "": do not dump rollouts

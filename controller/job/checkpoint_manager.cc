@@ -2,9 +2,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -40,8 +43,33 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 
 }  // namespace
 
-CheckpointManager::CheckpointManager(std::string root, SaveOnWorkers save_on_workers)
-    : root_(std::move(root)), save_on_workers_(std::move(save_on_workers)) {}
+CheckpointManager::CheckpointManager(std::string root, SaveOnWorkers save_on_workers,
+                                     std::optional<int64_t> max_to_keep)
+    : root_(std::move(root)), save_on_workers_(std::move(save_on_workers)), max_to_keep_(max_to_keep) {}
+
+absl::Status CheckpointManager::Rotate(int64_t saved_step) const {
+  if (!max_to_keep_) return absl::OkStatus();
+  std::vector<int64_t> older;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root_, ec)) {
+    const std::string name = entry.path().filename().string();
+    constexpr std::string_view kPrefix = "global_step_";
+    if (!entry.is_directory() || name.rfind(kPrefix, 0) != 0) continue;
+    int64_t step = 0;
+    if (!absl::SimpleAtoi(absl::string_view(name).substr(kPrefix.size()), &step)) continue;
+    if (step < saved_step) older.push_back(step);
+  }
+  if (ec) return absl::InternalError(absl::StrCat("cannot list ", root_, ": ", ec.message()));
+  std::sort(older.begin(), older.end());
+  // The one just saved counts towards the limit.
+  const int64_t to_delete = static_cast<int64_t>(older.size()) - (*max_to_keep_ - 1);
+  for (int64_t i = 0; i < to_delete; ++i) {
+    fs::remove_all(StepDir(older[i]), ec);
+    if (ec) return absl::InternalError(absl::StrCat("cannot delete old checkpoint ", StepDir(older[i]), ": ",
+                                                    ec.message()));
+  }
+  return absl::OkStatus();
+}
 
 std::string CheckpointManager::StepDir(int64_t global_step) const {
   return absl::StrCat(root_, "/global_step_", global_step);
@@ -82,7 +110,8 @@ absl::Status CheckpointManager::Save(int64_t global_step, const ResumableSampler
   if (ec) return absl::InternalError(absl::StrCat("cannot rename ", tmp_dir, " to ", final_dir, ": ", ec.message()));
   RETURN_IF_ERROR(WriteFileAtomically(TrackerPath(), absl::StrCat(global_step, "\n")));
   fs::remove_all(old_dir, ec);
-  return absl::OkStatus();
+  // Only now that the new checkpoint is complete and named by the tracker may older ones go.
+  return Annotate(Rotate(global_step), "rotating checkpoints (trainer.max_actor_ckpt_to_keep)");
 }
 
 absl::StatusOr<std::optional<CheckpointManager::Found>> CheckpointManager::Find(

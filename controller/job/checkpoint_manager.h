@@ -25,7 +25,10 @@ class CheckpointManager {
   // Writes the workers' part of a checkpoint into `dir`.
   using SaveOnWorkers = std::function<absl::Status(const std::string& dir, int64_t global_step, bool hf_export)>;
 
-  CheckpointManager(std::string root, SaveOnWorkers save_on_workers);
+  // With `max_to_keep`, after each complete save the oldest global_step_N directories with a step below the one just
+  // saved are deleted until at most max_to_keep remain (the one just saved always stays; directories of later steps,
+  // left by a run that was resumed from an earlier checkpoint, are never touched).
+  CheckpointManager(std::string root, SaveOnWorkers save_on_workers, std::optional<int64_t> max_to_keep = std::nullopt);
 
   // `controller_state` (e.g. the KL controller's coefficient) is stored in data.json and returned by Find.
   absl::Status Save(int64_t global_step, const ResumableSampler::State& sampler_state, bool hf_export,
@@ -45,8 +48,12 @@ class CheckpointManager {
   std::string TrackerPath() const;
 
  private:
+  // Deletes the older checkpoints beyond max_to_keep_ (see the constructor). Errors are logged by the caller.
+  absl::Status Rotate(int64_t saved_step) const;
+
   std::string root_;
   SaveOnWorkers save_on_workers_;
+  std::optional<int64_t> max_to_keep_;
 };
 
 }  // namespace verl

@@ -267,10 +267,13 @@ class JobRunner::Impl {
     kl_ctrl_ = std::make_unique<KlController>(kl);
     const TrainerConfig& t = config_.trainer;
     total_steps_ = t.total_training_steps.value_or(sampler_->steps_per_epoch() * t.total_epochs);
+    std::optional<int64_t> keep;  // a step directory holds actor and critic: keep what either limit wants
+    if (t.max_actor_ckpt_to_keep && (!config_.UseCritic() || t.max_critic_ckpt_to_keep)) {
+      keep = std::max(*t.max_actor_ckpt_to_keep, config_.UseCritic() ? *t.max_critic_ckpt_to_keep : int64_t{0});
+    }
     checkpoints_ = std::make_unique<CheckpointManager>(
-        t.default_local_dir, [this](const std::string& dir, int64_t step, bool hf) {
-          return SaveOnWorkers(dir, step, hf);
-        });
+        t.default_local_dir,
+        [this](const std::string& dir, int64_t step, bool hf) { return SaveOnWorkers(dir, step, hf); }, keep);
     spdlog::info("{} training prompts, {} validation prompts, {} steps", train_.size(), val_.size(), total_steps_);
     return absl::OkStatus();
   }

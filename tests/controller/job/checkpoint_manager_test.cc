@@ -1,6 +1,7 @@
 #include "controller/job/checkpoint_manager.h"
 
 #include <filesystem>
+#include <set>
 #include <string>
 
 #include <catch2/catch.hpp>
@@ -180,6 +181,38 @@ TEST_CASE("CheckpointManager::Find honours resume_mode", "[controller][checkpoin
     CHECK_THAT(std::string(found.status().message()),
                Catch::Contains(root.file("global_step_4/data.json")) && Catch::Contains("epoch"));
   }
+}
+
+TEST_CASE("max_to_keep rotates old checkpoints only after a newer one is complete", "[controller][checkpoint]") {
+  TestDir root("ckpt_rotate");
+  CheckpointManager manager(root.path(), FakeWorkers(), /*max_to_keep=*/2);
+  auto steps_on_disk = [&] {
+    std::set<std::string> names;
+    for (const auto& entry : fs::directory_iterator(root.path())) {
+      if (entry.is_directory()) names.insert(entry.path().filename().string());
+    }
+    return names;
+  };
+  REQUIRE(manager.Save(10, ResumableSampler::State{}, false).ok());
+  REQUIRE(manager.Save(20, ResumableSampler::State{}, false).ok());
+  CHECK(steps_on_disk() == std::set<std::string>{"global_step_10", "global_step_20"});
+  REQUIRE(manager.Save(30, ResumableSampler::State{}, false).ok());
+  CHECK(steps_on_disk() == std::set<std::string>{"global_step_20", "global_step_30"});
+
+  // A save that fails deletes nothing: the newest good checkpoint and the one before it stay, the tracker too.
+  CheckpointManager failing(root.path(), [](const std::string&, int64_t, bool) {
+    return absl::ResourceExhaustedError("No space left on device");
+  }, 2);
+  REQUIRE_FALSE(failing.Save(40, ResumableSampler::State{}, false).ok());
+  CHECK(steps_on_disk() == std::set<std::string>{"global_step_20", "global_step_30"});
+  CHECK(ReadFile(manager.TrackerPath()) == "30\n");
+
+  // After resuming from step 20 and saving step 25, the stale later step 30 of the abandoned run is not touched
+  // (rotation only removes steps older than the one saved), and the one just saved always stays.
+  CheckpointManager one(root.path(), FakeWorkers(), 1);
+  REQUIRE(one.Save(25, ResumableSampler::State{}, false).ok());
+  CHECK(steps_on_disk() == std::set<std::string>{"global_step_25", "global_step_30"});
+  CHECK(ReadFile(one.TrackerPath()) == "25\n");
 }
 
 }  // namespace
