@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status/status_macros.h"
 #include "common/text/byte_level.h"
@@ -54,6 +55,58 @@ struct Merge {
 };
 
 uint64_t PairKey(int32_t a, int32_t b) { return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b); }
+
+// The length of the well-formed UTF-8 sequence at s[i], or, when it is ill-formed, minus the length of its maximal
+// subpart (the longest prefix of a well-formed sequence, at least 1): Unicode's "substitution of maximal subparts",
+// which Rust's String::from_utf8_lossy (HF tokenizers) and Python's decode(errors="replace") follow.
+int Utf8SequenceLength(std::string_view s, size_t i) {
+  const auto at = [&](size_t k) { return static_cast<uint8_t>(s[k]); };
+  const uint8_t b0 = at(i);
+  if (b0 < 0x80) return 1;
+  int n;
+  uint8_t lo = 0x80, hi = 0xBF;  // Allowed range of the second byte.
+  if (b0 >= 0xC2 && b0 <= 0xDF) {
+    n = 2;
+  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+    n = 3;
+    if (b0 == 0xE0) lo = 0xA0;
+    if (b0 == 0xED) hi = 0x9F;
+  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+    n = 4;
+    if (b0 == 0xF0) lo = 0x90;
+    if (b0 == 0xF4) hi = 0x8F;
+  } else {
+    return -1;
+  }
+  for (int k = 1; k < n; ++k) {
+    if (i + k >= s.size()) return -k;
+    const uint8_t b = at(i + k);
+    if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return -k;
+  }
+  return n;
+}
+
+void ReplaceInvalidUtf8(std::string* text) {
+  size_t i = 0;
+  while (i < text->size()) {  // Fast path: most decoded text is valid.
+    const int n = Utf8SequenceLength(*text, i);
+    if (n < 0) break;
+    i += n;
+  }
+  if (i == text->size()) return;
+  std::string out = text->substr(0, i);
+  while (i < text->size()) {
+    const int n = Utf8SequenceLength(*text, i);
+    if (n > 0) {
+      out.append(*text, i, n);
+      i += n;
+    } else {
+      out += "\xEF\xBF\xBD";  // U+FFFD
+      i += -n;
+    }
+  }
+  *text = std::move(out);
+}
 
 bool IsAsciiSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
 // Approximates HF's word characters for single_word added tokens: ASCII alphanumerics, '_' and any non-ASCII byte.
@@ -100,8 +153,10 @@ class Tokenizer::Impl {
   absl::flat_hash_map<std::string, int32_t> bytes_to_id_;  // Model vocab by raw bytes (for ignore_merges).
   std::array<int32_t, 256> byte_to_id_{};                   // -1 when the byte's symbol is not in the vocab.
   absl::flat_hash_map<uint64_t, Merge> merges_;
+  std::array<std::vector<int32_t>, 256> byte_fallback_ids_;  // Non-empty only for a missing byte symbol.
   bool ignore_merges_ = false;
   int32_t unk_id_ = -1;
+  bool fuse_unk_ = false;
   bool nfc_ = false;
   std::vector<PreTokenizerStep> pre_steps_;
   std::vector<AddedToken> added_;                          // Longest content first.
@@ -222,10 +277,11 @@ absl::Status Tokenizer::Impl::Load(const Json& root) {
       return absl::UnimplementedError(absl::StrCat("model.", key, " is not supported"));
     }
   }
+  // byte_fallback only acts on a byte whose symbol is missing from the vocabulary (see Bpe); with the ByteLevel
+  // pre-tokenizer required below, a complete byte alphabet makes it inert. SentencePiece-style vocabularies, where it
+  // matters, have no ByteLevel step and are rejected there.
   ASSIGN_OR_RETURN(const bool byte_fallback, GetBool(model, "byte_fallback", false, "model"));
-  if (byte_fallback) {
-    return absl::UnimplementedError("model.byte_fallback=true (SentencePiece-style BPE) is not supported");
-  }
+  ASSIGN_OR_RETURN(fuse_unk_, GetBool(model, "fuse_unk", false, "model"));
   if (model.contains("dropout") && !model["dropout"].is_null() &&
       !(model["dropout"].is_number() && model["dropout"].get<double>() == 0.0)) {
     return absl::UnimplementedError("model.dropout is not supported");
@@ -295,8 +351,20 @@ absl::Status Tokenizer::Impl::Load(const Json& root) {
   }
   byte_to_id_.fill(-1);
   for (int b = 0; b < 256; ++b) {
-    auto it = token_to_id_.find(ByteLevelSymbol(static_cast<uint8_t>(b)));
-    if (it != token_to_id_.end()) byte_to_id_[b] = it->second;
+    const std::string symbol = ByteLevelSymbol(static_cast<uint8_t>(b));
+    auto it = token_to_id_.find(symbol);
+    if (it != token_to_id_.end()) {
+      byte_to_id_[b] = it->second;
+    } else if (byte_fallback) {
+      // As HF: the UTF-8 bytes of the missing *symbol* (not the byte itself) as "<0xHH>" tokens, all or nothing.
+      std::vector<int32_t> ids;
+      for (char u : symbol) {
+        auto fallback = token_to_id_.find(absl::StrFormat("<0x%02X>", static_cast<uint8_t>(u)));
+        if (fallback == token_to_id_.end()) break;
+        ids.push_back(fallback->second);
+      }
+      if (ids.size() == symbol.size()) byte_fallback_ids_[b] = std::move(ids);
+    }
   }
   if (model.contains("unk_token") && model["unk_token"].is_string()) {
     auto it = token_to_id_.find(model["unk_token"].get<std::string>());
@@ -450,16 +518,27 @@ void Tokenizer::Impl::Bpe(std::string_view piece, std::vector<int32_t>* out) con
       return;
     }
   }
+  // Bytes without a symbol, as HF's BPE does it: byte-fallback tokens when the vocabulary has them, else unk_token
+  // (consecutive ones fused into one with fuse_unk), else nothing. An unk is held back until the next known symbol
+  // or the end, so byte-fallback tokens right after it come before it, exactly as in HF.
   std::vector<int32_t> symbols;
   symbols.reserve(piece.size());
+  bool pending_unk = false;
   for (char c : piece) {
-    const int32_t id = byte_to_id_[static_cast<uint8_t>(c)];
+    const auto b = static_cast<uint8_t>(c);
+    const int32_t id = byte_to_id_[b];
     if (id >= 0) {
+      if (pending_unk) symbols.push_back(unk_id_);
+      pending_unk = false;
       symbols.push_back(id);
+    } else if (!byte_fallback_ids_[b].empty()) {
+      symbols.insert(symbols.end(), byte_fallback_ids_[b].begin(), byte_fallback_ids_[b].end());
     } else if (unk_id_ >= 0) {
-      symbols.push_back(unk_id_);
+      if (pending_unk && !fuse_unk_) symbols.push_back(unk_id_);
+      pending_unk = true;
     }
   }
+  if (pending_unk) symbols.push_back(unk_id_);
   if (symbols.size() > kHeapMergeThreshold) {
     MergeLarge(&symbols);
   } else {
@@ -584,7 +663,8 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool parse_special
   return ids;
 }
 
-std::string Tokenizer::Decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
+std::string Tokenizer::Decode(const std::vector<int32_t>& ids, bool skip_special_tokens,
+                              InvalidUtf8 invalid_utf8) const {
   std::string text;
   for (int32_t id : ids) {
     if (id < 0 || static_cast<size_t>(id) >= impl_->id_kind_.size()) continue;
@@ -592,6 +672,7 @@ std::string Tokenizer::Decode(const std::vector<int32_t>& ids, bool skip_special
     if (kind == Impl::IdKind::kNone || (skip_special_tokens && kind == Impl::IdKind::kSpecial)) continue;
     text += impl_->id_to_bytes_[id];
   }
+  if (invalid_utf8 == InvalidUtf8::kReplace) ReplaceInvalidUtf8(&text);
   return text;
 }
 

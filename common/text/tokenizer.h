@@ -19,9 +19,11 @@ namespace verl {
 //   normalizer     null, NFC, or a Sequence of those.
 //   pre_tokenizer  ByteLevel (use_regex true: the GPT-2 split pattern), Split with a Regex or String pattern
 //                  (behavior Isolated or Removed, invert false), or a Sequence of those; a ByteLevel step is required.
-//   model          BPE with merges given as "a b" strings or ["a", "b"] pairs; `ignore_merges` and `unk_token`
-//                  honoured (a byte whose symbol is not in the vocab becomes unk_token, or is dropped without
-//                  one); continuing_subword_prefix, end_of_word_suffix, byte_fallback and dropout are not.
+//   model          BPE with merges given as "a b" strings or ["a", "b"] pairs; `ignore_merges`, `unk_token`,
+//                  `fuse_unk` and `byte_fallback` honoured as HF does: a byte whose symbol is not in the vocab becomes
+//                  the "<0xHH>" tokens of its symbol's UTF-8 bytes (byte_fallback, when all exist), else unk_token,
+//                  else nothing. byte_fallback is inert when the vocabulary has all 256 byte symbols (Qwen2, Llama 3,
+//                  GPT-2). continuing_subword_prefix, end_of_word_suffix and dropout are rejected.
 //   decoder        ByteLevel (or a Sequence containing it).
 // The post_processor is not applied: Encode never adds BOS/EOS; the chat template or the caller does.
 //
@@ -42,9 +44,21 @@ class Tokenizer {
   // as HF's split_special_tokens does). Arbitrary bytes are accepted, including invalid UTF-8.
   std::vector<int32_t> Encode(std::string_view text, bool parse_special = true) const;
 
-  // Token ids to text (ByteLevel decoding). Ids not in the vocabulary are skipped silently; bytes that do not form
-  // valid UTF-8 are kept as they are (no U+FFFD replacement). Added tokens are emitted verbatim.
-  std::string Decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
+  // What Decode does with bytes that do not form valid UTF-8 (a sequence cut inside a character, or a byte that
+  // became unk_token while the rest of its character did not).
+  enum class InvalidUtf8 {
+    // Each maximal ill-formed subpart becomes U+FFFD, as HF tokenizers' ByteLevel decoder (and so transformers'
+    // decode and verl) does. The result is always valid UTF-8 (safe for protobuf strings and JSON).
+    kReplace,
+    // The bytes are returned as they are: concatenating the decodes of consecutive chunks gives the decode of the
+    // whole (for incremental decoding).
+    kKeep,
+  };
+
+  // Token ids to text (ByteLevel decoding). Ids not in the vocabulary are skipped silently. Added tokens are emitted
+  // verbatim.
+  std::string Decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false,
+                     InvalidUtf8 invalid_utf8 = InvalidUtf8::kReplace) const;
 
   // `token` in the vocabulary's own spelling (byte-level symbols, e.g. "Ġthe"), or an added token's content.
   std::optional<int32_t> TokenToId(std::string_view token) const;

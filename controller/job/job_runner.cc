@@ -289,7 +289,12 @@ class JobRunner::Impl {
     const int64_t max_len = config_.data.max_prompt_length;
     int64_t filtered = 0;
     for (const Example& ex : examples) {
-      std::vector<int32_t> ids = tokenizer_->Encode(ApplyChatTemplate(ex.prompt, true, chat_options_));
+      auto text = RenderChatTemplate(ex.prompt, true, chat_options_);
+      if (!text.ok()) {
+        return Annotate(text.status(), absl::StrCat(path, ": row ", ex.row, ": applying the chat template of ",
+                                                    config_.actor_rollout_ref.model.path));
+      }
+      std::vector<int32_t> ids = tokenizer_->Encode(*text);
       if (static_cast<int64_t>(ids.size()) > max_len) {
         if (config_.data.filter_overlong_prompts) {
           ++filtered;

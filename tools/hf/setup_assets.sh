@@ -14,12 +14,19 @@
 #                                        (tools/hf/hf_reference.py): reference.json + logits.safetensors
 #   $HF/reference/tiny-models/           tiny random Llama / Qwen2 models (llama3 / linear RoPE scaling, Llama
 #                                        attention_bias) and their transformers logits (tools/hf/tiny_reference.py)
+#   $HF/vocab/{qwen,gpt2}.tiktoken       Qwen2's and GPT-2's BPE ranks, from PyPI's dashscope==2.0.2 and
+#                                        openai-whisper==20250625 (pip download --no-deps; only that file is kept)
+#   $HF/reference/tokenizers/            a generated 1.1 MB corpus, tokenizer.json for qwen2 / gpt2 (transformers'
+#                                        TikTokenConverter) and smollm2, HF tokenizers' ids of the corpus for each
+#                                        (tools/hf/tokenizer_reference.py)
+#   $HF/reference/smollm2-bf16/          transformers' bf16 and fp32 logits of SmolLM2 on six of the reference's
+#                                        inputs (tools/hf/bf16_reference.py)
 #
 # $HF is $VERL_HF_DIR, default $VERL_DEPS_DIR/hf (~/.cache/verl-cpp/hf). Idempotent: each step is skipped when its
 # stamp says it is done with the same inputs (pins, scripts, cases file), so a second run takes well under a second.
 # Nothing comes from the HF hub; nothing is written into the checkout. Needs tools/setup.sh to have run (torch).
-# The first run downloads about 0.8 GB from PyPI and takes 2-3 minutes on 2 cores (about 1 minute of it is the
-# reference generation).
+# The first run downloads about 0.8 GB from PyPI and takes 3-4 minutes on 2 cores (about 2 minutes of it is the
+# reference generation: SmolLM2 fp32 about 1 minute, bf16 about 1 minute, tokenizers about 10 s).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -38,6 +45,12 @@ MODEL="$HF/models/smollm2-135m-instruct"
 REF="$HF/reference/smollm2-135m-instruct"
 CASES="$ROOT/tests/tools/hf/smollm2_cases.json"
 TINY="$HF/reference/tiny-models"
+# Real BPE vocabularies (tokenizer parity): only the .tiktoken files are taken from these packages.
+QWEN_VOCAB_PKG=dashscope==2.0.2
+GPT2_VOCAB_PKG=openai-whisper==20250625
+VOCAB="$HF/vocab"
+TOK="$HF/reference/tokenizers"
+BF16="$HF/reference/smollm2-bf16"
 
 # CUDA libraries torch 2.11's Python module may miss, by soname prefix -> the PyPI package torch's wheel requires.
 declare -A NV_PKG=(
@@ -153,4 +166,45 @@ if ! stamp_ok "$TINY.stamp" "$want_tiny" || [ ! -f "$TINY/reference.json" ]; the
   "$HF/python" "$ROOT/tools/hf/tiny_reference.py" "$TINY"
   echo "$want_tiny" > "$TINY.stamp"
 fi
-log "ready: $MODEL, $REF, $TINY"
+# 7. Real BPE vocabularies from PyPI: Qwen2's ranks (dashscope's resources/qwen.tiktoken) and GPT-2's
+#    (openai-whisper's whisper/assets/gpt2.tiktoken, from its sdist); only those two files are kept.
+fetch_vocab() {  # fetch_vocab PACKAGE==VERSION PATH_IN_ARCHIVE OUT_FILE
+  [ -f "$3" ] && return
+  log "downloading $1 for $(basename "$3")"
+  rm -rf "$VOCAB.tmp" && mkdir -p "$VOCAB.tmp"
+  pip_ download --no-deps --dest "$VOCAB.tmp" "$1"
+  local archive
+  archive="$(find "$VOCAB.tmp" -maxdepth 1 -name '*.whl' -o -maxdepth 1 -name '*.tar.gz' | head -1)"
+  [ -n "$archive" ] || die "pip download $1 left no archive"
+  mkdir -p "$VOCAB.tmp/x"
+  case "$archive" in
+    *.whl) python3 -m zipfile -e "$archive" "$VOCAB.tmp/x" ;;
+    *) tar -xzf "$archive" -C "$VOCAB.tmp/x" ;;
+  esac
+  local found
+  found="$(find "$VOCAB.tmp/x" -path "*/$2" | head -1)"
+  [ -n "$found" ] || die "$1 has no $2"
+  mkdir -p "$VOCAB" && mv "$found" "$3"
+  rm -rf "$VOCAB.tmp"
+}
+fetch_vocab "$QWEN_VOCAB_PKG" dashscope/resources/qwen.tiktoken "$VOCAB/qwen.tiktoken"
+fetch_vocab "$GPT2_VOCAB_PKG" whisper/assets/gpt2.tiktoken "$VOCAB/gpt2.tiktoken"
+
+# 8. The tokenizer corpus, the three tokenizer.json files and HF tokenizers' ids (tools/hf/tokenizer_reference.py).
+want_tok="$want_model $QWEN_VOCAB_PKG $GPT2_VOCAB_PKG $(sha "$ROOT/tools/hf/tokenizer_reference.py")"
+if ! stamp_ok "$TOK.stamp" "$want_tok" || [ ! -f "$TOK/summary.json" ]; then
+  log "making the tokenizer corpus and HF tokenizers' ids in $TOK (about 10 s)"
+  "$HF/python" "$ROOT/tools/hf/tokenizer_reference.py" "$VOCAB/qwen.tiktoken" "$VOCAB/gpt2.tiktoken" \
+    "$MODEL/tokenizer.json" "$TOK"
+  echo "$want_tok" > "$TOK.stamp"
+fi
+# 9. transformers' bf16 and fp32 logits of SmolLM2 on the reference's inputs (tools/hf/bf16_reference.py).
+want_bf16="$want_ref $(sha "$ROOT/tools/hf/bf16_reference.py")"
+if ! stamp_ok "$BF16.stamp" "$want_bf16" || [ ! -f "$BF16/reference.json" ]; then
+  log "computing transformers' bf16 and fp32 logits of SmolLM2 in $BF16"
+  "$HF/python" "$ROOT/tools/hf/bf16_reference.py" "$MODEL" "$REF/reference.json" "$BF16"
+  echo "$want_bf16" > "$BF16.stamp"
+fi
+# transformers' apply_chat_template output for the chat-template tests (tests/common/text/testdata and SmolLM2's).
+CT="$HF/reference/chat-templates"; want_ct="$want_py $(sha "$ROOT/tools/hf/chat_template_reference.py" "$ROOT"/tests/common/text/testdata/*.json "$MODEL/tokenizer_config.json")"; { stamp_ok "$CT.stamp" "$want_ct" && [ -f "$CT/reference.json" ]; } || { log "rendering the chat-template reference in $CT"; "$HF/python" "$ROOT/tools/hf/chat_template_reference.py" "$ROOT/tests/common/text/testdata" "$MODEL" "$CT" && echo "$want_ct" > "$CT.stamp"; }
+log "ready: $MODEL, $REF, $TINY, $TOK, $BF16"

@@ -188,7 +188,9 @@ int Run(const Flags& flags, nlohmann::json* out) {
     }
     auto options = verl::ChatTemplateOptionsFromTokenizerConfig(dir + "/tokenizer_config.json");
     if (!options.ok()) return RuntimeError(std::string(options.status().message()));
-    prompt_text = verl::ApplyChatTemplate(messages, /*add_generation_prompt=*/true, *options);
+    auto rendered = verl::RenderChatTemplate(messages, /*add_generation_prompt=*/true, *options);
+    if (!rendered.ok()) return RuntimeError(std::string(rendered.status().message()));
+    prompt_text = *std::move(rendered);
   } else {
     prompt_text = *flags.text;
   }

@@ -207,8 +207,117 @@ TEST_CASE("Decode skips special tokens on request and unknown ids always") {
   REQUIRE(tok.Decode({259, 302, 119}, /*skip_special_tokens=*/true) == "hellow");
   REQUIRE(tok.Decode({'a', 303, 'b'}, true) == "a<tool>b");  // Not special: kept.
   REQUIRE(tok.Decode({259, 280, -1, 304, 1 << 30, 119}) == "hellow");  // A hole, negatives, beyond the vocab.
-  REQUIRE(tok.Decode({0xC3}) == "\xC3");  // Half of "ü": the byte is kept, not replaced.
+  REQUIRE(tok.Decode({0xC3}) == "\xEF\xBF\xBD");  // Half of "ü": U+FFFD by default, as HF.
+  REQUIRE(tok.Decode({0xC3}, false, Tokenizer::InvalidUtf8::kKeep) == "\xC3");  // or the byte, kept
   REQUIRE(tok.Decode({0xC3, 0xBC}) == "\xC3\xBC");
+}
+
+TEST_CASE("Decode replaces each maximal ill-formed UTF-8 subpart with U+FFFD, as HF tokenizers does") {
+  // Expected values are HF tokenizers 0.22's decode of the same byte-symbol ids (identical to Python's
+  // bytes.decode("utf-8", errors="replace")).
+  const Tokenizer tok = HandTokenizer();
+  const std::string r = "\xEF\xBF\xBD";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"\xF0\x9F\x98", r},                    // a 4-byte character cut after 3 bytes: one replacement
+      {"\xF0\x9F\x98x", r + "x"},
+      {"\xE0\x80\x80", r + r + r},            // overlong: E0 needs A0..BF next
+      {"\xED\xA0\x80", r + r + r},            // a UTF-16 surrogate
+      {"\xF4\x90\x80\x80", r + r + r + r},   // above U+10FFFF
+      {"\xC0\xAF", r + r},
+      {"a\xFF" "b", "a" + r + "b"},
+      {"\xE2\x82\xAC\xE2", "\xE2\x82\xAC" + r},
+      {"\x80\x80", r + r},
+      {"ok\xF0\x9F\x98\x80", "ok\xF0\x9F\x98\x80"}};
+  for (const auto& [bytes, expected] : cases) {
+    Ids ids;
+    for (char c : bytes) ids.push_back(static_cast<uint8_t>(c));  // the hand vocabulary: id = byte value
+    INFO(nlohmann::json(expected).dump());
+    CHECK(tok.Decode(ids) == expected);
+    CHECK(tok.Decode(ids, false, Tokenizer::InvalidUtf8::kKeep) == bytes);
+  }
+}
+
+// A vocabulary missing the symbols of bytes 0x04 and 0xF1 (the latter's symbol is U+00F1, UTF-8 C3 B1), with
+// byte-fallback tokens <0xC3>=256 and <0xB1>=257, <unk>=258 and "ab"=259.
+nlohmann::json MissingBytesJson(bool byte_fallback, bool unk, bool fuse_unk) {
+  nlohmann::json vocab = nlohmann::json::object();
+  for (const auto& [b, symbol] : ReferenceByteSymbols()) {
+    if (b != 0x04 && b != 0xF1) vocab[symbol] = b;
+  }
+  vocab["<0xC3>"] = 256;
+  vocab["<0xB1>"] = 257;
+  vocab["<unk>"] = 258;
+  vocab["ab"] = 259;
+  const nlohmann::json byte_level = {
+      {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", true}};
+  return {{"normalizer", nullptr},
+          {"pre_tokenizer", byte_level},
+          {"decoder", byte_level},
+          {"model",
+           {{"type", "BPE"},
+            {"unk_token", unk ? nlohmann::json("<unk>") : nlohmann::json(nullptr)},
+            {"fuse_unk", fuse_unk},
+            {"byte_fallback", byte_fallback},
+            {"vocab", vocab},
+            {"merges", nlohmann::json::array({nlohmann::json::array({"a", "b"})})}}}};
+}
+
+TEST_CASE("byte_fallback is accepted with a ByteLevel pre-tokenizer and is inert with all 256 byte symbols") {
+  nlohmann::json j = HandTokenizerJson(false);
+  j["model"]["byte_fallback"] = true;
+  auto with = Tokenizer::FromJson(j.dump(), "b.json");
+  INFO(with.status().ToString());
+  REQUIRE(with.ok());
+  const Tokenizer without = HandTokenizer();
+  for (const std::string text : {"hello world", "\xE4\xB8\xAD\xE6\x96\x87 \xF0\x9F\x98\x80 <0x41>", "\x04\xF1\xFF",
+                                 "<|im_start|>user\nhello<|im_end|>\n"}) {
+    CHECK(with->Encode(text) == without.Encode(text));
+  }
+  // A SentencePiece-style pipeline (no ByteLevel step) is still rejected.
+  j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\xE2\x96\x81"}};
+  REQUIRE(Tokenizer::FromJson(j.dump(), "b.json").status().code() == absl::StatusCode::kUnimplemented);
+}
+
+TEST_CASE("bytes without a symbol: byte_fallback, unk_token and fuse_unk as HF tokenizers does") {
+  // Inputs: U+40000 is F1 80 80 80; 0x04 is a control byte. Expected ids are HF tokenizers 0.22's for the same
+  // tokenizer.json. Note the HF order when an unk is pending: byte-fallback tokens come before it.
+  const std::vector<std::string> texts = {"ab\xF1\x80\x80\x80" "ab", "\x04\x04" "ab", "a\x04\xF1\x80\x80\x80\x04" "b",
+                                          "\x04\xF1\x80\x80\x80", "\xF1\x80\x80\x80\x04\x04", "x\x04\x04\x04"};
+  struct Config {
+    bool byte_fallback, unk, fuse_unk;
+    std::vector<Ids> expected;
+  };
+  const std::vector<Config> configs = {
+      {true, false, false,
+       {{259, 256, 257, 128, 128, 128, 259}, {259}, {97, 256, 257, 128, 128, 128, 98}, {256, 257, 128, 128, 128},
+        {256, 257, 128, 128, 128}, {120}}},
+      {true, true, false,
+       {{259, 256, 257, 128, 128, 128, 259}, {258, 258, 259}, {97, 256, 257, 258, 128, 128, 128, 258, 98},
+        {256, 257, 258, 128, 128, 128}, {256, 257, 128, 128, 128, 258, 258}, {120, 258, 258, 258}}},
+      {true, true, true,
+       {{259, 256, 257, 128, 128, 128, 259}, {258, 259}, {97, 256, 257, 258, 128, 128, 128, 258, 98},
+        {256, 257, 258, 128, 128, 128}, {256, 257, 128, 128, 128, 258}, {120, 258}}},
+      {false, true, true,
+       {{259, 258, 128, 128, 128, 259}, {258, 259}, {97, 258, 128, 128, 128, 258, 98}, {258, 128, 128, 128},
+        {258, 128, 128, 128, 258}, {120, 258}}},
+      {false, true, false,
+       {{259, 258, 128, 128, 128, 259}, {258, 258, 259}, {97, 258, 258, 128, 128, 128, 258, 98},
+        {258, 258, 128, 128, 128}, {258, 128, 128, 128, 258, 258}, {120, 258, 258, 258}}},
+      {false, false, false,
+       {{259, 128, 128, 128, 259}, {259}, {97, 128, 128, 128, 98}, {128, 128, 128}, {128, 128, 128}, {120}}}};
+  for (const Config& c : configs) {
+    auto tok = Tokenizer::FromJson(MissingBytesJson(c.byte_fallback, c.unk, c.fuse_unk).dump(), "missing.json");
+    INFO(tok.status().ToString());
+    REQUIRE(tok.ok());
+    for (size_t i = 0; i < texts.size(); ++i) {
+      INFO("byte_fallback=" << c.byte_fallback << " unk=" << c.unk << " fuse_unk=" << c.fuse_unk << " text " << i);
+      CHECK(tok->Encode(texts[i]) == c.expected[i]);
+    }
+    // HF's ByteLevel decoder spells the fallback tokens out and replaces the lone continuation bytes.
+    const std::string r = "\xEF\xBF\xBD";
+    CHECK(tok->Decode(c.expected[0]) ==
+          "ab" + std::string(c.byte_fallback ? "<0xC3><0xB1>" : c.unk ? "<unk>" : "") + r + r + r + "ab");
+  }
 }
 
 TEST_CASE("vocabulary queries") {
@@ -309,9 +418,6 @@ TEST_CASE("load errors name the file and the problem") {
     j = HandTokenizerJson(false);
     j["pre_tokenizer"] = {{"type", "Metaspace"}};
     REQUIRE(Tokenizer::FromJson(j.dump(), "p.json").status().code() == absl::StatusCode::kUnimplemented);
-    j = HandTokenizerJson(false);
-    j["model"]["byte_fallback"] = true;
-    REQUIRE(Tokenizer::FromJson(j.dump(), "b.json").status().code() == absl::StatusCode::kUnimplemented);
     j = HandTokenizerJson(false);
     j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(unclosed";
     REQUIRE_THAT(std::string(Tokenizer::FromJson(j.dump(), "r.json").status().message()),
