@@ -21,6 +21,7 @@ APT_PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libyaml-cpp-dev catch2 nlohmann-json3-dev libpcre2-dev libicu-dev libspdlog-dev libfmt-dev
   prometheus  # promtool and a real server for the /metrics tests (not started as a service here)
+  clang libclang-rt-14-dev  # libFuzzer (tools/fuzz.sh)
 )
 
 log() { echo "[setup] $*" >&2; }

@@ -9,3 +9,5 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 (cd "${VERL_BUILD_DIR:-$ROOT/build}" && ctest --output-on-failure --timeout 600 -j1)
 # The torch-free code and its tests again under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/).
 "$ROOT/tools/sanitize.sh"
+# A short libFuzzer run of each parser target (build-fuzz/, clang; 20 s each).
+"$ROOT/tools/fuzz.sh"
