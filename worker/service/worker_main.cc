@@ -5,7 +5,8 @@
 //
 // --comm-host is the address other workers reach this one's ranks at for collectives (the host backend); it defaults
 // to the --listen host, and must be given when that is a wildcard (0.0.0.0 or [::]). With --device cuda, local rank i
-// runs on GPU i.
+// runs on GPU i. --metrics-listen serves Prometheus metrics of the worker (RPC durations and errors per method,
+// generated tokens per rank, process memory) on http://HOST:PORT/metrics.
 // With port 0 the kernel picks a free port; the address actually bound is written to --ready-file (atomically) once
 // the server accepts calls, which is how a launching controller learns it. SIGTERM/SIGINT or a Shutdown RPC stop it:
 // the call in flight may finish (at most 10 s more), a second signal exits at once.
@@ -26,6 +27,8 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "common/metrics/metrics_http_server.h"
+#include "common/metrics/prometheus_registry.h"
 #include "spdlog/spdlog.h"
 #include "worker/rank/rank_interface.h"
 #include "worker/service/worker_service.h"
@@ -39,11 +42,12 @@ struct Flags {
   int ranks = 1;
   std::string comm_host;
   std::string device = "cpu";
+  std::string metrics_listen;  // empty: no /metrics endpoint
 };
 
 void Usage() {
   std::cerr << "usage: verl-worker [--listen HOST:PORT] [--ready-file PATH] [--worker-id ID] [--ranks N] "
-               "[--comm-host HOST] [--device cpu|cuda]\n";
+               "[--comm-host HOST] [--device cpu|cuda] [--metrics-listen HOST:PORT]\n";
 }
 
 bool ParseFlags(int argc, char** argv, Flags* flags) {
@@ -70,6 +74,8 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
       flags->ranks = n;
     } else if (arg == "--comm-host" && value(&v)) {
       flags->comm_host = v;
+    } else if (arg == "--metrics-listen" && value(&v)) {
+      flags->metrics_listen = v;
     } else if (arg == "--device" && value(&v)) {
       if (v != "cpu" && v != "cuda") {
         std::cerr << "verl-worker: --device must be cpu or cuda, got '" << v << "'\n";
@@ -137,7 +143,25 @@ int main(int argc, char** argv) {
   }
   std::vector<std::unique_ptr<verl::RankInterface>> ranks;
   for (int i = 0; i < flags.ranks; ++i) ranks.push_back(verl::CreateCpuRank(i));
-  verl::WorkerServiceImpl service(flags.worker_id, std::move(ranks), comm_host, flags.device, RequestStop);
+  // Prometheus /metrics of this worker (its RPCs, generated tokens, process), when asked for.
+  std::shared_ptr<verl::PrometheusRegistry> registry;
+  std::unique_ptr<verl::MetricsHttpServer> metrics_server;
+  if (!flags.metrics_listen.empty()) {
+    registry = std::make_shared<verl::PrometheusRegistry>();
+    verl::MetricsHttpServerOptions o;
+    o.listen = flags.metrics_listen;
+    auto server = verl::MetricsHttpServer::Start(o, [registry] {
+      return verl::MetricsHttpServer::Response{verl::PrometheusRegistry::kContentType, registry->Render()};
+    });
+    if (!server.ok()) {
+      std::cerr << "verl-worker: --metrics-listen " << flags.metrics_listen << ": " << server.status().message()
+                << "\n";
+      return 2;
+    }
+    metrics_server = *std::move(server);
+    spdlog::info("prometheus metrics: http://{}/metrics", metrics_server->address());
+  }
+  verl::WorkerServiceImpl service(flags.worker_id, std::move(ranks), comm_host, flags.device, RequestStop, registry);
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(flags.listen, grpc::InsecureServerCredentials(), &port);

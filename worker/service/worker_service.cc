@@ -101,11 +101,20 @@ void ToProto(const Metrics& m, google::protobuf::Map<std::string, double>* out) 
 }  // namespace
 
 WorkerServiceImpl::WorkerServiceImpl(std::string worker_id, std::vector<std::unique_ptr<RankInterface>> ranks,
-                                     std::string comm_host, std::string device, std::function<void()> on_shutdown)
+                                     std::string comm_host, std::string device, std::function<void()> on_shutdown,
+                                     std::shared_ptr<PrometheusRegistry> metrics)
     : worker_id_(std::move(worker_id)),
       comm_host_(std::move(comm_host)),
       device_(std::move(device)),
+      metrics_(std::move(metrics)),
       on_shutdown_(std::move(on_shutdown)) {
+  if (metrics_) {
+    (void)metrics_->DeclareHistogram("verl_rpc_duration_seconds",
+                                     "Time a rank spent on one WorkerService call (queueing excluded), by method.",
+                                     {0.001, 0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300});
+    (void)metrics_->DeclareCounter("verl_rpc_errors_total", "WorkerService calls that failed, by method and code.");
+    (void)metrics_->DeclareCounter("verl_tokens_generated_total", "Response tokens generated, by rank.");
+  }
   slots_.resize(ranks.size());
   for (size_t i = 0; i < ranks.size(); ++i) {
     slots_[i].rank = std::move(ranks[i]);
@@ -132,9 +141,15 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::RunOnRank(grpc::CallbackServerConte
   slot.executor->Post([this, ctx, reactor, rpc, local_rank, step_id, &slot, work = std::move(work)] {
     const auto start = std::chrono::steady_clock::now();
     absl::Status status = work(*slot.rank);
-    ctx->AddTrailingMetadata(
-        kComputeSecondsMetadataKey,
-        std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ctx->AddTrailingMetadata(kComputeSecondsMetadataKey, std::to_string(seconds));
+    if (metrics_) {
+      (void)metrics_->ObserveHistogram("verl_rpc_duration_seconds", {{"method", rpc}}, seconds);
+      if (!status.ok()) {
+        (void)metrics_->IncrementCounter("verl_rpc_errors_total",
+                                         {{"method", rpc}, {"code", absl::StatusCodeToString(status.code())}});
+      }
+    }
     if (!status.ok()) {
       status = Annotate(status, absl::StrCat("worker ", worker_id_, " (pid ", getpid(), ") local rank ", local_rank,
                                              " ", rpc, step_id.empty() ? "" : " step " + step_id));
@@ -264,7 +279,7 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::LoadModel(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* WorkerServiceImpl::Generate(grpc::CallbackServerContext* ctx, const v1::GenerateRequest* req,
                                                       v1::GenerateResponse* resp) {
   return RunOnRank(
-      ctx, "Generate", req->local_rank(), req->step_id(), [req, resp](RankInterface& rank) -> absl::Status {
+      ctx, "Generate", req->local_rank(), req->step_id(), [this, req, resp](RankInterface& rank) -> absl::Status {
         std::vector<PromptInput> prompts;
         prompts.reserve(req->prompts_size());
         for (const v1::Prompt& p : req->prompts()) {
@@ -275,6 +290,12 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Generate(grpc::CallbackServerContex
                          rank.Generate(req->step_id(), prompts, FromProto(req->sampling()), req->greedy_baseline()));
         ToProto(out.responses, resp->mutable_responses());
         resp->mutable_response_lengths()->Add(out.response_lengths.begin(), out.response_lengths.end());
+        if (metrics_) {
+          double tokens = 0;
+          for (int32_t n : out.response_lengths) tokens += n;
+          (void)metrics_->IncrementCounter("verl_tokens_generated_total",
+                                           {{"rank", absl::StrCat(req->local_rank())}}, tokens);
+        }
         resp->mutable_prompt_lengths()->Add(out.prompt_lengths.begin(), out.prompt_lengths.end());
         ToProto(out.metrics, resp->mutable_metrics());
         return absl::OkStatus();

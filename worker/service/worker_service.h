@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "verl/v1/worker.grpc.pb.h"
+#include "common/metrics/prometheus_registry.h"
 #include "worker/comm/host_communicator.h"
 #include "worker/rank/rank_interface.h"
 #include "worker/service/rank_executor.h"
@@ -25,9 +26,12 @@ class WorkerServiceImpl final : public verl::v1::WorkerService::CallbackService 
  public:
   // `on_shutdown` runs (once) after a Shutdown RPC has been answered. `comm_host` is the host (name or address) the
   // ranks' host-backend listeners bind to and advertise: one the other workers can reach.
-  // `device` is "cpu" or "cuda"; with cuda, local rank i runs on GPU i.
+  // `device` is "cpu" or "cuda"; with cuda, local rank i runs on GPU i. With a `metrics` registry (verl-worker
+  // --metrics-listen) every rank call is recorded there: verl_rpc_duration_seconds{method} (histogram),
+  // verl_rpc_errors_total{method,code}, verl_tokens_generated_total{rank}.
   WorkerServiceImpl(std::string worker_id, std::vector<std::unique_ptr<RankInterface>> ranks, std::string comm_host,
-                    std::string device, std::function<void()> on_shutdown);
+                    std::string device, std::function<void()> on_shutdown,
+                    std::shared_ptr<PrometheusRegistry> metrics = nullptr);
   ~WorkerServiceImpl() override;
 
   grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* ctx, const v1::HealthRequest* req,
@@ -80,6 +84,7 @@ class WorkerServiceImpl final : public verl::v1::WorkerService::CallbackService 
   const std::string worker_id_;
   const std::string comm_host_;
   const std::string device_;
+  std::shared_ptr<PrometheusRegistry> metrics_;  // may be null
   std::vector<RankSlot> slots_;
   std::function<void()> on_shutdown_;
   std::atomic<bool> shutdown_requested_{false};

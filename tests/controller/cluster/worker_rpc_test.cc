@@ -1,7 +1,9 @@
 // The worker service over real gRPC on loopback: a verl-worker started by LocalWorkerLauncher, driven through
 // WorkerClient with the tiny model from verl-make-tiny-model.
 
+#include <filesystem>
 #include <memory>
+#include <regex>
 #include <string>
 
 #include <catch2/catch.hpp>
@@ -10,6 +12,7 @@
 #include "controller/cluster/local_worker_launcher.h"
 #include "controller/cluster/rank_group.h"
 #include "controller/cluster/worker_client.h"
+#include "tests/common/metrics/http_test_client.h"
 #include "tests/controller/test_util.h"
 
 namespace verl {
@@ -284,6 +287,38 @@ TEST_CASE("WorkerService hosts several ranks: they form a group and a bad local_
   // Each rank holds the same two prompts here, so the group-wide mean equals each rank's own.
   REQUIRE(logprobs->at(0).metrics().at("training/rollout_probs_diff_mean") ==
           Approx(logprobs->at(1).metrics().at("training/rollout_probs_diff_mean")));
+}
+
+TEST_CASE("verl-worker --metrics-listen serves its RPC metrics to a Prometheus scrape", "[controller][worker_rpc]") {
+  TestDir dir("worker_metrics");
+  const std::string ready = dir.file("w.ready");
+  testing::ChildProcess worker({Bin("verl-worker"), "--listen", "127.0.0.1:0", "--ready-file", ready, "--worker-id",
+                                "wm", "--metrics-listen", "127.0.0.1:0"},
+                               dir.file("w.out"), dir.file("w.err"));
+  REQUIRE(WaitFor([&] { return std::filesystem::exists(ready); }, 30));
+  std::string address = testing::ReadFile(ready);
+  address.erase(address.find_last_not_of("\r\n") + 1);
+  std::smatch m;
+  const std::string log = worker.out() + worker.err();
+  INFO(log);
+  REQUIRE(std::regex_search(log, m, std::regex(R"(prometheus metrics: http://127\.0\.0\.1:(\d+)/metrics)")));
+  const int port = std::stoi(m[1].str());
+
+  WorkerClient client("wm", address, 30);
+  REQUIRE(client.WaitHealthy(10).ok());
+  // A call that fails on the rank (no roles yet) and one that succeeds.
+  REQUIRE(absl::IsFailedPrecondition(client.LoadModel(v1::LoadModelRequest()).status()));
+  v1::ReleaseBatchRequest release;
+  release.set_step_id("none");
+  REQUIRE(client.ReleaseBatch(release).ok());
+
+  testing::HttpResponse r = testing::HttpGet(port, "/metrics");
+  INFO(r.body);
+  REQUIRE(r.status == 200);
+  CHECK_THAT(r.body, Catch::Contains(R"(verl_rpc_errors_total{code="FAILED_PRECONDITION",method="LoadModel"} 1)"));
+  CHECK_THAT(r.body, Catch::Contains(R"(verl_rpc_duration_seconds_count{method="LoadModel"} 1)"));
+  CHECK_THAT(r.body, Catch::Contains(R"(verl_rpc_duration_seconds_count{method="ReleaseBatch"} 1)"));
+  CHECK_THAT(r.body, Catch::Contains("process_resident_memory_bytes"));
 }
 
 }  // namespace
