@@ -39,7 +39,7 @@ const std::vector<ConfigKeySpec>& Table() {
       {"actor_rollout_ref.model.path", T::kString, "\"\"", "", true, O::kVerl,
        "Local HuggingFace model directory (config.json, *.safetensors, tokenizer.json) (required)."},
       {"actor_rollout_ref.model.dtype", T::kString, "float32", "float32|bfloat16", false, O::kOurs,
-       "Parameter dtype of actor, rollout, ref and critic; bfloat16 is refused for now (no float32 master weights yet)."},
+       "Parameter dtype of actor, rollout, ref and critic; with bfloat16 the optimizer keeps float32 master weights (and saves them in the optimizer checkpoint)."},
 
       // ---- actor_rollout_ref.actor ----
       {"actor_rollout_ref.actor.optim.lr", T::kDouble, "1.0e-6", "", false, O::kVerl, "AdamW learning rate."},

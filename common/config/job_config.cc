@@ -403,10 +403,6 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
     check(!addr.empty(), "cluster.worker_addresses must not contain an empty address");
   }
 
-  check(c.actor_rollout_ref.model.dtype != "bfloat16",
-        "actor_rollout_ref.model.dtype=bfloat16 is not supported yet: training needs float32 master weights, which "
-        "this build does not keep; use float32");
-
   // The critic (GAE) and the in-reward KL controller.
   if (c.UseCritic()) {
     const CriticConfig& cr = c.critic;

@@ -1,7 +1,7 @@
 // Exact resume (issue 8): a job whose controller is SIGKILLed right after its step-10 checkpoint, then restarted with
 // the same command, must give the same per-step metrics and the same final weights, optimizer state and data state
 // as an uninterrupted run with the same seed. PPO (actor, critic, ref, adaptive KL controller in the reward, lr
-// warmup) so that every piece of state that must be restored is in play.
+// warmup), in float32 and in bfloat16 (with float32 master weights), so that every piece of state that must be restored is in play.
 
 #include <signal.h>
 
@@ -28,7 +28,7 @@ using testing::TestDir;
 const std::string kConfig = std::string(VERL_SOURCE_DIR) + "/configs/quickstart_ppo.yaml";
 constexpr int kSteps = 20;
 
-std::vector<std::string> JobArgv(const TestDir& dir, const std::string& name) {
+std::vector<std::string> JobArgv(const TestDir& dir, const std::string& name, const std::string& dtype) {
   return {Bin("verl-controller"),
           "--config",
           kConfig,
@@ -44,7 +44,8 @@ std::vector<std::string> JobArgv(const TestDir& dir, const std::string& name) {
           "trainer.logger=[jsonl]",
           "algorithm.kl_ctrl.type=adaptive",
           "actor_rollout_ref.actor.optim.lr_warmup_steps=15",
-          "data.shuffle=true"};
+          "data.shuffle=true",
+          "actor_rollout_ref.model.dtype=" + dtype};
 }
 
 std::map<int, nlohmann::json> Metrics(const std::string& path) {
@@ -62,13 +63,16 @@ std::map<int, nlohmann::json> Metrics(const std::string& path) {
 
 TEST_CASE("a controller killed after a checkpoint and restarted gives the uninterrupted run exactly",
           "[e2e][reliability]") {
-  TestDir dir("exact_resume");
+  // bfloat16 too: the optimizer's float32 master weights must be saved and restored for the resume to be exact.
+  const std::string dtype = GENERATE(as<std::string>(), "float32", "bfloat16");
+  INFO("dtype " << dtype);
+  TestDir dir("exact_resume_" + dtype);
   REQUIRE(testing::MakeTinyModel(dir.file("model"), dir.path()).empty());
   REQUIRE(testing::MakeDataset(dir.file("data"), dir.path(), 512, 16).empty());
 
   // A: uninterrupted.
   {
-    ChildProcess a(JobArgv(dir, "a"), dir.file("a.out"), dir.file("a.err"));
+    ChildProcess a(JobArgv(dir, "a", dtype), dir.file("a.out"), dir.file("a.err"));
     REQUIRE(a.Wait(300));
     INFO(a.err());
     REQUIRE(a.exit_code() == 0);
@@ -76,7 +80,7 @@ TEST_CASE("a controller killed after a checkpoint and restarted gives the uninte
   // B: killed (SIGKILL, no chance to clean up) once the step-10 checkpoint is complete (its tracker is written last),
   // then restarted with the same command line.
   {
-    ChildProcess b(JobArgv(dir, "b"), dir.file("b1.out"), dir.file("b1.err"));
+    ChildProcess b(JobArgv(dir, "b", dtype), dir.file("b1.out"), dir.file("b1.err"));
     const std::string tracker = dir.file("b/ckpt/latest_checkpointed_iteration.txt");
     REQUIRE(testing::WaitFor([&] { return fs::exists(tracker) || b.Wait(0); }, 300));
     REQUIRE(b.exit_code() == -1);
@@ -85,7 +89,7 @@ TEST_CASE("a controller killed after a checkpoint and restarted gives the uninte
     REQUIRE(ReadFile(tracker).rfind("10", 0) == 0);
   }
   {
-    ChildProcess b(JobArgv(dir, "b"), dir.file("b2.out"), dir.file("b2.err"));
+    ChildProcess b(JobArgv(dir, "b", dtype), dir.file("b2.out"), dir.file("b2.err"));
     REQUIRE(b.Wait(300));
     INFO(b.err());
     REQUIRE(b.exit_code() == 0);

@@ -82,6 +82,8 @@ absl::Status SaveTrainableCheckpoint(const std::string& dir,
     }
     moments.emplace_back("exp_avg." + optimizer.params()[i].first, opt.exp_avg()[i]);
     moments.emplace_back("exp_avg_sq." + optimizer.params()[i].first, opt.exp_avg_sq()[i]);
+    // bf16 training: the float32 master weights, so a resume continues from them rather than from the rounding.
+    if (opt.master()[i].defined()) moments.emplace_back("master." + optimizer.params()[i].first, opt.master()[i]);
   }
   RETURN_IF_ERROR(WriteTensors(absl::StrCat(dir, "/optim_", sfx, ".safetensors"), moments));
   nlohmann::json extra = {{"optimizer_step", optimizer.step_count()}, {"global_step", global_step}};
@@ -107,6 +109,14 @@ absl::Status LoadTrainableCheckpoint(const std::string& dir,
       const std::string& name = optimizer.params()[i].first;
       if (!optimizer.owns(i)) continue;  // sharded: another rank keeps this parameter's moments
       RETURN_IF_ERROR(ReadInto(file, optim_path, "exp_avg." + name, optimizer.exp_avg()[i]));
+      if (optimizer.master()[i].defined()) {
+        if (file.Contains("master." + name)) {
+          RETURN_IF_ERROR(ReadInto(file, optim_path, "master." + name, optimizer.master()[i]));
+        } else {  // a float32 checkpoint loaded for bf16 training: the master is the loaded weight
+          at::NoGradGuard no_grad;
+          optimizer.master()[i].copy_(optimizer.params()[i].second);
+        }
+      }
       RETURN_IF_ERROR(ReadInto(file, optim_path, "exp_avg_sq." + name, optimizer.exp_avg_sq()[i]));
     }
   }

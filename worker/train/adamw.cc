@@ -10,6 +10,8 @@ AdamW::AdamW(std::vector<std::pair<std::string, at::Tensor>> params, AdamWOption
   for (const auto& [name, p] : params_) {
     exp_avg_.push_back(at::zeros(p.sizes(), p.options().dtype(at::kFloat).requires_grad(false)));
     exp_avg_sq_.push_back(at::zeros(p.sizes(), p.options().dtype(at::kFloat).requires_grad(false)));
+    master_.push_back(p.scalar_type() == at::kFloat ? at::Tensor()
+                                                     : p.detach().to(at::kFloat, false, /*copy=*/true));
   }
 }
 
@@ -21,6 +23,7 @@ void AdamW::Shard(std::vector<int> owners, int rank, std::function<void(at::Tens
     if (!owns(i)) {
       exp_avg_[i] = at::Tensor();
       exp_avg_sq_[i] = at::Tensor();
+      master_[i] = at::Tensor();
     }
   }
 }
@@ -30,6 +33,7 @@ int64_t AdamW::StateBytes() const {
   for (size_t i = 0; i < params_.size(); ++i) {
     if (exp_avg_[i].defined()) bytes += exp_avg_[i].numel() * 4;
     if (exp_avg_sq_[i].defined()) bytes += exp_avg_sq_[i].numel() * 4;
+    if (master_[i].defined()) bytes += master_[i].numel() * 4;
   }
   return bytes;
 }
@@ -68,7 +72,7 @@ void AdamW::Step(double lr) {
     if (p.scalar_type() == at::kFloat) {
       p.mul_(1.0 - lr * options_.weight_decay).sub_(update, lr);
     } else {
-      at::Tensor pf = p.to(at::kFloat);
+      at::Tensor& pf = master_[i];  // the float32 master: the parameter is its rounding
       pf.mul_(1.0 - lr * options_.weight_decay).sub_(update, lr);
       p.copy_(pf);
     }

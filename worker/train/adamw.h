@@ -4,6 +4,11 @@
 // AdamW (decoupled weight decay, bias-corrected moments) over a fixed list of parameters, as torch.optim.AdamW.
 // The moments are float32 tensors shaped like the parameters; they are exposed for checkpointing.
 //
+// Mixed precision: for a parameter that is not float32 (bf16 training), the optimizer keeps a float32 master copy,
+// updates the master and rounds it into the parameter, so updates smaller than the parameter's precision accumulate
+// instead of being lost. The masters are exposed for checkpointing too (master()[i] undefined for float32
+// parameters).
+//
 // Optimizer-state sharding (ZeRO stage 1) over a data-parallel group: after Shard(), each parameter has one owner
 // rank, only the owner keeps that parameter's moments and updates it, and Step() then broadcasts every parameter from
 // its owner, so the replicas stay identical while each rank holds about 1/world of the optimizer state. The
@@ -57,12 +62,14 @@ class AdamW {
   const std::vector<std::pair<std::string, at::Tensor>>& params() const { return params_; }
   std::vector<at::Tensor>& exp_avg() { return exp_avg_; }
   std::vector<at::Tensor>& exp_avg_sq() { return exp_avg_sq_; }
+  std::vector<at::Tensor>& master() { return master_; }
 
  private:
   std::vector<std::pair<std::string, at::Tensor>> params_;
   AdamWOptions options_;
   std::vector<at::Tensor> exp_avg_;
   std::vector<at::Tensor> exp_avg_sq_;
+  std::vector<at::Tensor> master_;  // float32 copies of the non-float32 parameters this rank updates
   int64_t step_ = 0;
   std::vector<int> owners_;  // empty: not sharded
   int rank_ = 0;

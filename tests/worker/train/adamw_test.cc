@@ -65,6 +65,32 @@ TEST_CASE("AdamW: weight decay is decoupled; parameters without a gradient are s
   REQUIRE_FALSE(zero_grad.grad().defined());
 }
 
+TEST_CASE("AdamW on bf16 parameters keeps float32 master weights, so small updates accumulate", "[worker][train]") {
+  // 1.0 in bf16 has a spacing of 2^-7 = 0.0078: an Adam step of lr = 1e-3 is far below it and would round away if
+  // applied to the bf16 weight directly. With the master, 20 steps move the master by about 0.02 and the weight
+  // follows it to bf16 precision.
+  at::Tensor p = Vec({1.0f, -1.0f}).to(at::kBFloat16);
+  at::Tensor reference = Vec({1.0f, -1.0f});  // the same steps on a float32 parameter
+  AdamW opt({{"w", p}}, AdamWOptions{1e-3, 0.0, 0.9, 0.999, 1e-8});
+  AdamW ref_opt({{"w", reference}}, AdamWOptions{1e-3, 0.0, 0.9, 0.999, 1e-8});
+  REQUIRE(opt.master()[0].defined());
+  REQUIRE_FALSE(ref_opt.master()[0].defined());
+  for (int i = 0; i < 20; ++i) {
+    p.mutable_grad() = Vec({0.5f, -0.5f}).to(at::kBFloat16);
+    SetGrad(reference, {0.5f, -0.5f});
+    opt.Step(1e-3);
+    ref_opt.Step(1e-3);
+  }
+  // The master follows the float32 run exactly (the gradients are representable in bf16).
+  REQUIRE(opt.master()[0][0].item<double>() == Approx(reference[0].item<double>()).epsilon(1e-7));
+  REQUIRE(reference[0].item<double>() == Approx(0.98).margin(1e-3));
+  // The bf16 weight is the master rounded: it moved, and by what bf16 can show.
+  REQUIRE(p[0].item<double>() < 1.0);
+  REQUIRE(std::abs(p[0].item<double>() - opt.master()[0][0].item<double>()) <= 0.0039);
+  REQUIRE(p[1].item<double>() > -1.0);
+  REQUIRE(opt.StateBytes() == 3 * 2 * 4);  // exp_avg, exp_avg_sq and master, float32
+}
+
 TEST_CASE("ClipGradNorm scales to max_norm and returns the norm before clipping", "[worker][train]") {
   at::Tensor a = Vec({0.0f, 0.0f});
   at::Tensor b = Vec({0.0f, 0.0f});
