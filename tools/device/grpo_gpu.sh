@@ -5,7 +5,7 @@
 #   grpo_gpu.json   what ran, per-run step times and metrics
 #   build.log, tests.log, run-<name>.log
 #
-#   tools/device/grpo_gpu.sh            # STEPS=3 PROMPTS=64 N=8 RESPONSE=128 by default
+#   tools/device/grpo_gpu.sh            # STEPS=3 PROMPTS=64 N=8 RESPONSE=128 DTYPE=float32 HOST_COMPARE=1
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -15,6 +15,8 @@ STEPS="${STEPS:-3}"
 PROMPTS="${PROMPTS:-64}"
 N="${N:-8}"
 RESPONSE="${RESPONSE:-128}"
+DTYPE="${DTYPE:-float32}"            # or bfloat16 (float32 master weights)
+HOST_COMPARE="${HOST_COMPARE:-1}"    # also run 2 GPUs over the host backend
 mkdir -p "$OUT"
 start=$(date +%s)
 secs() { echo $(( $(date +%s) - start )); }
@@ -53,7 +55,8 @@ if [ $build_rc = 0 ]; then
       actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32 \
       actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=64 \
       actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=64 actor_rollout_ref.actor.optim.lr=1e-6 \
-      cluster.num_threads_per_rank=4 cluster.worker_start_timeout_s=120 "$@" > "$OUT/run-$name.log" 2>&1
+      cluster.num_threads_per_rank=4 cluster.worker_start_timeout_s=120 actor_rollout_ref.model.dtype="$DTYPE" \
+      "$@" > "$OUT/run-$name.log" 2>&1
     local rc=$?
     cp "$work/$name/logs/metrics.jsonl" "$work/$name.jsonl" 2>/dev/null
     tail -c 3000 "$work/$name/logs/workers/worker-0.log" >> "$OUT/run-$name.log" 2>/dev/null
@@ -62,7 +65,7 @@ if [ $build_rc = 0 ]; then
   run gpu1 1
   if [ "$gpus" -ge 2 ]; then
     run gpu2 2                                   # NCCL (cluster.comm_backend=auto)
-    run gpu2-host 2 cluster.comm_backend=host    # the host backend, for comparison
+    if [ "$HOST_COMPARE" = 1 ]; then run gpu2-host 2 cluster.comm_backend=host; fi  # the host backend, to compare
   fi
 fi
 
@@ -71,7 +74,7 @@ import json, sys, os
 out, work = sys.argv[1], sys.argv[2]
 s = {"build_rc": $build_rc, "build_s": $build_s, "gpus": $gpus, "gpu_rank_test_rc": $tests_rc,
      "settings": {"steps": $STEPS, "prompts": $PROMPTS, "n": $N, "max_response_length": $RESPONSE,
-                  "model": "bench-0.5b fp32 (random)"}, "runs": [], "total_s": $(secs)}
+                  "model": "bench-0.5b (random)", "dtype": "$DTYPE"}, "runs": [], "total_s": $(secs)}
 keys = ["timing_s/step", "timing_s/gen", "timing_s/old_log_prob", "timing_s/ref", "timing_s/update_actor",
         "perf/throughput", "perf/total_num_tokens", "response_length/mean", "actor/grad_norm", "actor/pg_loss",
         "perf/max_memory_rss_gb", "perf/actor_optimizer_state_gb", "critic/score/mean"]
