@@ -331,7 +331,13 @@ absl::Status Tokenizer::Impl::Load(const Json& root) {
     }
   }
 
-  // Id tables.
+  // Id tables are dense, indexed by id: an id far beyond the number of tokens (a corrupt or hostile file; found by
+  // tokenizer_json_fuzz, which made a 66-million-entry table out of one bad id) is refused rather than allocated.
+  const int64_t count = static_cast<int64_t>(vocab.size() + added_.size());
+  if (max_id >= 4 * count + 65536) {
+    return absl::InvalidArgumentError(absl::StrCat("token ids are too sparse: the largest id is ", max_id, " for ",
+                                                   count, " tokens (model.vocab and added_tokens)"));
+  }
   const size_t size = static_cast<size_t>(max_id + 1);
   id_to_token_.assign(size, std::string());
   id_to_bytes_.assign(size, std::string());

@@ -410,6 +410,15 @@ TEST_CASE("load errors name the file and the problem") {
     tok = Tokenizer::FromJson(j.dump(), "m.json");
     REQUIRE_THAT(std::string(tok.status().message()), Catch::Contains("bad merges entry index 0"));
   }
+  SECTION("an id far beyond the number of tokens is refused, not allocated") {
+    // Found by tokenizer_json_fuzz: one id of 66,666,265 made the dense id tables take more than 4 GB.
+    nlohmann::json j = HandTokenizerJson(false);
+    j["model"]["vocab"]["zz"] = 66666265;
+    absl::StatusOr<Tokenizer> tok = Tokenizer::FromJson(j.dump(), "sparse.json");
+    REQUIRE(tok.status().code() == absl::StatusCode::kInvalidArgument);
+    REQUIRE_THAT(std::string(tok.status().message()),
+                 Catch::Contains("sparse.json") && Catch::Contains("too sparse") && Catch::Contains("66666265"));
+  }
   SECTION("unsupported pipeline parts") {
     nlohmann::json j = HandTokenizerJson(false);
     j["normalizer"] = {{"type", "Lowercase"}};
