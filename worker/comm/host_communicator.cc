@@ -34,25 +34,6 @@ absl::string_view AbslView(std::string_view s) { return absl::string_view(s.data
 
 std::string Errno() { return std::strerror(errno); }
 
-std::string DTypeName(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return "float32";
-    case DType::kBFloat16:
-      return "bfloat16";
-    case DType::kFloat16:
-      return "float16";
-    case DType::kInt64:
-      return "int64";
-    case DType::kInt32:
-      return "int32";
-    case DType::kUInt8:
-      return "uint8";
-    case DType::kBool:
-      return "bool";
-  }
-  return absl::StrCat("dtype(", static_cast<int>(dtype), ")");
-}
 
 bool KnownDType(DType dtype) { return DTypeSize(dtype) > 0; }
 

@@ -23,18 +23,6 @@ constexpr absl::Duration kFinalizeTimeout = absl::Seconds(10);
 // How long an error path waits for the stream to drain after ncclCommAbort.
 constexpr absl::Duration kDrainTimeout = absl::Seconds(2);
 
-std::string DTypeName(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32: return "float32";
-    case DType::kBFloat16: return "bfloat16";
-    case DType::kFloat16: return "float16";
-    case DType::kInt64: return "int64";
-    case DType::kInt32: return "int32";
-    case DType::kUInt8: return "uint8";
-    case DType::kBool: return "bool";
-  }
-  return absl::StrCat("dtype ", static_cast<int>(dtype));
-}
 
 ncclDataType_t NcclType(DType dtype) {
   switch (dtype) {

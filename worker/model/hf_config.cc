@@ -378,18 +378,7 @@ std::string GenerationConfigToJson(const DecoderConfig& config) {
   return j.dump(2) + "\n";
 }
 
-std::string_view TorchDTypeName(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32: return "float32";
-    case DType::kBFloat16: return "bfloat16";
-    case DType::kFloat16: return "float16";
-    case DType::kInt64: return "int64";
-    case DType::kInt32: return "int32";
-    case DType::kUInt8: return "uint8";
-    case DType::kBool: return "bool";
-  }
-  return "unknown";
-}
+std::string TorchDTypeName(DType dtype) { return DTypeName(dtype); }
 
 std::optional<DType> ParseTorchDType(std::string_view name) {
   if (name.substr(0, 6) == "torch.") name.remove_prefix(6);

@@ -72,7 +72,7 @@ std::string DecoderConfigToJson(const DecoderConfig& config);
 std::string GenerationConfigToJson(const DecoderConfig& config);
 
 // torch dtype names ("float32", "bfloat16", "float16", "int64", "int32", "uint8", "bool") <-> DType.
-std::string_view TorchDTypeName(DType dtype);
+std::string TorchDTypeName(DType dtype);
 std::optional<DType> ParseTorchDType(std::string_view name);
 
 // How a freshly initialized parameter is filled (transformers' _init_weights for these models).

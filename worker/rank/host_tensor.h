@@ -27,6 +27,21 @@ inline int64_t DTypeSize(DType dtype) {
   return 0;
 }
 
+// "float32", "bfloat16", "float16", "int64", "int32", "uint8", "bool" (also HF's torch_dtype names); "dtype(N)" for a
+// value outside the enum.
+inline std::string DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return "float32";
+    case DType::kBFloat16: return "bfloat16";
+    case DType::kFloat16: return "float16";
+    case DType::kInt64: return "int64";
+    case DType::kInt32: return "int32";
+    case DType::kUInt8: return "uint8";
+    case DType::kBool: return "bool";
+  }
+  return "dtype(" + std::to_string(static_cast<int>(dtype)) + ")";
+}
+
 struct HostTensor {
   DType dtype = DType::kFloat32;
   std::vector<int64_t> shape;

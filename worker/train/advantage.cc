@@ -19,7 +19,6 @@
 namespace verl {
 namespace {
 
-using ReduceFn = std::function<at::Tensor(const at::Tensor&)>;
 
 
 // Row indices of each group, groups in order of first appearance.
@@ -73,7 +72,7 @@ at::Tensor Broadcast(const std::vector<double>& per_seq, const at::Tensor& mask)
   return FromVector(per_seq).unsqueeze(-1) * mask;
 }
 
-absl::Status RequireWhitenable(const at::Tensor& mask, const ReduceFn& reduce_sum, const std::string& estimator) {
+absl::Status RequireWhitenable(const at::Tensor& mask, const ReduceSumFn& reduce_sum, const std::string& estimator) {
   const double tokens = ReduceSum(reduce_sum, mask.sum()).item<double>();
   if (tokens <= 1) {
     return absl::InvalidArgumentError(
@@ -323,7 +322,7 @@ const std::vector<std::string>& AdvantageEstimatorNames() {
 }
 
 at::Tensor MaskedWhiten(const at::Tensor& values, const at::Tensor& mask,
-                        const std::function<at::Tensor(const at::Tensor&)>& reduce_sum) {
+                        const ReduceSumFn& reduce_sum) {
   at::Tensor m = mask.to(values.scalar_type());
   at::Tensor valid = mask.ne(0);
   at::Tensor zero = at::zeros({}, values.options());

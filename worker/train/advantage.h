@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "worker/train/core_algos.h"
 
 namespace verl {
 
@@ -40,7 +41,7 @@ struct AdvantageOptions {
   double epsilon = 1e-6;                // added to the group std
   // Sums a tensor over the data-parallel group; its return value is used (it may also sum in place). Every rank must
   // call ComputeAdvantages with the same estimator so the calls pair up. Identity when unset.
-  std::function<at::Tensor(const at::Tensor&)> reduce_sum;
+  ReduceSumFn reduce_sum;
 };
 
 struct AdvantageResult {
@@ -61,7 +62,7 @@ absl::StatusOr<AdvantageResult> ComputeAdvantages(const std::string& estimator, 
 // and var over the masked elements; every position (masked or not) is whitened. Needs at least 2 valid tokens over
 // the group (else inf/nan, where verl raises). reduce_sum is called twice, on a [2] then a [] tensor.
 at::Tensor MaskedWhiten(const at::Tensor& values, const at::Tensor& mask,
-                        const std::function<at::Tensor(const at::Tensor&)>& reduce_sum = nullptr);
+                        const ReduceSumFn& reduce_sum = nullptr);
 
 }  // namespace verl
 
