@@ -101,9 +101,20 @@ Example Gsm8kSynthetic(std::mt19937_64& rng, const std::string& split, int64_t i
   return example;
 }
 
+Example DigitSums(std::mt19937_64& rng, const std::string& split, int64_t index) {
+  const int64_t a = Uniform(rng, 1, 9), b = Uniform(rng, 1, 9);
+  Example example;
+  example.prompt = {{"user", absl::StrCat("What is ", a, " + ", b, "? Give the final answer after \"####\".")}};
+  example.data_source = "verl_cpp/digit_sums";
+  example.ground_truth = absl::StrCat(a + b);
+  example.extra_info_json = nlohmann::json{{"split", split}, {"index", index}, {"a", a}, {"b", b}}.dump();
+  example.row = index;
+  return example;
+}
+
 }  // namespace
 
-std::vector<std::string> SyntheticTaskNames() { return {kRepeatLetterTask, kGsm8kSyntheticTask}; }
+std::vector<std::string> SyntheticTaskNames() { return {kRepeatLetterTask, kGsm8kSyntheticTask, kDigitSumsTask}; }
 
 absl::StatusOr<std::vector<Example>> MakeSyntheticTask(const std::string& task, const std::string& split, int64_t size,
                                                        uint64_t seed) {
@@ -112,6 +123,8 @@ absl::StatusOr<std::vector<Example>> MakeSyntheticTask(const std::string& task, 
     make = RepeatLetter;
   } else if (task == kGsm8kSyntheticTask) {
     make = Gsm8kSynthetic;
+  } else if (task == kDigitSumsTask) {
+    make = DigitSums;
   } else {
     return absl::InvalidArgumentError(absl::StrCat("unknown synthetic task '", task,
                                                    "' (known: ", absl::StrJoin(SyntheticTaskNames(), ", "), ")"));

@@ -13,6 +13,7 @@ namespace verl {
 namespace {
 
 constexpr char kGsm8kDataSource[] = "openai/gsm8k";
+constexpr char kDigitSumsDataSource[] = "verl_cpp/digit_sums";
 
 void RegisterBuiltins(ScorerRegistry& registry) {
   // Registration into a fresh registry cannot collide, so the statuses are necessarily OK.
@@ -21,6 +22,13 @@ void RegisterBuiltins(ScorerRegistry& registry) {
                 [](const std::string& solution, const std::string& ground_truth,
                    const std::string& /*extra_info_json*/) -> absl::StatusOr<double> {
                   return Gsm8kComputeScore(solution, ground_truth);
+                })
+      .IgnoreError();
+  registry
+      .Register(kDigitSumsDataSource,
+                [](const std::string& solution, const std::string& ground_truth,
+                   const std::string& /*extra_info_json*/) -> absl::StatusOr<double> {
+                  return Gsm8kComputeScore(solution, ground_truth, Gsm8kMethod::kFlexible);
                 })
       .IgnoreError();
   registry

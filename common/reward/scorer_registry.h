@@ -5,6 +5,7 @@
 //
 // Built in (see common/reward/README.md):
 //   "openai/gsm8k"             gsm8k.h, strict extraction, score 1 / format score 0 (verl's defaults)
+//   "verl_cpp/digit_sums"      gsm8k.h, flexible extraction (the last number), score 1 / format score 0
 //   "verl_cpp/repeat_letter"   repeat_letter.h
 
 #include <functional>

@@ -26,7 +26,7 @@
 namespace {
 
 constexpr char kUsage[] =
-    "usage: verl-make-dataset --task repeat_letter|gsm8k_synthetic --out-dir DIR [--train-size 2048]\n"
+    "usage: verl-make-dataset --task repeat_letter|gsm8k_synthetic|digit_sums --out-dir DIR [--train-size 2048]\n"
     "                         [--val-size 64] [--seed 1] [--format parquet|jsonl]\n";
 
 int UsageError(const std::string& message) {

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 
 namespace verl {
@@ -62,11 +63,31 @@ TEST_CASE("gsm8k_synthetic examples carry verl's instruction and a matching answ
   }
 }
 
+TEST_CASE("digit_sums covers every pair of digits with the sum as ground truth") {
+  auto examples = MakeSyntheticTask("digit_sums", "train", 2000, 1);
+  REQUIRE(examples.ok());
+  std::set<std::pair<int, int>> pairs;
+  for (const Example& e : *examples) {
+    CHECK(e.data_source == "verl_cpp/digit_sums");
+    const json extra = json::parse(e.extra_info_json);
+    const int a = extra["a"].get<int>(), b = extra["b"].get<int>();
+    CHECK(a >= 1);
+    CHECK(a <= 9);
+    CHECK(b >= 1);
+    CHECK(b <= 9);
+    CHECK(e.ground_truth == std::to_string(a + b));
+    CHECK(e.prompt[0].content ==
+          "What is " + std::to_string(a) + " + " + std::to_string(b) + "? Give the final answer after \"####\".");
+    pairs.emplace(a, b);
+  }
+  CHECK(pairs.size() == 81);
+}
+
 TEST_CASE("Unknown synthetic task and bad size") {
   auto unknown = MakeSyntheticTask("nope", "train", 5, 1);
   REQUIRE(unknown.status().code() == absl::StatusCode::kInvalidArgument);
   CHECK_THAT(std::string(unknown.status().message()),
-             Catch::Contains("'nope'") && Catch::Contains("repeat_letter, gsm8k_synthetic"));
+             Catch::Contains("'nope'") && Catch::Contains("repeat_letter, gsm8k_synthetic, digit_sums"));
   CHECK(MakeSyntheticTask("repeat_letter", "train", 0, 1).status().code() == absl::StatusCode::kInvalidArgument);
 }
 

@@ -9,6 +9,10 @@ namespace {
 TEST_CASE("Built-in scorers are reachable through ComputeScore") {
   CHECK(ComputeScore("openai/gsm8k", "so 3 + 4 = 7\n#### 7", "7", "{}").value() == 1.0);
   CHECK(ComputeScore("openai/gsm8k", "the answer is 7", "7", "{}").value() == 0.0);  // strict, like verl
+  // digit_sums: verl's flexible mode, the last number counts.
+  CHECK(ComputeScore("verl_cpp/digit_sums", "3 + 4 = 7", "7", "{}").value() == 1.0);
+  CHECK(ComputeScore("verl_cpp/digit_sums", "3 + 4 = 7, or 8", "7", "{}").value() == 0.0);
+  CHECK(ComputeScore("verl_cpp/digit_sums", "seven", "7", "{}").value() == 0.0);
   CHECK(ComputeScore("verl_cpp/repeat_letter", "aaaaaaaa", "a", "{}").value() == 1.0);
   CHECK(ComputeScore("verl_cpp/repeat_letter", "abab", "a").value() == Approx(0.3125));
 }
@@ -42,7 +46,7 @@ TEST_CASE("A registry accepts custom scorers once") {
   CHECK(registry.Score("my/length", "abc", "", "{}").value() == 5.0);
   CHECK(registry.Score("openai/gsm8k", "", "", "{}").status().code() == absl::StatusCode::kNotFound);
   CHECK(ScorerRegistry::Default().DataSources() ==
-        std::vector<std::string>{"openai/gsm8k", "verl_cpp/repeat_letter"});
+        std::vector<std::string>{"openai/gsm8k", "verl_cpp/digit_sums", "verl_cpp/repeat_letter"});
 }
 
 }  // namespace
