@@ -2,6 +2,7 @@
 //
 //   verl-controller --config job.yaml [key=value ...]     run one job and exit
 //   verl-controller --config job.yaml --print-config [key=value ...]
+//   verl-controller serve [--listen HOST:PORT] [--state-dir DIR] ...   the JobService (controller/service/serve.h)
 //
 // With no cluster.worker_addresses it starts local verl-worker processes (the binary next to this one) and stops
 // them when the job ends. Ctrl-C cancels the job cleanly (workers are stopped); a second Ctrl-C exits at once.
@@ -18,12 +19,14 @@
 
 #include "common/config/config_loader.h"
 #include "controller/job/job_runner.h"
+#include "controller/service/serve.h"
 #include "spdlog/spdlog.h"
 
 namespace {
 
 void Usage(std::ostream& out) {
   out << "usage: verl-controller --config JOB.yaml [--print-config] [--log-level LEVEL] [key=value ...]\n"
+         "       verl-controller serve --help      (the JobService for verlctl and remote clients)\n"
          "  key=value, +key=value   set a config key (verl's names, e.g. data.train_batch_size=64)\n"
          "  ~key                    reset a key to its default\n"
          "  --print-config          print the resolved configuration and exit\n"
@@ -39,6 +42,9 @@ std::string SelfDir() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "serve") {
+    return verl::ServeMain(std::vector<std::string>(argv + 2, argv + argc), SelfDir() + "/verl-worker");
+  }
   std::string config_path;
   bool print_config = false;
   std::string log_level = "info";
@@ -60,9 +66,6 @@ int main(int argc, char** argv) {
     } else if (arg == "--help" || arg == "-h") {
       Usage(std::cout);
       return 0;
-    } else if (arg == "serve") {
-      std::cerr << "verl-controller: 'serve' (the JobService) is not available in this build yet\n";
-      return 2;
     } else if (arg.rfind("--", 0) == 0) {
       std::cerr << "verl-controller: unknown flag '" << arg << "'\n";
       Usage(std::cerr);

@@ -22,6 +22,7 @@ APT_PACKAGES=(
   libyaml-cpp-dev catch2 nlohmann-json3-dev libpcre2-dev libicu-dev libspdlog-dev libfmt-dev
   prometheus  # promtool and a real server for the /metrics tests (not started as a service here)
   clang libclang-rt-14-dev  # libFuzzer (tools/fuzz.sh)
+  openssl python3-grpcio python3-protobuf  # JobService tests: certificates, a Python gRPC client
 )
 
 log() { echo "[setup] $*" >&2; }

@@ -153,7 +153,7 @@ class JobRunner::Impl {
     if (has_val && t.val_before_train && global_step_ == 0) {
       ASSIGN_OR_RETURN(Metrics val, Validate(0));
       SetLastMetrics(val);
-      RETURN_IF_ERROR(sinks_.Log(0, val));
+      RETURN_IF_ERROR(LogMetrics(0, val));
     }
     while (global_step_ < total_steps_) {
       RETURN_IF_ERROR(CheckCancel());
@@ -188,15 +188,22 @@ class JobRunner::Impl {
       metrics["perf/time_per_step"] = metrics["timing_s/step"];
       metrics["perf/throughput"] = tokens / metrics["timing_s/step"] / static_cast<double>(t.WorldSize());
       SetLastMetrics(metrics);
-      RETURN_IF_ERROR(sinks_.Log(step, metrics));
+      RETURN_IF_ERROR(LogMetrics(step, metrics));
     }
     spdlog::info("job finished: {} steps", global_step_);
+    return absl::OkStatus();
+  }
+
+  absl::Status LogMetrics(int64_t step, const Metrics& metrics) {
+    RETURN_IF_ERROR(sinks_.Log(step, metrics));
+    if (options_.on_metrics) options_.on_metrics(step, metrics);
     return absl::OkStatus();
   }
 
   void SetState(JobState s) {
     if (prometheus_) (void)PrometheusSink::SetJobState(*prometheus_, PrometheusJobLabels(), JobStateName(s));
     JobState prev = owner_->state_.exchange(s);
+    if (prev != s && options_.on_state) options_.on_state(s);
     const double dt = Seconds(state_since_);
     state_since_ = Clock::now();
     if (prev != s) spdlog::debug("state {} -> {} ({:.3f} s in {})", JobStateName(prev), JobStateName(s), dt,
@@ -267,6 +274,7 @@ class JobRunner::Impl {
     kl_ctrl_ = std::make_unique<KlController>(kl);
     const TrainerConfig& t = config_.trainer;
     total_steps_ = t.total_training_steps.value_or(sampler_->steps_per_epoch() * t.total_epochs);
+    if (options_.on_total_steps) options_.on_total_steps(total_steps_);
     std::optional<int64_t> keep;  // a step directory holds actor and critic: keep what either limit wants
     if (t.max_actor_ckpt_to_keep && (!config_.UseCritic() || t.max_critic_ckpt_to_keep)) {
       keep = std::max(*t.max_actor_ckpt_to_keep, config_.UseCritic() ? *t.max_critic_ckpt_to_keep : int64_t{0});
@@ -563,6 +571,11 @@ class JobRunner::Impl {
 
   absl::Status OpenSinks() {
     const TrainerConfig& t = config_.trainer;
+    if (options_.prometheus) {
+      prometheus_ = options_.prometheus;
+      ASSIGN_OR_RETURN(auto sink, PrometheusSink::Create(prometheus_, PrometheusJobLabels()));
+      sinks_.Add(std::move(sink));
+    }
     for (const std::string& logger : t.logger) {
       if (logger == "console") {
         sinks_.Add(std::make_unique<ConsoleSink>(options_.console ? options_.console : &std::cout, total_steps_));
@@ -574,6 +587,7 @@ class JobRunner::Impl {
         spdlog::info("metrics: {}", sink->path());
         sinks_.Add(std::move(sink));
       } else if (logger == "prometheus") {
+        if (options_.prometheus) continue;  // fed above, served by the JobService's endpoint
         // The registry and its endpoint live for the whole job (across recoveries); the sink feeds them.
         if (!prometheus_) {
           auto registry = std::make_shared<PrometheusRegistry>();
@@ -942,7 +956,10 @@ class JobRunner::Impl {
   std::unique_ptr<MetricsHttpServer> metrics_server_;
 
   PrometheusLabels PrometheusJobLabels() const {
-    return {{"project", config_.trainer.project_name}, {"experiment", config_.trainer.experiment_name}};
+    PrometheusLabels labels = options_.prometheus_labels;
+    labels["project"] = config_.trainer.project_name;
+    labels["experiment"] = config_.trainer.experiment_name;
+    return labels;
   }
   Metrics last_metrics_;
   MultiSink sinks_;

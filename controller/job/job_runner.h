@@ -17,6 +17,7 @@
 // Thread-safety: Run() on one thread; RequestCancel() from any thread (or a signal-handling thread).
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <ostream>
@@ -25,6 +26,7 @@
 
 #include "absl/status/status.h"
 #include "common/config/job_config.h"
+#include "common/metrics/prometheus_registry.h"
 
 namespace verl {
 
@@ -51,6 +53,19 @@ struct JobRunnerOptions {
   // Where verl-worker is looked for when cluster.worker_binary is empty (the controller's own directory).
   std::string default_worker_binary;
   std::ostream* console = nullptr;  // progress output; nullptr: std::cout
+
+  // Hooks for the JobService, called on Run()'s thread; they must not call back into the runner or block long.
+  // on_state: every state change. on_metrics: every metrics record the sinks get (validation before training is
+  // step 0), after the sinks. on_total_steps: once the number of steps is known.
+  std::function<void(JobState)> on_state;
+  std::function<void(int64_t step, const std::map<std::string, double>& metrics)> on_metrics;
+  std::function<void(int64_t total_steps)> on_total_steps;
+
+  // When set, every metrics record also goes into this registry (labels: project, experiment and
+  // `prometheus_labels`) and trainer.logger=prometheus uses it instead of starting its own /metrics endpoint: a
+  // serving controller has one endpoint for all its jobs.
+  std::shared_ptr<PrometheusRegistry> prometheus;
+  PrometheusLabels prometheus_labels;
 };
 
 class JobRunner {

@@ -1,0 +1,161 @@
+#include "controller/service/job_store.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <google/protobuf/util/json_util.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "spdlog/spdlog.h"
+
+namespace verl {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr char kIdPrefix[] = "job-";
+
+// The number in "job-000042", or -1.
+int64_t IdNumber(const std::string& id) {
+  if (id.rfind(kIdPrefix, 0) != 0) return -1;
+  int64_t n = 0;
+  const std::string digits = id.substr(sizeof(kIdPrefix) - 1);
+  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+      !absl::SimpleAtoi(digits, &n)) {
+    return -1;
+  }
+  return n;
+}
+
+absl::Status WriteFileAtomically(const std::string& path, const std::string& data) {
+  const std::string tmp = path + ".tmp";
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return absl::InternalError(absl::StrCat("cannot write '", tmp, "': ", std::strerror(errno)));
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = errno;
+      close(fd);
+      return absl::InternalError(absl::StrCat("cannot write '", tmp, "': ", std::strerror(err)));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (fsync(fd) != 0 || close(fd) != 0) {
+    return absl::InternalError(absl::StrCat("cannot sync '", tmp, "': ", std::strerror(errno)));
+  }
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("cannot rename '", tmp, "' to '", path, "': ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+std::string ToJsonLine(const google::protobuf::Message& message) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(message, &json, options);
+  return json;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& state_dir) {
+  if (state_dir.empty()) return absl::InvalidArgumentError("--state-dir must not be empty");
+  const std::string jobs = (fs::path(state_dir) / "jobs").string();
+  std::error_code ec;
+  fs::create_directories(jobs, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create the state directory '", jobs, "': ", ec.message()));
+  return std::unique_ptr<JobStore>(new JobStore(jobs));
+}
+
+std::string JobStore::JobDir(const std::string& job_id) const { return jobs_dir_ + "/" + job_id; }
+
+absl::StatusOr<std::vector<JobStore::StoredJob>> JobStore::LoadAll() {
+  std::vector<std::pair<int64_t, std::string>> ids;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(jobs_dir_, ec)) {
+    const std::string name = entry.path().filename().string();
+    const int64_t n = IdNumber(name);
+    if (n < 0 || !entry.is_directory()) continue;
+    ids.emplace_back(n, name);
+  }
+  if (ec) return absl::InternalError(absl::StrCat("cannot list '", jobs_dir_, "': ", ec.message()));
+  std::sort(ids.begin(), ids.end());
+  std::vector<StoredJob> jobs;
+  for (const auto& [n, id] : ids) {
+    last_id_ = std::max(last_id_, n);
+    const std::string path = JobDir(id) + "/job.json";
+    std::ifstream in(path);
+    if (!in) {
+      // A directory without job.json: the server died between creating it and the first save. Nothing was accepted.
+      spdlog::warn("{}: no job.json; ignored", JobDir(id));
+      continue;
+    }
+    std::stringstream text;
+    text << in.rdbuf();
+    StoredJob stored;
+    google::protobuf::util::JsonParseOptions options;
+    auto parsed = google::protobuf::util::JsonStringToMessage(text.str(), &stored.job, options);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("job state file '", path, "' does not parse: ", std::string(parsed.message())));
+    }
+    if (stored.job.id() != id) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("job state file '", path, "' holds job id '", stored.job.id(), "', not '", id, "'"));
+    }
+    std::ifstream metrics(MetricsPath(id));
+    std::string line;
+    int64_t line_no = 0;
+    while (std::getline(metrics, line)) {
+      ++line_no;
+      if (line.empty()) continue;
+      v1::StepMetrics record;
+      if (!google::protobuf::util::JsonStringToMessage(line, &record, options).ok()) {
+        spdlog::warn("{}:{}: unreadable metrics record (cut short?); the history of {} ends before it",
+                     MetricsPath(id), line_no, id);
+        break;
+      }
+      stored.metrics.push_back(std::move(record));
+    }
+    jobs.push_back(std::move(stored));
+  }
+  return jobs;
+}
+
+std::string JobStore::NextId() { return absl::StrFormat("%s%06d", kIdPrefix, ++last_id_); }
+
+absl::Status JobStore::Save(const v1::Job& job) {
+  const std::string dir = JobDir(job.id());
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create '", dir, "': ", ec.message()));
+  return WriteFileAtomically(dir + "/job.json", ToJsonLine(job) + "\n");
+}
+
+absl::Status JobStore::AppendMetrics(const std::string& job_id, const v1::StepMetrics& record,
+                                     const std::vector<v1::StepMetrics>& kept, bool rewrite) {
+  const std::string path = MetricsPath(job_id);
+  if (rewrite) {
+    std::string text;
+    for (const auto& r : kept) absl::StrAppend(&text, ToJsonLine(r), "\n");
+    if (absl::Status s = WriteFileAtomically(path, text); !s.ok()) return s;
+  }
+  std::ofstream out(path, std::ios::app);
+  out << ToJsonLine(record) << "\n";
+  out.flush();
+  if (!out) return absl::InternalError(absl::StrCat("cannot append to '", path, "'"));
+  return absl::OkStatus();
+}
+
+}  // namespace verl
