@@ -109,7 +109,12 @@ absl::StatusOr<std::vector<TensorBoardScalar>> ReadTensorBoardScalars(const std:
     tensorboard::Event event;
     if (!event.ParseFromArray(data, static_cast<int>(len))) return bad("not an Event");
     if (event.has_summary()) {
-      for (const auto& v : event.summary().value()) out.push_back({event.step(), v.tag(), v.simple_value()});
+      for (const auto& v : event.summary().value()) {
+        // Like TensorBoard: a value without simple_value is not a scalar.
+        if (v.value_case() == tensorboard::SummaryValue::kSimpleValue) {
+          out.push_back({event.step(), v.tag(), v.simple_value()});
+        }
+      }
     }
     pos += 12 + len + 4;
   }

@@ -189,11 +189,15 @@ TEST_CASE("TensorBoard event files round-trip scalars and detect corruption", "[
     path = (*sink)->path();
     REQUIRE((*sink)->Log(1, {{"critic/score/mean", 0.25}, {"actor/pg_loss", -0.5}}).ok());
     REQUIRE((*sink)->Log(2, {{"critic/score/mean", 0.75}, {"bad", std::nan("")}}).ok());
+    REQUIRE((*sink)->Log(3, {{"critic/score/min", 0.0}}).ok());  // zeros must reach the file too
   }
   auto scalars = ReadTensorBoardScalars(path);
   INFO(scalars.status().ToString());
   REQUIRE(scalars.ok());
-  REQUIRE(scalars->size() == 3);  // the NaN is skipped
+  REQUIRE(scalars->size() == 4);  // the NaN is skipped
+  CHECK((*scalars)[3].step == 3);
+  CHECK((*scalars)[3].tag == "critic/score/min");
+  CHECK((*scalars)[3].value == 0.0f);
   CHECK((*scalars)[0].step == 1);
   CHECK((*scalars)[0].tag == "actor/pg_loss");
   CHECK((*scalars)[0].value == -0.5f);
