@@ -15,10 +15,12 @@
 #include <filesystem>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "tests/common/metrics/prometheus_process.h"
 #include "tests/test_dir.h"
 #include "tests/tools/run_command.h"
 
@@ -303,6 +305,54 @@ TEST_CASE("JobService over TLS with a token: queue, watch, restart mid-queue, ca
   RunResult final_list = Verlctl(ws.dir, restarted.address(), {"--json", "list"});
   CHECK(std::count(final_list.out.begin(), final_list.out.end(), '\n') == 3);
   CHECK(restarted.Stop() == 0);
+}
+
+TEST_CASE("A real Prometheus scrapes a running job through serve --metrics-listen; cancel stops it",
+          "[e2e][jobservice][prometheus]") {
+  if (!testing::PrometheusProcess::Available()) {
+    WARN("prometheus not installed (Debian package 'prometheus'): skipped");
+    return;
+  }
+  Workspace ws;
+  Server server(ws.dir,
+                {"--state-dir", ws.dir.file("state"), "--token-file", ws.dir.file("token"), "--tls-cert",
+                 ws.dir.file("server.pem"), "--tls-key", ws.dir.file("server.key"), "--metrics-listen",
+                 "127.0.0.1:0"},
+                "serve.log");
+  server.Start();
+  std::smatch m;
+  const std::string log = server.log();
+  REQUIRE(std::regex_search(log, m, std::regex("prometheus metrics: http://([0-9.:]+)/metrics")));
+  const std::string metrics_address = m[1];
+
+  std::vector<std::string> args = {"submit"};
+  for (auto& a : ws.JobArgs("long_job", 2000)) args.push_back(a);
+  REQUIRE(Verlctl(ws.dir, server.address(), args).exit_code == 0);
+  WaitFor(ws, server, "job-000001", [](const json& j) { return Int(j, "current_step") >= 1; }, 60);
+
+  testing::PrometheusProcess prometheus(ws.dir, {metrics_address});
+  const json pg_loss = prometheus.QueryFirst("verl_actor_pg_loss%7Bjob_id%3D%22job-000001%22%7D", 30);
+  const json running = prometheus.QueryFirst("verl_jobs%7Bstate%3D%22running%22%7D", 10);
+  const json step = prometheus.QueryFirst("verl_training_global_step", 10);
+  INFO(prometheus.log());
+  REQUIRE(pg_loss.is_object());
+  CHECK(pg_loss["metric"]["experiment"] == "long_job");
+  CHECK(pg_loss["metric"]["job"] == "verl");  // Prometheus's scrape job
+  REQUIRE(running.is_object());
+  CHECK(running["value"][1] == "1");
+  REQUIRE(step.is_object());
+  CHECK(std::stod(step["value"][1].get<std::string>()) >= 1);
+  // Read while the job was still running.
+  CHECK(State(JobStatus(ws, server, "job-000001")) == "JOB_STATE_RUNNING");
+
+  RunResult cancel = Verlctl(ws.dir, server.address(), {"cancel", "job-000001"});
+  REQUIRE(cancel.exit_code == 0);
+  CHECK(cancel.out == "job-000001: cancelling (it stops at its next cancellation point)\n");
+  RunResult watch = Verlctl(ws.dir, server.address(), {"watch", "job-000001"});
+  CHECK(watch.exit_code == 5);
+  CHECK_THAT(watch.out, Catch::EndsWith("job-000001 cancelled: cancelled by CancelJob while running\n"));
+  CHECK(Int(JobStatus(ws, server, "job-000001"), "current_step") < 2000);
+  CHECK(server.Stop() == 0);
 }
 
 TEST_CASE("JobService with client certificates refuses clients without one", "[e2e][jobservice]") {

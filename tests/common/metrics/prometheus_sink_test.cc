@@ -23,6 +23,7 @@
 #include "common/metrics/prometheus_registry.h"
 #include "common/metrics/prometheus_sink.h"
 #include "tests/common/metrics/http_test_client.h"
+#include "tests/common/metrics/prometheus_process.h"
 #include "tests/test_dir.h"
 
 namespace verl {
@@ -217,8 +218,7 @@ TEST_CASE("The Grafana dashboard queries exported metric names", "[prometheus]")
 
 // Prometheus's own server scrapes our endpoint over loopback; its query API returns what we published.
 TEST_CASE("A real Prometheus server scrapes /metrics", "[prometheus][promserver]") {
-  const std::string prometheus = FindProgram("prometheus");
-  if (prometheus.empty()) {
+  if (!testing::PrometheusProcess::Available()) {
     WARN("prometheus not installed (Debian package 'prometheus'): skipped");
     return;
   }
@@ -231,65 +231,19 @@ TEST_CASE("A real Prometheus server scrapes /metrics", "[prometheus][promserver]
   });
   REQUIRE(server.ok());
 
-  // A free port for Prometheus's web server (closed again just before Prometheus binds it).
-  int web_port = 0;
-  {
-    MetricsHttpServerOptions probe;
-    auto s = MetricsHttpServer::Start(probe, [] { return MetricsHttpServer::Response{"text/plain", ""}; });
-    REQUIRE(s.ok());
-    web_port = (*s)->port();
-  }
   testing::TestDir dir("promserver");
-  const std::string config = dir.Write("prometheus.yml", "global:\n  scrape_interval: 200ms\n  scrape_timeout: 200ms\n"
-                                                         "scrape_configs:\n  - job_name: verl\n    static_configs:\n"
-                                                         "      - targets: ['" + (*server)->address() + "']\n");
-  const std::string log = dir.file("prometheus.log");
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    std::FILE* out = std::freopen(log.c_str(), "w", stdout);
-    (void)out;
-    ::dup2(::fileno(stdout), STDERR_FILENO);
-    const std::string config_flag = "--config.file=" + config;
-    const std::string storage_flag = "--storage.tsdb.path=" + dir.file("data");
-    const std::string web_flag = "--web.listen-address=127.0.0.1:" + std::to_string(web_port);
-    ::execl(prometheus.c_str(), "prometheus", config_flag.c_str(), storage_flag.c_str(), web_flag.c_str(),
-            "--log.level=warn", static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  std::string value;
-  nlohmann::json metric;
-  const auto t0 = std::chrono::steady_clock::now();
-  while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10) && value.empty()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    const auto r = testing::HttpGet(web_port, "/api/v1/query?query=verl_actor_pg_loss");
-    if (r.status != 200) continue;
-    const auto j = nlohmann::json::parse(r.body, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.contains("data") || j["data"]["result"].empty()) continue;
-    metric = j["data"]["result"][0]["metric"];
-    value = j["data"]["result"][0]["value"][1].get<std::string>();
-  }
-  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  // Also ask for the histogram and a process metric through PromQL.
-  const auto hist = testing::HttpGet(web_port, "/api/v1/query?query=verl_step_duration_seconds_count");
-  ::kill(pid, SIGTERM);
-  int status = 0;
-  for (int i = 0; i < 50 && ::waitpid(pid, &status, WNOHANG) == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  if (::waitpid(pid, &status, WNOHANG) == 0) {
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, &status, 0);
-  }
-  std::ifstream log_in(log);
-  const std::string log_text((std::istreambuf_iterator<char>(log_in)), std::istreambuf_iterator<char>());
-  INFO(log_text);
-  INFO("waited " << waited << " s");
-  REQUIRE(value == "-0.5");
-  CHECK(metric["job"] == "verl");
-  CHECK(metric["experiment"] == "quickstart");
-  CHECK(metric["__name__"] == "verl_actor_pg_loss");
-  CHECK(hist.body.find("\"1\"]") != std::string::npos);
+  testing::PrometheusProcess prometheus(dir, {(*server)->address()});
+  const nlohmann::json series = prometheus.QueryFirst("verl_actor_pg_loss");
+  // Also ask for the histogram through PromQL.
+  const nlohmann::json hist = prometheus.QueryFirst("verl_step_duration_seconds_count");
+  INFO(prometheus.log());
+  REQUIRE(series.is_object());
+  CHECK(series["value"][1] == "-0.5");
+  CHECK(series["metric"]["job"] == "verl");
+  CHECK(series["metric"]["experiment"] == "quickstart");
+  CHECK(series["metric"]["__name__"] == "verl_actor_pg_loss");
+  REQUIRE(hist.is_object());
+  CHECK(hist["value"][1] == "1");
   CHECK((*server)->requests_served() >= 1);
 }
 
