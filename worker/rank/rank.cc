@@ -1,6 +1,7 @@
 // The CPU rank: LibTorch lives here, behind the wall described in rank_interface.h.
 
 #include <ATen/Parallel.h>
+#include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
@@ -111,6 +112,19 @@ class CpuRank final : public RankInterface {
     batches_.clear();
     ApplySharding();
     return absl::OkStatus();
+  }
+
+  DeviceMemory Memory() const override {
+    DeviceMemory m;
+    if (!device_.is_cuda()) return m;
+    const auto stats = c10::getDeviceAllocator(device_.type())->getDeviceStats(device_.index());
+    constexpr size_t kAggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    m.on_gpu = true;
+    m.allocated = stats.allocated_bytes[kAggregate].current;
+    m.reserved = stats.reserved_bytes[kAggregate].current;
+    m.peak_allocated = stats.allocated_bytes[kAggregate].peak;
+    m.peak_reserved = stats.reserved_bytes[kAggregate].peak;
+    return m;
   }
 
   void AbortCommunicator() override {
@@ -416,6 +430,11 @@ class CpuRank final : public RankInterface {
       if (!metrics.ok()) return Error("UpdateActor", metrics.status());
       (*metrics)["perf/actor_optimizer_state_gb"] = static_cast<double>(optimizer_->StateBytes()) / 1e9;
       (*metrics)["perf/max_memory_rss_gb"] = PeakRssGb();
+      if (device_.is_cuda()) {  // verl's names, from torch.cuda.max_memory_allocated / _reserved
+        const DeviceMemory mem = Memory();
+        (*metrics)["perf/max_memory_allocated_gb"] = static_cast<double>(mem.peak_allocated) / (1 << 30);
+        (*metrics)["perf/max_memory_reserved_gb"] = static_cast<double>(mem.peak_reserved) / (1 << 30);
+      }
       ++updates_done_;
       batch->update_metrics = *metrics;
       return *metrics;

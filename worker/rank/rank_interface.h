@@ -133,6 +133,15 @@ struct GenerateOutput {
   Metrics metrics;
 };
 
+// The rank's accelerator memory as the caching allocator sees it (bytes). Zero everywhere for a CPU rank.
+struct DeviceMemory {
+  bool on_gpu = false;
+  int64_t allocated = 0;        // held by live tensors now
+  int64_t reserved = 0;         // held by the allocator (allocated + cached)
+  int64_t peak_allocated = 0;   // the most `allocated` has been since the rank started
+  int64_t peak_reserved = 0;
+};
+
 struct ScoreOutput {
   std::vector<double> scores;
   std::vector<std::string> response_texts;
@@ -172,6 +181,8 @@ class RankInterface {
   // Writes <dir>/actor/... (and <dir>/actor/huggingface when hf_export), and <dir>/critic/... with a critic.
   virtual absl::Status SaveCheckpoint(const std::string& dir, int64_t global_step, bool hf_export) = 0;
   virtual absl::Status LoadCheckpoint(const std::string& dir, int64_t global_step) = 0;
+  // Cheap; call on the rank's own thread (it reads the allocator of the rank's device).
+  virtual DeviceMemory Memory() const = 0;
 };
 
 // A rank on the CPU. Defined in worker/rank/rank.cc (behind the LibTorch wall).

@@ -114,6 +114,11 @@ WorkerServiceImpl::WorkerServiceImpl(std::string worker_id, std::vector<std::uni
                                      {0.001, 0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300});
     (void)metrics_->DeclareCounter("verl_rpc_errors_total", "WorkerService calls that failed, by method and code.");
     (void)metrics_->DeclareCounter("verl_tokens_generated_total", "Response tokens generated, by rank.");
+    // GPU ranks only, updated after every call on the rank (the caching allocator's view, like torch.cuda.memory_*).
+    (void)metrics_->DeclareGauge("verl_gpu_memory_allocated_bytes", "GPU memory held by tensors, by rank.");
+    (void)metrics_->DeclareGauge("verl_gpu_memory_reserved_bytes", "GPU memory held by the caching allocator, by rank.");
+    (void)metrics_->DeclareGauge("verl_gpu_memory_peak_allocated_bytes",
+                                 "Most GPU memory held by tensors since the rank started, by rank.");
   }
   slots_.resize(ranks.size());
   for (size_t i = 0; i < ranks.size(); ++i) {
@@ -145,6 +150,13 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::RunOnRank(grpc::CallbackServerConte
     ctx->AddTrailingMetadata(kComputeSecondsMetadataKey, std::to_string(seconds));
     if (metrics_) {
       (void)metrics_->ObserveHistogram("verl_rpc_duration_seconds", {{"method", rpc}}, seconds);
+      if (const DeviceMemory mem = slot.rank->Memory(); mem.on_gpu) {
+        const PrometheusLabels rank_label = {{"rank", absl::StrCat(local_rank)}};
+        (void)metrics_->SetGauge("verl_gpu_memory_allocated_bytes", rank_label, static_cast<double>(mem.allocated));
+        (void)metrics_->SetGauge("verl_gpu_memory_reserved_bytes", rank_label, static_cast<double>(mem.reserved));
+        (void)metrics_->SetGauge("verl_gpu_memory_peak_allocated_bytes", rank_label,
+                                 static_cast<double>(mem.peak_allocated));
+      }
       if (!status.ok()) {
         (void)metrics_->IncrementCounter("verl_rpc_errors_total",
                                          {{"method", rpc}, {"code", absl::StatusCodeToString(status.code())}});

@@ -89,6 +89,15 @@ TEST_CASE("a rank on cuda:0 takes the same GRPO step as on the CPU", "[worker][r
     INFO(key);
     REQUIRE(on_gpu.update.at(key) == Approx(on_cpu.update.at(key)).epsilon(1e-3).margin(1e-5));
   }
+  // Memory as the caching allocator sees it (the worker's verl_gpu_memory_* gauges, verl's perf/max_memory_*).
+  const DeviceMemory mem = gpu->Memory();
+  CHECK(mem.on_gpu);
+  CHECK(mem.allocated > 0);  // the weights, at least
+  CHECK(mem.reserved >= mem.allocated);
+  CHECK(mem.peak_allocated >= mem.allocated);
+  CHECK(on_gpu.update.at("perf/max_memory_allocated_gb") * (1 << 30) == Approx(mem.peak_allocated).epsilon(0.5));
+  CHECK_FALSE(cpu->Memory().on_gpu);
+  CHECK(on_cpu.update.count("perf/max_memory_allocated_gb") == 0);
   // A checkpoint written from the GPU loads back on the CPU rank (host copies on the way out).
   TestDir dir("gpu_rank_ckpt");
   REQUIRE(gpu->SaveCheckpoint(dir.file("s1"), 1, false).ok());
