@@ -4,6 +4,7 @@
 #
 #   tools/setup.sh            # install deps, configure and build into build/
 #   VERL_SKIP_BUILD=1 tools/setup.sh   # only install deps
+#   VERL_APT_ONLY=1 tools/setup.sh     # only the Debian packages (the Dockerfile brings its own torch)
 #
 # Debian packages come from apt-get. LibTorch comes from PyPI's torch wheel (pinned to the GPU machine's 2.11.0) and
 # Arrow/Parquet C++ from PyPI's pyarrow wheel; both are unpacked (no dependencies) into $VERL_DEPS_DIR, which is
@@ -40,6 +41,8 @@ else
   log "Debian packages: present"
 fi
 
+[ "${VERL_APT_ONLY:-0}" = 1 ] && exit 0
+
 PY="$DEPS_DIR/py"
 stamp="$DEPS_DIR/py.stamp"
 want="torch==$TORCH_VERSION pyarrow==$PYARROW_VERSION"
@@ -70,5 +73,7 @@ fi
 [ "${VERL_SKIP_BUILD:-0}" = 1 ] && exit 0
 
 log "configuring and building in $BUILD_DIR"
-cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DVERL_DEPS_DIR="$DEPS_DIR" >/dev/null
+# VERL_CMAKE_ARGS: extra configure arguments, e.g. "-DVERL_WITH_CUDA=ON -DVERL_BUILD_TESTS=OFF" (the Dockerfile).
+# shellcheck disable=SC2086
+cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DVERL_DEPS_DIR="$DEPS_DIR" ${VERL_CMAKE_ARGS:-} >/dev/null
 cmake --build "$BUILD_DIR" -j"$(nproc)"

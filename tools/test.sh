@@ -6,8 +6,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$ROOT/tools/setup.sh"
 # Real-model assets of the HF parity tests ([hf]; they skip without them): a few minutes the first time, then < 1 s.
 "$ROOT/tools/hf/setup_assets.sh"
-# The tensorboard package, to read our event files back (tests/tools/tensorboard): seconds the first time.
-"$ROOT/tools/tensorboard_reader.sh"
+# tensorboard and kubernetes-validate, to check our event files and manifests with the real tools: seconds.
+"$ROOT/tools/test_python.sh"
 (cd "${VERL_BUILD_DIR:-$ROOT/build}" && ctest --output-on-failure --timeout 600 -j1)
 # The torch-free code and its tests again under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/).
 "$ROOT/tools/sanitize.sh"

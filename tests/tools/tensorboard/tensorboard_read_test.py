@@ -4,7 +4,7 @@ against the run's metrics.jsonl.
 Runs the CPU quickstart (shortened) with trainer.logger=[console,jsonl,tensorboard] in a temporary directory, then
 loads <log_dir>/tensorboard with tensorboard's EventAccumulator (the reader TensorBoard's own server uses).
 
-usage: tensorboard_read_test.py BUILD_DIR SOURCE_DIR     (run with the python of tools/tensorboard_reader.sh)
+usage: tensorboard_read_test.py BUILD_DIR SOURCE_DIR     (run with the python of tools/test_python.sh)
 Exit status 77 (CTest: skipped) when the tensorboard package is not importable.
 """
 import json
@@ -18,7 +18,7 @@ import tempfile
 try:
     from tensorboard.backend.event_processing import event_accumulator
 except ImportError as e:
-    print(f"tensorboard not importable ({e}); run tools/tensorboard_reader.sh. Skipped.")
+    print(f"tensorboard not importable ({e}); run tools/test_python.sh. Skipped.")
     sys.exit(77)
 
 
