@@ -117,13 +117,18 @@ class CpuRank final : public RankInterface {
   DeviceMemory Memory() const override {
     DeviceMemory m;
     if (!device_.is_cuda()) return m;
-    const auto stats = c10::getDeviceAllocator(device_.type())->getDeviceStats(device_.index());
-    constexpr size_t kAggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
     m.on_gpu = true;
-    m.allocated = stats.allocated_bytes[kAggregate].current;
-    m.reserved = stats.reserved_bytes[kAggregate].current;
-    m.peak_allocated = stats.allocated_bytes[kAggregate].peak;
-    m.peak_reserved = stats.reserved_bytes[kAggregate].peak;
+    try {
+      const auto stats = c10::getDeviceAllocator(device_.type())->getDeviceStats(device_.index());
+      constexpr size_t kAggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+      m.allocated = stats.allocated_bytes[kAggregate].current;
+      m.reserved = stats.reserved_bytes[kAggregate].current;
+      m.peak_allocated = stats.allocated_bytes[kAggregate].peak;
+      m.peak_reserved = stats.reserved_bytes[kAggregate].peak;
+    } catch (const std::exception&) {
+      // The caching allocator initialises at the device's first allocation and refuses ("Invalid device argument")
+      // to report before: nothing is allocated yet.
+    }
     return m;
   }
 

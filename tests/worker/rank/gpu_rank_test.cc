@@ -28,6 +28,8 @@ std::unique_ptr<RankInterface> RankOn(const std::string& device, const RankConfi
   config.device = device;
   auto rank = CreateCpuRank(0);
   absl::Status s = rank->Configure(config);
+  // Before anything is on the device (the worker asks after every call, ConfigureRoles included): zeros, no throw.
+  if (s.ok()) CHECK(rank->Memory().allocated >= 0);
   if (absl::IsFailedPrecondition(s)) {
     *skipped = s;
     return nullptr;
