@@ -344,6 +344,18 @@ TEST_CASE("A real Prometheus scrapes a running job through serve --metrics-liste
   CHECK(std::stod(step["value"][1].get<std::string>()) >= 1);
   // Read while the job was still running.
   CHECK(State(JobStatus(ws, server, "job-000001")) == "JOB_STATE_RUNNING");
+  // The exposition itself passes promtool (job_id labels, verl_jobs, the step metrics of a running job).
+  if (const std::string promtool = testing::FindOnPath("promtool"); !promtool.empty()) {
+    const int port = std::stoi(metrics_address.substr(metrics_address.rfind(':') + 1));
+    const testing::HttpResponse scrape = testing::HttpGet(port, "/metrics");
+    REQUIRE(scrape.status == 200);
+    CHECK_THAT(scrape.body, Catch::Contains("verl_jobs{state=\"running\"} 1"));
+    const std::string path = ws.dir.Write("scrape.txt", scrape.body);
+    const int rc = Sh(ShellQuote(promtool) + " check metrics < " + ShellQuote(path) + " > " +
+                      ws.dir.file("promtool.txt") + " 2>&1");
+    INFO(ReadFile(ws.dir.file("promtool.txt")));
+    CHECK(rc == 0);
+  }
 
   RunResult cancel = Verlctl(ws.dir, server.address(), {"cancel", "job-000001"});
   REQUIRE(cancel.exit_code == 0);
