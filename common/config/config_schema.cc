@@ -225,7 +225,11 @@ const std::vector<ConfigKeySpec>& Table() {
       {"cluster.heartbeat_timeout_s", T::kDouble, "10.0", "", false, O::kOurs,
        "A worker that does not answer a heartbeat within this many seconds is treated as failed."},
       {"cluster.max_worker_restarts", T::kInt, "3", "", false, O::kOurs,
-       "Local workers that die are restarted from the last checkpoint of this run at most this many times."},
+       "Recoveries from a failed worker (a local one restarted, a listed one replaced) from the last checkpoint of "
+       "this run, at most this many times."},
+      {"cluster.worker_replacement_timeout_s", T::kDouble, "600.0", "", false, O::kOurs,
+       "When a worker of cluster.worker_addresses fails, how long to wait for a replacement to answer at the same "
+       "address (e.g. its pod restarting) before the job fails, in seconds."},
       {"cluster.worker_start_timeout_s", T::kDouble, "60.0", "", false, O::kOurs,
        "How long to wait for a local worker to come up, in seconds."},
   };

@@ -235,6 +235,7 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   r.Read("cluster.rpc_timeout_s", &cl.rpc_timeout_s);
   r.Read("cluster.worker_start_timeout_s", &cl.worker_start_timeout_s);
   r.Read("cluster.max_worker_restarts", &cl.max_worker_restarts);
+  r.Read("cluster.worker_replacement_timeout_s", &cl.worker_replacement_timeout_s);
   r.Read("cluster.heartbeat_interval_s", &cl.heartbeat_interval_s);
   r.Read("cluster.heartbeat_timeout_s", &cl.heartbeat_timeout_s);
 
@@ -386,6 +387,8 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
   check(cl.max_worker_restarts >= 0,
         absl::StrCat("cluster.max_worker_restarts must be >= 0, got ", cl.max_worker_restarts));
   check(cl.rpc_timeout_s > 0, "cluster.rpc_timeout_s must be > 0, got " + Fmt(cl.rpc_timeout_s));
+  check(cl.worker_replacement_timeout_s > 0,
+        "cluster.worker_replacement_timeout_s must be > 0, got " + Fmt(cl.worker_replacement_timeout_s));
   for (const auto& [key, keep] : {std::pair{"trainer.max_actor_ckpt_to_keep", t.max_actor_ckpt_to_keep},
                                   std::pair{"trainer.max_critic_ckpt_to_keep", t.max_critic_ckpt_to_keep}}) {
     check(!keep || *keep >= 1, absl::StrCat(key, " must be >= 1 or null, got ", keep.value_or(0)));

@@ -189,7 +189,8 @@ struct ClusterConfig {
   int64_t num_threads_per_rank = 0;        // 0: all cores
   double rpc_timeout_s = 600.0;            // seconds
   double worker_start_timeout_s = 60.0;    // seconds
-  int64_t max_worker_restarts = 3;         // recoveries of dead local workers from the last checkpoint
+  int64_t max_worker_restarts = 3;         // recoveries from failed workers, from the last checkpoint
+  double worker_replacement_timeout_s = 600.0;  // wait for a listed worker's replacement at its address
   double heartbeat_interval_s = 2.0;       // seconds between Health checks of every worker
   double heartbeat_timeout_s = 10.0;       // a Health check unanswered this long fails the worker
   bool operator==(const ClusterConfig&) const = default;

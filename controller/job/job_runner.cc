@@ -139,8 +139,9 @@ class JobRunner::Impl {
       }
       ++restarts_;
       spdlog::warn("{}", std::string(status.message()));
-      spdlog::warn("worker failure during step {}: restarting the workers ({} of at most {}) and resuming from {}",
-                   global_step_ + 1, restarts_, config_.cluster.max_worker_restarts,
+      spdlog::warn("worker failure during step {}: {} ({} of at most {}) and resuming from {}", global_step_ + 1,
+                   launcher_ ? "restarting the workers" : "waiting for the workers at their addresses", restarts_,
+                   config_.cluster.max_worker_restarts,
                    last_checkpoint_step_ > 0 ? checkpoints_->StepDir(last_checkpoint_step_) : "the start");
       RETURN_IF_ERROR(Recover());
     }
@@ -353,7 +354,15 @@ class JobRunner::Impl {
       std::function<absl::Status()> liveness;
       if (launcher_) liveness = [this, id = id] { return launcher_->CheckAlive(id); };
       auto client = std::make_unique<WorkerClient>(id, address, c.rpc_timeout_s, liveness);
-      ASSIGN_OR_RETURN(v1::HealthResponse health, client->WaitHealthy(c.worker_start_timeout_s));
+      // A listed worker that failed: wait for whatever restarts it (a supervisor, Kubernetes) to bring one back.
+      const bool replacing = recovering_ && !launcher_;
+      if (replacing) {
+        spdlog::info("waiting up to {:.0f} s for {} at {} (cluster.worker_replacement_timeout_s)",
+                     c.worker_replacement_timeout_s, id, address);
+      }
+      ASSIGN_OR_RETURN(v1::HealthResponse health,
+                       client->WaitHealthy(replacing ? c.worker_replacement_timeout_s : c.worker_start_timeout_s));
+      if (replacing) spdlog::info("{} at {} answers (pid {})", id, address, health.pid());
       spdlog::debug("{} healthy: pid {}, {} rank(s) on {}", id, health.pid(), health.num_ranks(), health.device());
       if (health.device() != t.device) {
         return absl::InvalidArgumentError(absl::StrCat("the worker at ", address, " runs on ", health.device(),
@@ -640,12 +649,20 @@ class JobRunner::Impl {
   // job continues from the last checkpoint this run wrote or resumed from (from the start when there is none).
   // Metrics of the abandoned steps are dropped from the JSONL file when the sinks reopen, so each step is recorded
   // once.
+  //
+  // Workers listed in cluster.worker_addresses (not started by us) cannot be restarted from here: the controller
+  // waits up to cluster.worker_replacement_timeout_s for each address to answer again (a restarted daemon, a pod
+  // that came back under its stable name), and sets every worker up from scratch, survivors included
+  // (ConfigureRoles resets a rank: no batch, update count or communicator of the failed run is kept).
   absl::Status Recover() {
     const auto start = Clock::now();
     StopWorkers(/*graceful=*/false);
     (void)sinks_.Close();
     sinks_ = MultiSink();
-    RETURN_IF_ERROR(StartWorkers());
+    recovering_ = true;
+    absl::Status started = StartWorkers();
+    recovering_ = false;
+    RETURN_IF_ERROR(started);
     RETURN_IF_ERROR(LoadModels());
     RETURN_IF_ERROR(sampler_->Restore(ResumableSampler::State{}));
     kl_ctrl_->set_value(config_.algorithm.kl_ctrl.kl_coef);
@@ -660,10 +677,12 @@ class JobRunner::Impl {
     return absl::OkStatus();
   }
 
-  // Whether `status` comes from a local worker that died or stopped answering (and we may restart it).
+  // Whether `status` comes from a worker that died or stopped answering: a local one we restart, or a listed one
+  // whose replacement we wait for.
   bool IsWorkerFailure(const absl::Status& status) {
-    if (!launcher_ || owner_->cancel_requested_.load()) return false;
-    return !launcher_->CheckAlive().ok() || absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status);
+    if (owner_->cancel_requested_.load()) return false;
+    if (launcher_ && !launcher_->CheckAlive().ok()) return true;
+    return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status);
   }
 
   v1::SamplingParams Sampling(bool validation, int64_t step) const {
@@ -941,6 +960,7 @@ class JobRunner::Impl {
   int64_t global_step_ = 0;
   int64_t last_checkpoint_step_ = 0;  // the newest checkpoint this run wrote or resumed from
   int64_t restarts_ = 0;
+  bool recovering_ = false;  // StartWorkers is setting up again after a worker failure
 
   std::unique_ptr<LocalWorkerLauncher> launcher_;
   // Guards workers_ (read by CancelInFlight from a signal thread and by the heartbeat), last_metrics_ and the

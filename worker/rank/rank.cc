@@ -95,6 +95,13 @@ class CpuRank final : public RankInterface {
                        return at::Device(config.device);
                      }));
     config_ = config;
+    // A fresh start for this rank (a new job, or the same job set up again after another worker failed): nothing of
+    // an earlier run may answer for a step id (a stored batch would make a retried UpdateActor a no-op) or count
+    // towards the LR warm-up. LoadModel rebuilds the models and optimizers; the communicator, when there is one,
+    // is replaced by InitCommunicator.
+    batches_.clear();
+    updates_done_ = 0;
+    critic_updates_done_ = 0;
     if (config.num_threads > 0) at::set_num_threads(config.num_threads);
     // Tiny random weights produce subnormal floats, which are orders of magnitude slower on x86.
     at::globalContext().setFlushDenormal(true);

@@ -151,6 +151,9 @@ class RankInterface {
  public:
   virtual ~RankInterface() = default;
 
+  // Also resets the rank: stored batches and update counts of an earlier configuration are dropped (models and
+  // optimizers are rebuilt by LoadModel). Called again on a surviving rank when the controller sets a job up anew
+  // after another worker failed.
   virtual absl::Status Configure(const RankConfig& config) = 0;
   // Joins a data-parallel group: from now on the step calls that need batch-wide numbers (advantage whitening and
   // statistics, the loss normalisers, gradients, log-prob metrics) make collective calls on `comm`, each with
