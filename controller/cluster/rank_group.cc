@@ -84,6 +84,21 @@ absl::Status RankGroup::InitCommunicators(double connect_timeout_s, double colle
   return absl::OkStatus();
 }
 
+void RankGroup::RelayFailure(int failed, const absl::Status& why) {
+  std::string reason(why.message().substr(0, 300));
+  // Every rank, the failed one's included: the first failure seen may be a consequence (a call cancelled because
+  // another worker missed its heartbeat), and a rank whose call the controller cancelled may still be blocked in
+  // the collective on its worker.
+  for (int r = 0; r < size(); ++r) {
+    v1::AbortCommunicatorRequest req;
+    req.set_local_rank(ranks_[r].local_rank);
+    req.set_failed_global_rank(failed);
+    req.set_reason(reason);
+    // A worker that is gone or hung does not answer: not worth more than a moment.
+    (void)client(r).AbortCommunicator(req, 1.0);
+  }
+}
+
 void RankGroup::CancelInFlight() {
   for (auto& c : clients_) c->CancelInFlight();
 }

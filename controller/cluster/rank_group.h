@@ -8,6 +8,7 @@
 //
 // Thread-safety: ForEach and InitCommunicators from the job's thread; CancelInFlight from any thread.
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -55,7 +56,10 @@ class RankGroup {
   }
 
   // Runs fn(r) for each rank in `ranks` (every rank when empty), concurrently, and returns the results in that order;
-  // on failure, PickRootCause of the failures.
+  // on failure, PickRootCause of the failures. As soon as one rank's call fails (several ranks running), every rank
+  // of the group is told to abort its communicator (AbortCommunicator, answered beside the call in flight), so ranks
+  // blocked in a collective with the failed one return at once instead of at their collective timeout (NCCL ranks
+  // would not notice otherwise; host ranks not when the failed one hangs).
   template <typename T>
   absl::StatusOr<std::vector<T>> ForEach(const std::function<absl::StatusOr<T>(int)>& fn, std::vector<int> ranks = {}) {
     if (ranks.empty()) {
@@ -67,7 +71,13 @@ class RankGroup {
     } else {
       std::vector<std::thread> threads;
       threads.reserve(ranks.size());
-      for (size_t i = 0; i < ranks.size(); ++i) threads.emplace_back([&, i] { results[i] = fn(ranks[i]); });
+      std::atomic<bool> relayed{false};
+      for (size_t i = 0; i < ranks.size(); ++i) {
+        threads.emplace_back([&, i] {
+          results[i] = fn(ranks[i]);
+          if (!results[i].ok() && !relayed.exchange(true)) RelayFailure(ranks[i], results[i].status());
+        });
+      }
       for (std::thread& t : threads) t.join();
     }
     std::vector<absl::Status> statuses;
@@ -95,6 +105,9 @@ class RankGroup {
   double MeanComputeSeconds() const;
 
  private:
+  // Tells every rank that the call of `failed` failed (best effort, a short deadline each).
+  void RelayFailure(int failed, const absl::Status& why);
+
   std::vector<RankAddress> ranks_;
   std::vector<std::unique_ptr<WorkerClient>> clients_;
 };

@@ -81,6 +81,18 @@ absl::Status WorkerClient::Ping(double timeout_s) {
                                              FromGrpcStatus(status).message(), ")"));
 }
 
+absl::Status WorkerClient::AbortCommunicator(const v1::AbortCommunicatorRequest& r, double timeout_s) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(static_cast<int64_t>(1000 * timeout_s)));
+  v1::AbortCommunicatorResponse response;
+  grpc::Status status = stub_->AbortCommunicator(&ctx, r, &response);
+  if (status.ok()) return absl::OkStatus();
+  absl::Status s = FromGrpcStatus(status);
+  return absl::Status(s.code(), absl::StrCat("AbortCommunicator on worker ", worker_id_, " at ", address_, ": ",
+                                             s.message()));
+}
+
 absl::Status WorkerClient::Shutdown() {
   return Call("Shutdown", &Stub::Shutdown, v1::ShutdownRequest(), 5.0).status();
 }

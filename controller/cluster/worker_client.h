@@ -77,6 +77,8 @@ class WorkerClient {
   }
   // Short deadline: used while stopping.
   absl::Status Shutdown();
+  // Not tracked as the call in flight (it is sent beside one); `timeout_s` deadline.
+  absl::Status AbortCommunicator(const v1::AbortCommunicatorRequest& r, double timeout_s);
 
   // A Health call with its own deadline, independent of the call in flight (safe from a heartbeat thread).
   absl::Status Ping(double timeout_s);

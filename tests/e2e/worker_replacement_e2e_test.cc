@@ -87,22 +87,47 @@ std::map<int, nlohmann::json> ReadSteps(const std::string& path, std::map<int, i
   return steps;
 }
 
+// The uninterrupted run on two hand-started daemons.
+std::map<int, nlohmann::json> Baseline(const TestDir& dir, const std::vector<std::string>& extra = {}) {
+  Daemon a(dir, "base-a", "127.0.0.1:0"), b(dir, "base-b", "127.0.0.1:0");
+  std::vector<std::string> argv = JobArgv(dir, "baseline", {a.address, b.address});
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  testing::RunResult r = testing::Run(argv, dir.path(), 300);
+  INFO(r.err.substr(r.err.size() > 3000 ? r.err.size() - 3000 : 0));
+  REQUIRE(r.exit_code == 0);
+  std::map<int, nlohmann::json> steps = ReadSteps(dir.file("baseline/logs/metrics.jsonl"));
+  REQUIRE(steps.size() == kSteps + 1);
+  fs::remove_all(dir.file("baseline"));
+  return steps;
+}
+
+// Every step recorded once, equal to `baseline`.
+void RequireSameAsBaseline(const std::string& metrics_path, const std::map<int, nlohmann::json>& baseline) {
+  std::map<int, int> counts;
+  const std::map<int, nlohmann::json> steps = ReadSteps(metrics_path, &counts);
+  REQUIRE(steps.size() == kSteps + 1);
+  for (const auto& [step, n] : counts) {
+    INFO("step " << step);
+    CHECK(n == 1);
+  }
+  CHECK(steps.at(kSteps)["training/worker_restarts"].get<double>() == 1.0);
+  for (const auto& [step, m] : baseline) {
+    INFO("step " << step);
+    for (const char* key : {"critic/score/mean", "actor/pg_loss", "actor/grad_norm", "actor/kl_loss"}) {
+      if (!m.contains(key)) continue;
+      INFO(key);
+      CHECK(steps.at(step)[key].get<double>() == Approx(m[key].get<double>()).epsilon(1e-3).margin(1e-6));
+    }
+  }
+}
+
 TEST_CASE("a listed worker killed mid-job is replaced at its address and the job finishes as if uninterrupted",
           "[e2e][reliability]") {
   TestDir dir("replace_e2e");
   REQUIRE(testing::MakeTinyModel(dir.file("model"), dir.path()).empty());
   REQUIRE(testing::MakeDataset(dir.file("data"), dir.path(), 256, 16).empty());
 
-  // The uninterrupted run on two daemons.
-  std::map<int, nlohmann::json> baseline;
-  {
-    Daemon a(dir, "base-a", "127.0.0.1:0"), b(dir, "base-b", "127.0.0.1:0");
-    testing::RunResult r = testing::Run(JobArgv(dir, "baseline", {a.address, b.address}), dir.path(), 300);
-    INFO(r.err.substr(r.err.size() > 3000 ? r.err.size() - 3000 : 0));
-    REQUIRE(r.exit_code == 0);
-    baseline = ReadSteps(dir.file("baseline/logs/metrics.jsonl"));
-    REQUIRE(baseline.size() == kSteps + 1);
-  }
+  const std::map<int, nlohmann::json> baseline = Baseline(dir);
 
   // The same job; worker b is killed once step 6 is recorded (checkpoint at step 4), and restarted 1.5 s later.
   Daemon a(dir, "a", "127.0.0.1:0");
@@ -132,22 +157,45 @@ TEST_CASE("a listed worker killed mid-job is replaced at its address and the job
   CHECK_THAT(err, Catch::Contains("recovered in"));
   WARN("killed worker replaced and job finished " << recovery_s << " s after the kill");
 
-  std::map<int, int> counts;
-  const std::map<int, nlohmann::json> faulty = ReadSteps(metrics, &counts);
-  REQUIRE(faulty.size() == kSteps + 1);
-  for (const auto& [step, n] : counts) {
-    INFO("step " << step);
-    CHECK(n == 1);
-  }
-  CHECK(faulty.at(kSteps)["training/worker_restarts"].get<double>() == 1.0);
-  for (const auto& [step, m] : baseline) {
-    INFO("step " << step);
-    for (const char* key : {"critic/score/mean", "actor/pg_loss", "actor/grad_norm", "actor/kl_loss"}) {
-      if (!m.contains(key)) continue;
-      INFO(key);
-      CHECK(faulty.at(step)[key].get<double>() == Approx(m[key].get<double>()).epsilon(1e-3).margin(1e-6));
-    }
-  }
+  RequireSameAsBaseline(metrics, baseline);
+}
+
+TEST_CASE("a listed worker hung mid-collective (SIGSTOP): the survivor is released at once, not at its timeout",
+          "[e2e][reliability]") {
+  TestDir dir("hang_e2e");
+  REQUIRE(testing::MakeTinyModel(dir.file("model"), dir.path()).empty());
+  REQUIRE(testing::MakeDataset(dir.file("data"), dir.path(), 256, 16).empty());
+  // Collectives and RPCs may wait 10 minutes: only the heartbeat and the abort relay can end the wait in time.
+  const std::vector<std::string> slow = {"cluster.comm_timeout_s=600", "cluster.rpc_timeout_s=600",
+                                         "cluster.heartbeat_timeout_s=2"};
+  const std::map<int, nlohmann::json> baseline = Baseline(dir, slow);
+
+  Daemon a(dir, "a", "127.0.0.1:0");
+  auto b = std::make_unique<Daemon>(dir, "b", "127.0.0.1:0");
+  const std::string b_address = b->address;
+  std::vector<std::string> argv = JobArgv(dir, "hung", {a.address, b_address});
+  argv.insert(argv.end(), slow.begin(), slow.end());
+  ChildProcess controller(argv, dir.file("controller.out"), dir.file("controller.err"));
+  const std::string metrics = dir.file("hung/logs/metrics.jsonl");
+  REQUIRE(testing::WaitFor([&] { return ReadSteps(metrics).count(6) == 1 || controller.Wait(0); }, 120));
+  REQUIRE(ReadSteps(metrics).count(kSteps) == 0);
+  ::kill(b->process->pid(), SIGSTOP);  // b stops wherever it is; a soon waits for it in a collective
+  // While b is still stopped: the controller notices the missed heartbeat, cancels the calls and relays the failure;
+  // a's communicator is aborted, so its rank thread is free again (it would otherwise wait 600 s).
+  const bool relayed = testing::WaitFor(
+      [&] { return a.process->out().find("aborting its communicator") != std::string::npos; }, 60);
+  INFO("a's log:\n" << a.process->out() << "\ncontroller:\n" << controller.out());
+  REQUIRE(relayed);
+  // Now replace b, as a supervisor would after its own health check.
+  ::kill(b->process->pid(), SIGKILL);
+  REQUIRE(b->process->Wait(10));
+  Daemon replacement(dir, "b2", b_address);
+  REQUIRE(controller.Wait(180));  // far below the 600 s a blocked survivor would take
+  const std::string log = controller.out() + controller.err();
+  INFO(log.substr(log.size() > 4000 ? log.size() - 4000 : 0));
+  REQUIRE(controller.exit_code() == 0);
+  CHECK_THAT(log, Catch::Contains("missed its heartbeat"));
+  RequireSameAsBaseline(metrics, baseline);
 }
 
 }  // namespace

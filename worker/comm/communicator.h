@@ -73,6 +73,14 @@ class Communicator {
   // Makes every pending and future call on this communicator fail promptly with ABORTED, and every peer's pending
   // and future calls fail with UNAVAILABLE naming this rank. Idempotent; safe from any thread; never blocks.
   virtual void Abort() = 0;
+
+  // Told (by the controller) that rank `peer` of the group failed: pending and future calls fail promptly instead of
+  // waiting for the peer until their timeout. Safe from any thread; never blocks. The default aborts this
+  // communicator (calls fail with ABORTED); NCCL's names the peer (UNAVAILABLE).
+  virtual void OnPeerAborted(int peer) {
+    (void)peer;
+    Abort();
+  }
 };
 
 }  // namespace verl

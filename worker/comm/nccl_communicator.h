@@ -104,7 +104,7 @@ class NcclCommunicator final : public Communicator {
   // Told (by the controller or a watchdog) that rank `peer` aborted or died: aborts the NCCL communicator so a
   // pending call returns UNAVAILABLE naming that peer, and so do later calls. Safe from any thread; idempotent (the
   // first peer named wins). Ignored after this communicator's own Abort().
-  void OnPeerAborted(int peer);
+  void OnPeerAborted(int peer) override;
 
   // OK while usable; else the error every later call returns (ABORTED, UNAVAILABLE, DEADLINE_EXCEEDED, ...).
   absl::Status health() const;

@@ -12,6 +12,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -113,8 +114,11 @@ class CpuRank final : public RankInterface {
     if (timeout <= absl::ZeroDuration()) {
       return Error("SetCommunicator", absl::InvalidArgumentError("the collective timeout must be positive"));
     }
-    if (comm_) comm_->Abort();
-    comm_ = std::move(comm);
+    {
+      std::lock_guard<std::mutex> lock(comm_mu_);
+      if (comm_) comm_->Abort();
+      comm_ = std::move(comm);
+    }
     comm_timeout_ = timeout;
     batches_.clear();
     ApplySharding();
@@ -137,6 +141,11 @@ class CpuRank final : public RankInterface {
       // to report before: nothing is allocated yet.
     }
     return m;
+  }
+
+  void OnPeerAborted(int failed_global_rank) override {
+    std::lock_guard<std::mutex> lock(comm_mu_);
+    if (comm_) comm_->OnPeerAborted(failed_global_rank);
   }
 
   void AbortCommunicator() override {
@@ -663,7 +672,10 @@ class CpuRank final : public RankInterface {
   std::map<std::string, StepBatch> batches_;
   int64_t updates_done_ = 0;
   int64_t critic_updates_done_ = 0;
-  std::unique_ptr<Communicator> comm_;  // the data-parallel group; null: a group of one
+  // The data-parallel group; null: a group of one. Replaced only on the rank's thread, under comm_mu_, which other
+  // threads hold to reach it (OnPeerAborted); the rank's thread reads it without the lock.
+  std::unique_ptr<Communicator> comm_;
+  mutable std::mutex comm_mu_;
   at::Device device_ = at::kCPU;         // where the models and the step's tensors live
   absl::Duration comm_timeout_ = absl::Minutes(10);
 };

@@ -184,6 +184,9 @@ class RankInterface {
   // Writes <dir>/actor/... (and <dir>/actor/huggingface when hf_export), and <dir>/critic/... with a critic.
   virtual absl::Status SaveCheckpoint(const std::string& dir, int64_t global_step, bool hf_export) = 0;
   virtual absl::Status LoadCheckpoint(const std::string& dir, int64_t global_step) = 0;
+  // Another rank of the group failed: aborts this rank's communicator (Communicator::OnPeerAborted) so that a
+  // collective blocked on it returns. Safe from any thread, while the rank's thread is in a call. No-op without one.
+  virtual void OnPeerAborted(int failed_global_rank) = 0;
   // Cheap; call on the rank's own thread (it reads the allocator of the rank's device).
   virtual DeviceMemory Memory() const = 0;
 };

@@ -409,6 +409,23 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::LoadCheckpoint(grpc::CallbackServer
                    [req](RankInterface& rank) { return rank.LoadCheckpoint(req->dir(), req->global_step()); });
 }
 
+grpc::ServerUnaryReactor* WorkerServiceImpl::AbortCommunicator(grpc::CallbackServerContext* ctx,
+                                                               const v1::AbortCommunicatorRequest* req,
+                                                               v1::AbortCommunicatorResponse*) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  const int32_t local_rank = req->local_rank();
+  if (local_rank < 0 || local_rank >= static_cast<int32_t>(slots_.size())) {
+    reactor->Finish(ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("worker ", worker_id_, " AbortCommunicator: local_rank ", local_rank, " is out of range"))));
+    return reactor;
+  }
+  spdlog::warn("local rank {}: aborting its communicator: global rank {} failed ({})", local_rank,
+               req->failed_global_rank(), req->reason());
+  slots_[local_rank].rank->OnPeerAborted(req->failed_global_rank());
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* WorkerServiceImpl::Shutdown(grpc::CallbackServerContext* ctx, const v1::ShutdownRequest*,
                                                       v1::ShutdownResponse*) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();

@@ -67,6 +67,10 @@ class WorkerServiceImpl final : public verl::v1::WorkerService::CallbackService 
                                            v1::LoadCheckpointResponse* resp) override;
   grpc::ServerUnaryReactor* Shutdown(grpc::CallbackServerContext* ctx, const v1::ShutdownRequest* req,
                                      v1::ShutdownResponse* resp) override;
+  // On the gRPC thread, not the rank's (which may be blocked in the collective this unblocks).
+  grpc::ServerUnaryReactor* AbortCommunicator(grpc::CallbackServerContext* ctx,
+                                              const v1::AbortCommunicatorRequest* req,
+                                              v1::AbortCommunicatorResponse* resp) override;
 
  private:
   // Runs `work(rank)` on rank `local_rank`'s thread and finishes the call with its status, annotated with worker,
