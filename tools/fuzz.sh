@@ -7,6 +7,7 @@
 #
 #   tools/fuzz.sh                      # every target, 20 s each
 #   FUZZ_SECONDS=1800 tools/fuzz.sh safetensors_fuzz    # a long run of one target
+#   FUZZ_SECONDS=1800 FUZZ_PARALLEL=1 tools/fuzz.sh      # long runs of every target at once
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${VERL_FUZZ_BUILD_DIR:-$ROOT/build-fuzz}"
@@ -37,11 +38,25 @@ printf 'Hello, world! <|im_start|>user\nRepeat the letter a.<|im_end|>\n' > "$se
 cp "$ROOT"/configs/*.yaml "$seeds/config_fuzz/"
 
 export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-for t in "${TARGETS[@]}"; do
-  corpus="$BUILD/corpus/$t"
-  mkdir -p "$corpus"
+# One target: its corpus grows in build-fuzz/corpus/<target> across runs; its stats go to build-fuzz/logs/<target>.log.
+run_target() {
+  local t="$1" corpus="$BUILD/corpus/$1" log="$BUILD/logs/$1.log" rc=0
+  mkdir -p "$corpus" "$BUILD/logs"
   echo "[fuzz] $t for ${SECONDS_EACH}s" >&2
   "$BUILD/bin/$t" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=4096 -max_len=65536 \
-    -artifact_prefix="$BUILD/artifacts/$t-" -print_final_stats=1 "$corpus" "$seeds/$t" 2>&1 \
-    | grep -E "^stat::number_of_executed_units|^#[0-9]+ +DONE|ERROR|SUMMARY|Test unit written" >&2
-done
+    -artifact_prefix="$BUILD/artifacts/$t-" -print_final_stats=1 "$corpus" "$seeds/$t" > "$log" 2>&1 || rc=$?
+  { grep -E "^stat::number_of_executed_units|^#[0-9]+ +DONE|ERROR|SUMMARY|Test unit written" "$log" || true; } |
+    sed "s/^/[$t] /" >&2
+  return "$rc"
+}
+
+# FUZZ_PARALLEL=1: all targets at once (the long runs; each gets a share of the cores), else one after another.
+failed=0
+if [ "${FUZZ_PARALLEL:-0}" = 1 ]; then
+  pids=()
+  for t in "${TARGETS[@]}"; do run_target "$t" & pids+=($!); done
+  for p in "${pids[@]}"; do wait "$p" || failed=1; done
+else
+  for t in "${TARGETS[@]}"; do run_target "$t" || failed=1; done
+fi
+exit $failed
