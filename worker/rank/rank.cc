@@ -192,10 +192,31 @@ class CpuRank final : public RankInterface {
     if (auto it = batches_.find(step_id); it != batches_.end()) return it->second.generate_output;
     RETURN_IF_ERROR(RequireModel("Generate"));
     if (prompts.empty()) return Error("Generate", absl::InvalidArgumentError("no prompts"));
+    // Ids outside the vocabulary would index past the embedding table: an error on the CPU, a device-side assert that
+    // poisons the whole CUDA context on a GPU. Refuse them here, naming where they are.
+    const int64_t vocab = actor_->config().vocab_size;
+    auto out_of_vocab = [vocab](int64_t id) { return id < 0 || id >= vocab; };
     for (size_t i = 0; i < prompts.size(); ++i) {
       if (prompts[i].token_ids.empty()) {
         return Error("Generate", absl::InvalidArgumentError(absl::StrCat("prompt ", i, " is empty")));
       }
+      for (size_t p = 0; p < prompts[i].token_ids.size(); ++p) {
+        if (out_of_vocab(prompts[i].token_ids[p])) {
+          return Error("Generate", absl::InvalidArgumentError(absl::StrCat(
+                                       "prompt ", i, ": token id ", prompts[i].token_ids[p], " at position ", p,
+                                       " is outside the vocabulary [0, ", vocab, ")")));
+        }
+      }
+    }
+    if (out_of_vocab(sampling.pad_token_id)) {
+      return Error("Generate", absl::InvalidArgumentError(absl::StrCat("pad_token_id ", sampling.pad_token_id,
+                                                                       " is outside the vocabulary [0, ", vocab, ")")));
+    }
+    if (sampling.max_new_tokens < 0 || sampling.n < 0 || sampling.temperature < 0 || sampling.top_p < 0 ||
+        sampling.top_p > 1) {
+      return Error("Generate", absl::InvalidArgumentError(absl::StrCat(
+                                   "bad sampling settings: max_new_tokens ", sampling.max_new_tokens, ", n ", sampling.n,
+                                   ", temperature ", sampling.temperature, ", top_p ", sampling.top_p)));
     }
     return CatchTorch(Context("Generate"), [&]() -> absl::StatusOr<GenerateOutput> {
       SamplingOptions opts;

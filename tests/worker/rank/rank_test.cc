@@ -190,13 +190,25 @@ TEST_CASE("CpuRank: calls out of order fail with the rank and stage", "[worker][
   bad[1].token_ids.clear();
   ExpectError(rank->Generate("s", bad, Sampling(m), false).status(), absl::StatusCode::kInvalidArgument,
               {"rank 5", "Generate", "prompt 1"});
-  // A token id outside the model's vocabulary: LibTorch throws, the wall turns it into a Status.
+  // Token ids outside the model's vocabulary are refused before they reach the embedding (on a GPU an
+  // out-of-range index is a device-side assert that breaks the CUDA context), naming prompt and position.
   bad = Prompts(m);
   bad[0].token_ids.push_back(m.vocab_size + 5);
-  auto oob = rank->Generate("s", bad, Sampling(m), false);
-  REQUIRE_FALSE(oob.ok());
-  INFO(oob.status().ToString());
-  REQUIRE(std::string(oob.status().message()).find("rank 5 Generate") != std::string::npos);
+  ExpectError(rank->Generate("s", bad, Sampling(m), false).status(), absl::StatusCode::kInvalidArgument,
+              {"rank 5", "Generate", "prompt 0", "token id " + std::to_string(m.vocab_size + 5),
+               "outside the vocabulary"});
+  bad = Prompts(m);
+  bad[1].token_ids[1] = -3;
+  ExpectError(rank->Generate("s", bad, Sampling(m), false).status(), absl::StatusCode::kInvalidArgument,
+              {"rank 5", "prompt 1", "token id -3 at position 1"});
+  SamplingSettings bad_pad = Sampling(m);
+  bad_pad.pad_token_id = static_cast<int32_t>(m.vocab_size);
+  ExpectError(rank->Generate("s", Prompts(m), bad_pad, false).status(), absl::StatusCode::kInvalidArgument,
+              {"rank 5", "pad_token_id"});
+  SamplingSettings bad_p = Sampling(m);
+  bad_p.top_p = 1.5;
+  ExpectError(rank->Generate("s", Prompts(m), bad_p, false).status(), absl::StatusCode::kInvalidArgument,
+              {"rank 5", "top_p 1.5"});
 
   REQUIRE(rank->Generate("s", Prompts(m), Sampling(m), false).ok());
   ExpectError(rank->ComputeAdvantage("s", Grpo()).status(), absl::StatusCode::kFailedPrecondition,
