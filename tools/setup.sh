@@ -24,6 +24,7 @@ APT_PACKAGES=(
   prometheus  # promtool and a real server for the /metrics tests (not started as a service here)
   clang libclang-rt-14-dev  # libFuzzer (tools/fuzz.sh)
   openssl python3-grpcio python3-protobuf  # JobService tests: certificates, a Python gRPC client
+  iproute2  # the two-network-namespace data-parallel test (ip netns)
 )
 
 log() { echo "[setup] $*" >&2; }
