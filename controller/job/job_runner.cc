@@ -534,6 +534,7 @@ class JobRunner::Impl {
       cc->set_shard_optimizer_state(c.shard_optimizer_state);
     }
     req.set_model_path(fs::absolute(arr.model.path).string());
+    req.set_world_size(static_cast<int32_t>(World()));
     req.set_num_threads(static_cast<int32_t>(config_.cluster.num_threads_per_rank));
     req.set_seed(static_cast<uint64_t>(config_.trainer.seed));
     req.set_dtype(arr.model.dtype);

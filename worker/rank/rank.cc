@@ -103,6 +103,11 @@ class CpuRank final : public RankInterface {
     batches_.clear();
     updates_done_ = 0;
     critic_updates_done_ = 0;
+    if (config.world_size == 1) {  // a job of one rank: a group formed for an earlier job must not be used
+      std::lock_guard<std::mutex> lock(comm_mu_);
+      if (comm_) comm_->Abort();
+      comm_.reset();
+    }
     if (config.num_threads > 0) at::set_num_threads(config.num_threads);
     // Tiny random weights produce subnormal floats, which are orders of magnitude slower on x86.
     at::globalContext().setFlushDenormal(true);

@@ -97,6 +97,7 @@ struct RankConfig {
   uint64_t seed = 0;
   std::string dtype = "float32";
   std::string device = "cpu";  // "cpu" or "cuda:N" (N = the worker's local rank)
+  int32_t world_size = 0;      // ranks in the job; 1: drop the communicator of an earlier job; 0: unknown
 };
 
 struct PromptInput {

@@ -192,7 +192,7 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Health(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* WorkerServiceImpl::ConfigureRoles(grpc::CallbackServerContext* ctx,
                                                             const v1::ConfigureRolesRequest* req,
                                                             v1::ConfigureRolesResponse*) {
-  return RunOnRank(ctx, "ConfigureRoles", req->local_rank(), "", [this, req](RankInterface& rank) {
+  return RunOnRank(ctx, "ConfigureRoles", req->local_rank(), "", [this, req](RankInterface& rank) -> absl::Status {
     RankConfig c;
     c.roles.assign(req->roles().begin(), req->roles().end());
     c.model_path = req->model_path();
@@ -202,7 +202,10 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::ConfigureRoles(grpc::CallbackServer
     c.seed = req->seed();
     c.dtype = req->dtype().empty() ? "float32" : req->dtype();
     c.device = device_ == "cuda" ? absl::StrCat("cuda:", req->local_rank()) : "cpu";
-    return rank.Configure(c);
+    c.world_size = req->world_size();
+    RETURN_IF_ERROR(rank.Configure(c));
+    if (c.world_size == 1) slots_[req->local_rank()].in_group = false;
+    return absl::OkStatus();
   });
 }
 

@@ -287,6 +287,18 @@ TEST_CASE("WorkerService hosts several ranks: they form a group and a bad local_
   // Each rank holds the same two prompts here, so the group-wide mean equals each rank's own.
   REQUIRE(logprobs->at(0).metrics().at("training/rollout_probs_diff_mean") ==
           Approx(logprobs->at(1).metrics().at("training/rollout_probs_diff_mean")));
+
+  // A later job of one rank on the same daemon: configured with world_size 1, rank 0 must leave the old group (its
+  // collectives would otherwise wait for rank 1, idle now, until the 10 s collective timeout and fail).
+  v1::ConfigureRolesRequest alone = group.For(0, Roles(model));
+  alone.set_world_size(1);
+  REQUIRE(group.client(0).ConfigureRoles(alone).ok());
+  REQUIRE(group.client(0).LoadModel(group.For(0, v1::LoadModelRequest())).ok());
+  REQUIRE(group.client(0).Generate(group.For(0, SmallBatch("solo"))).ok());
+  lp.set_step_id("solo");
+  auto solo = group.client(0).ComputeLogProbs(group.For(0, lp));
+  INFO(solo.status().ToString());
+  REQUIRE(solo.ok());
 }
 
 TEST_CASE("verl-worker --metrics-listen serves its RPC metrics to a Prometheus scrape", "[controller][worker_rpc]") {
