@@ -86,6 +86,13 @@ absl::Status RankGroup::InitCommunicators(double connect_timeout_s, double colle
 
 void RankGroup::RelayFailure(int failed, const absl::Status& why) {
   std::string reason(why.message().substr(0, 300));
+  {
+    std::lock_guard<std::mutex> lock(suspect_mu_);
+    if (suspect_rank_ >= 0) {
+      failed = suspect_rank_;
+      reason = suspect_reason_;
+    }
+  }
   // Every rank, the failed one's included: the first failure seen may be a consequence (a call cancelled because
   // another worker missed its heartbeat), and a rank whose call the controller cancelled may still be blocked in
   // the collective on its worker.
@@ -99,7 +106,16 @@ void RankGroup::RelayFailure(int failed, const absl::Status& why) {
   }
 }
 
-void RankGroup::CancelInFlight() {
+void RankGroup::CancelInFlight(const std::string& failed_worker_id, const std::string& reason) {
+  if (!failed_worker_id.empty()) {
+    std::lock_guard<std::mutex> lock(suspect_mu_);
+    for (int r = 0; r < size() && suspect_rank_ < 0; ++r) {
+      if (ranks_[r].worker_id == failed_worker_id) {
+        suspect_rank_ = r;
+        suspect_reason_ = reason.substr(0, 300);
+      }
+    }
+  }
   for (auto& c : clients_) c->CancelInFlight();
 }
 

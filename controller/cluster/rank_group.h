@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -98,8 +99,10 @@ class RankGroup {
   absl::Status InitCommunicators(double connect_timeout_s, double collective_timeout_s, bool allow_nccl = true,
                                  std::string* backend = nullptr);
 
-  // Cancels every rank's call in flight.
-  void CancelInFlight();
+  // Cancels every rank's call in flight. `failed_worker_id`, when given, is the worker that made this necessary (it
+  // missed its heartbeat): the abort relay then names its first rank and `reason`, not whichever cancelled call
+  // happened to come back first.
+  void CancelInFlight(const std::string& failed_worker_id = "", const std::string& reason = "");
 
   // Rank compute seconds so far, averaged over the ranks (they run concurrently).
   double MeanComputeSeconds() const;
@@ -110,6 +113,9 @@ class RankGroup {
 
   std::vector<RankAddress> ranks_;
   std::vector<std::unique_ptr<WorkerClient>> clients_;
+  std::mutex suspect_mu_;
+  int suspect_rank_ = -1;       // guarded by suspect_mu_: set by CancelInFlight(worker, ...)
+  std::string suspect_reason_;  // guarded by suspect_mu_
 };
 
 }  // namespace verl

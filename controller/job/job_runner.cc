@@ -441,7 +441,7 @@ class JobRunner::Impl {
             heartbeat_failure_ = alive;
             // The step's calls are in flight on the per-rank clients: cancel them all (the job recovers or fails).
             client->CancelInFlight();
-            if (ranks_) ranks_->CancelInFlight();
+            if (ranks_) ranks_->CancelInFlight(client->worker_id(), std::string(alive.message()));
             return;
           }
         }

@@ -186,6 +186,9 @@ TEST_CASE("a listed worker hung mid-collective (SIGSTOP): the survivor is releas
       [&] { return a.process->out().find("aborting its communicator") != std::string::npos; }, 60);
   INFO("a's log:\n" << a.process->out() << "\ncontroller:\n" << controller.out());
   REQUIRE(relayed);
+  // The relay names the hung worker's rank and why, not whichever cancelled call came back first.
+  CHECK_THAT(a.process->out(), Catch::Contains("global rank 1 failed (worker worker-1 at " + b_address +
+                                               " missed its heartbeat"));
   // Now replace b, as a supervisor would after its own health check.
   ::kill(b->process->pid(), SIGKILL);
   REQUIRE(b->process->Wait(10));
