@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""BENCHMARKS.md B1, rollout throughput on one GPU: ours (verl-bench-rollout) against HF transformers' generate on the
+same model files and shapes, in the same run, plus the memory-bandwidth roofline.
+
+Runs on the GPU machine (tools/device: its python3 has torch and transformers). Makes bench-0.5b with
+verl-make-tiny-model (the Qwen2.5-0.5B shape, random weights), then for each engine: 512 prompts of 256 random token
+ids, 512 new tokens each, temperature 1.0, top-p 1.0, EOS ignored, bf16; tokens per second over the wall clock from
+the first prompt in to the last token out (best of --repeats, after one warm-up run of the same batch).
+
+usage: b1_rollout.py --build-dir build-cuda --out FILE.json [--prompts 512] [--prompt-len 256] [--new-tokens 512]
+                     [--repeats 1] [--skip-hf]
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+HBM_BYTES_PER_S = 4.3e12  # H200 (BENCHMARKS.md)
+
+
+def roofline_seconds(cfg, prompts, prompt_len, new_tokens, weight_bytes):
+    """Sum over decode steps of (weights + the KV cache read at that step) / HBM bandwidth; bf16 KV."""
+    head_dim = cfg["hidden_size"] // cfg["num_attention_heads"]
+    kv_bytes_per_token = cfg["num_hidden_layers"] * 2 * cfg["num_key_value_heads"] * head_dim * 2
+    total = 0.0
+    for t in range(new_tokens):
+        total += weight_bytes + prompts * (prompt_len + t) * kv_bytes_per_token
+    return total / HBM_BYTES_PER_S
+
+
+def run_hf(model_dir, prompts, prompt_len, new_tokens, repeats):
+    import torch
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, attn_implementation="sdpa").cuda()
+    model.eval()
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, model.config.vocab_size, (prompts, prompt_len), generator=g).cuda()
+    mask = torch.ones_like(ids)
+    kwargs = dict(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=new_tokens,
+                  min_new_tokens=new_tokens, pad_token_id=0)
+    with torch.inference_mode():
+        model.generate(input_ids=ids, attention_mask=mask, **kwargs)  # warm-up, same batch
+        torch.cuda.synchronize()
+        seconds = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            out = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
+            torch.cuda.synchronize()
+            seconds.append(time.perf_counter() - start)
+    generated = (out.shape[1] - prompt_len) * prompts
+    peak = torch.cuda.max_memory_allocated()
+    import transformers
+    return {"engine": "hf-transformers-generate", "transformers": transformers.__version__, "torch": torch.__version__,
+            "attn": "sdpa", "seconds": seconds, "best_seconds": min(seconds), "generated_tokens": generated,
+            "tokens_per_s": generated / min(seconds), "peak_memory_allocated_gb": peak / 2**30}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build-dir", default="build-cuda")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--prompts", type=int, default=512)
+    ap.add_argument("--prompt-len", type=int, default=256)
+    ap.add_argument("--new-tokens", type=int, default=512)
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--skip-hf", action="store_true")
+    a = ap.parse_args()
+    bin_dir = os.path.join(a.build_dir, "bin")
+    work = tempfile.mkdtemp(prefix="b1_")
+    model = os.path.join(work, "bench-0.5b")
+    subprocess.run([os.path.join(bin_dir, "verl-make-tiny-model"), "--out-dir", model, "--hidden", "896", "--layers",
+                    "24", "--heads", "14", "--kv-heads", "2", "--intermediate", "4864", "--vocab-size", "151936",
+                    "--rope-theta", "1000000"], check=True, stdout=subprocess.DEVNULL)
+    cfg = json.load(open(os.path.join(model, "config.json")))
+    weight_bytes = sum(os.path.getsize(os.path.join(model, f)) for f in os.listdir(model)
+                       if f.endswith(".safetensors"))
+    if cfg.get("torch_dtype", "float32") in ("float32", "fp32"):
+        weight_bytes //= 2  # the files are float32; both engines run bf16
+    shape = ["--prompts", str(a.prompts), "--prompt-len", str(a.prompt_len), "--new-tokens", str(a.new_tokens)]
+    ours = subprocess.run([os.path.join(bin_dir, "verl-bench-rollout"), "--model", model, "--device", "cuda",
+                           "--dtype", "bfloat16", "--repeats", str(a.repeats)] + shape,
+                          check=True, capture_output=True, text=True)
+    results = [json.loads(ours.stdout.strip().splitlines()[-1])]
+    if not a.skip_hf:
+        results.append(run_hf(model, a.prompts, a.prompt_len, a.new_tokens, a.repeats))
+    limit_s = roofline_seconds(cfg, a.prompts, a.prompt_len, a.new_tokens, weight_bytes)
+    generated = a.prompts * a.new_tokens
+    # The device machine's copy of the checkout may carry a stale .git: VERL_COMMIT, when set, wins.
+    commit = os.environ.get("VERL_COMMIT") or subprocess.run(["git", "rev-parse", "--short", "HEAD"],
+                                                             capture_output=True, text=True).stdout.strip()
+    try:
+        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True).stdout.strip().splitlines()[0]
+    except Exception:
+        gpu = "?"
+    report = {
+        "benchmark": "B1 rollout throughput (one GPU)",
+        "date": datetime.date.today().isoformat(), "commit": commit, "gpu": gpu, "host": platform.node(),
+        "config": {"model": "bench-0.5b (random)", "prompts": a.prompts, "prompt_len": a.prompt_len,
+                   "new_tokens": a.new_tokens, "temperature": 1.0, "top_p": 1.0, "ignore_eos": True,
+                   "dtype": "bfloat16", "repeats": a.repeats},
+        "roofline": {"hbm_bytes_per_s": HBM_BYTES_PER_S, "weight_bytes": weight_bytes, "seconds": limit_s,
+                     "tokens_per_s": generated / limit_s},
+        "results": results,
+    }
+    if len(results) == 2:
+        report["ours_over_hf"] = results[0]["tokens_per_s"] / results[1]["tokens_per_s"]
+    report["ours_fraction_of_roofline"] = results[0]["tokens_per_s"] / (generated / limit_s)
+    with open(a.out, "w") as f:
+        json.dump(report, f, indent=2)
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
