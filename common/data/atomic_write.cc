@@ -1,8 +1,11 @@
 #include "common/data/atomic_write.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 
@@ -23,6 +26,33 @@ absl::Status WriteAtomically(const std::string& path, const std::function<absl::
   }
   if (!status.ok()) std::filesystem::remove(temp_path, ec);
   return status;
+}
+
+absl::Status WriteFileAtomically(const std::string& path, const std::string& contents) {
+  return WriteAtomically(path, [&](const std::string& temp_path) -> absl::Status {
+    const int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return absl::InternalError(absl::StrCat("cannot write '", temp_path, "': ", std::strerror(errno)));
+    size_t done = 0;
+    while (done < contents.size()) {
+      const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        const int err = errno;
+        ::close(fd);
+        return absl::InternalError(absl::StrCat("cannot write '", temp_path, "': ", std::strerror(err)));
+      }
+      done += static_cast<size_t>(n);
+    }
+    if (::fsync(fd) != 0) {
+      const int err = errno;
+      ::close(fd);
+      return absl::InternalError(absl::StrCat("cannot sync '", temp_path, "': ", std::strerror(err)));
+    }
+    if (::close(fd) != 0) {
+      return absl::InternalError(absl::StrCat("cannot close '", temp_path, "': ", std::strerror(errno)));
+    }
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace verl

@@ -14,6 +14,11 @@ namespace verl {
 // old file or the complete new one. Thread-safe (temporary names are unique per process and call).
 absl::Status WriteAtomically(const std::string& path, const std::function<absl::Status(const std::string&)>& write);
 
+// WriteAtomically with `contents` as the whole file, flushed to disk (fsync) before the rename, so after a crash the
+// file is the old one or the complete new one. Errors name the file and the system's reason (e.g. "No space left on
+// device").
+absl::Status WriteFileAtomically(const std::string& path, const std::string& contents);
+
 }  // namespace verl
 
 #endif  // VERL_COMMON_DATA_ATOMIC_WRITE_H_

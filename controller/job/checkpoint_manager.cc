@@ -1,7 +1,5 @@
 #include "controller/job/checkpoint_manager.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -13,25 +11,12 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/data/atomic_write.h"
 #include "common/status/status_macros.h"
 
 namespace verl {
 namespace fs = std::filesystem;
 namespace {
-
-absl::Status WriteFileAtomically(const std::string& path, const std::string& text) {
-  const std::string tmp = absl::StrCat(path, ".tmp-", getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp));
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", path, ": ", ec.message()));
-  return absl::OkStatus();
-}
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path);

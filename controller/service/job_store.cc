@@ -1,11 +1,6 @@
 #include "controller/service/job_store.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -15,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/data/atomic_write.h"
 #include "spdlog/spdlog.h"
 
 namespace verl {
@@ -33,30 +29,6 @@ int64_t IdNumber(const std::string& id) {
     return -1;
   }
   return n;
-}
-
-absl::Status WriteFileAtomically(const std::string& path, const std::string& data) {
-  const std::string tmp = path + ".tmp";
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::InternalError(absl::StrCat("cannot write '", tmp, "': ", std::strerror(errno)));
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = errno;
-      close(fd);
-      return absl::InternalError(absl::StrCat("cannot write '", tmp, "': ", std::strerror(err)));
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (fsync(fd) != 0 || close(fd) != 0) {
-    return absl::InternalError(absl::StrCat("cannot sync '", tmp, "': ", std::strerror(errno)));
-  }
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("cannot rename '", tmp, "' to '", path, "': ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
 }
 
 std::string ToJsonLine(const google::protobuf::Message& message) {

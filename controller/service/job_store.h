@@ -4,7 +4,7 @@
 // The JobService's jobs on disk, so that they survive a restart of `verl-controller serve`:
 //
 //   <state_dir>/jobs/<id>/job.json        the v1::Job as JSON (protobuf's JSON mapping), replaced atomically
-//                                          (written to job.json.tmp, fsync'ed, renamed) on every change
+//                                          (common/data/atomic_write.h: temporary file, fsync, rename) on every change
 //   <state_dir>/jobs/<id>/metrics.jsonl   one v1::StepMetrics per line, as JSON, in step order
 //   <state_dir>/jobs/<id>/log.txt         the job's log (written by the service while the job runs)
 //
