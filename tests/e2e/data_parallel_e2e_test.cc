@@ -12,14 +12,14 @@
 #include <string>
 #include <vector>
 
-#include "tests/controller/test_util.h"
+#include "tests/e2e/e2e_util.h"
 
 namespace verl {
 namespace {
 
 namespace fs = std::filesystem;
 using testing::Bin;
-using testing::ChildProcess;
+using testing::HandStartedWorker;
 using testing::ReadFile;
 using testing::RunResult;
 using testing::TestDir;
@@ -81,24 +81,6 @@ void RequireSameRun(const std::map<int, nlohmann::json>& one, const std::map<int
   }
 }
 
-// A verl-worker daemon started by hand, as on another node; its address comes from its ready file.
-struct Daemon {
-  std::unique_ptr<ChildProcess> process;
-  std::string address;
-
-  Daemon(const TestDir& dir, const std::string& id, int ranks) {
-    const std::string ready = dir.file(id + ".ready");
-    process = std::make_unique<ChildProcess>(
-        std::vector<std::string>{Bin("verl-worker"), "--listen", "127.0.0.1:0", "--ready-file", ready, "--worker-id",
-                                 id, "--ranks", std::to_string(ranks)},
-        dir.file(id + ".out"), dir.file(id + ".err"));
-    REQUIRE(testing::WaitFor([&] { return fs::exists(ready); }, 30));
-    address = ReadFile(ready);
-    while (!address.empty() && (address.back() == '\n' || address.back() == '\r')) address.pop_back();
-    REQUIRE_FALSE(address.empty());
-  }
-};
-
 TEST_CASE("data parallel: 1 rank, 2 ranks, 2 workers x 2 ranks and two hand-started daemons agree step by step",
           "[e2e][dp]") {
   Inputs in;
@@ -112,8 +94,8 @@ TEST_CASE("data parallel: 1 rank, 2 ranks, 2 workers x 2 ranks and two hand-star
                  in.Job("r4", {"trainer.nnodes=2", "trainer.n_gpus_per_node=2",
                                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32"}),
                  "two local workers, 2 ranks each");
-  Daemon a(in.dir, "node-a", 1);
-  Daemon b(in.dir, "node-b", 1);
+  HandStartedWorker a(in.dir, "node-a");
+  HandStartedWorker b(in.dir, "node-b");
   RequireSameRun(one,
                  in.Job("hand", {"trainer.nnodes=2", "cluster.worker_addresses=[" + a.address + "," + b.address + "]",
                                  "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64"}),
@@ -144,8 +126,8 @@ TEST_CASE("data parallel: bad cluster setups fail at startup naming the address"
     argv.insert(argv.end(), extra.begin(), extra.end());
     return testing::Run(argv, dir.path(), 60);
   };
-  Daemon one_rank(dir, "one", 1);
-  Daemon two_ranks(dir, "two", 2);
+  HandStartedWorker one_rank(dir, "one");
+  HandStartedWorker two_ranks(dir, "two", {"--ranks", "2"});
 
   SECTION("a worker hosting another number of ranks than trainer.n_gpus_per_node") {
     RunResult r = job({"cluster.worker_addresses=[" + one_rank.address + "," + two_ranks.address + "]"});

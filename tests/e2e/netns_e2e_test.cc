@@ -16,14 +16,13 @@
 #include <string>
 #include <vector>
 
-#include "tests/controller/test_util.h"
+#include "tests/e2e/e2e_util.h"
 
 namespace verl {
 namespace {
 
 namespace fs = std::filesystem;
 using testing::Bin;
-using testing::ChildProcess;
 using testing::ReadFile;
 using testing::TestDir;
 
@@ -37,30 +36,6 @@ std::string JobOverrides(const TestDir& dir, const std::string& name) {
          std::to_string(kSteps) +
          " trainer.test_freq=3 trainer.logger=[jsonl] trainer.nnodes=2"
          " actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64 cluster.worker_start_timeout_s=60";
-}
-
-std::map<int, nlohmann::json> ReadSteps(const std::string& path) {
-  std::map<int, nlohmann::json> steps;
-  std::istringstream lines(ReadFile(path));
-  for (std::string line; std::getline(lines, line);) {
-    if (!line.empty()) {
-      const auto j = nlohmann::json::parse(line);
-      steps[j["step"].get<int>()] = j["data"];
-    }
-  }
-  return steps;
-}
-
-// Starts a daemon on loopback and returns its address (the baseline's two "nodes").
-std::string LoopbackDaemon(const TestDir& dir, const std::string& id, std::unique_ptr<ChildProcess>* out) {
-  const std::string ready = dir.file(id + ".ready");
-  *out = std::make_unique<ChildProcess>(
-      std::vector<std::string>{Bin("verl-worker"), "--listen", "127.0.0.1:0", "--ready-file", ready, "--worker-id", id},
-      dir.file(id + ".out"), dir.file(id + ".err"));
-  REQUIRE(testing::WaitFor([&] { return fs::exists(ready); }, 30));
-  std::string address = ReadFile(ready);
-  while (!address.empty() && address.back() == '\n') address.pop_back();
-  return address;
 }
 
 TEST_CASE("data parallel across two network namespaces equals the same job on loopback", "[e2e][dp][netns]") {
@@ -114,18 +89,17 @@ TEST_CASE("data parallel across two network namespaces equals the same job on lo
   CHECK_THAT(ReadFile(dir.file("node2.log")), Catch::Contains("joined the data-parallel group as rank 1 of 2"));
 
   // The same job on loopback.
-  std::unique_ptr<ChildProcess> a, b;
-  const std::string addr_a = LoopbackDaemon(dir, "lo-a", &a), addr_b = LoopbackDaemon(dir, "lo-b", &b);
+  testing::HandStartedWorker a(dir, "lo-a"), b(dir, "lo-b");
   testing::RunResult r = testing::Run(
       {"/bin/sh", "-c",
        Bin("verl-controller") + " --config " + kConfig + JobOverrides(dir, "loopback") +
-           " cluster.worker_addresses=[" + addr_a + "," + addr_b + "]"},
+           " cluster.worker_addresses=[" + a.address + "," + b.address + "]"},
       dir.path(), 300);
   INFO(r.out + r.err);
   REQUIRE(r.exit_code == 0);
 
-  const auto across = ReadSteps(dir.file("netns/logs/metrics.jsonl"));
-  const auto loopback = ReadSteps(dir.file("loopback/logs/metrics.jsonl"));
+  const auto across = testing::ReadMetricsJsonl(dir.file("netns/logs/metrics.jsonl"));
+  const auto loopback = testing::ReadMetricsJsonl(dir.file("loopback/logs/metrics.jsonl"));
   REQUIRE(across.size() == kSteps + 1);
   REQUIRE(loopback.size() == kSteps + 1);
   for (const auto& [step, m] : loopback) {

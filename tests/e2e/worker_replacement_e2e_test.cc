@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "tests/controller/test_util.h"
+#include "tests/e2e/e2e_util.h"
 
 namespace verl {
 namespace {
@@ -25,28 +25,13 @@ namespace {
 namespace fs = std::filesystem;
 using testing::Bin;
 using testing::ChildProcess;
+using testing::HandStartedWorker;
+using testing::ReadMetricsJsonl;
 using testing::ReadFile;
 using testing::TestDir;
 
 const std::string kConfig = std::string(VERL_SOURCE_DIR) + "/configs/quickstart.yaml";
 constexpr int kSteps = 30;
-
-// A verl-worker daemon started by hand on `listen` (127.0.0.1:0 for any port); its address from its ready file.
-struct Daemon {
-  std::unique_ptr<ChildProcess> process;
-  std::string address;
-
-  Daemon(const TestDir& dir, const std::string& id, const std::string& listen) {
-    const std::string ready = dir.file(id + ".ready");
-    process = std::make_unique<ChildProcess>(
-        std::vector<std::string>{Bin("verl-worker"), "--listen", listen, "--ready-file", ready, "--worker-id", id},
-        dir.file(id + ".out"), dir.file(id + ".err"));
-    REQUIRE(testing::WaitFor([&] { return fs::exists(ready); }, 30));
-    address = ReadFile(ready);
-    while (!address.empty() && (address.back() == '\n' || address.back() == '\r')) address.pop_back();
-    REQUIRE_FALSE(address.empty());
-  }
-};
 
 std::vector<std::string> JobArgv(const TestDir& dir, const std::string& name, const std::vector<std::string>& workers) {
   return {Bin("verl-controller"),
@@ -72,30 +57,15 @@ std::vector<std::string> JobArgv(const TestDir& dir, const std::string& name, co
           "cluster.worker_replacement_timeout_s=60"};
 }
 
-// step -> metrics, and how many lines each step had.
-std::map<int, nlohmann::json> ReadSteps(const std::string& path, std::map<int, int>* counts = nullptr) {
-  std::map<int, nlohmann::json> steps;
-  std::istringstream lines(ReadFile(path));
-  for (std::string line; std::getline(lines, line);) {
-    if (line.empty()) continue;
-    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) continue;  // a line being written
-    const int step = j["step"].get<int>();
-    steps[step] = j["data"];
-    if (counts) ++(*counts)[step];
-  }
-  return steps;
-}
-
 // The uninterrupted run on two hand-started daemons.
 std::map<int, nlohmann::json> Baseline(const TestDir& dir, const std::vector<std::string>& extra = {}) {
-  Daemon a(dir, "base-a", "127.0.0.1:0"), b(dir, "base-b", "127.0.0.1:0");
+  HandStartedWorker a(dir, "base-a"), b(dir, "base-b");
   std::vector<std::string> argv = JobArgv(dir, "baseline", {a.address, b.address});
   argv.insert(argv.end(), extra.begin(), extra.end());
   testing::RunResult r = testing::Run(argv, dir.path(), 300);
   INFO(r.err.substr(r.err.size() > 3000 ? r.err.size() - 3000 : 0));
   REQUIRE(r.exit_code == 0);
-  std::map<int, nlohmann::json> steps = ReadSteps(dir.file("baseline/logs/metrics.jsonl"));
+  std::map<int, nlohmann::json> steps = ReadMetricsJsonl(dir.file("baseline/logs/metrics.jsonl"));
   REQUIRE(steps.size() == kSteps + 1);
   fs::remove_all(dir.file("baseline"));
   return steps;
@@ -104,7 +74,7 @@ std::map<int, nlohmann::json> Baseline(const TestDir& dir, const std::vector<std
 // Every step recorded once, equal to `baseline`.
 void RequireSameAsBaseline(const std::string& metrics_path, const std::map<int, nlohmann::json>& baseline) {
   std::map<int, int> counts;
-  const std::map<int, nlohmann::json> steps = ReadSteps(metrics_path, &counts);
+  const std::map<int, nlohmann::json> steps = ReadMetricsJsonl(metrics_path, &counts);
   REQUIRE(steps.size() == kSteps + 1);
   for (const auto& [step, n] : counts) {
     INFO("step " << step);
@@ -130,20 +100,20 @@ TEST_CASE("a listed worker killed mid-job is replaced at its address and the job
   const std::map<int, nlohmann::json> baseline = Baseline(dir);
 
   // The same job; worker b is killed once step 6 is recorded (checkpoint at step 4), and restarted 1.5 s later.
-  Daemon a(dir, "a", "127.0.0.1:0");
-  auto b = std::make_unique<Daemon>(dir, "b", "127.0.0.1:0");
+  HandStartedWorker a(dir, "a");
+  auto b = std::make_unique<HandStartedWorker>(dir, "b");
   const std::string b_address = b->address;
   ChildProcess controller(JobArgv(dir, "faulty", {a.address, b_address}), dir.file("controller.out"),
                           dir.file("controller.err"));
   const std::string metrics = dir.file("faulty/logs/metrics.jsonl");
-  REQUIRE(testing::WaitFor([&] { return ReadSteps(metrics).count(6) == 1 || controller.Wait(0); }, 120));
+  REQUIRE(testing::WaitFor([&] { return ReadMetricsJsonl(metrics).count(6) == 1 || controller.Wait(0); }, 120));
   INFO(controller.err());
-  REQUIRE(ReadSteps(metrics).count(kSteps) == 0);  // still running
+  REQUIRE(ReadMetricsJsonl(metrics).count(kSteps) == 0);  // still running
   ::kill(b->process->pid(), SIGKILL);
   REQUIRE(b->process->Wait(10));
   const auto killed_at = std::chrono::steady_clock::now();
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-  Daemon replacement(dir, "b2", b_address);  // same host:port
+  HandStartedWorker replacement(dir, "b2", {}, b_address);  // same host:port
   CHECK(replacement.address == b_address);
 
   REQUIRE(controller.Wait(180));
@@ -170,15 +140,15 @@ TEST_CASE("a listed worker hung mid-collective (SIGSTOP): the survivor is releas
                                          "cluster.heartbeat_timeout_s=2"};
   const std::map<int, nlohmann::json> baseline = Baseline(dir, slow);
 
-  Daemon a(dir, "a", "127.0.0.1:0");
-  auto b = std::make_unique<Daemon>(dir, "b", "127.0.0.1:0");
+  HandStartedWorker a(dir, "a");
+  auto b = std::make_unique<HandStartedWorker>(dir, "b");
   const std::string b_address = b->address;
   std::vector<std::string> argv = JobArgv(dir, "hung", {a.address, b_address});
   argv.insert(argv.end(), slow.begin(), slow.end());
   ChildProcess controller(argv, dir.file("controller.out"), dir.file("controller.err"));
   const std::string metrics = dir.file("hung/logs/metrics.jsonl");
-  REQUIRE(testing::WaitFor([&] { return ReadSteps(metrics).count(6) == 1 || controller.Wait(0); }, 120));
-  REQUIRE(ReadSteps(metrics).count(kSteps) == 0);
+  REQUIRE(testing::WaitFor([&] { return ReadMetricsJsonl(metrics).count(6) == 1 || controller.Wait(0); }, 120));
+  REQUIRE(ReadMetricsJsonl(metrics).count(kSteps) == 0);
   ::kill(b->process->pid(), SIGSTOP);  // b stops wherever it is; a soon waits for it in a collective
   // While b is still stopped: the controller notices the missed heartbeat, cancels the calls and relays the failure;
   // a's communicator is aborted, so its rank thread is free again (it would otherwise wait 600 s).
@@ -192,7 +162,7 @@ TEST_CASE("a listed worker hung mid-collective (SIGSTOP): the survivor is releas
   // Now replace b, as a supervisor would after its own health check.
   ::kill(b->process->pid(), SIGKILL);
   REQUIRE(b->process->Wait(10));
-  Daemon replacement(dir, "b2", b_address);
+  HandStartedWorker replacement(dir, "b2", {}, b_address);
   REQUIRE(controller.Wait(180));  // far below the 600 s a blocked survivor would take
   const std::string log = controller.out() + controller.err();
   INFO(log.substr(log.size() > 4000 ? log.size() - 4000 : 0));

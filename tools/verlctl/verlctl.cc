@@ -32,6 +32,7 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -154,26 +155,9 @@ void PrintJob(const Job& j) {
 }
 
 int RpcError(const std::string& what, const grpc::Status& s) {
-  static const char* kCodes[] = {"OK",
-                                 "CANCELLED",
-                                 "UNKNOWN",
-                                 "INVALID_ARGUMENT",
-                                 "DEADLINE_EXCEEDED",
-                                 "NOT_FOUND",
-                                 "ALREADY_EXISTS",
-                                 "PERMISSION_DENIED",
-                                 "RESOURCE_EXHAUSTED",
-                                 "FAILED_PRECONDITION",
-                                 "ABORTED",
-                                 "OUT_OF_RANGE",
-                                 "UNIMPLEMENTED",
-                                 "INTERNAL",
-                                 "UNAVAILABLE",
-                                 "DATA_LOSS",
-                                 "UNAUTHENTICATED"};
-  const int code = static_cast<int>(s.error_code());
-  std::cerr << "verlctl: " << what << ": " << (code >= 0 && code <= 16 ? kCodes[code] : "?") << ": "
-            << s.error_message() << "\n";
+  // gRPC's codes are the canonical ones, so absl names them ("UNAUTHENTICATED", ...).
+  std::cerr << "verlctl: " << what << ": " << absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code()))
+            << ": " << s.error_message() << "\n";
   return kExitRpc;
 }
 

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
@@ -27,15 +28,13 @@ namespace verl::testing {
 // The path of `name` on $PATH, or "".
 inline std::string FindOnPath(const std::string& name) {
   const char* path = std::getenv("PATH");
-  std::string dirs = path ? path : "";
-  size_t start = 0;
-  while (start <= dirs.size()) {
-    const size_t end = dirs.find(':', start);
-    const std::string dir = dirs.substr(start, end == std::string::npos ? std::string::npos : end - start);
-    const std::filesystem::path candidate = std::filesystem::path(dir.empty() ? "." : dir) / name;
+  const std::string dirs = path != nullptr ? path : "/usr/bin:/bin";
+  size_t begin = 0;
+  while (begin <= dirs.size()) {
+    const size_t end = std::min(dirs.find(':', begin), dirs.size());
+    const std::filesystem::path candidate = std::filesystem::path(dirs.substr(begin, end - begin)) / name;
     if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
-    if (end == std::string::npos) break;
-    start = end + 1;
+    begin = end + 1;
   }
   return "";
 }

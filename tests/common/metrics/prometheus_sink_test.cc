@@ -68,20 +68,6 @@ int RunCommand(const std::string& command, std::string* output) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-// The path of `program` on $PATH, or empty.
-std::string FindProgram(const std::string& program) {
-  const char* path = std::getenv("PATH");
-  std::string dirs = path != nullptr ? path : "/usr/bin:/bin";
-  size_t begin = 0;
-  while (begin <= dirs.size()) {
-    const size_t end = std::min(dirs.find(':', begin), dirs.size());
-    const fs::path candidate = fs::path(dirs.substr(begin, end - begin)) / program;
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
-    begin = end + 1;
-  }
-  return "";
-}
-
 TEST_CASE("PrometheusSink publishes step metrics and job gauges", "[prometheus]") {
   auto registry = std::make_shared<PrometheusRegistry>(NoProcess());
   const PrometheusLabels labels = {{"experiment", "exp"}, {"project", "proj"}};
@@ -149,7 +135,7 @@ TEST_CASE("PrometheusSink publishes step metrics and job gauges", "[prometheus]"
 }
 
 TEST_CASE("The exposition passes promtool check metrics", "[prometheus][promtool]") {
-  const std::string promtool = FindProgram("promtool");
+  const std::string promtool = testing::FindOnPath("promtool");
   if (promtool.empty()) {
     WARN("promtool not installed (Debian package 'prometheus'): skipped");
     return;
