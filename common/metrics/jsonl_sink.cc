@@ -33,6 +33,8 @@ absl::Status JsonlSink::KeepStepsUpTo(const std::string& path, int64_t last_step
   for (std::string line; std::getline(in, line);) {
     if (line.empty()) continue;
     const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    // A last line without its newline was torn by a crash mid-write: the step it held is logged again on resume.
+    if (j.is_discarded() && in.eof()) break;
     if (!j.is_discarded() && j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
         j["step"].get<int64_t>() > last_step) {
       continue;

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <filesystem>
@@ -41,6 +42,13 @@ std::vector<nlohmann::json> ReadJsonl(const fs::path& path) {
 std::string ReadFile(const fs::path& path) {
   std::ifstream in(path);
   return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// How many whole lines a file being written holds: for polling a running job's metrics.jsonl, whose last line may
+// be half-written when it is read (ReadJsonl, strict, is for after the job ended).
+size_t CompleteLines(const fs::path& path) {
+  const std::string text = ReadFile(path);
+  return static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
 }
 
 // The end of a log, for failure messages.
@@ -173,7 +181,7 @@ TEST_CASE("a worker killed mid-run is restarted from the last checkpoint and eve
   std::thread killer([&] {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
     while (std::chrono::steady_clock::now() < deadline) {
-      if (fs::exists(metrics) && ReadJsonl(metrics).size() >= 16) {
+      if (CompleteLines(metrics) >= 16) {
         killed = WorkerPid(worker_log);
         if (killed > 0) ::kill(killed, SIGKILL);
         return;
@@ -209,7 +217,7 @@ TEST_CASE("a hung worker (SIGSTOP) misses its heartbeat and is replaced; the job
   std::thread stopper([&] {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
     while (std::chrono::steady_clock::now() < deadline) {
-      if (fs::exists(metrics) && ReadJsonl(metrics).size() >= 16) {
+      if (CompleteLines(metrics) >= 16) {
         stopped = WorkerPid(worker_log);
         if (stopped > 0) ::kill(stopped, SIGSTOP);
         return;

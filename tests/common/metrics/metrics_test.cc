@@ -78,6 +78,24 @@ TEST_CASE("JsonlSink round-trips doubles exactly", "[metrics]") {
   CHECK(parsed["data"]["y"].get<double>() == 1e-300);
 }
 
+TEST_CASE("JsonlSink::KeepStepsUpTo drops later steps and a line torn by a crash, keeps the rest", "[metrics]") {
+  TempDir dir;
+  const fs::path path = fs::path(dir.path()) / "metrics.jsonl";
+  std::ofstream(path) << JsonlSink::FormatLine(1, {{"x", 1}}) << "\n"
+                      << "not json, kept: nothing a user wrote is lost\n"
+                      << JsonlSink::FormatLine(2, {{"x", 2}}) << "\n"
+                      << JsonlSink::FormatLine(3, {{"x", 3}}) << "\n"
+                      << R"({"step":4,"data":{"actor/grad_n)";  // killed mid-write: no newline
+  REQUIRE(JsonlSink::KeepStepsUpTo(path.string(), 2).ok());
+  const std::vector<std::string> lines = ReadLines(path);
+  REQUIRE(lines.size() == 3);
+  CHECK(nlohmann::json::parse(lines[0])["step"] == 1);
+  CHECK(lines[1] == "not json, kept: nothing a user wrote is lost");
+  CHECK(nlohmann::json::parse(lines[2])["step"] == 2);
+  // A missing file is nothing to trim.
+  CHECK(JsonlSink::KeepStepsUpTo((fs::path(dir.path()) / "absent.jsonl").string(), 2).ok());
+}
+
 TEST_CASE("JsonlSink reports a path it cannot open", "[metrics]") {
   TempDir dir;
   const fs::path blocker = fs::path(dir.path()) / "file";
