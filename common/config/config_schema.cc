@@ -96,6 +96,10 @@ const std::vector<ConfigKeySpec>& Table() {
        "Truncated importance sampling against the rollout log-probs: cap of the per-token weight; -1 disables."},
       {"actor_rollout_ref.actor.shard_optimizer_state", T::kBool, "true", "", false, O::kOurs,
        "Over several data-parallel ranks, each rank keeps and updates the AdamW moments of only its share of the parameters, then broadcasts them (ZeRO stage 1): optimizer memory per rank falls with the ranks. No effect on one rank."},
+      {"actor_rollout_ref.actor.shard_parameters", T::kBool, "false", "", false, O::kOurs,
+       "Over several data-parallel ranks, shard the actor's (and the ref's) parameters, gradients and optimizer state (ZeRO stage 3, FSDP FULL_SHARD): each rank keeps 1/ranks of each layer, gathers a layer just before using it and drops it after; layers are recomputed in backward (activation checkpointing). Generation gathers the whole actor for the rollout. No effect on one rank."},
+      {"actor_rollout_ref.actor.fsdp_config.optimizer_offload", T::kBool, "false", "", false, O::kVerl,
+       "Keep the actor's AdamW state (moments and a float32 master copy) in host memory and update there; GPU ranks only (CPU ranks keep it there anyway)."},
 
       // ---- actor_rollout_ref.rollout ----
       {"actor_rollout_ref.rollout.n", T::kInt, "1", "", false, O::kVerl, "Responses sampled per prompt."},
@@ -162,6 +166,8 @@ const std::vector<ConfigKeySpec>& Table() {
        "Shuffle samples between critic mini-batches."},
       {"critic.shard_optimizer_state", T::kBool, "${actor_rollout_ref.actor.shard_optimizer_state}", "", false,
        O::kOurs, "As actor_rollout_ref.actor.shard_optimizer_state, for the critic."},
+      {"critic.model.fsdp_config.optimizer_offload", T::kBool, "false", "", false, O::kVerl,
+       "As actor_rollout_ref.actor.fsdp_config.optimizer_offload, for the critic."},
       {"critic.grad_clip", T::kDouble, "1.0", "", false, O::kVerl, "Critic gradient clipping by global norm."},
       {"critic.cliprange_value", T::kDouble, "0.5", "", false, O::kVerl, "Value clipping range."},
       {"critic.loss_agg_mode", T::kString, "${actor_rollout_ref.actor.loss_agg_mode}",

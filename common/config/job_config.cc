@@ -156,6 +156,8 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   r.Read("actor_rollout_ref.actor.policy_loss.ppo_kl_coef", &a.policy_loss.ppo_kl_coef);
   r.Read("actor_rollout_ref.actor.tis_imp_ratio_cap", &a.tis_imp_ratio_cap);
   r.Read("actor_rollout_ref.actor.shard_optimizer_state", &a.shard_optimizer_state);
+  r.Read("actor_rollout_ref.actor.shard_parameters", &a.shard_parameters);
+  r.Read("actor_rollout_ref.actor.fsdp_config.optimizer_offload", &a.optimizer_offload);
 
   RolloutConfig& ro = c.actor_rollout_ref.rollout;
   r.Read("actor_rollout_ref.rollout.n", &ro.n);
@@ -199,6 +201,7 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   r.Read("critic.ppo_epochs", &cr.ppo_epochs);
   r.Read("critic.shuffle", &cr.shuffle);
   r.Read("critic.shard_optimizer_state", &cr.shard_optimizer_state);
+  r.Read("critic.model.fsdp_config.optimizer_offload", &cr.optimizer_offload);
   r.Read("critic.grad_clip", &cr.grad_clip);
   r.Read("critic.cliprange_value", &cr.cliprange_value);
   r.Read("critic.loss_agg_mode", &cr.loss_agg_mode);

@@ -82,6 +82,8 @@ struct ActorConfig {
   PolicyLoss policy_loss;
   double tis_imp_ratio_cap = -1.0;         // truncated importance sampling cap; <= 0 disables
   bool shard_optimizer_state = true;       // ZeRO-1 over the data-parallel ranks
+  bool shard_parameters = false;           // ZeRO-3 over the data-parallel ranks
+  bool optimizer_offload = false;          // fsdp_config.optimizer_offload
 
   double ClipRatioLow() const { return clip_ratio_low.value_or(clip_ratio); }
   double ClipRatioHigh() const { return clip_ratio_high.value_or(clip_ratio); }
@@ -145,6 +147,7 @@ struct CriticConfig {
   std::optional<int64_t> forward_micro_batch_size_per_gpu;
   int64_t ppo_epochs = 1;
   bool shard_optimizer_state = true;
+  bool optimizer_offload = false;  // model.fsdp_config.optimizer_offload
   bool shuffle = false;
   double grad_clip = 1.0;
   double cliprange_value = 0.5;

@@ -532,6 +532,7 @@ class JobRunner::Impl {
       cc->set_ppo_epochs(static_cast<int32_t>(c.ppo_epochs));
       cc->set_shuffle(c.shuffle);
       cc->set_shard_optimizer_state(c.shard_optimizer_state);
+      cc->set_optimizer_offload(c.optimizer_offload);
     }
     req.set_model_path(fs::absolute(arr.model.path).string());
     req.set_world_size(static_cast<int32_t>(World()));
@@ -567,6 +568,8 @@ class JobRunner::Impl {
     ac->set_ppo_kl_coef(a.policy_loss.ppo_kl_coef);
     ac->set_tis_imp_ratio_cap(a.tis_imp_ratio_cap);
     ac->set_shard_optimizer_state(a.shard_optimizer_state);
+    ac->set_shard_parameters(a.shard_parameters);
+    ac->set_optimizer_offload(a.optimizer_offload);
     const int64_t step_seqs = config_.data.train_batch_size * arr.rollout.n / World();
     ac->set_log_prob_micro_batch_size_per_gpu(
         static_cast<int32_t>(arr.rollout.log_prob_micro_batch_size_per_gpu.value_or(step_seqs)));

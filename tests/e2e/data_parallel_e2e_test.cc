@@ -94,6 +94,11 @@ TEST_CASE("data parallel: 1 rank, 2 ranks, 2 workers x 2 ranks and two hand-star
                  in.Job("r4", {"trainer.nnodes=2", "trainer.n_gpus_per_node=2",
                                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32"}),
                  "two local workers, 2 ranks each");
+  RequireSameRun(one,
+                 in.Job("zero3", {"trainer.nnodes=2", "trainer.n_gpus_per_node=2",
+                                  "actor_rollout_ref.actor.shard_parameters=true",
+                                  "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16"}),
+                 "two local workers, 2 ranks each, parameters sharded (ZeRO-3), micro-batches of 16");
   HandStartedWorker a(in.dir, "node-a");
   HandStartedWorker b(in.dir, "node-b");
   RequireSameRun(one,

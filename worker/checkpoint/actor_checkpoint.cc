@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -64,60 +65,61 @@ absl::Status LoadActorCheckpoint(const std::string& dir, DecoderModel& model, Ad
   return LoadTrainableCheckpoint(dir, model.named_parameters(), optimizer, world_size, rank, updates_done);
 }
 
-absl::Status SaveTrainableCheckpoint(const std::string& dir,
-                                     const std::vector<std::pair<std::string, at::Tensor>>& params,
-                                     const AdamW& optimizer, int64_t global_step, int32_t world_size, int32_t rank,
-                                     int64_t updates_done) {
+absl::Status SaveTrainableState(const std::string& dir, const TrainableState& state, int64_t global_step,
+                                int32_t world_size, int32_t rank, int64_t updates_done) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
   const std::string sfx = Suffix(world_size, rank);
-  RETURN_IF_ERROR(WriteTensors(absl::StrCat(dir, "/model_", sfx, ".safetensors"), params));
+  RETURN_IF_ERROR(WriteTensors(absl::StrCat(dir, "/model_", sfx, ".safetensors"), state.params));
   std::vector<std::pair<std::string, at::Tensor>> moments;
-  auto& opt = const_cast<AdamW&>(optimizer);
-  for (size_t i = 0; i < optimizer.params().size(); ++i) {
-    if (!opt.exp_avg()[i].defined() || !opt.exp_avg_sq()[i].defined()) {
-      return absl::FailedPreconditionError(absl::StrCat("the optimizer state of '", optimizer.params()[i].first,
-                                                        "' is not on this rank (sharded): gather it first"));
+  for (const TrainableState::Moments& m : state.moments) {
+    if (!m.exp_avg.defined() || !m.exp_avg_sq.defined()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the optimizer state of '", m.name, "' is not on this rank (sharded): gather it first"));
     }
-    moments.emplace_back("exp_avg." + optimizer.params()[i].first, opt.exp_avg()[i]);
-    moments.emplace_back("exp_avg_sq." + optimizer.params()[i].first, opt.exp_avg_sq()[i]);
+    moments.emplace_back("exp_avg." + m.name, m.exp_avg);
+    moments.emplace_back("exp_avg_sq." + m.name, m.exp_avg_sq);
     // bf16 training: the float32 master weights, so a resume continues from them rather than from the rounding.
-    if (opt.master()[i].defined()) moments.emplace_back("master." + optimizer.params()[i].first, opt.master()[i]);
+    if (m.master.defined()) moments.emplace_back("master." + m.name, m.master);
   }
   RETURN_IF_ERROR(WriteTensors(absl::StrCat(dir, "/optim_", sfx, ".safetensors"), moments));
-  nlohmann::json extra = {{"optimizer_step", optimizer.step_count()}, {"global_step", global_step}};
+  nlohmann::json extra = {{"optimizer_step", state.optimizer_step}, {"global_step", global_step}};
   if (updates_done >= 0) extra["updates_done"] = updates_done;
   return WriteText(absl::StrCat(dir, "/extra_state_", sfx, ".json"), extra.dump(2) + "\n");
 }
 
-absl::Status LoadTrainableCheckpoint(const std::string& dir,
-                                     const std::vector<std::pair<std::string, at::Tensor>>& params,
-                                     AdamW& optimizer, int32_t world_size, int32_t rank,
-                                     int64_t* updates_done) {
+absl::Status LoadTrainableState(const std::string& dir, TrainableState& state, int32_t world_size, int32_t rank,
+                                int64_t* updates_done) {
   const std::string sfx = Suffix(world_size, rank);
   const std::string model_path = absl::StrCat(dir, "/model_", sfx, ".safetensors");
   const std::string optim_path = absl::StrCat(dir, "/optim_", sfx, ".safetensors");
   const std::string extra_path = absl::StrCat(dir, "/extra_state_", sfx, ".json");
+  std::map<std::string, at::Tensor> loaded_params;
   {
     ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(model_path));
-    for (const auto& [name, t] : params) RETURN_IF_ERROR(ReadInto(file, model_path, name, t));
+    for (const auto& [name, t] : state.params) {
+      RETURN_IF_ERROR(ReadInto(file, model_path, name, t));
+      loaded_params[name] = t;
+    }
   }
   {
     ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(optim_path));
-    for (size_t i = 0; i < optimizer.params().size(); ++i) {
-      const std::string& name = optimizer.params()[i].first;
-      if (!optimizer.owns(i)) continue;  // sharded: another rank keeps this parameter's moments
-      RETURN_IF_ERROR(ReadInto(file, optim_path, "exp_avg." + name, optimizer.exp_avg()[i]));
-      if (optimizer.master()[i].defined()) {
-        if (file.Contains("master." + name)) {
-          RETURN_IF_ERROR(ReadInto(file, optim_path, "master." + name, optimizer.master()[i]));
-        } else {  // a float32 checkpoint loaded for bf16 training: the master is the loaded weight
+    for (TrainableState::Moments& m : state.moments) {
+      RETURN_IF_ERROR(ReadInto(file, optim_path, "exp_avg." + m.name, m.exp_avg));
+      if (m.master.defined()) {
+        if (file.Contains("master." + m.name)) {
+          RETURN_IF_ERROR(ReadInto(file, optim_path, "master." + m.name, m.master));
+        } else {  // a checkpoint without masters (float32 training): the master is the loaded weight
+          auto it = loaded_params.find(m.name);
+          if (it == loaded_params.end()) {
+            return absl::InvalidArgumentError(absl::StrCat(optim_path, ": no master weight for '", m.name, "'"));
+          }
           at::NoGradGuard no_grad;
-          optimizer.master()[i].copy_(optimizer.params()[i].second);
+          m.master.copy_(it->second);
         }
       }
-      RETURN_IF_ERROR(ReadInto(file, optim_path, "exp_avg_sq." + name, optimizer.exp_avg_sq()[i]));
+      RETURN_IF_ERROR(ReadInto(file, optim_path, "exp_avg_sq." + m.name, m.exp_avg_sq));
     }
   }
   std::ifstream in(extra_path);
@@ -126,8 +128,38 @@ absl::Status LoadTrainableCheckpoint(const std::string& dir,
   if (extra.is_discarded() || !extra.contains("optimizer_step")) {
     return absl::DataLossError(absl::StrCat(extra_path, ": malformed (no optimizer_step)"));
   }
-  optimizer.set_step_count(extra["optimizer_step"].get<int64_t>());
+  state.optimizer_step = extra["optimizer_step"].get<int64_t>();
   if (updates_done) *updates_done = extra.value("updates_done", int64_t{-1});
+  return absl::OkStatus();
+}
+
+absl::Status SaveTrainableCheckpoint(const std::string& dir,
+                                     const std::vector<std::pair<std::string, at::Tensor>>& params,
+                                     const AdamW& optimizer, int64_t global_step, int32_t world_size, int32_t rank,
+                                     int64_t updates_done) {
+  TrainableState state;
+  state.params = params;
+  state.optimizer_step = optimizer.step_count();
+  auto& opt = const_cast<AdamW&>(optimizer);
+  for (size_t i = 0; i < optimizer.params().size(); ++i) {
+    state.moments.push_back({optimizer.params()[i].first, opt.exp_avg()[i], opt.exp_avg_sq()[i], opt.master()[i]});
+  }
+  return SaveTrainableState(dir, state, global_step, world_size, rank, updates_done);
+}
+
+absl::Status LoadTrainableCheckpoint(const std::string& dir,
+                                     const std::vector<std::pair<std::string, at::Tensor>>& params,
+                                     AdamW& optimizer, int32_t world_size, int32_t rank,
+                                     int64_t* updates_done) {
+  TrainableState state;
+  state.params = params;
+  for (size_t i = 0; i < optimizer.params().size(); ++i) {
+    if (!optimizer.owns(i)) continue;  // sharded: another rank keeps this parameter's moments
+    state.moments.push_back({optimizer.params()[i].first, optimizer.exp_avg()[i], optimizer.exp_avg_sq()[i],
+                             optimizer.master()[i]});
+  }
+  RETURN_IF_ERROR(LoadTrainableState(dir, state, world_size, rank, updates_done));
+  optimizer.set_step_count(state.optimizer_step);
   return absl::OkStatus();
 }
 

@@ -15,6 +15,25 @@
 
 namespace verl {
 
+// What a trained model's checkpoint holds: its parameters and, per parameter, the optimizer moments (and float32
+// master, undefined when there is none). Names are the parameters' (HF names).
+struct TrainableState {
+  struct Moments {
+    std::string name;
+    at::Tensor exp_avg, exp_avg_sq, master;
+  };
+  std::vector<std::pair<std::string, at::Tensor>> params;
+  std::vector<Moments> moments;
+  int64_t optimizer_step = 0;
+};
+
+// Writes `state`; loads into its tensors in place (a master missing from the file is set to the loaded parameter of
+// the same name) and sets optimizer_step.
+absl::Status SaveTrainableState(const std::string& dir, const TrainableState& state, int64_t global_step,
+                                int32_t world_size, int32_t rank, int64_t updates_done = -1);
+absl::Status LoadTrainableState(const std::string& dir, TrainableState& state, int32_t world_size, int32_t rank,
+                                int64_t* updates_done = nullptr);
+
 // The same files for any trained model (actor, or critic under global_step_N/critic/) given its parameters.
 // `updates_done` (the number of update calls, which drives the lr warmup) is kept in the extra state; on load it is
 // written to *updates_done when given (-1 when the checkpoint predates it).

@@ -1,6 +1,10 @@
 #include "worker/model/decoder_model.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include <cmath>
+#include <functional>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
@@ -42,33 +46,131 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Load(const std::stri
     loaded[spec.name] = t.to(device, dtype, /*non_blocking=*/false, /*copy=*/true);
     model->params_.emplace_back(spec.name, loaded[spec.name]);
   }
-  model->embed_ = loaded.at("model.embed_tokens.weight");
-  model->final_norm_ = loaded.at("model.norm.weight");
-  model->lm_head_ = config.tie_word_embeddings ? model->embed_ : loaded.at("lm_head.weight");
-  for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
-    std::string p = absl::StrCat("model.layers.", i, ".");
-    auto get = [&](const std::string& name) -> at::Tensor {
-      auto it = loaded.find(p + name);
-      return it == loaded.end() ? at::Tensor() : it->second;
-    };
-    Layer layer;
-    layer.input_norm = get("input_layernorm.weight");
-    layer.q_w = get("self_attn.q_proj.weight");
-    layer.q_b = get("self_attn.q_proj.bias");
-    layer.k_w = get("self_attn.k_proj.weight");
-    layer.k_b = get("self_attn.k_proj.bias");
-    layer.v_w = get("self_attn.v_proj.weight");
-    layer.v_b = get("self_attn.v_proj.bias");
-    layer.o_w = get("self_attn.o_proj.weight");
-    layer.o_b = get("self_attn.o_proj.bias");
-    layer.post_norm = get("post_attention_layernorm.weight");
-    layer.gate_w = get("mlp.gate_proj.weight");
-    layer.up_w = get("mlp.up_proj.weight");
-    layer.down_w = get("mlp.down_proj.weight");
-    model->layers_.push_back(std::move(layer));
-  }
+  model->BindFields();
   model->inv_freq_ = RopeInverseFrequencies(config).to(device);
   return model;
+}
+
+DecoderModel::Layer DecoderModel::MakeLayer(const std::function<at::Tensor(const std::string&)>& get) {
+  Layer layer;
+  layer.input_norm = get("input_layernorm.weight");
+  layer.q_w = get("self_attn.q_proj.weight");
+  layer.q_b = get("self_attn.q_proj.bias");
+  layer.k_w = get("self_attn.k_proj.weight");
+  layer.k_b = get("self_attn.k_proj.bias");
+  layer.v_w = get("self_attn.v_proj.weight");
+  layer.v_b = get("self_attn.v_proj.bias");
+  layer.o_w = get("self_attn.o_proj.weight");
+  layer.o_b = get("self_attn.o_proj.bias");
+  layer.post_norm = get("post_attention_layernorm.weight");
+  layer.gate_w = get("mlp.gate_proj.weight");
+  layer.up_w = get("mlp.up_proj.weight");
+  layer.down_w = get("mlp.down_proj.weight");
+  return layer;
+}
+
+void DecoderModel::BindFields() {
+  std::map<std::string, at::Tensor> by_name;
+  for (const auto& [name, t] : params_) by_name[name] = t;
+  auto get = [&](const std::string& name) -> at::Tensor {
+    auto it = by_name.find(name);
+    return it == by_name.end() ? at::Tensor() : it->second;
+  };
+  embed_ = get("model.embed_tokens.weight");
+  final_norm_ = get("model.norm.weight");
+  lm_head_ = config_.tie_word_embeddings ? embed_ : get("lm_head.weight");
+  layers_.clear();
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    const std::string prefix = absl::StrCat("model.layers.", i, ".");
+    layers_.push_back(MakeLayer([&](const std::string& name) { return get(prefix + name); }));
+  }
+  num_parameters_ = 0;
+  for (const auto& [name, t] : params_) num_parameters_ += t.numel();
+}
+
+void DecoderModel::ShardParameters(const ShardGroup& group) {
+  if (sharded()) return;
+  // Units in compute order: the embedding, each layer, the final norm, the untied LM head.
+  std::vector<std::pair<std::string, std::string>> unit_prefixes = {{"embed", "model.embed_tokens."}};
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    unit_prefixes.emplace_back(absl::StrCat("layers.", i), absl::StrCat("model.layers.", i, "."));
+  }
+  unit_prefixes.emplace_back("norm", "model.norm.");
+  if (!config_.tie_word_embeddings) unit_prefixes.emplace_back("lm_head", "lm_head.");
+  for (const auto& [unit_name, prefix] : unit_prefixes) {
+    std::vector<std::string> names;
+    std::vector<at::Tensor> tensors;
+    UnitInfo info;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (params_[i].first.rfind(prefix, 0) != 0) continue;
+      names.push_back(params_[i].first.substr(prefix.size()));
+      tensors.push_back(params_[i].second);
+      info.param_index.push_back(i);
+    }
+    info.unit = std::make_unique<FlatUnit>(unit_name, std::move(names), tensors, group);
+    info.unit->shard().set_requires_grad(requires_grad_);
+    units_.push_back(std::move(info));
+  }
+  // From now on the full parameters exist only between Unshard() and Reshard().
+  for (auto& [name, t] : params_) t = at::Tensor();
+  BindFieldsKeepingCount();
+}
+
+void DecoderModel::BindFieldsKeepingCount() {
+  const int64_t n = num_parameters_;
+  BindFields();
+  num_parameters_ = n;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> DecoderModel::shard_parameters() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const UnitInfo& u : units_) out.emplace_back("shard." + u.unit->name(), u.unit->shard());
+  return out;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> DecoderModel::trainable_parameters() const {
+  return sharded() ? shard_parameters() : params_;
+}
+
+void DecoderModel::Unshard() {
+  if (!sharded() || gathered_) return;
+  std::vector<at::Tensor> full;
+  for (const UnitInfo& u : units_) full.push_back(u.unit->Gather());
+  const auto named = NamedViews(full);
+  for (size_t i = 0; i < named.size(); ++i) params_[i].second = named[i].second;
+  BindFieldsKeepingCount();
+  gathered_ = true;
+}
+
+void DecoderModel::Reshard(bool keep_changes) {
+  if (!sharded() || !gathered_) return;
+  if (keep_changes) {
+    at::NoGradGuard no_grad;
+    for (UnitInfo& u : units_) {
+      // The gathered views of a unit are contiguous pieces of one buffer: rebuild it from them.
+      std::vector<at::Tensor> flat;
+      for (size_t i : u.param_index) flat.push_back(params_[i].second.reshape({-1}));
+      at::Tensor full = at::cat(flat);
+      const int64_t padding = u.unit->padded_numel() - full.numel();
+      if (padding > 0) full = at::cat({full, at::zeros({padding}, full.options())});
+      u.unit->shard().copy_(u.unit->SliceOf(full));
+    }
+  }
+  for (auto& [name, t] : params_) t = at::Tensor();
+  BindFieldsKeepingCount();
+  gathered_ = false;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> DecoderModel::NamedViews(const std::vector<at::Tensor>& full) const {
+  std::vector<std::pair<std::string, at::Tensor>> out(params_.size());
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const std::vector<at::Tensor> views = units_[u].unit->Views(full[u]);
+    for (size_t k = 0; k < views.size(); ++k) {
+      const size_t i = units_[u].param_index[k];
+      out[i] = {params_[i].first, views[k]};
+    }
+  }
+  return out;
 }
 
 std::vector<at::Tensor> DecoderModel::parameters() const {
@@ -78,14 +180,12 @@ std::vector<at::Tensor> DecoderModel::parameters() const {
   return out;
 }
 
-int64_t DecoderModel::num_parameters() const {
-  int64_t n = 0;
-  for (const auto& [name, t] : params_) n += t.numel();
-  return n;
-}
-
 void DecoderModel::SetRequiresGrad(bool requires_grad) {
-  for (auto& [name, t] : params_) t.set_requires_grad(requires_grad);
+  requires_grad_ = requires_grad;
+  for (auto& [name, t] : params_) {
+    if (t.defined()) t.set_requires_grad(requires_grad);
+  }
+  for (UnitInfo& u : units_) u.unit->shard().set_requires_grad(requires_grad);
 }
 
 at::Tensor DecoderModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight) const {
@@ -114,41 +214,77 @@ KvCache DecoderModel::NewCache(int64_t batch, int64_t capacity) const {
   return cache;
 }
 
-at::Tensor DecoderModel::Forward(const at::Tensor& input_ids, const at::Tensor& position_ids,
-                                 const at::Tensor& attn_mask, KvCache* cache) const {
+at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, const at::Tensor& cos,
+                                      const at::Tensor& sin, const at::Tensor& attn_mask, KvCache* cache,
+                                      size_t i) const {
   const int64_t heads = config_.num_attention_heads;
   const int64_t kv_heads = config_.num_key_value_heads;
   const int64_t hd = config_.head_dim;
-  const int64_t T = input_ids.size(1);
+  const int64_t T = h_in.size(1);
+  const int64_t start = cache ? cache->length : 0;
+  at::Tensor x = RmsNorm(h_in, L.input_norm);
+  at::Tensor q = SplitHeads(at::linear(x, L.q_w, L.q_b), heads, hd);
+  at::Tensor k = SplitHeads(at::linear(x, L.k_w, L.k_b), kv_heads, hd);
+  at::Tensor v = SplitHeads(at::linear(x, L.v_w, L.v_b), kv_heads, hd);
+  q = q * cos + RotateHalf(q) * sin;
+  k = k * cos + RotateHalf(k) * sin;
+  if (cache) {
+    cache->k[i].narrow(2, start, T).copy_(k);
+    cache->v[i].narrow(2, start, T).copy_(v);
+    k = cache->k[i].narrow(2, 0, start + T);
+    v = cache->v[i].narrow(2, 0, start + T);
+  }
+  at::Tensor attn = at::scaled_dot_product_attention(q, k, v, attn_mask, 0.0, false, std::nullopt,
+                                                     /*enable_gqa=*/heads != kv_heads);
+  attn = attn.transpose(1, 2).reshape({h_in.size(0), T, heads * hd});
+  at::Tensor h = h_in + at::linear(attn, L.o_w, L.o_b);
+  x = RmsNorm(h, L.post_norm);
+  return h + at::linear(at::silu(at::linear(x, L.gate_w)) * at::linear(x, L.up_w), L.down_w);
+}
+
+at::Tensor DecoderModel::Forward(const at::Tensor& input_ids, const at::Tensor& position_ids,
+                                 const at::Tensor& attn_mask, KvCache* cache) const {
+  if (sharded() && !gathered_) {
+    TORCH_CHECK(cache == nullptr, "a sharded model decodes with a cache only between Unshard() and Reshard()");
+    return ShardedForward(input_ids, position_ids, attn_mask);
+  }
   at::Tensor h = at::embedding(embed_, input_ids);
   auto [cos, sin] = RopeCosSin(position_ids, h.scalar_type());
-  const int64_t start = cache ? cache->length : 0;
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    const Layer& L = layers_[i];
-    at::Tensor x = RmsNorm(h, L.input_norm);
-    at::Tensor q = SplitHeads(at::linear(x, L.q_w, L.q_b), heads, hd);
-    at::Tensor k = SplitHeads(at::linear(x, L.k_w, L.k_b), kv_heads, hd);
-    at::Tensor v = SplitHeads(at::linear(x, L.v_w, L.v_b), kv_heads, hd);
-    q = q * cos + RotateHalf(q) * sin;
-    k = k * cos + RotateHalf(k) * sin;
-    if (cache) {
-      cache->k[i].narrow(2, start, T).copy_(k);
-      cache->v[i].narrow(2, start, T).copy_(v);
-      k = cache->k[i].narrow(2, 0, start + T);
-      v = cache->v[i].narrow(2, 0, start + T);
-    }
-    at::Tensor attn = at::scaled_dot_product_attention(q, k, v, attn_mask, 0.0, false, std::nullopt,
-                                                       /*enable_gqa=*/heads != kv_heads);
-    attn = attn.transpose(1, 2).reshape({h.size(0), T, heads * hd});
-    h = h + at::linear(attn, L.o_w, L.o_b);
-    x = RmsNorm(h, L.post_norm);
-    h = h + at::linear(at::silu(at::linear(x, L.gate_w)) * at::linear(x, L.up_w), L.down_w);
-  }
-  if (cache) cache->length = start + T;
+  for (size_t i = 0; i < layers_.size(); ++i) h = LayerForward(layers_[i], h, cos, sin, attn_mask, cache, i);
+  if (cache) cache->length += input_ids.size(1);
   return RmsNorm(h, final_norm_);
 }
 
+// Each unit gathered in turn: the embedding and the final norm with autograd history to their shards, each layer
+// through RunShardedBlock (recomputed in backward).
+at::Tensor DecoderModel::ShardedForward(const at::Tensor& input_ids, const at::Tensor& position_ids,
+                                        const at::Tensor& attn_mask) const {
+  at::Tensor h = at::embedding(units_.front().unit->Views(units_.front().unit->GatherForAutograd())[0], input_ids);
+  auto [cos, sin] = RopeCosSin(position_ids, h.scalar_type());
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const FlatUnit& unit = *units_[1 + i].unit;
+    h = RunShardedBlock(
+        unit,
+        [this, &unit, cos = cos, sin = sin, attn_mask, i](const std::vector<at::Tensor>& params, const at::Tensor& x) {
+          const Layer L = MakeLayer([&](const std::string& name) {
+            for (size_t k = 0; k < params.size(); ++k) {
+              if (unit.names()[k] == name) return params[k];
+            }
+            return at::Tensor();
+          });
+          return LayerForward(L, x, cos, sin, attn_mask, nullptr, i);
+        },
+        h);
+  }
+  const FlatUnit& norm = *units_[1 + layers_.size()].unit;
+  return RmsNorm(h, norm.Views(norm.GatherForAutograd())[0]);
+}
+
 at::Tensor DecoderModel::Logits(const at::Tensor& hidden) const {
+  if (sharded() && !gathered_) {
+    const FlatUnit& head = config_.tie_word_embeddings ? *units_.front().unit : *units_.back().unit;
+    return at::linear(hidden, head.Views(head.GatherForAutograd())[0]).to(at::kFloat);
+  }
   return at::linear(hidden, lm_head_).to(at::kFloat);
 }
 

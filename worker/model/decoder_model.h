@@ -10,12 +10,14 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "worker/comm/param_sharding.h"
 #include "worker/model/hf_config.h"
 
 namespace verl {
@@ -53,11 +55,38 @@ class DecoderModel {
   // A cache for `batch` sequences of up to `capacity` positions, zero-filled.
   KvCache NewCache(int64_t batch, int64_t capacity) const;
 
-  // Every parameter with its HF name, in a fixed order. With tied embeddings lm_head is not listed.
+  // Every parameter with its HF name, in a fixed order. With tied embeddings lm_head is not listed. For a sharded
+  // model the tensors are defined only between Unshard() and Reshard().
   const std::vector<std::pair<std::string, at::Tensor>>& named_parameters() const { return params_; }
   std::vector<at::Tensor> parameters() const;
-  int64_t num_parameters() const;
+  int64_t num_parameters() const { return num_parameters_; }
+  // Gradients on for the trained tensors (the parameters, or the shards of a sharded model).
   void SetRequiresGrad(bool requires_grad);
+
+  // Parameter sharding (ZeRO-3 / FSDP, worker/comm/param_sharding.h) over `group`: units are the embedding, each
+  // layer, the final norm and the untied LM head; this rank keeps its shard of each and drops the full parameters.
+  // Forward and Logits then gather one unit at a time (layers recomputed in backward); decoding with a KvCache needs
+  // the full parameters (Unshard). Every rank of the group must call this, and every gathering method below, in the
+  // same order.
+  void ShardParameters(const ShardGroup& group);
+  bool sharded() const { return !units_.empty(); }
+  // The rank's shard of each unit ("shard.embed", "shard.layers.N", "shard.norm", "shard.lm_head"), the tensors an
+  // optimizer updates; for an unsharded model, named_parameters().
+  std::vector<std::pair<std::string, at::Tensor>> shard_parameters() const;
+  std::vector<std::pair<std::string, at::Tensor>> trainable_parameters() const;
+  // Gathers every unit: named_parameters() and the unsharded Forward (with a cache) work until Reshard(), which, with
+  // keep_changes, first writes this rank's slice of the (possibly modified) full parameters back into its shards.
+  // No-ops for an unsharded model.
+  void Unshard();
+  void Reshard(bool keep_changes);
+  // Per-parameter views (HF names, named_parameters() order) of one full buffer per unit, shaped like the units'
+  // (e.g. optimizer moments gathered with units()[u].Gather(moment_shard)).
+  std::vector<std::pair<std::string, at::Tensor>> NamedViews(const std::vector<at::Tensor>& full_by_unit) const;
+  std::vector<const FlatUnit*> units() const {
+    std::vector<const FlatUnit*> out;
+    for (const UnitInfo& u : units_) out.push_back(u.unit.get());
+    return out;
+  }
 
   const DecoderConfig& config() const { return config_; }
 
@@ -67,7 +96,21 @@ class DecoderModel {
     at::Tensor input_norm, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b, post_norm, gate_w, up_w, down_w;
   };
 
+  struct UnitInfo {
+    std::unique_ptr<FlatUnit> unit;
+    std::vector<size_t> param_index;  // the unit's tensors' positions in params_
+  };
+
   explicit DecoderModel(DecoderConfig config) : config_(std::move(config)) {}
+  // A layer's tensors from their names relative to "model.layers.N." (undefined where get returns undefined).
+  static Layer MakeLayer(const std::function<at::Tensor(const std::string&)>& get);
+  // Points embed_, final_norm_, lm_head_ and layers_ at params_ (undefined while sharded and not gathered).
+  void BindFields();
+  void BindFieldsKeepingCount();
+  at::Tensor LayerForward(const Layer& L, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
+                          const at::Tensor& attn_mask, KvCache* cache, size_t i) const;
+  at::Tensor ShardedForward(const at::Tensor& input_ids, const at::Tensor& position_ids,
+                            const at::Tensor& attn_mask) const;
   at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight) const;
   std::pair<at::Tensor, at::Tensor> RopeCosSin(const at::Tensor& position_ids, at::ScalarType dtype) const;
 
@@ -78,6 +121,10 @@ class DecoderModel {
   at::Tensor inv_freq_;  // [head_dim / 2] float32
   std::vector<Layer> layers_;
   std::vector<std::pair<std::string, at::Tensor>> params_;
+  int64_t num_parameters_ = 0;
+  bool requires_grad_ = false;
+  std::vector<UnitInfo> units_;  // empty: not sharded
+  bool gathered_ = false;        // sharded, and the full parameters are bound (Unshard)
 };
 
 }  // namespace verl

@@ -178,12 +178,11 @@ class CpuRank final : public RankInterface {
         if (!critic.ok()) return Error("LoadModel/critic", critic.status());
         critic_ = std::move(*critic);
         critic_->SetRequiresGrad(false);
-        critic_optimizer_ = std::make_unique<AdamW>(critic_->named_parameters(),
-                                                    AdamWOptions{c.lr, c.weight_decay, c.beta1, c.beta2, c.eps});
+        critic_optimizer_ = std::make_unique<AdamW>(
+            critic_->named_parameters(),
+            AdamWOptions{c.lr, c.weight_decay, c.beta1, c.beta2, c.eps, c.optimizer_offload});
       }
-      const RankActorSettings& a = config_.actor;
-      optimizer_ = std::make_unique<AdamW>(actor_->named_parameters(),
-                                           AdamWOptions{a.lr, a.weight_decay, a.beta1, a.beta2, a.eps});
+      optimizer_ = std::make_unique<AdamW>(actor_->named_parameters(), ActorOptimizerOptions());
       ApplySharding();
       auto tok = Tokenizer::FromFile(config_.model_path + "/tokenizer.json");
       if (!tok.ok()) return Error("LoadModel/tokenizer", tok.status());
@@ -241,12 +240,17 @@ class CpuRank final : public RankInterface {
       StepBatch batch;
       batch.prompts = prompts;
       batch.n = opts.n;
-      batch.rollout = verl::Generate(*actor_, ToTokenLists(prompts), opts);
-      if (greedy_baseline) {
-        SamplingOptions greedy = opts;
-        greedy.do_sample = false;
-        greedy.n = 1;
-        batch.baseline = verl::Generate(*actor_, ToTokenLists(prompts), greedy);
+      {
+        // A sharded actor is gathered whole for the rollout (decoding step by step, it would otherwise gather every
+        // layer for every token), and dropped again after.
+        GatheredModel gathered(*actor_, /*keep_changes=*/false);
+        batch.rollout = verl::Generate(*actor_, ToTokenLists(prompts), opts);
+        if (greedy_baseline) {
+          SamplingOptions greedy = opts;
+          greedy.do_sample = false;
+          greedy.n = 1;
+          batch.baseline = verl::Generate(*actor_, ToTokenLists(prompts), greedy);
+        }
       }
       const RolloutBatch& r = batch.rollout;
       batch.seq = {at::cat({r.prompts, r.responses}, 1), at::cat({r.prompt_mask, r.response_mask}, 1), r.responses,
@@ -476,6 +480,9 @@ class CpuRank final : public RankInterface {
                        o);
       if (!metrics.ok()) return Error("UpdateActor", metrics.status());
       (*metrics)["perf/actor_optimizer_state_gb"] = static_cast<double>(optimizer_->StateBytes()) / 1e9;
+      int64_t param_bytes = 0;
+      for (const auto& [name, t] : actor_->trainable_parameters()) param_bytes += t.numel() * t.element_size();
+      (*metrics)["perf/actor_parameters_gb"] = static_cast<double>(param_bytes) / 1e9;
       (*metrics)["perf/max_memory_rss_gb"] = PeakRssGb();
       if (device_.is_cuda()) {  // verl's names, from torch.cuda.max_memory_allocated / _reserved
         const DeviceMemory mem = Memory();
@@ -498,10 +505,16 @@ class CpuRank final : public RankInterface {
     // Data-parallel replicas hold identical parameters and optimizer state: group rank 0 writes them, in the layout
     // of one rank (model_world_size_1_rank_0), so a checkpoint resumes on any number of ranks. A sharded optimizer
     // state is first sent to rank 0 (and dropped there again after the write).
+    // A sharded actor (parameters and their optimizer state) is gathered whole the same way, so its checkpoint is
+    // the same files.
     return CatchTorch(Context("SaveCheckpoint"), [&]() -> absl::Status {
       GatherShardedMoments(optimizer_.get(), true);
       if (critic_optimizer_) GatherShardedMoments(critic_optimizer_.get(), true);
-      absl::Status written = GroupRank() == 0 ? WriteCheckpoint(dir, global_step, hf_export) : absl::OkStatus();
+      GatheredModel gathered(*actor_, /*keep_changes=*/false);
+      std::vector<at::Tensor> gathered_moments;  // keeps the full moments of a sharded actor alive
+      const TrainableState actor_state = ActorState(/*gather=*/true, &gathered_moments);
+      absl::Status written =
+          GroupRank() == 0 ? WriteCheckpoint(dir, actor_state, global_step, hf_export) : absl::OkStatus();
       GatherShardedMoments(optimizer_.get(), false);
       if (critic_optimizer_) GatherShardedMoments(critic_optimizer_.get(), false);
       return written;
@@ -509,10 +522,11 @@ class CpuRank final : public RankInterface {
   }
 
   // Group rank 0's part of SaveCheckpoint (the optimizer state gathered).
-  absl::Status WriteCheckpoint(const std::string& dir, int64_t global_step, bool hf_export) {
+  absl::Status WriteCheckpoint(const std::string& dir, const TrainableState& actor_state, int64_t global_step,
+                               bool hf_export) {
     {
       const std::string actor_dir = dir + "/actor";
-      RETURN_IF_ERROR(SaveActorCheckpoint(actor_dir, *actor_, *optimizer_, global_step, 1, 0, updates_done_));
+      RETURN_IF_ERROR(SaveTrainableState(actor_dir, actor_state, global_step, 1, 0, updates_done_));
       if (hf_export) RETURN_IF_ERROR(ExportHuggingFace(actor_dir + "/huggingface", *actor_, config_.model_path));
       if (critic_) {
         RETURN_IF_ERROR(SaveTrainableCheckpoint(dir + "/critic", critic_->named_parameters(), *critic_optimizer_,
@@ -527,8 +541,15 @@ class CpuRank final : public RankInterface {
     return CatchTorch(Context("LoadCheckpoint"), [&]() -> absl::Status {
       // The update counts drive the lr warmup; older checkpoints without them fall back to the step.
       int64_t actor_updates = -1, critic_updates = -1;
-      RETURN_IF_ERROR(
-          Error("LoadCheckpoint", LoadActorCheckpoint(dir + "/actor", *actor_, *optimizer_, 1, 0, &actor_updates)));
+      {
+        // A sharded actor loads into full buffers and keeps its slices (Reshard, ScatterMoments).
+        GatheredModel gathered(*actor_, /*keep_changes=*/true);
+        std::vector<at::Tensor> full_moments;
+        TrainableState state = ActorState(/*gather=*/false, &full_moments);
+        RETURN_IF_ERROR(Error("LoadCheckpoint", LoadTrainableState(dir + "/actor", state, 1, 0, &actor_updates)));
+        optimizer_->set_step_count(state.optimizer_step);
+        ScatterMoments(full_moments);
+      }
       if (critic_) {
         RETURN_IF_ERROR(Error("LoadCheckpoint", LoadTrainableCheckpoint(dir + "/critic", critic_->named_parameters(),
                                                                         *critic_optimizer_, 1, 0, &critic_updates)));
@@ -541,6 +562,85 @@ class CpuRank final : public RankInterface {
   }
 
  private:
+  // Unshard() for a scope (no-ops for an unsharded model); Reshard(keep_changes) at its end, also on exceptions.
+  class GatheredModel {
+   public:
+    GatheredModel(DecoderModel& model, bool keep_changes) : model_(model), keep_changes_(keep_changes) {
+      model_.Unshard();
+    }
+    ~GatheredModel() {
+      try {
+        model_.Reshard(keep_changes_);
+      } catch (...) {  // a failed collective while unwinding: the step fails anyway; the model stays gathered
+      }
+    }
+    GatheredModel(const GatheredModel&) = delete;
+    GatheredModel& operator=(const GatheredModel&) = delete;
+
+   private:
+    DecoderModel& model_;
+    bool keep_changes_;
+  };
+
+  AdamWOptions ActorOptimizerOptions() const {
+    const RankActorSettings& a = config_.actor;
+    return AdamWOptions{a.lr, a.weight_decay, a.beta1, a.beta2, a.eps, a.optimizer_offload};
+  }
+
+  // The actor's checkpoint tensors under HF names (the actor gathered when sharded). For a sharded actor the moments
+  // are full buffers per unit, kept in *full (in unit order, exp_avg, exp_avg_sq, master for each): gathered from the
+  // group when `gather`, else zero-filled destinations for a load (ScatterMoments puts them back into the shards).
+  TrainableState ActorState(bool gather, std::vector<at::Tensor>* full) {
+    TrainableState state;
+    state.params = actor_->named_parameters();
+    state.optimizer_step = optimizer_->step_count();
+    if (!actor_->sharded()) {
+      for (size_t i = 0; i < optimizer_->params().size(); ++i) {
+        if (!gather && !optimizer_->owns(i)) continue;  // ZeRO-1: another rank loads this parameter's moments
+        state.moments.push_back({optimizer_->params()[i].first, optimizer_->exp_avg()[i], optimizer_->exp_avg_sq()[i],
+                                 optimizer_->master()[i]});
+      }
+      return state;
+    }
+    const std::vector<const FlatUnit*> units = actor_->units();
+    const bool masters = optimizer_->master()[0].defined();
+    std::vector<at::Tensor> exp_avg, exp_avg_sq, master;
+    for (size_t u = 0; u < units.size(); ++u) {
+      auto full_of = [&](const at::Tensor& shard) {
+        return gather ? units[u]->Gather(shard) : at::zeros({units[u]->padded_numel()}, shard.options());
+      };
+      exp_avg.push_back(full_of(optimizer_->exp_avg()[u]));
+      exp_avg_sq.push_back(full_of(optimizer_->exp_avg_sq()[u]));
+      if (masters) master.push_back(full_of(optimizer_->master()[u]));
+    }
+    const auto named_m = actor_->NamedViews(exp_avg);
+    const auto named_v = actor_->NamedViews(exp_avg_sq);
+    const auto named_master = masters ? actor_->NamedViews(master) : decltype(named_m){};
+    for (size_t i = 0; i < named_m.size(); ++i) {
+      state.moments.push_back({named_m[i].first, named_m[i].second, named_v[i].second,
+                               masters ? named_master[i].second : at::Tensor()});
+    }
+    full->clear();
+    for (size_t u = 0; u < units.size(); ++u) {
+      full->push_back(exp_avg[u]);
+      full->push_back(exp_avg_sq[u]);
+      full->push_back(masters ? master[u] : at::Tensor());
+    }
+    return state;
+  }
+
+  // Copies this rank's slices of the full moments ActorState(gather=false) loaded into the optimizer's shards.
+  void ScatterMoments(const std::vector<at::Tensor>& full) {
+    if (!actor_->sharded()) return;
+    at::NoGradGuard no_grad;
+    const std::vector<const FlatUnit*> units = actor_->units();
+    for (size_t u = 0; u < units.size(); ++u) {
+      optimizer_->exp_avg()[u].copy_(units[u]->SliceOf(full[3 * u]));
+      optimizer_->exp_avg_sq()[u].copy_(units[u]->SliceOf(full[3 * u + 1]));
+      if (full[3 * u + 2].defined()) optimizer_->master()[u].copy_(units[u]->SliceOf(full[3 * u + 2]));
+    }
+  }
+
   // verl's constant-with-warmup schedule: lr * k / warmup for update k < warmup.
   static double WarmupLr(double lr, int64_t warmup, int64_t updates_done) {
     if (warmup > 0 && updates_done < warmup)
@@ -566,7 +666,35 @@ class CpuRank final : public RankInterface {
       if (!s.ok()) throw StatusError(s);
       if (!buf.is_same(t)) t.copy_(buf);
     };
-    if (optimizer_ && config_.actor.shard_optimizer_state && !optimizer_->sharded()) {
+    if (actor_ && config_.actor.shard_parameters && !actor_->sharded()) {
+      // ZeRO-3: the actor's (and the ref's) parameters sharded, the optimizer rebuilt over the shards (a fresh one:
+      // sharding happens when the group forms, before any update).
+      ShardGroup group;
+      group.rank = GroupRank();
+      group.world = GroupSize();
+      group.all_gather = [this](const at::Tensor& shard, const at::Tensor& full) {
+        at::Tensor send = shard.to(CommDevice()).contiguous();
+        at::Tensor recv = full.device() == CommDevice() ? full : at::empty(full.sizes(), send.options());
+        if (send.is_cuda()) SyncDevice();
+        absl::Status s = comm_->AllGather(send.data_ptr(), send.numel(), recv.data_ptr(),
+                                          FromScalarType(send.scalar_type()), comm_timeout_);
+        if (!s.ok()) throw StatusError(s);
+        if (!recv.is_same(full)) full.copy_(recv);
+      };
+      group.reduce_scatter_sum = [this](const at::Tensor& full, const at::Tensor& shard) {
+        at::Tensor send = full.to(CommDevice()).contiguous();
+        at::Tensor recv = shard.device() == CommDevice() ? shard : at::empty(shard.sizes(), send.options());
+        if (send.is_cuda()) SyncDevice();
+        absl::Status s = comm_->ReduceScatter(send.data_ptr(), recv.data_ptr(), recv.numel(), DType::kFloat32,
+                                              ReduceOp::kSum, comm_timeout_);
+        if (!s.ok()) throw StatusError(s);
+        if (!recv.is_same(shard)) shard.copy_(recv);
+      };
+      actor_->ShardParameters(group);
+      if (ref_) ref_->ShardParameters(group);
+      optimizer_ = std::make_unique<AdamW>(actor_->shard_parameters(), ActorOptimizerOptions());
+    }
+    if (optimizer_ && config_.actor.shard_optimizer_state && !optimizer_->sharded() && !actor_->sharded()) {
       optimizer_->Shard(AssignShardOwners(actor_->parameters(), GroupSize()), GroupRank(), broadcast);
     }
     if (critic_optimizer_ && config_.critic.shard_optimizer_state && !critic_optimizer_->sharded()) {
@@ -595,7 +723,7 @@ class CpuRank final : public RankInterface {
           at::Tensor buf = at::empty(opt->params()[i].second.sizes(), at::TensorOptions(at::kFloat).device(CommDevice()));
           if (buf.is_cuda()) SyncDevice();
           s = comm_->Recv(buf.data_ptr(), buf.numel(), DType::kFloat32, owner, comm_timeout_);
-          m = buf.to(device_);
+          m = buf.to(opt->offloaded() ? at::Device(at::kCPU) : device_);
         }
         if (!s.ok()) throw StatusError(s);
       }

@@ -57,6 +57,9 @@ struct RankActorSettings {
   double tis_imp_ratio_cap = -1;
   // In a data-parallel group: keep only this rank's share of the AdamW moments (ZeRO-1); see SetCommunicator.
   bool shard_optimizer_state = true;
+  // In a data-parallel group: shard the actor's and the ref's parameters too (ZeRO-3, worker/comm/param_sharding.h).
+  bool shard_parameters = false;
+  bool optimizer_offload = false;  // AdamW state in host memory (GPU ranks)
 };
 
 struct RankCriticSettings {
@@ -76,6 +79,7 @@ struct RankCriticSettings {
   int64_t ppo_epochs = 1;
   bool shuffle = false;
   bool shard_optimizer_state = true;
+  bool optimizer_offload = false;
 };
 
 struct AdvantageSettings {

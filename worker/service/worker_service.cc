@@ -50,6 +50,8 @@ RankActorSettings FromProto(const v1::ActorConfig& a) {
   s.ppo_kl_coef = a.ppo_kl_coef();
   s.tis_imp_ratio_cap = a.tis_imp_ratio_cap();
   s.shard_optimizer_state = a.shard_optimizer_state();
+  s.shard_parameters = a.shard_parameters();
+  s.optimizer_offload = a.optimizer_offload();
   return s;
 }
 
@@ -71,6 +73,7 @@ RankCriticSettings FromProto(const v1::CriticConfig& c) {
   s.ppo_epochs = c.ppo_epochs();
   s.shuffle = c.shuffle();
   s.shard_optimizer_state = c.shard_optimizer_state();
+  s.optimizer_offload = c.optimizer_offload();
   return s;
 }
 

@@ -7,11 +7,15 @@ namespace verl {
 
 AdamW::AdamW(std::vector<std::pair<std::string, at::Tensor>> params, AdamWOptions options)
     : params_(std::move(params)), options_(options) {
+  offloaded_ = options_.offload_to_cpu && !params_.empty() && !params_.front().second.is_cpu();
   for (const auto& [name, p] : params_) {
-    exp_avg_.push_back(at::zeros(p.sizes(), p.options().dtype(at::kFloat).requires_grad(false)));
-    exp_avg_sq_.push_back(at::zeros(p.sizes(), p.options().dtype(at::kFloat).requires_grad(false)));
-    master_.push_back(p.scalar_type() == at::kFloat ? at::Tensor()
-                                                     : p.detach().to(at::kFloat, false, /*copy=*/true));
+    const at::TensorOptions state = at::TensorOptions(at::kFloat).device(offloaded_ ? at::kCPU : p.device());
+    exp_avg_.push_back(at::zeros(p.sizes(), state));
+    exp_avg_sq_.push_back(at::zeros(p.sizes(), state));
+    // Offloaded, every parameter gets a host master: the update runs there and is copied back.
+    master_.push_back(p.scalar_type() == at::kFloat && !offloaded_
+                          ? at::Tensor()
+                          : p.detach().to(state.device(), at::kFloat, false, /*copy=*/true));
   }
 }
 
@@ -62,14 +66,14 @@ void AdamW::Step(double lr) {
     at::Tensor p = params_[i].second;
     const at::Tensor& g_any = p.grad();
     if (!g_any.defined() || !owns(i)) continue;
-    at::Tensor g = g_any.to(at::kFloat);
     at::Tensor& m = exp_avg_[i];
+    at::Tensor g = g_any.to(m.device(), at::kFloat);
     at::Tensor& v = exp_avg_sq_[i];
     m.mul_(options_.beta1).add_(g, 1.0 - options_.beta1);
     v.mul_(options_.beta2).addcmul_(g, g, 1.0 - options_.beta2);
     at::Tensor denom = (v / bc2).sqrt_().add_(options_.eps);
     at::Tensor update = (m / bc1).div_(denom);
-    if (p.scalar_type() == at::kFloat) {
+    if (!master_[i].defined()) {
       p.mul_(1.0 - lr * options_.weight_decay).sub_(update, lr);
     } else {
       at::Tensor& pf = master_[i];  // the float32 master: the parameter is its rounding
@@ -126,14 +130,16 @@ void ReduceGradients(const std::vector<at::Tensor>& params, const ReduceSumFn& r
   flush();
 }
 
-double ClipGradNorm(const std::vector<at::Tensor>& params, double max_norm) {
+double ClipGradNorm(const std::vector<at::Tensor>& params, double max_norm, const ReduceSumFn& sum_over_shards) {
   at::NoGradGuard no_grad;
   // Summed on the gradients' device, one host sync at the end.
   std::vector<at::Tensor> squares;
   for (const at::Tensor& p : params) {
     if (p.grad().defined()) squares.push_back(p.grad().to(at::kDouble).square().sum());
   }
-  const double norm = squares.empty() ? 0.0 : std::sqrt(at::stack(squares).sum().item<double>());
+  at::Tensor total = squares.empty() ? at::zeros({}, at::kDouble) : at::stack(squares).sum();
+  if (sum_over_shards) total = sum_over_shards(total.reshape({1}));
+  const double norm = std::sqrt(total.sum().item<double>());
   if (!std::isfinite(norm)) return norm;
   const double coef = max_norm / (norm + 1e-6);
   if (coef < 1.0) {
@@ -144,8 +150,9 @@ double ClipGradNorm(const std::vector<at::Tensor>& params, double max_norm) {
   return norm;
 }
 
-double ClipAndStep(AdamW& optimizer, const std::vector<at::Tensor>& params, double max_norm, double lr) {
-  const double norm = ClipGradNorm(params, max_norm);
+double ClipAndStep(AdamW& optimizer, const std::vector<at::Tensor>& params, double max_norm, double lr,
+                   const ReduceSumFn& sum_over_shards) {
+  const double norm = ClipGradNorm(params, max_norm, sum_over_shards);
   if (std::isfinite(norm)) optimizer.Step(lr);
   optimizer.ZeroGrad();
   return norm;

@@ -33,6 +33,10 @@ struct AdamWOptions {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
+  // Keep the optimizer state (moments and a float32 master of every parameter) in host memory and update there
+  // (ZeRO-Offload; verl's fsdp_config.optimizer_offload): the gradients go to the host, the updated parameters come
+  // back. Only meaningful for parameters on a GPU; ignored for CPU parameters, whose state is in host memory anyway.
+  bool offload_to_cpu = false;
 };
 
 class AdamW {
@@ -53,8 +57,9 @@ class AdamW {
   // Whether this rank keeps (and updates) parameter i's moments: always when not sharded.
   bool owns(size_t i) const { return owners_.empty() || owners_[i] == rank_; }
   int owner(size_t i) const { return owners_.empty() ? rank_ : owners_[i]; }
-  // Bytes of optimizer state this rank holds (the moments it keeps).
+  // Bytes of optimizer state this rank holds (the moments and masters it keeps), and where it keeps them.
   int64_t StateBytes() const;
+  bool offloaded() const { return offloaded_; }
 
   int64_t step_count() const { return step_; }
   void set_step_count(int64_t step) { step_ = step; }
@@ -69,7 +74,9 @@ class AdamW {
   AdamWOptions options_;
   std::vector<at::Tensor> exp_avg_;
   std::vector<at::Tensor> exp_avg_sq_;
-  std::vector<at::Tensor> master_;  // float32 copies of the non-float32 parameters this rank updates
+  std::vector<at::Tensor> master_;  // float32 copies of the non-float32 parameters this rank updates (of every
+                                    // parameter when offloaded)
+  bool offloaded_ = false;          // the state lives in host memory, the parameters on a GPU
   int64_t step_ = 0;
   std::vector<int> owners_;  // empty: not sharded
   int rank_ = 0;
@@ -81,12 +88,15 @@ class AdamW {
 std::vector<int> AssignShardOwners(const std::vector<at::Tensor>& params, int world);
 
 // Scales all gradients so their global L2 norm is at most max_norm (torch.nn.utils.clip_grad_norm_).
-// Returns the norm before clipping (may be inf/nan; then nothing is scaled).
-double ClipGradNorm(const std::vector<at::Tensor>& params, double max_norm);
+// Returns the norm before clipping (may be inf/nan; then nothing is scaled). With `sum_over_shards`, the gradients
+// are shards of the group's (parameter sharding): the squared norms are summed over the group with it.
+double ClipGradNorm(const std::vector<at::Tensor>& params, double max_norm,
+                    const ReduceSumFn& sum_over_shards = nullptr);
 
 // The end of a mini-batch, as verl's _optimizer_step: clip the gradients to `max_norm`, take an optimizer step at
 // `lr` unless the norm is not finite (then the step is skipped), and clear the gradients. Returns the norm.
-double ClipAndStep(AdamW& optimizer, const std::vector<at::Tensor>& params, double max_norm, double lr);
+double ClipAndStep(AdamW& optimizer, const std::vector<at::Tensor>& params, double max_norm, double lr,
+                   const ReduceSumFn& sum_over_shards = nullptr);
 
 // Sums the parameters' gradients over the data-parallel group with `reduce_sum`, in float32 buckets of at most
 // `bucket_elements` elements (a parameter without a gradient counts as zeros and then gets one, so every rank makes

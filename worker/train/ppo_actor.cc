@@ -66,7 +66,11 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
   const PolicyLossOptions& loss_options = options.loss;
   at::Generator gen = at::detail::createCPUGenerator(options.seed);
   MetricAccumulator metrics;
-  const std::vector<at::Tensor> params = model.parameters();
+  // The tensors the optimizer updates: the parameters, or this rank's shards of them (parameter sharding), whose
+  // gradients arrive already summed over the group (reduce-scattered in backward).
+  std::vector<at::Tensor> params;
+  for (const auto& [name, t] : model.trainable_parameters()) params.push_back(t);
+  const ReduceSumFn sum_over_shards = model.sharded() ? options.reduce_sum : nullptr;
   for (int64_t epoch = 0; epoch < options.ppo_epochs; ++epoch) {
     at::Tensor order = options.shuffle ? at::randperm(N, gen, at::TensorOptions().dtype(at::kLong))
                                        : at::arange(N, at::TensorOptions().dtype(at::kLong));
@@ -104,7 +108,7 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
         metrics.Add("actor/ppo_kl", pl.ppo_kl.item<double>());
         metrics.Add("actor/pg_clipfrac_lower", pl.pg_clipfrac_lower.item<double>());
       }
-      ReduceGradients(params, options.reduce_sum);
+      if (!model.sharded()) ReduceGradients(params, options.reduce_sum);
       // Each rank holds its share of the mini-batch's (globally normalised) losses: the sum is the mini-batch's.
       if (options.reduce_sum) {
         at::Tensor sums = ReduceSum(options.reduce_sum, at::tensor({pg_loss, entropy, kl_loss}, at::kDouble));
@@ -118,7 +122,7 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
         metrics.Add("actor/kl_loss", kl_loss);
         metrics.Add("actor/kl_coef", options.kl_loss_coef);
       }
-      const double grad_norm = ClipAndStep(optimizer, params, options.grad_clip, options.lr);
+      const double grad_norm = ClipAndStep(optimizer, params, options.grad_clip, options.lr, sum_over_shards);
       if (!std::isfinite(grad_norm)) metrics.Add("actor/grad_norm_nonfinite", 1.0);
       metrics.Add("actor/grad_norm", grad_norm);
     }

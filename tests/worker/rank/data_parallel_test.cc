@@ -98,8 +98,9 @@ std::map<std::string, std::vector<float>> ReadWeights(const std::string& path) {
 }
 
 // One PPO/GRPO step of the global batch on `world` ranks.
+// With `resume`, every rank first loads that checkpoint directory; the result is saved under "<tag>w<world>".
 StepResult RunStep(const TinyRankModel& m, int world, const RankConfig& config, const AdvantageSettings& adv,
-                   const TestDir& out) {
+                   const TestDir& out, const std::string& resume = "", const std::string& tag = "") {
   std::vector<std::unique_ptr<RankInterface>> ranks;
   for (int r = 0; r < world; ++r) ranks.push_back(LoadedRank(r, config));
   auto comms = MakeGroup(world, absl::Seconds(30));
@@ -119,6 +120,9 @@ StepResult RunStep(const TinyRankModel& m, int world, const RankConfig& config, 
       rank.AbortCommunicator();  // as the worker service does: peers stop waiting
     };
     const std::string step = "dp-1";
+    if (!resume.empty()) {
+      if (auto s = rank.LoadCheckpoint(resume, 1); !s.ok()) return fail(s);
+    }
     if (auto s = rank.Generate(step, mine, Sampling(m), false).status(); !s.ok()) return fail(s);
     if (auto s = rank.Score(step).status(); !s.ok()) return fail(s);
     if (auto s = rank.ComputeLogProbs(step, "actor", 1.0).status(); !s.ok()) return fail(s);
@@ -137,7 +141,7 @@ StepResult RunStep(const TinyRankModel& m, int world, const RankConfig& config, 
     auto u = rank.UpdateActor(step, 1.0, 5);
     if (!u.ok()) return fail(u.status());
     results[r].actor = *u;
-    if (auto s = rank.SaveCheckpoint(out.file(absl::StrCat("w", world)), 1, false); !s.ok()) return fail(s);
+    if (auto s = rank.SaveCheckpoint(out.file(absl::StrCat(tag, "w", world)), 1, false); !s.ok()) return fail(s);
   });
   for (const absl::Status& s : errors) {
     INFO(s.ToString());
@@ -152,7 +156,7 @@ StepResult RunStep(const TinyRankModel& m, int world, const RankConfig& config, 
       REQUIRE(results[r].actor.at(key) == Approx(value).epsilon(1e-6));
     }
   }
-  const std::string saved = out.file(absl::StrCat("w", world)) + "/actor/";
+  const std::string saved = out.file(absl::StrCat(tag, "w", world)) + "/actor/";
   results[0].weights = ReadWeights(saved + "model_world_size_1_rank_0.safetensors");
   results[0].moments = ReadWeights(saved + "optim_world_size_1_rank_0.safetensors");
   return results[0];
@@ -215,6 +219,23 @@ TEST_CASE("data parallel: 1, 2 and 4 ranks take the same update", "[worker][rank
     const StepResult one = RunStep(m, 1, config, Grpo(), out);
     REQUIRE(one.actor.at("actor/grad_norm") > 0);
     for (int world : {2, 4}) RequireSameStep(one, RunStep(m, world, config, Grpo(), out), world);
+  }
+  SECTION("GRPO with parameters, gradients and optimizer state sharded (ZeRO-3)") {
+    const StepResult one = RunStep(m, 1, config, Grpo(), out);
+    config.actor.shard_parameters = true;
+    for (int world : {2, 4}) {
+      const StepResult many = RunStep(m, world, config, Grpo(), out);
+      RequireSameStep(one, many, world);
+      // Each rank holds about 1/world of the parameters (units padded to a multiple of world).
+      INFO("world " << world);
+      REQUIRE(many.actor.at("perf/actor_parameters_gb") < one.actor.at("perf/actor_parameters_gb") * (1.0 / world + 0.05));
+    }
+    // A checkpoint (one-rank layout, whatever the sharding) resumes into sharded ranks: each takes its slices of the
+    // parameters and of the moments, and the next step matches the unsharded one.
+    config.actor.shard_parameters = false;
+    const StepResult next_one = RunStep(m, 1, config, Grpo(), out, out.file("w1"), "next");
+    config.actor.shard_parameters = true;
+    RequireSameStep(next_one, RunStep(m, 2, config, Grpo(), out, out.file("w1"), "next"), 2);
   }
   SECTION("REINFORCE++ (advantages whitened over the whole batch), token-mean") {
     config.actor.loss_agg_mode = "token-mean";
