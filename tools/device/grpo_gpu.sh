@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Runs THERE (the GPU machine): the CUDA build of the whole project, the [gpu] rank test (a GRPO step on cuda:0
 # against the CPU), then GRPO with verl-controller on bench-0.5b (BENCHMARKS.md: the Qwen2.5-0.5B architecture with
-# random weights) on one GPU and, when two are visible, on two (data parallel). Results in $OUT:
+# random weights) on one GPU and, when two are visible, on two (data parallel); also with the optimizer state offloaded
+# to host memory (OFFLOAD=1) and with parameters sharded over the two GPUs (ZERO3=1, ZeRO-3). Results in $OUT:
 #   grpo_gpu.json   what ran, per-run step times and metrics
 #   build.log, tests.log, run-<name>.log
 #
-#   tools/device/grpo_gpu.sh            # STEPS=3 PROMPTS=64 N=8 RESPONSE=128 DTYPE=float32 HOST_COMPARE=1
+#   tools/device/grpo_gpu.sh            # STEPS=3 PROMPTS=64 N=8 RESPONSE=128 DTYPE=float32 HOST_COMPARE=1 OFFLOAD=1 ZERO3=1
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -17,6 +18,8 @@ N="${N:-8}"
 RESPONSE="${RESPONSE:-128}"
 DTYPE="${DTYPE:-float32}"            # or bfloat16 (float32 master weights)
 HOST_COMPARE="${HOST_COMPARE:-1}"    # also run 2 GPUs over the host backend
+OFFLOAD="${OFFLOAD:-1}"              # also run 1 GPU with fsdp_config.optimizer_offload
+ZERO3="${ZERO3:-1}"                  # also run 2 GPUs with shard_parameters (ZeRO-3)
 mkdir -p "$OUT"
 start=$(date +%s)
 secs() { echo $(( $(date +%s) - start )); }
@@ -63,8 +66,10 @@ if [ $build_rc = 0 ]; then
     runs+=("$name:$ranks:$rc")
   }
   run gpu1 1
+  if [ "$OFFLOAD" = 1 ]; then run gpu1-offload 1 actor_rollout_ref.actor.fsdp_config.optimizer_offload=true; fi
   if [ "$gpus" -ge 2 ]; then
     run gpu2 2                                   # NCCL (cluster.comm_backend=auto)
+    if [ "$ZERO3" = 1 ]; then run gpu2-zero3 2 actor_rollout_ref.actor.shard_parameters=true; fi
     if [ "$HOST_COMPARE" = 1 ]; then run gpu2-host 2 cluster.comm_backend=host; fi  # the host backend, to compare
   fi
 fi
@@ -77,7 +82,8 @@ s = {"build_rc": $build_rc, "build_s": $build_s, "gpus": $gpus, "gpu_rank_test_r
                   "model": "bench-0.5b (random)", "dtype": "$DTYPE"}, "runs": [], "total_s": $(secs)}
 keys = ["timing_s/step", "timing_s/gen", "timing_s/old_log_prob", "timing_s/ref", "timing_s/update_actor",
         "perf/throughput", "perf/total_num_tokens", "response_length/mean", "actor/grad_norm", "actor/pg_loss",
-        "perf/max_memory_rss_gb", "perf/actor_optimizer_state_gb", "critic/score/mean"]
+        "perf/max_memory_rss_gb", "perf/actor_optimizer_state_gb", "perf/actor_parameters_gb",
+        "perf/max_memory_allocated_gb", "perf/max_memory_reserved_gb", "critic/score/mean"]
 for spec in "${runs[@]}".split():
     name, ranks, rc = spec.split(":")
     r = {"name": name, "ranks": int(ranks), "rc": int(rc), "steps": []}
