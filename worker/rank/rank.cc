@@ -6,6 +6,8 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <algorithm>
+#include <chrono>
+#include <functional>
 #include <cstdlib>
 #include <fstream>
 #include <filesystem>
@@ -103,10 +105,15 @@ class CpuRank final : public RankInterface {
     batches_.clear();
     updates_done_ = 0;
     critic_updates_done_ = 0;
-    if (config.world_size == 1) {  // a job of one rank: a group formed for an earlier job must not be used
+    {
       std::lock_guard<std::mutex> lock(comm_mu_);
-      if (comm_) comm_->Abort();
-      comm_.reset();
+      if (config.world_size == 1) {  // a job of one rank: a group formed for an earlier job must not be used
+        if (comm_) comm_->Abort();
+        comm_.reset();
+      }
+      // The transfer group (split placement) is formed anew after every configuration, when the job has one.
+      if (transfer_comm_) transfer_comm_->Abort();
+      transfer_comm_.reset();
     }
     if (config.num_threads > 0) at::set_num_threads(config.num_threads);
     // Tiny random weights produce subnormal floats, which are orders of magnitude slower on x86.
@@ -151,10 +158,124 @@ class CpuRank final : public RankInterface {
   void OnPeerAborted(int failed_global_rank) override {
     std::lock_guard<std::mutex> lock(comm_mu_);
     if (comm_) comm_->OnPeerAborted(failed_global_rank);
+    if (transfer_comm_) transfer_comm_->OnPeerAborted(failed_global_rank);
   }
 
   void AbortCommunicator() override {
     if (comm_) comm_->Abort();
+    if (transfer_comm_) transfer_comm_->Abort();
+  }
+
+  absl::Status SetTransferCommunicator(std::unique_ptr<Communicator> comm, absl::Duration timeout) override {
+    if (comm == nullptr) return Error("SetTransferCommunicator", absl::InvalidArgumentError("no communicator"));
+    if (timeout <= absl::ZeroDuration()) {
+      return Error("SetTransferCommunicator", absl::InvalidArgumentError("the transfer timeout must be positive"));
+    }
+    std::lock_guard<std::mutex> lock(comm_mu_);
+    if (transfer_comm_) transfer_comm_->Abort();
+    transfer_comm_ = std::move(comm);
+    transfer_timeout_ = timeout;
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<Metrics> SyncWeights(int64_t bucket_bytes) override {
+    RETURN_IF_ERROR(RequireModel("SyncWeights"));
+    if (!transfer_comm_) {
+      return Error("SyncWeights", absl::FailedPreconditionError("no transfer group (the job's roles are colocated)"));
+    }
+    if (bucket_bytes <= 0) {
+      return Error("SyncWeights", absl::InvalidArgumentError(absl::StrCat("bucket size ", bucket_bytes, " bytes")));
+    }
+    return CatchTorch(Context("SyncWeights"), [&]() -> absl::StatusOr<Metrics> {
+      const auto start = std::chrono::steady_clock::now();
+      at::NoGradGuard no_grad;
+      const bool root = transfer_comm_->rank() == 0;
+      const bool receiver = !HasRole("actor");  // a rollout-only rank
+      GatheredModel gathered(*actor_, /*keep_changes=*/false);  // a sharded actor: the whole of it, on every trainer
+      std::vector<at::Tensor> params;
+      int64_t total = 0;
+      for (const auto& [name, t] : actor_->named_parameters()) {
+        params.push_back(t);
+        total += t.numel();
+      }
+      const at::ScalarType dtype = params.front().scalar_type();
+      const int64_t bucket_elements = std::max<int64_t>(1, bucket_bytes / static_cast<int64_t>(c10::elementSize(dtype)));
+      const at::Device where = CommDeviceOf(transfer_comm_.get());
+      at::Tensor bucket = at::empty({std::min(bucket_elements, total)}, at::TensorOptions(dtype).device(where));
+      int64_t buckets = 0;
+      // The parameters, in order, as one stream of `total` elements cut into buckets (a large tensor spans several).
+      for (int64_t offset = 0; offset < total; offset += bucket_elements, ++buckets) {
+        const int64_t len = std::min(bucket_elements, total - offset);
+        at::Tensor window = bucket.narrow(0, 0, len);
+        ForEachOverlap(params, offset, len, [&](const at::Tensor& flat_part, int64_t at_in_window) {
+          if (root) window.narrow(0, at_in_window, flat_part.numel()).copy_(flat_part);
+        });
+        if (window.is_cuda()) SyncDevice();
+        absl::Status s = transfer_comm_->Broadcast(window.data_ptr(), len, FromScalarType(dtype), 0, transfer_timeout_);
+        if (!s.ok()) throw StatusError(Annotate(s, absl::StrCat("weight bucket ", buckets)));
+        if (receiver) {
+          ForEachOverlap(params, offset, len, [&](at::Tensor flat_part, int64_t at_in_window) {
+            flat_part.copy_(window.narrow(0, at_in_window, flat_part.numel()));
+          });
+        }
+      }
+      Metrics m;
+      m["perf/weight_sync_gb"] = static_cast<double>(total * static_cast<int64_t>(c10::elementSize(dtype))) / 1e9;
+      m["perf/weight_sync_buckets"] = static_cast<double>(buckets);
+      m["timing_s/weight_sync"] =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      return m;
+    });
+  }
+
+  absl::StatusOr<Metrics> TransferBatch(const std::string& step_id, const TransferPlan& plan) override {
+    RETURN_IF_ERROR(RequireModel("TransferBatch"));
+    if (!transfer_comm_) {
+      return Error("TransferBatch", absl::FailedPreconditionError("no transfer group (the job's roles are colocated)"));
+    }
+    if (plan.prompts.size() != plan.sources.size() || plan.n < 1) {
+      return Error("TransferBatch", absl::InvalidArgumentError(absl::StrCat(
+                                        plan.prompts.size(), " prompts with ", plan.sources.size(), " sources, n ",
+                                        plan.n)));
+    }
+    StepBatch* sending = nullptr;
+    if (!plan.sends.empty()) {
+      ASSIGN_OR_RETURN(sending, Find("TransferBatch", step_id));
+      if (!sending->token_level_rewards.defined()) {
+        return Error("TransferBatch", absl::FailedPreconditionError("the step has not been scored"));
+      }
+    }
+    if (!plan.prompts.empty() && batches_.count(step_id)) return Metrics{};  // received already (a retried call)
+    return CatchTorch(Context("TransferBatch"), [&]() -> absl::StatusOr<Metrics> {
+      int64_t bytes = 0;
+      // Sends first (a rank either sends or receives in a plan from the controller).
+      for (const auto& [peer, prompt_indices] : plan.sends) {
+        std::vector<int64_t> rows;
+        for (int64_t p : prompt_indices) {
+          for (int32_t j = 0; j < sending->n; ++j) rows.push_back(p * sending->n + j);
+        }
+        const RolloutBatch& r = sending->rollout;
+        const at::Tensor idx = at::tensor(rows, at::kLong);
+        const at::Tensor idx_dev = idx.to(r.responses.device());
+        const bool baseline = sending->baseline_scores.defined();
+        SendTensor(at::tensor({static_cast<int64_t>(rows.size()), r.prompts.size(1), r.responses.size(1),
+                               static_cast<int64_t>(baseline)},
+                              at::kLong),
+                   peer);
+        for (const at::Tensor& t :
+             {r.prompts.index_select(0, idx_dev), r.prompt_mask.index_select(0, idx_dev).to(at::kByte),
+              r.responses.index_select(0, idx_dev), r.response_mask.index_select(0, idx_dev).to(at::kByte),
+              r.log_probs.index_select(0, idx_dev), sending->token_level_rewards.index_select(0, idx)}) {
+          SendTensor(t, peer);
+          bytes += t.numel() * t.element_size();
+        }
+        if (baseline) SendTensor(sending->baseline_scores.index_select(0, idx), peer);
+      }
+      if (!plan.prompts.empty()) batches_[step_id] = ReceiveRows(plan, &bytes);
+      Metrics m;
+      m["perf/transfer_batch_mb"] = static_cast<double>(bytes) / 1e6;
+      return m;
+    });
   }
 
   absl::StatusOr<LoadModelOutput> LoadModel() override {
@@ -182,7 +303,9 @@ class CpuRank final : public RankInterface {
             critic_->named_parameters(),
             AdamWOptions{c.lr, c.weight_decay, c.beta1, c.beta2, c.eps, c.optimizer_offload});
       }
-      optimizer_ = std::make_unique<AdamW>(actor_->named_parameters(), ActorOptimizerOptions());
+      // A rollout-only rank (split placement) holds the actor's weights to generate with, and no optimizer.
+      optimizer_.reset();
+      if (HasRole("actor")) optimizer_ = std::make_unique<AdamW>(actor_->named_parameters(), ActorOptimizerOptions());
       ApplySharding();
       auto tok = Tokenizer::FromFile(config_.model_path + "/tokenizer.json");
       if (!tok.ok()) return Error("LoadModel/tokenizer", tok.status());
@@ -441,6 +564,7 @@ class CpuRank final : public RankInterface {
   absl::StatusOr<Metrics> UpdateActor(const std::string& step_id, double temperature, uint64_t seed) override {
     ASSIGN_OR_RETURN(StepBatch * batch, Find("UpdateActor", step_id));
     if (batch->update_metrics) return *batch->update_metrics;
+    if (!optimizer_) return Error("UpdateActor", absl::FailedPreconditionError("no actor is placed on this rank"));
     if (!batch->advantages.defined() || !batch->old_log_probs.defined()) {
       return Error("UpdateActor",
                    absl::FailedPreconditionError("advantages and old log-probs must be computed before the update"));
@@ -502,6 +626,7 @@ class CpuRank final : public RankInterface {
 
   absl::Status SaveCheckpoint(const std::string& dir, int64_t global_step, bool hf_export) override {
     RETURN_IF_ERROR(RequireModel("SaveCheckpoint"));
+    if (!optimizer_) return Error("SaveCheckpoint", absl::FailedPreconditionError("no actor is placed on this rank"));
     // Data-parallel replicas hold identical parameters and optimizer state: group rank 0 writes them, in the layout
     // of one rank (model_world_size_1_rank_0), so a checkpoint resumes on any number of ranks. A sharded optimizer
     // state is first sent to rank 0 (and dropped there again after the write).
@@ -538,6 +663,7 @@ class CpuRank final : public RankInterface {
 
   absl::Status LoadCheckpoint(const std::string& dir, int64_t global_step) override {
     RETURN_IF_ERROR(RequireModel("LoadCheckpoint"));
+    if (!optimizer_) return Error("LoadCheckpoint", absl::FailedPreconditionError("no actor is placed on this rank"));
     return CatchTorch(Context("LoadCheckpoint"), [&]() -> absl::Status {
       // The update counts drive the lr warmup; older checkpoints without them fall back to the step.
       int64_t actor_updates = -1, critic_updates = -1;
@@ -730,7 +856,103 @@ class CpuRank final : public RankInterface {
     }
   }
   // Where the communicator's buffers must be: this rank's device for NCCL, host memory for the host backend.
-  at::Device CommDevice() const { return comm_ && comm_->uses_device_memory() ? device_ : at::Device(at::kCPU); }
+  at::Device CommDevice() const { return CommDeviceOf(comm_.get()); }
+  at::Device CommDeviceOf(const Communicator* comm) const {
+    return comm && comm->uses_device_memory() ? device_ : at::Device(at::kCPU);
+  }
+  // Calls fn(flat piece of a parameter, its offset in the window) for each parameter overlapping elements
+  // [offset, offset + len) of the parameters' concatenation; the piece is a view of the parameter.
+  static void ForEachOverlap(const std::vector<at::Tensor>& params, int64_t offset, int64_t len,
+                             const std::function<void(at::Tensor, int64_t)>& fn) {
+    int64_t begin = 0;
+    for (const at::Tensor& p : params) {
+      const int64_t end = begin + p.numel();
+      const int64_t lo = std::max(begin, offset), hi = std::min(end, offset + len);
+      if (lo < hi) fn(p.view({-1}).narrow(0, lo - begin, hi - lo), lo - offset);
+      begin = end;
+      if (begin >= offset + len) break;
+    }
+  }
+  // Point to point over the transfer group (staged through host memory for the host backend).
+  void SendTensor(const at::Tensor& t, int peer) {
+    at::Tensor buf = t.detach().to(CommDeviceOf(transfer_comm_.get())).contiguous();
+    if (buf.is_cuda()) SyncDevice();
+    absl::Status s = transfer_comm_->Send(buf.data_ptr(), buf.numel(), FromScalarType(buf.scalar_type()), peer,
+                                          transfer_timeout_);
+    if (!s.ok()) throw StatusError(s);
+  }
+  at::Tensor RecvTensor(std::vector<int64_t> shape, at::ScalarType dtype, int peer) {
+    at::Tensor buf = at::empty(shape, at::TensorOptions(dtype).device(CommDeviceOf(transfer_comm_.get())));
+    if (buf.is_cuda()) SyncDevice();
+    absl::Status s = transfer_comm_->Recv(buf.data_ptr(), buf.numel(), FromScalarType(dtype), peer, transfer_timeout_);
+    if (!s.ok()) throw StatusError(s);
+    return buf;
+  }
+  // The receiving side of TransferBatch: every source's rows, then the step assembled in the plan's prompt order
+  // (rows of different widths padded as Generate pads: prompts on the left, responses on the right).
+  StepBatch ReceiveRows(const TransferPlan& plan, int64_t* bytes) {
+    struct Part {
+      at::Tensor prompts, prompt_mask, responses, response_mask, log_probs, rewards, baseline;
+      int64_t next = 0;  // the next prompt's first row
+    };
+    std::map<int, int64_t> prompts_from;
+    for (int s : plan.sources) ++prompts_from[s];
+    std::map<int, Part> parts;
+    for (const auto& [source, count] : prompts_from) {
+      const at::Tensor header = RecvTensor({4}, at::kLong, source).cpu();
+      const int64_t rows = header[0].item<int64_t>(), P = header[1].item<int64_t>(), R = header[2].item<int64_t>();
+      if (rows != count * plan.n) {
+        throw StatusError(absl::InvalidArgumentError(absl::StrCat("transfer rank ", source, " sent ", rows,
+                                                                  " rows, expected ", count * plan.n)));
+      }
+      Part& part = parts[source];
+      part.prompts = RecvTensor({rows, P}, at::kLong, source);
+      part.prompt_mask = RecvTensor({rows, P}, at::kByte, source).to(at::kBool);
+      part.responses = RecvTensor({rows, R}, at::kLong, source);
+      part.response_mask = RecvTensor({rows, R}, at::kByte, source).to(at::kBool);
+      part.log_probs = RecvTensor({rows, R}, at::kFloat, source);
+      part.rewards = RecvTensor({rows, R}, at::kFloat, source).cpu();
+      if (header[3].item<int64_t>() != 0) part.baseline = RecvTensor({rows}, at::kFloat, source).cpu();
+      *bytes += rows * (P * 9 + R * 17);
+    }
+    int64_t P = 0, R = 0;
+    for (const auto& [source, part] : parts) {
+      P = std::max(P, part.prompts.size(1));
+      R = std::max(R, part.responses.size(1));
+    }
+    const double pad = static_cast<double>(plan.pad_token_id);
+    std::vector<at::Tensor> prompts, prompt_mask, responses, response_mask, log_probs, rewards, baseline;
+    for (int s : plan.sources) {
+      Part& part = parts.at(s);
+      auto rows = [&](const at::Tensor& t) { return t.narrow(0, part.next, plan.n); };
+      const int64_t left = P - part.prompts.size(1), right = R - part.responses.size(1);
+      prompts.push_back(at::constant_pad_nd(rows(part.prompts), {left, 0}, pad));
+      prompt_mask.push_back(at::constant_pad_nd(rows(part.prompt_mask), {left, 0}, 0));
+      responses.push_back(at::constant_pad_nd(rows(part.responses), {0, right}, pad));
+      response_mask.push_back(at::constant_pad_nd(rows(part.response_mask), {0, right}, 0));
+      log_probs.push_back(at::constant_pad_nd(rows(part.log_probs), {0, right}, 0));
+      rewards.push_back(at::constant_pad_nd(rows(part.rewards), {0, right}, 0));
+      if (part.baseline.defined()) baseline.push_back(rows(part.baseline));
+      part.next += plan.n;
+    }
+    StepBatch batch;
+    batch.prompts = plan.prompts;
+    batch.n = plan.n;
+    RolloutBatch& r = batch.rollout;
+    r.prompts = at::cat(prompts).to(device_);
+    r.prompt_mask = at::cat(prompt_mask).to(device_);
+    r.responses = at::cat(responses).to(device_);
+    r.response_mask = at::cat(response_mask).to(device_);
+    r.log_probs = at::cat(log_probs).to(device_);
+    batch.token_level_rewards = at::cat(rewards);
+    if (!baseline.empty() && baseline.size() == plan.sources.size()) batch.baseline_scores = at::cat(baseline);
+    batch.seq = {at::cat({r.prompts, r.responses}, 1), at::cat({r.prompt_mask, r.response_mask}, 1), r.responses,
+                 r.response_mask};
+    for (const PromptInput& p : plan.prompts) {
+      for (int32_t j = 0; j < plan.n; ++j) batch.row_uids.push_back(p.uid);
+    }
+    return batch;
+  }
   // Waits until the rank's device has finished its queued work (before a collective on another stream reads it).
   void SyncDevice() const {
     if (device_.is_cuda()) c10::impl::getDeviceGuardImpl(device_.type())->synchronizeDevice(device_.index());
@@ -829,6 +1051,8 @@ class CpuRank final : public RankInterface {
   // The data-parallel group; null: a group of one. Replaced only on the rank's thread, under comm_mu_, which other
   // threads hold to reach it (OnPeerAborted); the rank's thread reads it without the lock.
   std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<Communicator> transfer_comm_;  // split placement: every rank of the job (same rules as comm_)
+  absl::Duration transfer_timeout_ = absl::Minutes(10);
   mutable std::mutex comm_mu_;
   at::Device device_ = at::kCPU;         // where the models and the step's tensors live
   absl::Duration comm_timeout_ = absl::Minutes(10);

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -152,6 +153,20 @@ struct ScoreOutput {
   std::vector<std::string> response_texts;
 };
 
+// Split placement: how a step's rows move from the rollout ranks to the training ranks (TransferBatch). Ranks are
+// transfer-group ranks.
+struct TransferPlan {
+  // Sending side: per destination (ascending), the local prompts (indices into the Generate call's prompts,
+  // ascending) whose rows (all n samples of each) go there.
+  std::vector<std::pair<int, std::vector<int64_t>>> sends;
+  // Receiving side: this rank's prompts in order and, for each, the source rank; a source sends the rows of its
+  // prompts in this order. Empty when the rank receives nothing.
+  std::vector<PromptInput> prompts;
+  std::vector<int> sources;
+  int32_t n = 1;
+  int32_t pad_token_id = 0;
+};
+
 class RankInterface {
  public:
   virtual ~RankInterface() = default;
@@ -171,6 +186,16 @@ class RankInterface {
   // later step calls fail until a new SetCommunicator. Called on the rank's thread, after a failed call. No-op
   // without a group.
   virtual void AbortCommunicator() = 0;
+  // Split placement (roles on different ranks): the group over every rank of the job, training ranks first, that
+  // moves weights (SyncWeights) and batches (TransferBatch) between roles. Dropped by Configure.
+  virtual absl::Status SetTransferCommunicator(std::unique_ptr<Communicator> comm, absl::Duration timeout) = 0;
+  // Every rank of the transfer group calls this: transfer rank 0 (the training ranks' group rank 0) sends the actor's
+  // parameters, in order, in buckets of at most `bucket_bytes`, and the rollout-only ranks copy them into their
+  // models. Training ranks with sharded parameters gather them first (a collective of their group).
+  virtual absl::StatusOr<Metrics> SyncWeights(int64_t bucket_bytes) = 0;
+  // Sends and receives step_id's rows as `plan` says; a receiving rank then holds the step as if it had generated
+  // and scored it (responses, masks, rollout log-probs, token rewards, ReMax baseline scores).
+  virtual absl::StatusOr<Metrics> TransferBatch(const std::string& step_id, const TransferPlan& plan) = 0;
   virtual absl::StatusOr<LoadModelOutput> LoadModel() = 0;
   // With greedy_baseline (ReMax) one greedy response per prompt is also generated and later scored as the baseline.
   virtual absl::StatusOr<GenerateOutput> Generate(const std::string& step_id, const std::vector<PromptInput>& prompts,

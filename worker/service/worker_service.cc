@@ -77,6 +77,11 @@ RankCriticSettings FromProto(const v1::CriticConfig& c) {
   return s;
 }
 
+PromptInput FromProto(const v1::Prompt& p) {
+  return {std::vector<int32_t>(p.token_ids().begin(), p.token_ids().end()), p.uid(), p.data_source(),
+          p.ground_truth(), p.extra_info_json(), p.sample_index()};
+}
+
 SamplingSettings FromProto(const v1::SamplingParams& p) {
   SamplingSettings s;
   s.temperature = p.temperature();
@@ -216,13 +221,17 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::PrepareCommunicator(grpc::CallbackS
                                                                  const v1::PrepareCommunicatorRequest* req,
                                                                  v1::PrepareCommunicatorResponse* resp) {
   const int32_t local_rank = req->local_rank();
-  return RunOnRank(ctx, "PrepareCommunicator", local_rank, "", [this, local_rank, resp](RankInterface&) {
+  const std::string group = req->group();
+  return RunOnRank(ctx, "PrepareCommunicator", local_rank, "", [this, local_rank, group, resp](RankInterface&) {
+    if (group != "" && group != "transfer") {
+      return absl::InvalidArgumentError(absl::StrCat("unknown communicator group '", group, "'"));
+    }
     RankSlot& slot = slots_[local_rank];
     const bool v6 = comm_host_.find(':') != std::string::npos;
     ASSIGN_OR_RETURN(HostListener listener,
                      HostCommunicator::Listen(absl::StrCat(v6 ? "[" : "", comm_host_, v6 ? "]" : "", ":0")));
     resp->set_address(listener.address);
-    slot.listener = std::move(listener);
+    slot.listeners.insert_or_assign(group, std::move(listener));
 #ifdef VERL_WITH_CUDA
     if (device_ == "cuda") {
       ASSIGN_OR_RETURN(std::string id, NcclCommunicator::CreateUniqueId());
@@ -239,8 +248,11 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::InitCommunicator(grpc::CallbackServ
   const int32_t local_rank = req->local_rank();
   return RunOnRank(ctx, "InitCommunicator", local_rank, "", [this, local_rank, req](RankInterface& rank) {
     RankSlot& slot = slots_[local_rank];
-    if (!slot.listener) {
-      return absl::FailedPreconditionError("InitCommunicator before PrepareCommunicator");
+    const std::string& group = req->group();
+    auto pending = slot.listeners.find(group);
+    if (pending == slot.listeners.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("InitCommunicator before PrepareCommunicator", group.empty() ? "" : " (group " + group + ")"));
     }
     HostCommunicatorOptions options;
     options.rank = req->global_rank();
@@ -248,13 +260,13 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::InitCommunicator(grpc::CallbackServ
     options.addresses.assign(req->addresses().begin(), req->addresses().end());
     options.connect_timeout = absl::Seconds(req->connect_timeout_s() > 0 ? req->connect_timeout_s() : 60);
     if (options.rank < 0 || options.rank >= options.world_size ||
-        options.addresses[options.rank] != slot.listener->address) {
+        options.addresses[options.rank] != pending->second.address) {
       return absl::InvalidArgumentError(absl::StrCat("global rank ", options.rank, " of ", options.world_size,
                                                      ": its address in the list is not this rank's listener ",
-                                                     slot.listener->address));
+                                                     pending->second.address));
     }
-    HostListener listener = std::move(*slot.listener);
-    slot.listener.reset();
+    HostListener listener = std::move(pending->second);
+    slot.listeners.erase(pending);
     std::unique_ptr<Communicator> comm;
     if (!req->nccl_unique_id().empty()) {
 #ifdef VERL_WITH_CUDA
@@ -274,11 +286,16 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::InitCommunicator(grpc::CallbackServ
     } else {
       ASSIGN_OR_RETURN(comm, HostCommunicator::Create(options, std::move(listener)));
     }
-    RETURN_IF_ERROR(rank.SetCommunicator(
-        std::move(comm), absl::Seconds(req->collective_timeout_s() > 0 ? req->collective_timeout_s() : 600)));
+    const absl::Duration timeout = absl::Seconds(req->collective_timeout_s() > 0 ? req->collective_timeout_s() : 600);
+    if (group == "transfer") {
+      RETURN_IF_ERROR(rank.SetTransferCommunicator(std::move(comm), timeout));
+    } else {
+      RETURN_IF_ERROR(rank.SetCommunicator(std::move(comm), timeout));
+    }
     slot.in_group = true;
-    spdlog::info("local rank {} joined the data-parallel group as rank {} of {} ({})", local_rank, options.rank,
-                 options.world_size, req->nccl_unique_id().empty() ? "host backend" : "NCCL");
+    spdlog::info("local rank {} joined the {} group as rank {} of {} ({})", local_rank,
+                 group == "transfer" ? "transfer" : "data-parallel", options.rank, options.world_size,
+                 req->nccl_unique_id().empty() ? "host backend" : "NCCL");
     return absl::OkStatus();
   });
 }
@@ -300,10 +317,7 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Generate(grpc::CallbackServerContex
       ctx, "Generate", req->local_rank(), req->step_id(), [this, req, resp](RankInterface& rank) -> absl::Status {
         std::vector<PromptInput> prompts;
         prompts.reserve(req->prompts_size());
-        for (const v1::Prompt& p : req->prompts()) {
-          prompts.push_back({std::vector<int32_t>(p.token_ids().begin(), p.token_ids().end()), p.uid(), p.data_source(),
-                             p.ground_truth(), p.extra_info_json(), p.sample_index()});
-        }
+        for (const v1::Prompt& p : req->prompts()) prompts.push_back(FromProto(p));
         ASSIGN_OR_RETURN(GenerateOutput out,
                          rank.Generate(req->step_id(), prompts, FromProto(req->sampling()), req->greedy_baseline()));
         ToProto(out.responses, resp->mutable_responses());
@@ -398,6 +412,36 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::ReleaseBatch(grpc::CallbackServerCo
                                                           v1::ReleaseBatchResponse*) {
   return RunOnRank(ctx, "ReleaseBatch", req->local_rank(), req->step_id(),
                    [req](RankInterface& rank) { return rank.ReleaseBatch(req->step_id()); });
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::SyncWeights(grpc::CallbackServerContext* ctx,
+                                                         const v1::SyncWeightsRequest* req,
+                                                         v1::SyncWeightsResponse* resp) {
+  return RunOnRank(ctx, "SyncWeights", req->local_rank(), "", [req, resp](RankInterface& rank) -> absl::Status {
+    ASSIGN_OR_RETURN(Metrics m, rank.SyncWeights(req->bucket_bytes()));
+    ToProto(m, resp->mutable_metrics());
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::TransferBatch(grpc::CallbackServerContext* ctx,
+                                                           const v1::TransferBatchRequest* req,
+                                                           v1::TransferBatchResponse* resp) {
+  return RunOnRank(ctx, "TransferBatch", req->local_rank(), req->step_id(),
+                   [req, resp](RankInterface& rank) -> absl::Status {
+                     TransferPlan plan;
+                     for (const v1::TransferBatchRequest::Send& s : req->sends()) {
+                       plan.sends.emplace_back(s.peer(), std::vector<int64_t>(s.prompt_indices().begin(),
+                                                                              s.prompt_indices().end()));
+                     }
+                     for (const v1::Prompt& p : req->prompts()) plan.prompts.push_back(FromProto(p));
+                     plan.sources.assign(req->sources().begin(), req->sources().end());
+                     plan.n = req->n();
+                     plan.pad_token_id = req->pad_token_id();
+                     ASSIGN_OR_RETURN(Metrics m, rank.TransferBatch(req->step_id(), plan));
+                     ToProto(m, resp->mutable_metrics());
+                     return absl::OkStatus();
+                   });
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::SaveCheckpoint(grpc::CallbackServerContext* ctx,

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -61,6 +62,10 @@ class WorkerServiceImpl final : public verl::v1::WorkerService::CallbackService 
                                         v1::UpdateActorResponse* resp) override;
   grpc::ServerUnaryReactor* ReleaseBatch(grpc::CallbackServerContext* ctx, const v1::ReleaseBatchRequest* req,
                                          v1::ReleaseBatchResponse* resp) override;
+  grpc::ServerUnaryReactor* SyncWeights(grpc::CallbackServerContext* ctx, const v1::SyncWeightsRequest* req,
+                                        v1::SyncWeightsResponse* resp) override;
+  grpc::ServerUnaryReactor* TransferBatch(grpc::CallbackServerContext* ctx, const v1::TransferBatchRequest* req,
+                                          v1::TransferBatchResponse* resp) override;
   grpc::ServerUnaryReactor* SaveCheckpoint(grpc::CallbackServerContext* ctx, const v1::SaveCheckpointRequest* req,
                                            v1::SaveCheckpointResponse* resp) override;
   grpc::ServerUnaryReactor* LoadCheckpoint(grpc::CallbackServerContext* ctx, const v1::LoadCheckpointRequest* req,
@@ -80,7 +85,8 @@ class WorkerServiceImpl final : public verl::v1::WorkerService::CallbackService 
 
   struct RankSlot {
     std::unique_ptr<RankInterface> rank;
-    std::optional<HostListener> listener;    // from PrepareCommunicator until InitCommunicator; rank thread only
+    // From PrepareCommunicator until InitCommunicator, per group ("" data-parallel, "transfer"); rank thread only.
+    std::map<std::string, HostListener> listeners;
     bool in_group = false;                   // has a communicator; rank thread only
     std::unique_ptr<RankExecutor> executor;  // declared last: joined before the rank is destroyed
   };

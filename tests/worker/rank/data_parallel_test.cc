@@ -162,7 +162,8 @@ StepResult RunStep(const TinyRankModel& m, int world, const RankConfig& config, 
   return results[0];
 }
 
-void RequireSameStep(const StepResult& one, const StepResult& many, int world) {
+// With `sharded_state`, `many` must also hold about 1/world of `one`'s optimizer state (ZeRO-1).
+void RequireSameStep(const StepResult& one, const StepResult& many, int world, bool sharded_state = true) {
   INFO("world size " << world);
   for (const char* key : {"critic/advantages/mean", "critic/advantages/max", "critic/advantages/min",
                           "critic/returns/mean", "critic/rewards/mean"}) {
@@ -194,6 +195,7 @@ void RequireSameStep(const StepResult& one, const StepResult& many, int world) {
   REQUIRE(max_diff(one.weights, many.weights) < 1e-5);
   // The optimizer state (sharded over the ranks by default, gathered for the checkpoint) is the same too.
   REQUIRE(max_diff(one.moments, many.moments) < 1e-5);
+  if (!sharded_state) return;
   // ZeRO-1: each rank holds about 1/world of the moments.
   const double state_one = one.actor.at("perf/actor_optimizer_state_gb");
   REQUIRE(state_one > 0);
@@ -258,6 +260,105 @@ TEST_CASE("data parallel: 1, 2 and 4 ranks take the same update", "[worker][rank
     REQUIRE(one.critic.at("critic/grad_norm") > 0);
     for (int world : {2, 4}) RequireSameStep(one, RunStep(m, world, config, adv, out), world);
   }
+}
+
+TEST_CASE("split placement: a rollout rank generates, its rows go to two training ranks, the weights come back",
+          "[worker][rank][placement]") {
+  TinyRankModel m;
+  TestDir out("placement_rank");
+  RankConfig config = Config(m.dir.path());
+  config.actor.lr = 1e-2;
+  config.actor.eps = 1e-3;  // as in the data-parallel test: weights compared within float tolerance
+  config.actor.ppo_mini_batch_size = kMiniPrompts;
+  config.actor.ppo_micro_batch_size_per_gpu = 1;
+  config.actor.entropy_coeff = 0.01;
+  config.actor.loss_agg_mode = "seq-mean-token-mean";
+  const StepResult colocated = RunStep(m, 2, config, Grpo(), out, "", "colocated");
+
+  // Transfer ranks 0 and 1 train (a data-parallel group of two), transfer rank 2 only generates.
+  RankConfig train = config;
+  train.roles = {"actor", "ref"};
+  RankConfig rollout = config;
+  rollout.roles = {"rollout"};
+  std::vector<std::unique_ptr<RankInterface>> ranks;
+  ranks.push_back(LoadedRank(0, train));
+  ranks.push_back(LoadedRank(1, train));
+  ranks.push_back(LoadedRank(2, rollout));
+  auto dp = MakeGroup(2, absl::Seconds(30));
+  auto transfer = MakeGroup(3, absl::Seconds(30));
+  for (int r = 0; r < 2; ++r) REQUIRE(ranks[r]->SetCommunicator(std::move(dp[r]), absl::Seconds(30)).ok());
+  for (int r = 0; r < 3; ++r) REQUIRE(ranks[r]->SetTransferCommunicator(std::move(transfer[r]), absl::Seconds(30)).ok());
+  const std::vector<PromptInput> all = GlobalPrompts(m);
+  SamplingSettings greedy = Sampling(m);
+  greedy.do_sample = false;
+  StepResult split;
+  std::vector<absl::Status> errors(3);
+  std::vector<double> probe_before(3), probe_after(3);
+  Metrics sync;
+  OnEveryRank(3, [&](int r) {
+    RankInterface& rank = *ranks[r];
+    auto fail = [&](const absl::Status& s) {
+      errors[r] = s;
+      rank.AbortCommunicator();
+    };
+    const std::string step = "split-1";
+    TransferPlan plan;
+    plan.n = Sampling(m).n;
+    plan.pad_token_id = m.eos_id;
+    if (r == 2) {
+      if (auto s = rank.Generate(step, all, Sampling(m), false).status(); !s.ok()) return fail(s);
+      if (auto s = rank.Score(step).status(); !s.ok()) return fail(s);
+      for (int t = 0; t < 2; ++t) {
+        std::vector<int64_t> local;
+        for (int i : PromptsOfRank(t, 2)) local.push_back(i);  // the rollout rank holds every prompt, in order
+        plan.sends.emplace_back(t, local);
+      }
+    } else {
+      for (int i : PromptsOfRank(r, 2)) {
+        plan.prompts.push_back(all[i]);
+        plan.sources.push_back(2);
+      }
+    }
+    auto moved = rank.TransferBatch(step, plan);
+    if (!moved.ok()) return fail(moved.status());
+    if (r < 2) {
+      if (auto s = rank.ComputeLogProbs(step, "actor", 1.0).status(); !s.ok()) return fail(s);
+      if (auto s = rank.ComputeLogProbs(step, "ref", 1.0).status(); !s.ok()) return fail(s);
+      auto a = rank.ComputeAdvantage(step, Grpo());
+      if (!a.ok()) return fail(a.status());
+      auto u = rank.UpdateActor(step, 1.0, 5);
+      if (!u.ok()) return fail(u.status());
+      if (auto s = rank.SaveCheckpoint(out.file("split"), 1, false); !s.ok()) return fail(s);
+      if (r == 0) {
+        split.advantage = *a;
+        split.actor = *u;
+      }
+    }
+    // The same greedy probe on a trainer and on the rollout rank: the rollout log-probs tell whose weights they have.
+    auto before = rank.Generate("probe-before", {all[0]}, greedy, false);
+    if (!before.ok()) return fail(before.status());
+    probe_before[r] = before->metrics.at("rollout/log_prob/mean");
+    auto synced = rank.SyncWeights(/*bucket_bytes=*/4096);  // small buckets: tensors span several
+    if (!synced.ok()) return fail(synced.status());
+    if (r == 2) sync = *synced;
+    auto after = rank.Generate("probe-after", {all[0]}, greedy, false);
+    if (!after.ok()) return fail(after.status());
+    probe_after[r] = after->metrics.at("rollout/log_prob/mean");
+  });
+  for (const absl::Status& s : errors) {
+    INFO(s.ToString());
+    REQUIRE(s.ok());
+  }
+  split.weights = ReadWeights(out.file("split") + "/actor/model_world_size_1_rank_0.safetensors");
+  split.moments = ReadWeights(out.file("split") + "/actor/optim_world_size_1_rank_0.safetensors");
+  // The rows moved rank to rank train exactly as if the training ranks had generated them.
+  RequireSameStep(colocated, split, 2, /*sharded_state=*/false);
+  // Before the sync the rollout rank still has the initial weights; after it, the updated ones, bit for bit.
+  REQUIRE(probe_before[0] == probe_before[1]);
+  REQUIRE(probe_before[2] != probe_before[0]);
+  REQUIRE(probe_after[2] == probe_after[0]);
+  REQUIRE(probe_after[0] == probe_before[0]);
+  REQUIRE(sync.at("perf/weight_sync_buckets") > 10);
 }
 
 TEST_CASE("data parallel: a rank that stops answering is named within the timeout", "[worker][rank][dp]") {
