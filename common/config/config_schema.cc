@@ -112,6 +112,8 @@ const std::vector<ConfigKeySpec>& Table() {
        "Sample (true) or decode greedily (false)."},
       {"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", T::kOptionalInt, "null", "", false, O::kVerl,
        "Samples per forward pass when computing old log-probs; null means the whole batch of the rank."},
+      {"actor_rollout_ref.rollout.update_weights_bucket_megabytes", T::kInt, "512", "", false, O::kVerl,
+       "Split placement (resource_pool.rollout_ranks > 0): the actor's weights go to the rollout ranks in buckets of at most this many MB, each under cluster.comm_timeout_s."},
       {"actor_rollout_ref.rollout.val_kwargs.temperature", T::kDouble, "0.0", "", false, O::kVerl,
        "Validation sampling temperature."},
       {"actor_rollout_ref.rollout.val_kwargs.top_k", T::kInt, "-1", "", false, O::kVerl, "Validation top-k."},
@@ -216,6 +218,8 @@ const std::vector<ConfigKeySpec>& Table() {
       {"cluster.worker_addresses", T::kStringList, "[]", "", false, O::kOurs,
        "host:port of running verl-worker daemons, one per node (trainer.nnodes), each started with --ranks "
        "trainer.n_gpus_per_node; empty starts local workers."},
+      {"resource_pool.rollout_ranks", T::kInt, "0", "", false, O::kOurs,
+       "Ranks given to the rollout alone (split placement): the last this many of the trainer.nnodes * trainer.n_gpus_per_node ranks only generate and score, the others hold the actor, ref and critic and train; responses move rank to rank to the training ranks and the actor's weights back after each update. 0: every role on every rank (colocated, verl's hybrid engine: the rollout reads the actor's weights in place)."},
       {"cluster.comm_backend", T::kString, "auto", "auto|host", false, O::kOurs, "Collectives between ranks: auto uses NCCL when every rank is on a GPU of a worker built with NCCL, else the host (TCP) backend; host forces the host backend."},
       {"cluster.comm_timeout_s", T::kDouble, "600.0", "", false, O::kOurs,
        "Deadline of every collective between ranks (gradient all-reduce, batch statistics), in seconds; a rank that "

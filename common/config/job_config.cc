@@ -166,6 +166,8 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   r.Read("actor_rollout_ref.rollout.top_p", &ro.top_p);
   r.Read("actor_rollout_ref.rollout.do_sample", &ro.do_sample);
   r.Read("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", &ro.log_prob_micro_batch_size_per_gpu);
+  r.Read("actor_rollout_ref.rollout.update_weights_bucket_megabytes", &ro.update_weights_bucket_megabytes);
+  r.Read("resource_pool.rollout_ranks", &c.resource_pool.rollout_ranks);
   r.Read("actor_rollout_ref.rollout.val_kwargs.temperature", &ro.val_kwargs.temperature);
   r.Read("actor_rollout_ref.rollout.val_kwargs.top_k", &ro.val_kwargs.top_k);
   r.Read("actor_rollout_ref.rollout.val_kwargs.top_p", &ro.val_kwargs.top_p);
@@ -274,11 +276,23 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
   check(ro.val_kwargs.n >= 1, absl::StrCat("actor_rollout_ref.rollout.val_kwargs.n must be >= 1, got ", ro.val_kwargs.n));
   check(t.nnodes >= 1, absl::StrCat("trainer.nnodes must be >= 1, got ", t.nnodes));
   check(t.n_gpus_per_node >= 1, absl::StrCat("trainer.n_gpus_per_node must be >= 1, got ", t.n_gpus_per_node));
+  // Placement: the rollout may have ranks of its own; the batch arithmetic below is over the training ranks.
+  const int64_t rollout_ranks = c.resource_pool.rollout_ranks;
+  const bool split = rollout_ranks > 0;
+  check(rollout_ranks >= 0 && (t.WorldSize() < 1 || rollout_ranks < t.WorldSize()),
+        absl::StrCat("resource_pool.rollout_ranks (", rollout_ranks, ") must be >= 0 and leave at least one of the ",
+                     t.WorldSize(), " ranks (trainer.nnodes * trainer.n_gpus_per_node) to train"));
+  check(ro.update_weights_bucket_megabytes > 0,
+        absl::StrCat("actor_rollout_ref.rollout.update_weights_bucket_megabytes must be > 0, got ",
+                     ro.update_weights_bucket_megabytes));
+  const int64_t train_world = std::max<int64_t>(1, split ? t.WorldSize() - rollout_ranks : t.WorldSize());
+  const std::string ranks_of = split ? "the number of training ranks trainer.nnodes * trainer.n_gpus_per_node - "
+                                       "resource_pool.rollout_ranks ("
+                                     : "the number of ranks trainer.nnodes * trainer.n_gpus_per_node (";
   // Whole prompts go to ranks (all rollout.n samples of a prompt on one rank, so group statistics stay local).
-  if (d.train_batch_size > 0 && t.nnodes >= 1 && t.n_gpus_per_node >= 1 && d.train_batch_size % t.WorldSize() != 0) {
-    errors.push_back(absl::StrCat("data.train_batch_size (", d.train_batch_size,
-                                  ") must be divisible by the number of ranks trainer.nnodes * trainer.n_gpus_per_node (",
-                                  t.WorldSize(), "): each rank gets whole prompts"));
+  if (d.train_batch_size > 0 && t.nnodes >= 1 && t.n_gpus_per_node >= 1 && d.train_batch_size % train_world != 0) {
+    errors.push_back(absl::StrCat("data.train_batch_size (", d.train_batch_size, ") must be divisible by ", ranks_of,
+                                  train_world, "): each rank gets whole prompts"));
   }
   const int64_t mini = a.ppo_mini_batch_size;
   if (mini <= 0) {
@@ -293,13 +307,12 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
                                     ")"));
     }
     if (ro.n >= 1 && t.nnodes >= 1 && t.n_gpus_per_node >= 1) {
-      const int64_t world = t.WorldSize();
+      const int64_t world = train_world;
       const int64_t samples = mini * ro.n;
       if (samples % world != 0) {
-        errors.push_back(absl::StrCat(
-            "actor_rollout_ref.actor.ppo_mini_batch_size * actor_rollout_ref.rollout.n (", mini, " * ", ro.n, " = ",
-            samples, ") must be divisible by the number of ranks trainer.nnodes * trainer.n_gpus_per_node (", world,
-            ")"));
+        errors.push_back(absl::StrCat("actor_rollout_ref.actor.ppo_mini_batch_size * actor_rollout_ref.rollout.n (",
+                                      mini, " * ", ro.n, " = ", samples, ") must be divisible by ", ranks_of, world,
+                                      ")"));
       } else if (a.ppo_micro_batch_size_per_gpu && *a.ppo_micro_batch_size_per_gpu > 0 &&
                  (samples / world) % *a.ppo_micro_batch_size_per_gpu != 0) {
         errors.push_back(absl::StrCat(
@@ -418,13 +431,12 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
       errors.push_back(absl::StrCat("critic.ppo_mini_batch_size (", cr.ppo_mini_batch_size,
                                     ") must be > 0, <= data.train_batch_size (", d.train_batch_size,
                                     ") and divide it"));
-    } else if (cr.ppo_mini_batch_size * ro.n % std::max<int64_t>(1, t.WorldSize()) != 0) {
+    } else if (cr.ppo_mini_batch_size * ro.n % train_world != 0) {
       errors.push_back(absl::StrCat("critic.ppo_mini_batch_size * actor_rollout_ref.rollout.n (",
-                                    cr.ppo_mini_batch_size * ro.n,
-                                    ") must be divisible by the number of ranks trainer.nnodes * trainer.n_gpus_per_node (",
-                                    t.WorldSize(), ")"));
+                                    cr.ppo_mini_batch_size * ro.n, ") must be divisible by ", ranks_of, train_world,
+                                    ")"));
     } else if (cr.ppo_micro_batch_size_per_gpu && *cr.ppo_micro_batch_size_per_gpu > 0 &&
-               (cr.ppo_mini_batch_size * ro.n / std::max<int64_t>(1, t.WorldSize())) %
+               (cr.ppo_mini_batch_size * ro.n / train_world) %
                        *cr.ppo_micro_batch_size_per_gpu != 0) {
       errors.push_back(absl::StrCat("critic.ppo_mini_batch_size * actor_rollout_ref.rollout.n (",
                                     cr.ppo_mini_batch_size * ro.n,

@@ -108,6 +108,7 @@ struct RolloutConfig {
   double top_p = 1.0;                      // (0, 1]
   bool do_sample = true;
   std::optional<int64_t> log_prob_micro_batch_size_per_gpu;  // nullopt: whole batch of the rank
+  int64_t update_weights_bucket_megabytes = 512;            // split placement: weight sync buckets
   ValKwargs val_kwargs;
   bool operator==(const RolloutConfig&) const = default;
 };
@@ -208,9 +209,17 @@ struct ActorRolloutRefConfig {
   bool operator==(const ActorRolloutRefConfig&) const = default;
 };
 
+// resource_pool.*: which ranks hold which roles.
+struct ResourcePoolConfig {
+  int64_t rollout_ranks = 0;  // > 0: split placement, the last this many ranks only generate
+  bool operator==(const ResourcePoolConfig&) const = default;
+};
+
 struct JobConfig {
   // verl's rule: a critic is used exactly when the advantage estimator is GAE.
   bool UseCritic() const { return algorithm.adv_estimator == "gae"; }
+  // The ranks that hold the actor (and ref, critic) and train: all of them unless the rollout has its own.
+  int64_t TrainingRanks() const { return trainer.WorldSize() - resource_pool.rollout_ranks; }
 
   DataConfig data;
   ActorRolloutRefConfig actor_rollout_ref;
@@ -218,6 +227,7 @@ struct JobConfig {
   CriticConfig critic;
   TrainerConfig trainer;
   ClusterConfig cluster;
+  ResourcePoolConfig resource_pool;
   bool operator==(const JobConfig&) const = default;
 };
 

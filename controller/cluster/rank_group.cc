@@ -58,12 +58,18 @@ RankGroup::RankGroup(std::vector<RankAddress> ranks, double rpc_timeout_s,
 }
 
 absl::Status RankGroup::InitCommunicators(double connect_timeout_s, double collective_timeout_s, bool allow_nccl,
-                                          std::string* backend) {
-  if (size() <= 1) return absl::OkStatus();
+                                          std::string* backend, std::vector<int> members, const std::string& group) {
+  if (members.empty()) {
+    for (int r = 0; r < size(); ++r) members.push_back(r);
+  }
+  if (members.size() <= 1) return absl::OkStatus();
+  std::map<int, int> place;  // rank -> its rank in the group
+  for (size_t i = 0; i < members.size(); ++i) place[members[i]] = static_cast<int>(i);
+  v1::PrepareCommunicatorRequest prepare;
+  prepare.set_group(group);
   ASSIGN_OR_RETURN(std::vector<v1::PrepareCommunicatorResponse> prepared,
-                   ForEach<v1::PrepareCommunicatorResponse>([this](int r) {
-                     return client(r).PrepareCommunicator(For(r, v1::PrepareCommunicatorRequest()));
-                   }));
+                   ForEach<v1::PrepareCommunicatorResponse>(
+                       [&](int r) { return client(r).PrepareCommunicator(For(r, prepare)); }, members));
   v1::InitCommunicatorRequest init;
   bool all_nccl = true;
   for (const auto& p : prepared) {
@@ -75,11 +81,15 @@ absl::Status RankGroup::InitCommunicators(double connect_timeout_s, double colle
   if (backend) *backend = init.nccl_unique_id().empty() ? "host" : "nccl";
   init.set_connect_timeout_s(connect_timeout_s);
   init.set_collective_timeout_s(collective_timeout_s);
-  ASSIGN_OR_RETURN(std::vector<v1::InitCommunicatorResponse> done, ForEach<v1::InitCommunicatorResponse>([&](int r) {
-                     v1::InitCommunicatorRequest req = For(r, init);
-                     req.set_global_rank(r);
-                     return client(r).InitCommunicator(req, connect_timeout_s + 30);
-                   }));
+  init.set_group(group);
+  ASSIGN_OR_RETURN(std::vector<v1::InitCommunicatorResponse> done,
+                   ForEach<v1::InitCommunicatorResponse>(
+                       [&](int r) {
+                         v1::InitCommunicatorRequest req = For(r, init);
+                         req.set_global_rank(place.at(r));
+                         return client(r).InitCommunicator(req, connect_timeout_s + 30);
+                       },
+                       members));
   (void)done;
   return absl::OkStatus();
 }

@@ -96,8 +96,11 @@ class RankGroup {
   // collective_timeout_s. No-op for a single rank.
   // With allow_nccl, GPU ranks that all offer an NCCL id form an NCCL group instead (global rank 0's id).
   // Returns the backend used ("host" or "nccl") through *backend when given.
+  // `members` (ascending; empty: every rank) form the group, numbered by their place in the list; `group` is "" for
+  // the data-parallel group or "transfer" (PrepareCommunicatorRequest.group).
   absl::Status InitCommunicators(double connect_timeout_s, double collective_timeout_s, bool allow_nccl = true,
-                                 std::string* backend = nullptr);
+                                 std::string* backend = nullptr, std::vector<int> members = {},
+                                 const std::string& group = "");
 
   // Cancels every rank's call in flight. `failed_worker_id`, when given, is the worker that made this necessary (it
   // missed its heartbeat): the abort relay then names its first rank and `reason`, not whichever cancelled call

@@ -66,6 +66,12 @@ class WorkerClient {
   absl::StatusOr<v1::UpdateActorResponse> UpdateActor(const v1::UpdateActorRequest& r) {
     return Call("UpdateActor", &Stub::UpdateActor, r);
   }
+  absl::StatusOr<v1::SyncWeightsResponse> SyncWeights(const v1::SyncWeightsRequest& r) {
+    return Call("SyncWeights", &Stub::SyncWeights, r);
+  }
+  absl::StatusOr<v1::TransferBatchResponse> TransferBatch(const v1::TransferBatchRequest& r) {
+    return Call("TransferBatch", &Stub::TransferBatch, r);
+  }
   absl::StatusOr<v1::ReleaseBatchResponse> ReleaseBatch(const v1::ReleaseBatchRequest& r) {
     return Call("ReleaseBatch", &Stub::ReleaseBatch, r);
   }

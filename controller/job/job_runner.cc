@@ -151,6 +151,8 @@ class JobRunner::Impl {
   absl::Status RunSteps() {
     const TrainerConfig& t = config_.trainer;
     const bool has_val = !val_.empty() && t.test_freq > 0;
+    // Split placement: the rollout ranks take the actor's weights as the job starts, resumes or recovers.
+    RETURN_IF_ERROR(SyncRolloutWeights().status());
     if (has_val && t.val_before_train && global_step_ == 0) {
       ASSIGN_OR_RETURN(Metrics val, Validate(0));
       SetLastMetrics(val);
@@ -385,14 +387,24 @@ class JobRunner::Impl {
       std::lock_guard<std::mutex> lock(mu_);
       ranks_ = std::move(group);
     }
-    if (ranks_->size() > 1) {
+    if (Trainers() > 1) {
       const auto start = Clock::now();
       std::string backend;
       RETURN_IF_ERROR(Annotate(ranks_->InitCommunicators(c.worker_start_timeout_s, c.comm_timeout_s,
-                                                         c.comm_backend == "auto", &backend),
+                                                         c.comm_backend == "auto", &backend, TrainerRanks()),
                                "forming the data-parallel group"));
-      spdlog::info("data-parallel group of {} ranks on {} worker(s) formed in {:.2f} s ({} backend)", ranks_->size(),
+      spdlog::info("data-parallel group of {} ranks on {} worker(s) formed in {:.2f} s ({} backend)", Trainers(),
                    targets.size(), Seconds(start), backend);
+    }
+    if (Split()) {
+      const auto start = Clock::now();
+      std::string backend;
+      RETURN_IF_ERROR(Annotate(ranks_->InitCommunicators(c.worker_start_timeout_s, c.comm_timeout_s,
+                                                         c.comm_backend == "auto", &backend, {}, "transfer"),
+                               "forming the transfer group (split placement)"));
+      spdlog::info("split placement: ranks 0-{} train, ranks {}-{} generate; transfer group formed in {:.2f} s ({} "
+                   "backend)",
+                   Trainers() - 1, Trainers(), World() - 1, Seconds(start), backend);
     }
     StartHeartbeat();
     return absl::OkStatus();
@@ -473,6 +485,40 @@ class JobRunner::Impl {
   double WorkerComputeSeconds() const { return ranks_ ? ranks_->MeanComputeSeconds() : 0.0; }
 
   int World() const { return ranks_->size(); }
+  // Split placement (resource_pool.rollout_ranks > 0): the first TrainingRanks() ranks train, the rest generate.
+  bool Split() const { return config_.resource_pool.rollout_ranks > 0; }
+  int Trainers() const { return Split() ? static_cast<int>(config_.TrainingRanks()) : World(); }
+  std::vector<int> TrainerRanks() const {
+    std::vector<int> out;
+    for (int r = 0; r < Trainers(); ++r) out.push_back(r);
+    return out;
+  }
+  std::vector<int> RolloutRanks() const {
+    std::vector<int> out;
+    for (int r = Split() ? Trainers() : 0; r < World(); ++r) out.push_back(r);
+    return out;
+  }
+  // `count` prompts assigned (AssignPrompts) over `ranks`, as a per-rank list of World() entries.
+  static std::vector<std::vector<int64_t>> AssignTo(const std::vector<int>& ranks, int world, int64_t count,
+                                                    int64_t block) {
+    std::vector<std::vector<int64_t>> out(world);
+    const auto parts = AssignPrompts(count, static_cast<int>(ranks.size()), block);
+    for (size_t i = 0; i < ranks.size(); ++i) out[ranks[i]] = parts[i];
+    return out;
+  }
+
+  // Split placement: every rank joins SyncWeights; the rollout ranks end with the actor's weights. No-op otherwise.
+  absl::StatusOr<Metrics> SyncRolloutWeights() {
+    if (!Split()) return Metrics{};
+    const auto start = Clock::now();
+    v1::SyncWeightsRequest req;
+    req.set_bucket_bytes(config_.actor_rollout_ref.rollout.update_weights_bucket_megabytes << 20);
+    Metrics m;
+    ASSIGN_OR_RETURN(auto all, OnAllRanks(req, &WorkerClient::SyncWeights));
+    MergeMetrics(m, all);
+    m["timing_s/weight_sync"] = Seconds(start);
+    return m;
+  }
 
   // Sends `request` (its local_rank set per rank) to every rank through `call`, concurrently; returns the responses
   // in rank order.
@@ -508,7 +554,7 @@ class JobRunner::Impl {
     const ActorConfig& a = arr.actor;
     v1::ConfigureRolesRequest req;
     req.add_roles("actor");
-    req.add_roles("rollout");
+    if (!Split()) req.add_roles("rollout");  // colocated: the rollout reads the actor's weights in place
     if (NeedRef()) req.add_roles("ref");
     if (config_.UseCritic()) {
       req.add_roles("critic");
@@ -525,17 +571,17 @@ class JobRunner::Impl {
       cc->set_cliprange_value(c.cliprange_value);
       cc->set_loss_agg_mode(c.loss_agg_mode);
       cc->set_ppo_mini_batch_size(static_cast<int32_t>(c.ppo_mini_batch_size));
-      const int64_t critic_mini_seqs = c.ppo_mini_batch_size * arr.rollout.n / World();
+      const int64_t critic_mini_seqs = c.ppo_mini_batch_size * arr.rollout.n / Trainers();
       cc->set_ppo_micro_batch_size_per_gpu(static_cast<int32_t>(c.ppo_micro_batch_size_per_gpu.value_or(critic_mini_seqs)));
       cc->set_forward_micro_batch_size_per_gpu(static_cast<int32_t>(c.forward_micro_batch_size_per_gpu.value_or(
-          config_.data.train_batch_size * arr.rollout.n / World())));
+          config_.data.train_batch_size * arr.rollout.n / Trainers())));
       cc->set_ppo_epochs(static_cast<int32_t>(c.ppo_epochs));
       cc->set_shuffle(c.shuffle);
       cc->set_shard_optimizer_state(c.shard_optimizer_state);
       cc->set_optimizer_offload(c.optimizer_offload);
     }
     req.set_model_path(fs::absolute(arr.model.path).string());
-    req.set_world_size(static_cast<int32_t>(World()));
+    req.set_world_size(static_cast<int32_t>(Trainers()));
     req.set_num_threads(static_cast<int32_t>(config_.cluster.num_threads_per_rank));
     req.set_seed(static_cast<uint64_t>(config_.trainer.seed));
     req.set_dtype(arr.model.dtype);
@@ -556,7 +602,7 @@ class JobRunner::Impl {
     ac->set_kl_loss_coef(a.kl_loss_coef);
     ac->set_kl_loss_type(a.kl_loss_type);
     ac->set_ppo_mini_batch_size(static_cast<int32_t>(a.ppo_mini_batch_size));
-    const int64_t mini_seqs = a.ppo_mini_batch_size * arr.rollout.n / World();
+    const int64_t mini_seqs = a.ppo_mini_batch_size * arr.rollout.n / Trainers();
     ac->set_ppo_micro_batch_size_per_gpu(static_cast<int32_t>(a.ppo_micro_batch_size_per_gpu.value_or(mini_seqs)));
     ac->set_ppo_epochs(static_cast<int32_t>(a.ppo_epochs));
     ac->set_shuffle(a.shuffle);
@@ -570,12 +616,25 @@ class JobRunner::Impl {
     ac->set_shard_optimizer_state(a.shard_optimizer_state);
     ac->set_shard_parameters(a.shard_parameters);
     ac->set_optimizer_offload(a.optimizer_offload);
-    const int64_t step_seqs = config_.data.train_batch_size * arr.rollout.n / World();
+    const int64_t step_seqs = config_.data.train_batch_size * arr.rollout.n / Trainers();
     ac->set_log_prob_micro_batch_size_per_gpu(
         static_cast<int32_t>(arr.rollout.log_prob_micro_batch_size_per_gpu.value_or(step_seqs)));
     ac->set_ref_log_prob_micro_batch_size_per_gpu(
         static_cast<int32_t>(arr.ref.log_prob_micro_batch_size_per_gpu.value_or(step_seqs)));
-    RETURN_IF_ERROR(OnAllRanks(req, &WorkerClient::ConfigureRoles).status());
+    if (Split()) {
+      // The rollout ranks hold only the rollout (the actor's weights, no optimizer) and no data-parallel group.
+      v1::ConfigureRolesRequest rollout = req;
+      rollout.clear_roles();
+      rollout.add_roles("rollout");
+      rollout.set_world_size(1);
+      RETURN_IF_ERROR(ranks_
+                          ->ForEach<v1::ConfigureRolesResponse>([&](int r) {
+                            return ranks_->client(r).ConfigureRoles(ranks_->For(r, r < Trainers() ? req : rollout));
+                          })
+                          .status());
+    } else {
+      RETURN_IF_ERROR(OnAllRanks(req, &WorkerClient::ConfigureRoles).status());
+    }
     ASSIGN_OR_RETURN(std::vector<v1::LoadModelResponse> loaded,
                      OnAllRanks(v1::LoadModelRequest(), &WorkerClient::LoadModel));
     spdlog::info("model loaded on {} rank(s): {} parameters", loaded.size(), loaded.front().num_parameters());
@@ -638,7 +697,7 @@ class JobRunner::Impl {
     v1::LoadCheckpointRequest req;
     req.set_dir(fs::absolute(found.dir).string());
     req.set_global_step(found.global_step);
-    RETURN_IF_ERROR(OnAllRanks(req, &WorkerClient::LoadCheckpoint).status());
+    RETURN_IF_ERROR(OnAllRanks(req, &WorkerClient::LoadCheckpoint, TrainerRanks()).status());
     RETURN_IF_ERROR(sampler_->Restore(found.sampler_state));
     if (auto it = found.controller_state.find("kl_ctrl.value"); it != found.controller_state.end()) {
       kl_ctrl_->set_value(it->second);
@@ -715,7 +774,9 @@ class JobRunner::Impl {
 
   static void AddPrompt(v1::GenerateRequest& req, const PreparedExample& ex, const std::string& uid,
                         int64_t sample_index) {
-    v1::Prompt* p = req.add_prompts();
+    FillPrompt(req.add_prompts(), ex, uid, sample_index);
+  }
+  static void FillPrompt(v1::Prompt* p, const PreparedExample& ex, const std::string& uid, int64_t sample_index) {
     p->mutable_token_ids()->Add(ex.token_ids.begin(), ex.token_ids.end());
     p->set_uid(uid);
     p->set_data_source(ex.data_source);
@@ -771,6 +832,42 @@ class JobRunner::Impl {
     return std::make_pair(called, std::move(out));
   }
 
+  // Split placement: moves each prompt's rows from the rollout rank that generated and scored them to the training
+  // rank that trains on them, rank to rank (TransferBatch on every rank at once; the controller sends only the plan
+  // and the prompts' metadata).
+  absl::StatusOr<Metrics> TransferRows(const std::string& step_id, int64_t step,
+                                       const std::vector<const PreparedExample*>& prompts,
+                                       const std::vector<std::vector<int64_t>>& gen_assignment,
+                                       const std::vector<std::vector<int64_t>>& train_assignment) {
+    // Where each prompt was generated: rank and position in that rank's Generate request.
+    std::vector<std::pair<int, int64_t>> held(prompts.size(), {-1, -1});
+    for (int r = 0; r < World(); ++r) {
+      for (size_t k = 0; k < gen_assignment[r].size(); ++k) held[gen_assignment[r][k]] = {r, static_cast<int64_t>(k)};
+    }
+    std::vector<v1::TransferBatchRequest> requests(World());
+    for (auto& req : requests) {
+      req.set_step_id(step_id);
+      req.set_n(static_cast<int32_t>(config_.actor_rollout_ref.rollout.n));
+      req.set_pad_token_id(pad_id_);
+    }
+    for (int t = 0; t < World(); ++t) {
+      for (int64_t i : train_assignment[t]) {  // ascending, so each source's rows come in its own order too
+        const auto [source, local] = held[i];
+        FillPrompt(requests[t].add_prompts(), *prompts[i], absl::StrCat(step, "-", i), i);
+        requests[t].add_sources(source);
+        v1::TransferBatchRequest& from = requests[source];
+        if (from.sends_size() == 0 || from.sends(from.sends_size() - 1).peer() != t) from.add_sends()->set_peer(t);
+        from.mutable_sends(from.sends_size() - 1)->add_prompt_indices(local);
+      }
+    }
+    ASSIGN_OR_RETURN(std::vector<v1::TransferBatchResponse> moved,
+                     ranks_->ForEach<v1::TransferBatchResponse>(
+                         [&](int r) { return ranks_->client(r).TransferBatch(ranks_->For(r, requests[r])); }));
+    Metrics m;
+    MergeMetrics(m, moved);
+    return m;
+  }
+
   absl::StatusOr<Metrics> TrainStep(int64_t step) {
     const std::string step_id = absl::StrCat("train-", step);
     const ActorRolloutRefConfig& arr = config_.actor_rollout_ref;
@@ -782,14 +879,17 @@ class JobRunner::Impl {
     auto t0 = Clock::now();
     std::vector<const PreparedExample*> prompts;
     for (int64_t index : indices) prompts.push_back(&train_[index]);
-    const auto assignment = AssignPrompts(static_cast<int64_t>(prompts.size()), World(),
-                                          config_.actor_rollout_ref.actor.shuffle
-                                              ? 0
-                                              : config_.actor_rollout_ref.actor.ppo_mini_batch_size);
-    ASSIGN_OR_RETURN(auto generated, GenerateOnRanks(step_id, prompts, assignment, absl::StrCat(step, "-"), 0,
+    const int64_t count = static_cast<int64_t>(prompts.size());
+    // The training ranks' prompts: each mini-batch split evenly over them (see AssignPrompts).
+    const auto train_assignment =
+        AssignTo(TrainerRanks(), World(), count,
+                 config_.actor_rollout_ref.actor.shuffle ? 0 : config_.actor_rollout_ref.actor.ppo_mini_batch_size);
+    // Colocated, each rank generates its own training prompts; split, the rollout ranks generate contiguous slices.
+    const auto gen_assignment = Split() ? AssignTo(RolloutRanks(), World(), count, 0) : train_assignment;
+    ASSIGN_OR_RETURN(auto generated, GenerateOnRanks(step_id, prompts, gen_assignment, absl::StrCat(step, "-"), 0,
                                                      Sampling(false, step),
                                                      config_.algorithm.adv_estimator == "remax"));
-    if (static_cast<int>(generated.first.size()) != World()) {
+    if (!Split() && static_cast<int>(generated.first.size()) != World()) {
       return absl::InternalError("every rank must hold prompts of a training step");
     }
     m["timing_s/gen"] = Seconds(t0);
@@ -800,12 +900,21 @@ class JobRunner::Impl {
     t0 = Clock::now();
     v1::ScoreRequest score_req;
     score_req.set_step_id(step_id);
-    ASSIGN_OR_RETURN(std::vector<v1::ScoreResponse> scored, OnAllRanks(score_req, &WorkerClient::Score));
+    ASSIGN_OR_RETURN(std::vector<v1::ScoreResponse> scored,
+                     OnAllRanks(score_req, &WorkerClient::Score, generated.first));
     m["timing_s/reward"] = Seconds(t0);
     std::vector<double> scores;
     for (const v1::ScoreResponse& s : scored) scores.insert(scores.end(), s.scores().begin(), s.scores().end());
     AddMeanMaxMin("critic/score", scores, &m);
     RETURN_IF_ERROR(CheckCancel());
+
+    if (Split()) {
+      t0 = Clock::now();
+      ASSIGN_OR_RETURN(Metrics moved, TransferRows(step_id, step, prompts, gen_assignment, train_assignment));
+      m.insert(moved.begin(), moved.end());
+      m["timing_s/transfer_batch"] = Seconds(t0);
+    }
+    const std::vector<int> trainers = TrainerRanks();
 
     SetState(JobState::kStepOldLogProb);
     t0 = Clock::now();
@@ -813,7 +922,7 @@ class JobRunner::Impl {
     lp.set_step_id(step_id);
     lp.set_role("actor");
     lp.set_temperature(temperature);
-    ASSIGN_OR_RETURN(auto old_lp, OnAllRanks(lp, &WorkerClient::ComputeLogProbs));
+    ASSIGN_OR_RETURN(auto old_lp, OnAllRanks(lp, &WorkerClient::ComputeLogProbs, trainers));
     MergeMetrics(m, old_lp);
     m["timing_s/old_log_prob"] = Seconds(t0);
 
@@ -821,7 +930,7 @@ class JobRunner::Impl {
       SetState(JobState::kStepRefLogProb);
       t0 = Clock::now();
       lp.set_role("ref");
-      ASSIGN_OR_RETURN(auto ref_lp, OnAllRanks(lp, &WorkerClient::ComputeLogProbs));
+      ASSIGN_OR_RETURN(auto ref_lp, OnAllRanks(lp, &WorkerClient::ComputeLogProbs, trainers));
       MergeMetrics(m, ref_lp);
       m["timing_s/ref"] = Seconds(t0);
     }
@@ -832,7 +941,7 @@ class JobRunner::Impl {
       t0 = Clock::now();
       v1::ComputeValuesRequest vr;
       vr.set_step_id(step_id);
-      ASSIGN_OR_RETURN(auto values, OnAllRanks(vr, &WorkerClient::ComputeValues));
+      ASSIGN_OR_RETURN(auto values, OnAllRanks(vr, &WorkerClient::ComputeValues, trainers));
       MergeMetrics(m, values);
       m["timing_s/values"] = Seconds(t0);
     }
@@ -850,7 +959,7 @@ class JobRunner::Impl {
     adv.set_use_kl_in_reward(al.use_kl_in_reward);
     adv.set_kl_coef(kl_ctrl_->value());
     adv.set_kl_penalty(al.kl_penalty);
-    ASSIGN_OR_RETURN(auto adv_resp, OnAllRanks(adv, &WorkerClient::ComputeAdvantage));
+    ASSIGN_OR_RETURN(auto adv_resp, OnAllRanks(adv, &WorkerClient::ComputeAdvantage, trainers));
     MergeMetrics(m, adv_resp);
     if (al.use_kl_in_reward) {
       kl_ctrl_->Update(m["actor/reward_kl_penalty"], static_cast<int64_t>(scores.size()));
@@ -864,7 +973,7 @@ class JobRunner::Impl {
       v1::UpdateCriticRequest cr;
       cr.set_step_id(step_id);
       cr.set_seed(update_seed);
-      ASSIGN_OR_RETURN(auto critic_resp, OnAllRanks(cr, &WorkerClient::UpdateCritic));
+      ASSIGN_OR_RETURN(auto critic_resp, OnAllRanks(cr, &WorkerClient::UpdateCritic, trainers));
       MergeMetrics(m, critic_resp);
       m["timing_s/update_critic"] = Seconds(t0);
     }
@@ -877,14 +986,17 @@ class JobRunner::Impl {
       upd.set_step_id(step_id);
       upd.set_temperature(temperature);
       upd.set_seed(update_seed);
-      ASSIGN_OR_RETURN(auto upd_resp, OnAllRanks(upd, &WorkerClient::UpdateActor));
+      ASSIGN_OR_RETURN(auto upd_resp, OnAllRanks(upd, &WorkerClient::UpdateActor, trainers));
       MergeMetrics(m, upd_resp);
       m["timing_s/update_actor"] = Seconds(t0);
+      // Split placement: the rollout ranks generate the next step with the updated weights.
+      ASSIGN_OR_RETURN(Metrics synced, SyncRolloutWeights());
+      m.insert(synced.begin(), synced.end());
     }
 
     v1::ReleaseBatchRequest rel;
     rel.set_step_id(step_id);
-    RETURN_IF_ERROR(OnAllRanks(rel, &WorkerClient::ReleaseBatch).status());
+    RETURN_IF_ERROR(OnAllRanks(rel, &WorkerClient::ReleaseBatch).status());  // ranks without the step: a no-op
 
     std::vector<double> resp_len, prompt_len;
     for (const v1::GenerateResponse& g : generated.second) {
@@ -922,8 +1034,8 @@ class JobRunner::Impl {
       // Validation prompts need not divide evenly: ranks get nearly equal slices, and none when there are fewer
       // prompts than ranks.
       ASSIGN_OR_RETURN(auto generated,
-                       GenerateOnRanks(step_id, prompts, AssignPrompts(end - begin, World(), 0), "val-", begin,
-                                       sampling, false));
+                       GenerateOnRanks(step_id, prompts, AssignTo(RolloutRanks(), World(), end - begin, 0),
+                                       "val-", begin, sampling, false));
       const std::vector<int>& called = generated.first;
       v1::ScoreRequest sr;
       sr.set_step_id(step_id);
@@ -995,7 +1107,7 @@ class JobRunner::Impl {
     req.set_dir(fs::absolute(dir).string());
     req.set_global_step(step);
     req.set_hf_export(hf_export);
-    return OnAllRanks(req, &WorkerClient::SaveCheckpoint).status();
+    return OnAllRanks(req, &WorkerClient::SaveCheckpoint, TrainerRanks()).status();
   }
 };
 

@@ -99,6 +99,12 @@ TEST_CASE("data parallel: 1 rank, 2 ranks, 2 workers x 2 ranks and two hand-star
                                   "actor_rollout_ref.actor.shard_parameters=true",
                                   "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16"}),
                  "two local workers, 2 ranks each, parameters sharded (ZeRO-3), micro-batches of 16");
+  // Split placement: two ranks train, a third only generates; rows and weights move between them rank to rank.
+  RequireSameRun(one,
+                 in.Job("split", {"trainer.n_gpus_per_node=3", "resource_pool.rollout_ranks=1",
+                                  "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64",
+                                  "actor_rollout_ref.rollout.update_weights_bucket_megabytes=1"}),
+                 "split placement: 2 training ranks, 1 rollout rank");
   HandStartedWorker a(in.dir, "node-a");
   HandStartedWorker b(in.dir, "node-b");
   RequireSameRun(one,

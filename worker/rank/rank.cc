@@ -111,9 +111,6 @@ class CpuRank final : public RankInterface {
         if (comm_) comm_->Abort();
         comm_.reset();
       }
-      // The transfer group (split placement) is formed anew after every configuration, when the job has one.
-      if (transfer_comm_) transfer_comm_->Abort();
-      transfer_comm_.reset();
     }
     if (config.num_threads > 0) at::set_num_threads(config.num_threads);
     // Tiny random weights produce subnormal floats, which are orders of magnitude slower on x86.

@@ -187,7 +187,8 @@ class RankInterface {
   // without a group.
   virtual void AbortCommunicator() = 0;
   // Split placement (roles on different ranks): the group over every rank of the job, training ranks first, that
-  // moves weights (SyncWeights) and batches (TransferBatch) between roles. Dropped by Configure.
+  // moves weights (SyncWeights) and batches (TransferBatch) between roles. Formed (before Configure) for every job
+  // with split placement, replacing an earlier job's.
   virtual absl::Status SetTransferCommunicator(std::unique_ptr<Communicator> comm, absl::Duration timeout) = 0;
   // Every rank of the transfer group calls this: transfer rank 0 (the training ranks' group rank 0) sends the actor's
   // parameters, in order, in buckets of at most `bucket_bytes`, and the rollout-only ranks copy them into their

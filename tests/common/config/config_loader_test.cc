@@ -373,6 +373,18 @@ TEST_CASE("combination rules", "[config]") {
                                   "trainer.n_gpus_per_node=4"});
     CHECK_ERROR_CONTAINS(s, "data.train_batch_size (6) must be divisible by the number of ranks");
   }
+  SECTION("split placement: the batch is split over the training ranks, and some must train") {
+    // 3 ranks, one of them the rollout's: the 2 training ranks divide the batch.
+    CHECK(error({"trainer.n_gpus_per_node=3", "resource_pool.rollout_ranks=1"}).ok());
+    CHECK_ERROR_CONTAINS(error({"trainer.n_gpus_per_node=4", "resource_pool.rollout_ranks=1"}),
+                         "must be divisible by the number of training ranks trainer.nnodes * trainer.n_gpus_per_node "
+                         "- resource_pool.rollout_ranks (3)");
+    CHECK_ERROR_CONTAINS(error({"trainer.n_gpus_per_node=2", "resource_pool.rollout_ranks=2"}),
+                         "resource_pool.rollout_ranks (2) must be >= 0 and leave at least one of the 2 ranks");
+    CHECK_ERROR_CONTAINS(error({"resource_pool.rollout_ranks=-1"}), "resource_pool.rollout_ranks (-1)");
+    CHECK_ERROR_CONTAINS(error({"actor_rollout_ref.rollout.update_weights_bucket_megabytes=0"}),
+                         "update_weights_bucket_megabytes must be > 0");
+  }
   SECTION("one worker address per node") {
     CHECK_ERROR_CONTAINS(error({"cluster.worker_addresses=[a:1,b:2,c:3]", "trainer.nnodes=2"}),
                          "cluster.worker_addresses lists 3 worker(s) but trainer.nnodes is 2");
