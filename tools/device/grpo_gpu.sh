@@ -20,6 +20,7 @@ DTYPE="${DTYPE:-float32}"            # or bfloat16 (float32 master weights)
 HOST_COMPARE="${HOST_COMPARE:-1}"    # also run 2 GPUs over the host backend
 OFFLOAD="${OFFLOAD:-1}"              # also run 1 GPU with fsdp_config.optimizer_offload
 ZERO3="${ZERO3:-1}"                  # also run 2 GPUs with shard_parameters (ZeRO-3)
+SPLIT="${SPLIT:-1}"                  # also run 2 GPUs with split placement (one trains, one generates)
 mkdir -p "$OUT"
 start=$(date +%s)
 secs() { echo $(( $(date +%s) - start )); }
@@ -70,6 +71,7 @@ if [ $build_rc = 0 ]; then
   if [ "$gpus" -ge 2 ]; then
     run gpu2 2                                   # NCCL (cluster.comm_backend=auto)
     if [ "$ZERO3" = 1 ]; then run gpu2-zero3 2 actor_rollout_ref.actor.shard_parameters=true; fi
+    if [ "$SPLIT" = 1 ]; then run gpu2-split 2 resource_pool.rollout_ranks=1; fi
     if [ "$HOST_COMPARE" = 1 ]; then run gpu2-host 2 cluster.comm_backend=host; fi  # the host backend, to compare
   fi
 fi
@@ -83,7 +85,9 @@ s = {"build_rc": $build_rc, "build_s": $build_s, "gpus": $gpus, "gpu_rank_test_r
 keys = ["timing_s/step", "timing_s/gen", "timing_s/old_log_prob", "timing_s/ref", "timing_s/update_actor",
         "perf/throughput", "perf/total_num_tokens", "response_length/mean", "actor/grad_norm", "actor/pg_loss",
         "perf/max_memory_rss_gb", "perf/actor_optimizer_state_gb", "perf/actor_parameters_gb",
-        "perf/max_memory_allocated_gb", "perf/max_memory_reserved_gb", "critic/score/mean"]
+        "perf/max_memory_allocated_gb", "perf/max_memory_reserved_gb", "critic/score/mean",
+        "timing_s/weight_sync", "timing_s/transfer_batch", "perf/weight_sync_gb", "perf/transfer_batch_mb",
+        "training/rollout_probs_diff_max"]
 for spec in "${runs[@]}".split():
     name, ranks, rc = spec.split(":")
     r = {"name": name, "ranks": int(ranks), "rc": int(rc), "steps": []}
