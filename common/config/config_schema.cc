@@ -218,8 +218,6 @@ const std::vector<ConfigKeySpec>& Table() {
       {"cluster.worker_addresses", T::kStringList, "[]", "", false, O::kOurs,
        "host:port of running verl-worker daemons, one per node (trainer.nnodes), each started with --ranks "
        "trainer.n_gpus_per_node; empty starts local workers."},
-      {"resource_pool.rollout_ranks", T::kInt, "0", "", false, O::kOurs,
-       "Ranks given to the rollout alone (split placement): the last this many of the trainer.nnodes * trainer.n_gpus_per_node ranks only generate and score, the others hold the actor, ref and critic and train; responses move rank to rank to the training ranks and the actor's weights back after each update. 0: every role on every rank (colocated, verl's hybrid engine: the rollout reads the actor's weights in place)."},
       {"cluster.comm_backend", T::kString, "auto", "auto|host", false, O::kOurs, "Collectives between ranks: auto uses NCCL when every rank is on a GPU of a worker built with NCCL, else the host (TCP) backend; host forces the host backend."},
       {"cluster.comm_timeout_s", T::kDouble, "600.0", "", false, O::kOurs,
        "Deadline of every collective between ranks (gradient all-reduce, batch statistics), in seconds; a rank that "
@@ -242,6 +240,8 @@ const std::vector<ConfigKeySpec>& Table() {
        "address (e.g. its pod restarting) before the job fails, in seconds."},
       {"cluster.worker_start_timeout_s", T::kDouble, "60.0", "", false, O::kOurs,
        "How long to wait for a local worker to come up, in seconds."},
+      {"resource_pool.rollout_ranks", T::kInt, "0", "", false, O::kOurs,
+       "Ranks given to the rollout alone (split placement): the last this many of the trainer.nnodes * trainer.n_gpus_per_node ranks only generate and score, the others hold the actor, ref and critic and train; responses move rank to rank to the training ranks and the actor's weights back after each update. 0: every role on every rank (colocated, verl's hybrid engine: the rollout reads the actor's weights in place)."},
   };
   return *table;
 }

@@ -119,16 +119,7 @@ class CpuRank final : public RankInterface {
   }
 
   absl::Status SetCommunicator(std::unique_ptr<Communicator> comm, absl::Duration timeout) override {
-    if (comm == nullptr) return Error("SetCommunicator", absl::InvalidArgumentError("no communicator"));
-    if (timeout <= absl::ZeroDuration()) {
-      return Error("SetCommunicator", absl::InvalidArgumentError("the collective timeout must be positive"));
-    }
-    {
-      std::lock_guard<std::mutex> lock(comm_mu_);
-      if (comm_) comm_->Abort();
-      comm_ = std::move(comm);
-    }
-    comm_timeout_ = timeout;
+    RETURN_IF_ERROR(Replace("SetCommunicator", std::move(comm), timeout, &comm_, &comm_timeout_));
     batches_.clear();
     ApplySharding();
     return absl::OkStatus();
@@ -164,14 +155,20 @@ class CpuRank final : public RankInterface {
   }
 
   absl::Status SetTransferCommunicator(std::unique_ptr<Communicator> comm, absl::Duration timeout) override {
-    if (comm == nullptr) return Error("SetTransferCommunicator", absl::InvalidArgumentError("no communicator"));
+    return Replace("SetTransferCommunicator", std::move(comm), timeout, &transfer_comm_, &transfer_timeout_);
+  }
+
+  // Puts `comm` (with its collective `timeout`) in *slot under comm_mu_, aborting the communicator it replaces.
+  absl::Status Replace(const std::string& stage, std::unique_ptr<Communicator> comm, absl::Duration timeout,
+                       std::unique_ptr<Communicator>* slot, absl::Duration* slot_timeout) {
+    if (comm == nullptr) return Error(stage, absl::InvalidArgumentError("no communicator"));
     if (timeout <= absl::ZeroDuration()) {
-      return Error("SetTransferCommunicator", absl::InvalidArgumentError("the transfer timeout must be positive"));
+      return Error(stage, absl::InvalidArgumentError("the collective timeout must be positive"));
     }
     std::lock_guard<std::mutex> lock(comm_mu_);
-    if (transfer_comm_) transfer_comm_->Abort();
-    transfer_comm_ = std::move(comm);
-    transfer_timeout_ = timeout;
+    if (*slot) (*slot)->Abort();
+    *slot = std::move(comm);
+    *slot_timeout = timeout;
     return absl::OkStatus();
   }
 
