@@ -240,6 +240,8 @@ const std::vector<ConfigKeySpec>& Table() {
        "address (e.g. its pod restarting) before the job fails, in seconds."},
       {"cluster.worker_start_timeout_s", T::kDouble, "60.0", "", false, O::kOurs,
        "How long to wait for a local worker to come up, in seconds."},
+      {"resource_pool.critic_ranks", T::kInt, "0", "", false, O::kOurs,
+       "Ranks given to the critic alone (split placement; needs a critic, algorithm.adv_estimator=gae): as many as the actor's, placed after them; each holds the rows of its actor rank, computes values and updates the critic, while values and returns move rank to rank and the critic's update runs alongside the actor's. 0: the critic on the actor's ranks."},
       {"resource_pool.rollout_ranks", T::kInt, "0", "", false, O::kOurs,
        "Ranks given to the rollout alone (split placement): the last this many of the trainer.nnodes * trainer.n_gpus_per_node ranks only generate and score, the others hold the actor, ref and critic and train; responses move rank to rank to the training ranks and the actor's weights back after each update. 0: every role on every rank (colocated, verl's hybrid engine: the rollout reads the actor's weights in place)."},
   };

@@ -168,6 +168,7 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   r.Read("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", &ro.log_prob_micro_batch_size_per_gpu);
   r.Read("actor_rollout_ref.rollout.update_weights_bucket_megabytes", &ro.update_weights_bucket_megabytes);
   r.Read("resource_pool.rollout_ranks", &c.resource_pool.rollout_ranks);
+  r.Read("resource_pool.critic_ranks", &c.resource_pool.critic_ranks);
   r.Read("actor_rollout_ref.rollout.val_kwargs.temperature", &ro.val_kwargs.temperature);
   r.Read("actor_rollout_ref.rollout.val_kwargs.top_k", &ro.val_kwargs.top_k);
   r.Read("actor_rollout_ref.rollout.val_kwargs.top_p", &ro.val_kwargs.top_p);
@@ -278,16 +279,27 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
   check(t.n_gpus_per_node >= 1, absl::StrCat("trainer.n_gpus_per_node must be >= 1, got ", t.n_gpus_per_node));
   // Placement: the rollout may have ranks of its own; the batch arithmetic below is over the training ranks.
   const int64_t rollout_ranks = c.resource_pool.rollout_ranks;
-  const bool split = rollout_ranks > 0;
+  const int64_t critic_ranks = c.resource_pool.critic_ranks;
+  const bool split = rollout_ranks > 0 || critic_ranks > 0;
   check(rollout_ranks >= 0 && (t.WorldSize() < 1 || rollout_ranks < t.WorldSize()),
         absl::StrCat("resource_pool.rollout_ranks (", rollout_ranks, ") must be >= 0 and leave at least one of the ",
                      t.WorldSize(), " ranks (trainer.nnodes * trainer.n_gpus_per_node) to train"));
+  if (critic_ranks != 0) {
+    check(c.UseCritic(), absl::StrCat("resource_pool.critic_ranks (", critic_ranks,
+                                      ") places a critic, but there is none: algorithm.adv_estimator is ",
+                                      c.algorithm.adv_estimator, ", not gae"));
+    check(critic_ranks > 0 && critic_ranks == t.WorldSize() - rollout_ranks - critic_ranks,
+          absl::StrCat("resource_pool.critic_ranks (", critic_ranks, ") must equal the actor's ranks (",
+                       t.WorldSize() - rollout_ranks - critic_ranks,
+                       " = trainer.nnodes * trainer.n_gpus_per_node - resource_pool.rollout_ranks - "
+                       "resource_pool.critic_ranks): each critic rank takes one actor rank's rows"));
+  }
   check(ro.update_weights_bucket_megabytes > 0,
         absl::StrCat("actor_rollout_ref.rollout.update_weights_bucket_megabytes must be > 0, got ",
                      ro.update_weights_bucket_megabytes));
-  const int64_t train_world = std::max<int64_t>(1, split ? t.WorldSize() - rollout_ranks : t.WorldSize());
+  const int64_t train_world = std::max<int64_t>(1, split ? c.TrainingRanks() : t.WorldSize());
   const std::string ranks_of = split ? "the number of training ranks trainer.nnodes * trainer.n_gpus_per_node - "
-                                       "resource_pool.rollout_ranks ("
+                                       "resource_pool.rollout_ranks - resource_pool.critic_ranks ("
                                      : "the number of ranks trainer.nnodes * trainer.n_gpus_per_node (";
   // Whole prompts go to ranks (all rollout.n samples of a prompt on one rank, so group statistics stay local).
   if (d.train_batch_size > 0 && t.nnodes >= 1 && t.n_gpus_per_node >= 1 && d.train_batch_size % train_world != 0) {

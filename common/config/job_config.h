@@ -212,14 +212,18 @@ struct ActorRolloutRefConfig {
 // resource_pool.*: which ranks hold which roles.
 struct ResourcePoolConfig {
   int64_t rollout_ranks = 0;  // > 0: split placement, the last this many ranks only generate
+  int64_t critic_ranks = 0;   // > 0: the critic on as many ranks of its own, after the actor's
   bool operator==(const ResourcePoolConfig&) const = default;
 };
 
 struct JobConfig {
   // verl's rule: a critic is used exactly when the advantage estimator is GAE.
   bool UseCritic() const { return algorithm.adv_estimator == "gae"; }
-  // The ranks that hold the actor (and ref, critic) and train: all of them unless the rollout has its own.
-  int64_t TrainingRanks() const { return trainer.WorldSize() - resource_pool.rollout_ranks; }
+  // The ranks that hold the actor (and ref, and the critic unless it has its own) and train: all of them unless the
+  // rollout or the critic has ranks of its own.
+  int64_t TrainingRanks() const {
+    return trainer.WorldSize() - resource_pool.rollout_ranks - resource_pool.critic_ranks;
+  }
 
   DataConfig data;
   ActorRolloutRefConfig actor_rollout_ref;

@@ -72,6 +72,9 @@ class WorkerClient {
   absl::StatusOr<v1::TransferBatchResponse> TransferBatch(const v1::TransferBatchRequest& r) {
     return Call("TransferBatch", &Stub::TransferBatch, r);
   }
+  absl::StatusOr<v1::TransferColumnResponse> TransferColumn(const v1::TransferColumnRequest& r) {
+    return Call("TransferColumn", &Stub::TransferColumn, r);
+  }
   absl::StatusOr<v1::ReleaseBatchResponse> ReleaseBatch(const v1::ReleaseBatchRequest& r) {
     return Call("ReleaseBatch", &Stub::ReleaseBatch, r);
   }

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <condition_variable>
@@ -11,6 +12,7 @@
 #include <numeric>
 #include <optional>
 #include <thread>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -396,15 +398,21 @@ class JobRunner::Impl {
       spdlog::info("data-parallel group of {} ranks on {} worker(s) formed in {:.2f} s ({} backend)", Trainers(),
                    targets.size(), Seconds(start), backend);
     }
-    if (Split()) {
+    if (CriticSplit() && CriticRanks().size() > 1) {
+      RETURN_IF_ERROR(Annotate(ranks_->InitCommunicators(c.worker_start_timeout_s, c.comm_timeout_s,
+                                                         c.comm_backend == "auto", nullptr, CriticRanks()),
+                               "forming the critic's data-parallel group"));
+    }
+    if (Placed()) {
       const auto start = Clock::now();
       std::string backend;
       RETURN_IF_ERROR(Annotate(ranks_->InitCommunicators(c.worker_start_timeout_s, c.comm_timeout_s,
                                                          c.comm_backend == "auto", &backend, {}, "transfer"),
                                "forming the transfer group (split placement)"));
-      spdlog::info("split placement: ranks 0-{} train, ranks {}-{} generate; transfer group formed in {:.2f} s ({} "
-                   "backend)",
-                   Trainers() - 1, Trainers(), World() - 1, Seconds(start), backend);
+      spdlog::info("split placement: actor on ranks {}-{}, critic on {}-{}, rollout on {}-{}; transfer group formed "
+                   "in {:.2f} s ({} backend)",
+                   TrainerRanks().front(), TrainerRanks().back(), CriticRanks().front(), CriticRanks().back(),
+                   RolloutRanks().front(), RolloutRanks().back(), Seconds(start), backend);
     }
     StartHeartbeat();
     return absl::OkStatus();
@@ -486,16 +494,31 @@ class JobRunner::Impl {
 
   int World() const { return ranks_->size(); }
   // Split placement (resource_pool.rollout_ranks > 0): the first TrainingRanks() ranks train, the rest generate.
-  bool Split() const { return config_.resource_pool.rollout_ranks > 0; }
-  int Trainers() const { return Split() ? static_cast<int>(config_.TrainingRanks()) : World(); }
-  std::vector<int> TrainerRanks() const {
+  // Placement (resource_pool): ranks [0, A) hold the actor (with the ref, and the critic unless it has ranks of its
+  // own), [A, A + K) the critic alone, the last R the rollout alone. Colocated (K = R = 0): every role everywhere.
+  bool Split() const { return config_.resource_pool.rollout_ranks > 0; }  // the rollout has ranks of its own
+  bool CriticSplit() const { return config_.resource_pool.critic_ranks > 0; }
+  bool Placed() const { return Split() || CriticSplit(); }  // some role has ranks of its own: a transfer group
+  int Trainers() const { return Placed() ? static_cast<int>(config_.TrainingRanks()) : World(); }
+  static std::vector<int> Range(int begin, int end) {
     std::vector<int> out;
-    for (int r = 0; r < Trainers(); ++r) out.push_back(r);
+    for (int r = begin; r < end; ++r) out.push_back(r);
     return out;
   }
+  std::vector<int> TrainerRanks() const { return Range(0, Trainers()); }
+  std::vector<int> CriticRanks() const {
+    return CriticSplit() ? Range(Trainers(), Trainers() + static_cast<int>(config_.resource_pool.critic_ranks))
+                         : TrainerRanks();
+  }
   std::vector<int> RolloutRanks() const {
-    std::vector<int> out;
-    for (int r = Split() ? Trainers() : 0; r < World(); ++r) out.push_back(r);
+    return Split() ? Range(World() - static_cast<int>(config_.resource_pool.rollout_ranks), World()) : TrainerRanks();
+  }
+  // The ranks that hold a checkpoint's parts: the actor's, and the critic's when it has its own.
+  std::vector<int> CheckpointRanks() const {
+    std::vector<int> out = TrainerRanks();
+    if (CriticSplit()) {
+      for (int r : CriticRanks()) out.push_back(r);
+    }
     return out;
   }
   // `count` prompts assigned (AssignPrompts) over `ranks`, as a per-rank list of World() entries.
@@ -557,7 +580,7 @@ class JobRunner::Impl {
     if (!Split()) req.add_roles("rollout");  // colocated: the rollout reads the actor's weights in place
     if (NeedRef()) req.add_roles("ref");
     if (config_.UseCritic()) {
-      req.add_roles("critic");
+      if (!CriticSplit()) req.add_roles("critic");
       const CriticConfig& c = config_.critic;
       v1::CriticConfig* cc = req.mutable_critic();
       cc->set_model_path(fs::absolute(c.model_path).string());
@@ -621,15 +644,23 @@ class JobRunner::Impl {
         static_cast<int32_t>(arr.rollout.log_prob_micro_batch_size_per_gpu.value_or(step_seqs)));
     ac->set_ref_log_prob_micro_batch_size_per_gpu(
         static_cast<int32_t>(arr.ref.log_prob_micro_batch_size_per_gpu.value_or(step_seqs)));
-    if (Split()) {
-      // The rollout ranks hold only the rollout (the actor's weights, no optimizer) and no data-parallel group.
+    if (Placed()) {
+      // The rollout ranks hold only the rollout (the actor's weights, no optimizer) and no data-parallel group; the
+      // critic's ranks only the critic, in a group of their own.
       v1::ConfigureRolesRequest rollout = req;
       rollout.clear_roles();
       rollout.add_roles("rollout");
       rollout.set_world_size(1);
+      v1::ConfigureRolesRequest critic = req;
+      critic.clear_roles();
+      critic.add_roles("critic");
+      critic.set_world_size(static_cast<int32_t>(CriticRanks().size()));
+      const int critic_end = Trainers() + static_cast<int>(config_.resource_pool.critic_ranks);
       RETURN_IF_ERROR(ranks_
                           ->ForEach<v1::ConfigureRolesResponse>([&](int r) {
-                            return ranks_->client(r).ConfigureRoles(ranks_->For(r, r < Trainers() ? req : rollout));
+                            const v1::ConfigureRolesRequest& mine =
+                                r < Trainers() ? req : r < critic_end ? critic : rollout;
+                            return ranks_->client(r).ConfigureRoles(ranks_->For(r, mine));
                           })
                           .status());
     } else {
@@ -697,7 +728,7 @@ class JobRunner::Impl {
     v1::LoadCheckpointRequest req;
     req.set_dir(fs::absolute(found.dir).string());
     req.set_global_step(found.global_step);
-    RETURN_IF_ERROR(OnAllRanks(req, &WorkerClient::LoadCheckpoint, TrainerRanks()).status());
+    RETURN_IF_ERROR(OnAllRanks(req, &WorkerClient::LoadCheckpoint, CheckpointRanks()).status());
     RETURN_IF_ERROR(sampler_->Restore(found.sampler_state));
     if (auto it = found.controller_state.find("kl_ctrl.value"); it != found.controller_state.end()) {
       kl_ctrl_->set_value(it->second);
@@ -868,6 +899,29 @@ class JobRunner::Impl {
     return m;
   }
 
+  // Critic on ranks of its own: `column` of the step goes from from[i] to to[i] (the same rows on both), every pair at
+  // once. No-op when the critic is on the actor's ranks (from == to).
+  absl::Status MoveColumn(const std::string& step_id, const std::string& column, const std::vector<int>& from,
+                          const std::vector<int>& to) {
+    if (from == to) return absl::OkStatus();
+    std::vector<v1::TransferColumnRequest> requests(World());
+    std::vector<int> called;
+    for (size_t i = 0; i < from.size(); ++i) {
+      for (auto [rank, peer, send] : {std::tuple{from[i], to[i], true}, std::tuple{to[i], from[i], false}}) {
+        requests[rank].set_step_id(step_id);
+        requests[rank].set_column(column);
+        requests[rank].set_peer(peer);
+        requests[rank].set_send(send);
+        called.push_back(rank);
+      }
+    }
+    std::sort(called.begin(), called.end());
+    return ranks_
+        ->ForEach<v1::TransferColumnResponse>(
+            [&](int r) { return ranks_->client(r).TransferColumn(ranks_->For(r, requests[r])); }, called)
+        .status();
+  }
+
   absl::StatusOr<Metrics> TrainStep(int64_t step) {
     const std::string step_id = absl::StrCat("train-", step);
     const ActorRolloutRefConfig& arr = config_.actor_rollout_ref;
@@ -889,7 +943,7 @@ class JobRunner::Impl {
     ASSIGN_OR_RETURN(auto generated, GenerateOnRanks(step_id, prompts, gen_assignment, absl::StrCat(step, "-"), 0,
                                                      Sampling(false, step),
                                                      config_.algorithm.adv_estimator == "remax"));
-    if (!Split() && static_cast<int>(generated.first.size()) != World()) {
+    if (!Split() && generated.first.size() != TrainerRanks().size()) {
       return absl::InternalError("every rank must hold prompts of a training step");
     }
     m["timing_s/gen"] = Seconds(t0);
@@ -915,6 +969,15 @@ class JobRunner::Impl {
       m["timing_s/transfer_batch"] = Seconds(t0);
     }
     const std::vector<int> trainers = TrainerRanks();
+    if (CriticSplit()) {
+      // Each critic rank takes the rows of its actor rank (actor rank i -> critic rank A + i).
+      t0 = Clock::now();
+      std::vector<std::vector<int64_t>> critic_assignment(World());
+      const std::vector<int> critics = CriticRanks();
+      for (size_t i = 0; i < critics.size(); ++i) critic_assignment[critics[i]] = train_assignment[trainers[i]];
+      RETURN_IF_ERROR(TransferRows(step_id, step, prompts, train_assignment, critic_assignment).status());
+      m["timing_s/transfer_batch"] += Seconds(t0);
+    }
 
     SetState(JobState::kStepOldLogProb);
     t0 = Clock::now();
@@ -941,8 +1004,9 @@ class JobRunner::Impl {
       t0 = Clock::now();
       v1::ComputeValuesRequest vr;
       vr.set_step_id(step_id);
-      ASSIGN_OR_RETURN(auto values, OnAllRanks(vr, &WorkerClient::ComputeValues, trainers));
+      ASSIGN_OR_RETURN(auto values, OnAllRanks(vr, &WorkerClient::ComputeValues, CriticRanks()));
       MergeMetrics(m, values);
+      RETURN_IF_ERROR(MoveColumn(step_id, "values", CriticRanks(), trainers));  // for the advantage
       m["timing_s/values"] = Seconds(t0);
     }
     RETURN_IF_ERROR(CheckCancel());
@@ -973,7 +1037,8 @@ class JobRunner::Impl {
       v1::UpdateCriticRequest cr;
       cr.set_step_id(step_id);
       cr.set_seed(update_seed);
-      ASSIGN_OR_RETURN(auto critic_resp, OnAllRanks(cr, &WorkerClient::UpdateCritic, trainers));
+      RETURN_IF_ERROR(MoveColumn(step_id, "returns", trainers, CriticRanks()));
+      ASSIGN_OR_RETURN(auto critic_resp, OnAllRanks(cr, &WorkerClient::UpdateCritic, CriticRanks()));
       MergeMetrics(m, critic_resp);
       m["timing_s/update_critic"] = Seconds(t0);
     }
@@ -1107,7 +1172,7 @@ class JobRunner::Impl {
     req.set_dir(fs::absolute(dir).string());
     req.set_global_step(step);
     req.set_hf_export(hf_export);
-    return OnAllRanks(req, &WorkerClient::SaveCheckpoint, TrainerRanks()).status();
+    return OnAllRanks(req, &WorkerClient::SaveCheckpoint, CheckpointRanks()).status();
   }
 };
 

@@ -72,7 +72,8 @@ void RequireSameRun(const std::map<int, nlohmann::json>& one, const std::map<int
     INFO("step " << step);
     for (const char* key :
          {"critic/score/mean", "response_length/mean", "critic/advantages/mean", "actor/pg_loss", "actor/grad_norm",
-          "actor/kl_loss", "actor/entropy", "val-core/verl_cpp/repeat_letter/reward/mean@1"}) {
+          "actor/kl_loss", "actor/entropy", "val-core/verl_cpp/repeat_letter/reward/mean@1", "critic/vf_loss",
+          "critic/grad_norm", "critic/values/mean", "critic/returns/mean"}) {
       if (!metrics.contains(key)) continue;
       INFO(key);
       REQUIRE(many.at(step).contains(key));
@@ -114,6 +115,35 @@ TEST_CASE("data parallel: 1 rank, 2 ranks, 2 workers x 2 ranks and two hand-star
   // The daemons outlive the job (the controller does not own them) and serve the next one.
   REQUIRE(a.process->exit_code() == -1);
   REQUIRE(b.process->exit_code() == -1);
+}
+
+TEST_CASE("split placement with a critic: PPO with the critic (and the rollout) on ranks of their own agrees with "
+          "the colocated run step by step",
+          "[e2e][dp][placement]") {
+  Inputs in;
+  const std::vector<std::string> ppo = {"algorithm.adv_estimator=gae", "trainer.save_freq=3",
+                                        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64",
+                                        "critic.ppo_micro_batch_size_per_gpu=64"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), ppo.begin(), ppo.end());
+    return extra;
+  };
+  const auto colocated = in.Job("ppo-colocated", with({"trainer.n_gpus_per_node=2"}));
+  REQUIRE(colocated.at(1).contains("critic/vf_loss"));
+  // Ranks 0-1 actor and ref, 2-3 critic: values go to the actor's ranks for the advantage, returns come back.
+  RequireSameRun(colocated, in.Job("ppo-critic", with({"trainer.n_gpus_per_node=4", "resource_pool.critic_ranks=2"})),
+                 "critic on ranks of its own");
+  // And the rollout on a fifth: rows go rollout -> actor -> critic.
+  RequireSameRun(colocated,
+                 in.Job("ppo-critic-rollout", with({"trainer.n_gpus_per_node=5", "resource_pool.critic_ranks=2",
+                                                    "resource_pool.rollout_ranks=1"})),
+                 "critic and rollout on ranks of their own");
+  // The checkpoint has both parts, written by the actor's and the critic's group rank 0.
+  for (const char* part : {"actor", "critic"}) {
+    INFO(part);
+    CHECK(fs::exists(in.dir.file(std::string("ppo-critic/ckpt/global_step_6/") + part +
+                                 "/model_world_size_1_rank_0.safetensors")));
+  }
 }
 
 TEST_CASE("data parallel: bad cluster setups fail at startup naming the address", "[e2e][dp]") {

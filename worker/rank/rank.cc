@@ -183,16 +183,30 @@ class CpuRank final : public RankInterface {
     return CatchTorch(Context("SyncWeights"), [&]() -> absl::StatusOr<Metrics> {
       const auto start = std::chrono::steady_clock::now();
       at::NoGradGuard no_grad;
-      const bool root = transfer_comm_->rank() == 0;
-      const bool receiver = !HasRole("actor");  // a rollout-only rank
-      GatheredModel gathered(*actor_, /*keep_changes=*/false);  // a sharded actor: the whole of it, on every trainer
+      const bool root = transfer_comm_->rank() == 0;  // the actor's group rank 0
+      const bool receiver = actor_ && !HasRole("actor");  // a rollout-only rank
+      std::optional<GatheredModel> gathered;  // a sharded actor: the whole of it, on every trainer
+      if (actor_) gathered.emplace(*actor_, /*keep_changes=*/false);
       std::vector<at::Tensor> params;
       int64_t total = 0;
-      for (const auto& [name, t] : actor_->named_parameters()) {
-        params.push_back(t);
-        total += t.numel();
+      if (actor_) {
+        for (const auto& [name, t] : actor_->named_parameters()) {
+          params.push_back(t);
+          total += t.numel();
+        }
       }
-      const at::ScalarType dtype = params.front().scalar_type();
+      // The size and dtype first, from the root: a rank without the actor (a critic-only rank) takes part in the
+      // broadcasts without knowing the model.
+      at::Tensor header = at::tensor(
+          {total, static_cast<int64_t>(params.empty() ? DType::kFloat32 : FromScalarType(params.front().scalar_type()))},
+          at::kLong);
+      {
+        absl::Status s = transfer_comm_->Broadcast(header.data_ptr(), 2, DType::kInt64, 0, transfer_timeout_);
+        if (!s.ok()) throw StatusError(Annotate(s, "weight sync header"));
+      }
+      total = header[0].item<int64_t>();
+      const at::ScalarType dtype = ToScalarType(static_cast<DType>(header[1].item<int64_t>()));
+      if (total == 0) return Metrics{};
       const int64_t bucket_elements = std::max<int64_t>(1, bucket_bytes / static_cast<int64_t>(c10::elementSize(dtype)));
       const at::Device where = CommDeviceOf(transfer_comm_.get());
       at::Tensor bucket = at::empty({std::min(bucket_elements, total)}, at::TensorOptions(dtype).device(where));
@@ -219,6 +233,40 @@ class CpuRank final : public RankInterface {
       m["timing_s/weight_sync"] =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       return m;
+    });
+  }
+
+  absl::StatusOr<Metrics> TransferColumn(const std::string& step_id, const std::string& column, int peer,
+                                         bool send) override {
+    ASSIGN_OR_RETURN(StepBatch * batch, Find("TransferColumn", step_id));
+    if (!transfer_comm_) {
+      return Error("TransferColumn", absl::FailedPreconditionError("no transfer group (the job's roles are colocated)"));
+    }
+    at::Tensor* slot = column == "values" ? &batch->values : column == "returns" ? &batch->returns : nullptr;
+    if (slot == nullptr) {
+      return Error("TransferColumn",
+                   absl::InvalidArgumentError(absl::StrCat("unknown column '", column, "' (values or returns)")));
+    }
+    if (send && !slot->defined()) {
+      return Error("TransferColumn", absl::FailedPreconditionError(absl::StrCat("step has no ", column, " yet")));
+    }
+    return CatchTorch(Context("TransferColumn/" + column), [&]() -> absl::StatusOr<Metrics> {
+      const int64_t rows = batch->seq.size();
+      if (send) {
+        SendTensor(at::tensor({slot->size(0), slot->size(1)}, at::kLong), peer);
+        SendTensor(slot->to(at::kFloat), peer);
+        return Metrics{};
+      }
+      const at::Tensor shape = RecvTensor({2}, at::kLong, peer).cpu();
+      if (shape[0].item<int64_t>() != rows) {
+        throw StatusError(absl::InvalidArgumentError(absl::StrCat("transfer rank ", peer, " sent ", column, " for ",
+                                                                  shape[0].item<int64_t>(), " rows, this rank holds ",
+                                                                  rows)));
+      }
+      // Where the rank's own would be: values on the device (ComputeValues), returns on the host (ComputeAdvantage).
+      *slot = RecvTensor({rows, shape[1].item<int64_t>()}, at::kFloat, peer)
+                  .to(column == "values" ? device_ : at::Device(at::kCPU));
+      return Metrics{};
     });
   }
 
@@ -276,11 +324,20 @@ class CpuRank final : public RankInterface {
     if (config_.model_path.empty()) return Error("LoadModel", absl::FailedPreconditionError("roles not configured"));
     return CatchTorch(Context("LoadModel"), [&]() -> absl::StatusOr<LoadModelOutput> {
       const at::ScalarType dtype = config_.dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
-      // Load errors carry the rank and the role, as every other error of this interface does.
-      auto actor = DecoderModel::Load(config_.model_path, dtype, device_);
-      if (!actor.ok()) return Error("LoadModel/actor", actor.status());
-      actor_ = std::move(*actor);
-      actor_->SetRequiresGrad(false);
+      // Load errors carry the rank and the role, as every other error of this interface does. A critic-only rank
+      // (split placement) loads neither the actor nor the tokenizer.
+      actor_.reset();
+      ref_.reset();
+      critic_.reset();
+      critic_optimizer_.reset();
+      optimizer_.reset();
+      tokenizer_.reset();
+      if (HasRole("actor") || HasRole("rollout")) {
+        auto actor = DecoderModel::Load(config_.model_path, dtype, device_);
+        if (!actor.ok()) return Error("LoadModel/actor", actor.status());
+        actor_ = std::move(*actor);
+        actor_->SetRequiresGrad(false);
+      }
       if (HasRole("ref")) {
         auto ref = DecoderModel::Load(config_.model_path, dtype, device_);
         if (!ref.ok()) return Error("LoadModel/ref", ref.status());
@@ -298,9 +355,12 @@ class CpuRank final : public RankInterface {
             AdamWOptions{c.lr, c.weight_decay, c.beta1, c.beta2, c.eps, c.optimizer_offload});
       }
       // A rollout-only rank (split placement) holds the actor's weights to generate with, and no optimizer.
-      optimizer_.reset();
       if (HasRole("actor")) optimizer_ = std::make_unique<AdamW>(actor_->named_parameters(), ActorOptimizerOptions());
       ApplySharding();
+      if (!actor_) {
+        const DecoderModel& d = critic_->decoder();
+        return LoadModelOutput{d.num_parameters(), static_cast<int32_t>(d.config().vocab_size)};
+      }
       auto tok = Tokenizer::FromFile(config_.model_path + "/tokenizer.json");
       if (!tok.ok()) return Error("LoadModel/tokenizer", tok.status());
       tokenizer_ = std::make_unique<Tokenizer>(std::move(*tok));
@@ -311,7 +371,7 @@ class CpuRank final : public RankInterface {
   absl::StatusOr<GenerateOutput> Generate(const std::string& step_id, const std::vector<PromptInput>& prompts,
                                           const SamplingSettings& sampling, bool greedy_baseline) override {
     if (auto it = batches_.find(step_id); it != batches_.end()) return it->second.generate_output;
-    RETURN_IF_ERROR(RequireModel("Generate"));
+    RETURN_IF_ERROR(RequireRollout("Generate"));
     if (prompts.empty()) return Error("Generate", absl::InvalidArgumentError("no prompts"));
     // Ids outside the vocabulary would index past the embedding table: an error on the CPU, a device-side assert that
     // poisons the whole CUDA context on a GPU. Refuse them here, naming where they are.
@@ -390,6 +450,7 @@ class CpuRank final : public RankInterface {
   }
 
   absl::StatusOr<ScoreOutput> Score(const std::string& step_id) override {
+    RETURN_IF_ERROR(RequireRollout("Score"));
     ASSIGN_OR_RETURN(StepBatch * batch, Find("Score", step_id));
     if (batch->score_output) return *batch->score_output;
     return CatchTorch(Context("Score"), [&]() -> absl::StatusOr<ScoreOutput> {
@@ -620,7 +681,9 @@ class CpuRank final : public RankInterface {
 
   absl::Status SaveCheckpoint(const std::string& dir, int64_t global_step, bool hf_export) override {
     RETURN_IF_ERROR(RequireModel("SaveCheckpoint"));
-    if (!optimizer_) return Error("SaveCheckpoint", absl::FailedPreconditionError("no actor is placed on this rank"));
+    if (!optimizer_ && !critic_) {
+      return Error("SaveCheckpoint", absl::FailedPreconditionError("neither an actor nor a critic is placed here"));
+    }
     // Data-parallel replicas hold identical parameters and optimizer state: group rank 0 writes them, in the layout
     // of one rank (model_world_size_1_rank_0), so a checkpoint resumes on any number of ranks. A sharded optimizer
     // state is first sent to rank 0 (and dropped there again after the write).
@@ -629,9 +692,13 @@ class CpuRank final : public RankInterface {
     return CatchTorch(Context("SaveCheckpoint"), [&]() -> absl::Status {
       GatherShardedMoments(optimizer_.get(), true);
       if (critic_optimizer_) GatherShardedMoments(critic_optimizer_.get(), true);
-      GatheredModel gathered(*actor_, /*keep_changes=*/false);
+      std::optional<GatheredModel> gathered;
       std::vector<at::Tensor> gathered_moments;  // keeps the full moments of a sharded actor alive
-      const TrainableState actor_state = ActorState(/*gather=*/true, &gathered_moments);
+      std::optional<TrainableState> actor_state;
+      if (optimizer_) {
+        gathered.emplace(*actor_, /*keep_changes=*/false);
+        actor_state = ActorState(/*gather=*/true, &gathered_moments);
+      }
       absl::Status written =
           GroupRank() == 0 ? WriteCheckpoint(dir, actor_state, global_step, hf_export) : absl::OkStatus();
       GatherShardedMoments(optimizer_.get(), false);
@@ -640,13 +707,16 @@ class CpuRank final : public RankInterface {
     });
   }
 
-  // Group rank 0's part of SaveCheckpoint (the optimizer state gathered).
-  absl::Status WriteCheckpoint(const std::string& dir, const TrainableState& actor_state, int64_t global_step,
-                               bool hf_export) {
+  // Group rank 0's part of SaveCheckpoint (the optimizer state gathered): the actor's part where the actor is, the
+  // critic's where the critic is (a critic on ranks of its own has a group of its own, whose rank 0 writes it).
+  absl::Status WriteCheckpoint(const std::string& dir, const std::optional<TrainableState>& actor_state,
+                               int64_t global_step, bool hf_export) {
     {
       const std::string actor_dir = dir + "/actor";
-      RETURN_IF_ERROR(SaveTrainableState(actor_dir, actor_state, global_step, 1, 0, updates_done_));
-      if (hf_export) RETURN_IF_ERROR(ExportHuggingFace(actor_dir + "/huggingface", *actor_, config_.model_path));
+      if (actor_state) {
+        RETURN_IF_ERROR(SaveTrainableState(actor_dir, *actor_state, global_step, 1, 0, updates_done_));
+        if (hf_export) RETURN_IF_ERROR(ExportHuggingFace(actor_dir + "/huggingface", *actor_, config_.model_path));
+      }
       if (critic_) {
         RETURN_IF_ERROR(SaveTrainableCheckpoint(dir + "/critic", critic_->named_parameters(), *critic_optimizer_,
                                                 global_step, 1, 0, critic_updates_done_));
@@ -657,11 +727,13 @@ class CpuRank final : public RankInterface {
 
   absl::Status LoadCheckpoint(const std::string& dir, int64_t global_step) override {
     RETURN_IF_ERROR(RequireModel("LoadCheckpoint"));
-    if (!optimizer_) return Error("LoadCheckpoint", absl::FailedPreconditionError("no actor is placed on this rank"));
+    if (!optimizer_ && !critic_) {
+      return Error("LoadCheckpoint", absl::FailedPreconditionError("neither an actor nor a critic is placed here"));
+    }
     return CatchTorch(Context("LoadCheckpoint"), [&]() -> absl::Status {
       // The update counts drive the lr warmup; older checkpoints without them fall back to the step.
       int64_t actor_updates = -1, critic_updates = -1;
-      {
+      if (optimizer_) {
         // A sharded actor loads into full buffers and keeps its slices (Reshard, ScatterMoments).
         GatheredModel gathered(*actor_, /*keep_changes=*/true);
         std::vector<at::Tensor> full_moments;
@@ -1014,7 +1086,12 @@ class CpuRank final : public RankInterface {
   std::string Context(const std::string& stage) const { return absl::StrCat("rank ", rank_id_, " ", stage); }
   absl::Status Error(const std::string& stage, const absl::Status& s) const { return Annotate(s, Context(stage)); }
   absl::Status RequireModel(const std::string& stage) const {
-    if (!actor_) return Error(stage, absl::FailedPreconditionError("no model loaded (call LoadModel first)"));
+    if (!actor_ && !critic_) return Error(stage, absl::FailedPreconditionError("no model loaded (call LoadModel first)"));
+    return absl::OkStatus();
+  }
+  absl::Status RequireRollout(const std::string& stage) const {
+    RETURN_IF_ERROR(RequireModel(stage));
+    if (!actor_ || !tokenizer_) return Error(stage, absl::FailedPreconditionError("no rollout is placed on this rank"));
     return absl::OkStatus();
   }
   absl::StatusOr<StepBatch*> Find(const std::string& stage, const std::string& step_id) {

@@ -197,6 +197,11 @@ class RankInterface {
   // Sends and receives step_id's rows as `plan` says; a receiving rank then holds the step as if it had generated
   // and scored it (responses, masks, rollout log-probs, token rewards, ReMax baseline scores).
   virtual absl::StatusOr<Metrics> TransferBatch(const std::string& step_id, const TransferPlan& plan) = 0;
+  // Split placement with the critic on ranks of its own: one column of step_id ("values": the critic's values,
+  // "returns": the advantage's returns) sent to, or received from, the transfer rank `peer`, which holds the same
+  // rows in the same order.
+  virtual absl::StatusOr<Metrics> TransferColumn(const std::string& step_id, const std::string& column, int peer,
+                                                 bool send) = 0;
   virtual absl::StatusOr<LoadModelOutput> LoadModel() = 0;
   // With greedy_baseline (ReMax) one greedy response per prompt is also generated and later scored as the baseline.
   virtual absl::StatusOr<GenerateOutput> Generate(const std::string& step_id, const std::vector<PromptInput>& prompts,

@@ -444,6 +444,18 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::TransferBatch(grpc::CallbackServerC
                    });
 }
 
+grpc::ServerUnaryReactor* WorkerServiceImpl::TransferColumn(grpc::CallbackServerContext* ctx,
+                                                            const v1::TransferColumnRequest* req,
+                                                            v1::TransferColumnResponse* resp) {
+  return RunOnRank(ctx, "TransferColumn", req->local_rank(), req->step_id(),
+                   [req, resp](RankInterface& rank) -> absl::Status {
+                     ASSIGN_OR_RETURN(Metrics m,
+                                      rank.TransferColumn(req->step_id(), req->column(), req->peer(), req->send()));
+                     ToProto(m, resp->mutable_metrics());
+                     return absl::OkStatus();
+                   });
+}
+
 grpc::ServerUnaryReactor* WorkerServiceImpl::SaveCheckpoint(grpc::CallbackServerContext* ctx,
                                                             const v1::SaveCheckpointRequest* req,
                                                             v1::SaveCheckpointResponse*) {

@@ -66,6 +66,8 @@ class WorkerServiceImpl final : public verl::v1::WorkerService::CallbackService 
                                         v1::SyncWeightsResponse* resp) override;
   grpc::ServerUnaryReactor* TransferBatch(grpc::CallbackServerContext* ctx, const v1::TransferBatchRequest* req,
                                           v1::TransferBatchResponse* resp) override;
+  grpc::ServerUnaryReactor* TransferColumn(grpc::CallbackServerContext* ctx, const v1::TransferColumnRequest* req,
+                                           v1::TransferColumnResponse* resp) override;
   grpc::ServerUnaryReactor* SaveCheckpoint(grpc::CallbackServerContext* ctx, const v1::SaveCheckpointRequest* req,
                                            v1::SaveCheckpointResponse* resp) override;
   grpc::ServerUnaryReactor* LoadCheckpoint(grpc::CallbackServerContext* ctx, const v1::LoadCheckpointRequest* req,

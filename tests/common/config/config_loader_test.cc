@@ -378,7 +378,13 @@ TEST_CASE("combination rules", "[config]") {
     CHECK(error({"trainer.n_gpus_per_node=3", "resource_pool.rollout_ranks=1"}).ok());
     CHECK_ERROR_CONTAINS(error({"trainer.n_gpus_per_node=4", "resource_pool.rollout_ranks=1"}),
                          "must be divisible by the number of training ranks trainer.nnodes * trainer.n_gpus_per_node "
-                         "- resource_pool.rollout_ranks (3)");
+                         "- resource_pool.rollout_ranks - resource_pool.critic_ranks (3)");
+    CHECK_ERROR_CONTAINS(error({"trainer.n_gpus_per_node=2", "resource_pool.critic_ranks=1",
+                                "algorithm.adv_estimator=grpo"}),
+                         "resource_pool.critic_ranks (1) places a critic, but there is none");
+    CHECK_ERROR_CONTAINS(error({"trainer.n_gpus_per_node=3", "resource_pool.critic_ranks=1",
+                                "algorithm.adv_estimator=gae"}),
+                         "resource_pool.critic_ranks (1) must equal the actor's ranks (2");
     CHECK_ERROR_CONTAINS(error({"trainer.n_gpus_per_node=2", "resource_pool.rollout_ranks=2"}),
                          "resource_pool.rollout_ranks (2) must be >= 0 and leave at least one of the 2 ranks");
     CHECK_ERROR_CONTAINS(error({"resource_pool.rollout_ranks=-1"}), "resource_pool.rollout_ranks (-1)");
