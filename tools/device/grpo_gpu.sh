@@ -21,6 +21,8 @@ HOST_COMPARE="${HOST_COMPARE:-1}"    # also run 2 GPUs over the host backend
 OFFLOAD="${OFFLOAD:-1}"              # also run 1 GPU with fsdp_config.optimizer_offload
 ZERO3="${ZERO3:-1}"                  # also run 2 GPUs with shard_parameters (ZeRO-3)
 SPLIT="${SPLIT:-1}"                  # also run 2 GPUs with split placement (one trains, one generates)
+CRITIC="${CRITIC:-0}"                # also PPO (GAE) on 1 GPU and with the critic on a GPU of its own
+BASE="${BASE:-1}"                    # the GRPO runs on 1 and 2 GPUs
 mkdir -p "$OUT"
 start=$(date +%s)
 secs() { echo $(( $(date +%s) - start )); }
@@ -66,10 +68,13 @@ if [ $build_rc = 0 ]; then
     tail -c 3000 "$work/$name/logs/workers/worker-0.log" >> "$OUT/run-$name.log" 2>/dev/null
     runs+=("$name:$ranks:$rc")
   }
-  run gpu1 1
+  if [ "$BASE" = 1 ]; then run gpu1 1; fi
   if [ "$OFFLOAD" = 1 ]; then run gpu1-offload 1 actor_rollout_ref.actor.fsdp_config.optimizer_offload=true; fi
+  ppo=(algorithm.adv_estimator=gae critic.ppo_micro_batch_size_per_gpu=32 critic.forward_micro_batch_size_per_gpu=64)
+  if [ "$CRITIC" = 1 ]; then run gpu1-ppo 1 "${ppo[@]}"; fi
   if [ "$gpus" -ge 2 ]; then
-    run gpu2 2                                   # NCCL (cluster.comm_backend=auto)
+    if [ "$BASE" = 1 ]; then run gpu2 2; fi      # NCCL (cluster.comm_backend=auto)
+    if [ "$CRITIC" = 1 ]; then run gpu2-ppo-critic 2 "${ppo[@]}" resource_pool.critic_ranks=1; fi
     if [ "$ZERO3" = 1 ]; then run gpu2-zero3 2 actor_rollout_ref.actor.shard_parameters=true; fi
     if [ "$SPLIT" = 1 ]; then run gpu2-split 2 resource_pool.rollout_ranks=1; fi
     if [ "$HOST_COMPARE" = 1 ]; then run gpu2-host 2 cluster.comm_backend=host; fi  # the host backend, to compare
@@ -87,7 +92,8 @@ keys = ["timing_s/step", "timing_s/gen", "timing_s/old_log_prob", "timing_s/ref"
         "perf/max_memory_rss_gb", "perf/actor_optimizer_state_gb", "perf/actor_parameters_gb",
         "perf/max_memory_allocated_gb", "perf/max_memory_reserved_gb", "critic/score/mean",
         "timing_s/weight_sync", "timing_s/transfer_batch", "perf/weight_sync_gb", "perf/transfer_batch_mb",
-        "training/rollout_probs_diff_max"]
+        "training/rollout_probs_diff_max", "critic/vf_loss", "critic/grad_norm", "timing_s/values",
+        "timing_s/update_critic"]
 for spec in "${runs[@]}".split():
     name, ranks, rc = spec.split(":")
     r = {"name": name, "ranks": int(ranks), "rc": int(rc), "steps": []}
