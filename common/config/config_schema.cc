@@ -112,6 +112,8 @@ const std::vector<ConfigKeySpec>& Table() {
        "Sample (true) or decode greedily (false)."},
       {"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", T::kOptionalInt, "null", "", false, O::kVerl,
        "Samples per forward pass when computing old log-probs; null means the whole batch of the rank."},
+      {"actor_rollout_ref.rollout.gather_layer_by_layer", T::kBool, "false", "", false, O::kOurs,
+       "With actor_rollout_ref.actor.shard_parameters: generate gathering one layer at a time for every decoding step, so no rank ever holds the whole actor (a collective per layer per token: slow), instead of gathering the whole actor once per rollout."},
       {"actor_rollout_ref.rollout.update_weights_bucket_megabytes", T::kInt, "512", "", false, O::kVerl,
        "Split placement (resource_pool.rollout_ranks > 0): the actor's weights go to the rollout ranks in buckets of at most this many MB, each under cluster.comm_timeout_s."},
       {"actor_rollout_ref.rollout.val_kwargs.temperature", T::kDouble, "0.0", "", false, O::kVerl,

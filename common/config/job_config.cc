@@ -167,6 +167,7 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   r.Read("actor_rollout_ref.rollout.do_sample", &ro.do_sample);
   r.Read("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", &ro.log_prob_micro_batch_size_per_gpu);
   r.Read("actor_rollout_ref.rollout.update_weights_bucket_megabytes", &ro.update_weights_bucket_megabytes);
+  r.Read("actor_rollout_ref.rollout.gather_layer_by_layer", &ro.gather_layer_by_layer);
   r.Read("resource_pool.rollout_ranks", &c.resource_pool.rollout_ranks);
   r.Read("resource_pool.critic_ranks", &c.resource_pool.critic_ranks);
   r.Read("actor_rollout_ref.rollout.val_kwargs.temperature", &ro.val_kwargs.temperature);

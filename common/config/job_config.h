@@ -109,6 +109,7 @@ struct RolloutConfig {
   bool do_sample = true;
   std::optional<int64_t> log_prob_micro_batch_size_per_gpu;  // nullopt: whole batch of the rank
   int64_t update_weights_bucket_megabytes = 512;            // split placement: weight sync buckets
+  bool gather_layer_by_layer = false;                      // ZeRO-3 rollout: per-layer gathers, not the whole actor
   ValKwargs val_kwargs;
   bool operator==(const RolloutConfig&) const = default;
 };

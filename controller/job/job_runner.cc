@@ -639,6 +639,7 @@ class JobRunner::Impl {
     ac->set_shard_optimizer_state(a.shard_optimizer_state);
     ac->set_shard_parameters(a.shard_parameters);
     ac->set_optimizer_offload(a.optimizer_offload);
+    ac->set_rollout_gather_layer_by_layer(arr.rollout.gather_layer_by_layer);
     const int64_t step_seqs = config_.data.train_batch_size * arr.rollout.n / Trainers();
     ac->set_log_prob_micro_batch_size_per_gpu(
         static_cast<int32_t>(arr.rollout.log_prob_micro_batch_size_per_gpu.value_or(step_seqs)));

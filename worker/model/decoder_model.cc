@@ -206,7 +206,7 @@ std::pair<at::Tensor, at::Tensor> DecoderModel::RopeCosSin(const at::Tensor& pos
 KvCache DecoderModel::NewCache(int64_t batch, int64_t capacity) const {
   KvCache cache;
   cache.capacity = capacity;
-  auto opts = embed_.options().requires_grad(false);
+  auto opts = (sharded() ? units_.front().unit->shard().options() : embed_.options()).requires_grad(false);
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     cache.k.push_back(at::zeros({batch, config_.num_key_value_heads, capacity, config_.head_dim}, opts));
     cache.v.push_back(at::zeros({batch, config_.num_key_value_heads, capacity, config_.head_dim}, opts));
@@ -245,8 +245,9 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
 at::Tensor DecoderModel::Forward(const at::Tensor& input_ids, const at::Tensor& position_ids,
                                  const at::Tensor& attn_mask, KvCache* cache) const {
   if (sharded() && !gathered_) {
-    TORCH_CHECK(cache == nullptr, "a sharded model decodes with a cache only between Unshard() and Reshard()");
-    return ShardedForward(input_ids, position_ids, attn_mask);
+    TORCH_CHECK(cache == nullptr || !at::GradMode::is_enabled(),
+                "a sharded model decodes with a cache layer by layer only without gradients");
+    return ShardedForward(input_ids, position_ids, attn_mask, cache);
   }
   at::Tensor h = at::embedding(embed_, input_ids);
   auto [cos, sin] = RopeCosSin(position_ids, h.scalar_type());
@@ -258,24 +259,26 @@ at::Tensor DecoderModel::Forward(const at::Tensor& input_ids, const at::Tensor& 
 // Each unit gathered in turn: the embedding and the final norm with autograd history to their shards, each layer
 // through RunShardedBlock (recomputed in backward).
 at::Tensor DecoderModel::ShardedForward(const at::Tensor& input_ids, const at::Tensor& position_ids,
-                                        const at::Tensor& attn_mask) const {
+                                        const at::Tensor& attn_mask, KvCache* cache) const {
   at::Tensor h = at::embedding(units_.front().unit->Views(units_.front().unit->GatherForAutograd())[0], input_ids);
   auto [cos, sin] = RopeCosSin(position_ids, h.scalar_type());
   for (size_t i = 0; i < layers_.size(); ++i) {
     const FlatUnit& unit = *units_[1 + i].unit;
     h = RunShardedBlock(
         unit,
-        [this, &unit, cos = cos, sin = sin, attn_mask, i](const std::vector<at::Tensor>& params, const at::Tensor& x) {
+        [this, &unit, cos = cos, sin = sin, attn_mask, cache, i](const std::vector<at::Tensor>& params,
+                                                                 const at::Tensor& x) {
           const Layer L = MakeLayer([&](const std::string& name) {
             for (size_t k = 0; k < params.size(); ++k) {
               if (unit.names()[k] == name) return params[k];
             }
             return at::Tensor();
           });
-          return LayerForward(L, x, cos, sin, attn_mask, nullptr, i);
+          return LayerForward(L, x, cos, sin, attn_mask, cache, i);  // a cache only without gradients
         },
         h);
   }
+  if (cache) cache->length += input_ids.size(1);
   const FlatUnit& norm = *units_[1 + layers_.size()].unit;
   return RmsNorm(h, norm.Views(norm.GatherForAutograd())[0]);
 }

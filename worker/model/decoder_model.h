@@ -54,6 +54,8 @@ class DecoderModel {
 
   // A cache for `batch` sequences of up to `capacity` positions, zero-filled.
   KvCache NewCache(int64_t batch, int64_t capacity) const;
+  // Where the parameters (or their shards) live.
+  at::Device device() const { return inv_freq_.device(); }
 
   // Every parameter with its HF name, in a fixed order. With tied embeddings lm_head is not listed. For a sharded
   // model the tensors are defined only between Unshard() and Reshard().
@@ -65,9 +67,9 @@ class DecoderModel {
 
   // Parameter sharding (ZeRO-3 / FSDP, worker/comm/param_sharding.h) over `group`: units are the embedding, each
   // layer, the final norm and the untied LM head; this rank keeps its shard of each and drops the full parameters.
-  // Forward and Logits then gather one unit at a time (layers recomputed in backward); decoding with a KvCache needs
-  // the full parameters (Unshard). Every rank of the group must call this, and every gathering method below, in the
-  // same order.
+  // Forward and Logits then gather one unit at a time (layers recomputed in backward); decoding with a KvCache too,
+  // without gradients (a gather per layer per decoding step), or with the whole model gathered once (Unshard). Every
+  // rank of the group must call this, and every gathering method below, in the same order.
   void ShardParameters(const ShardGroup& group);
   bool sharded() const { return !units_.empty(); }
   // The rank's shard of each unit ("shard.embed", "shard.layers.N", "shard.norm", "shard.lm_head"), the tensors an
@@ -109,8 +111,8 @@ class DecoderModel {
   void BindFieldsKeepingCount();
   at::Tensor LayerForward(const Layer& L, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
                           const at::Tensor& attn_mask, KvCache* cache, size_t i) const;
-  at::Tensor ShardedForward(const at::Tensor& input_ids, const at::Tensor& position_ids,
-                            const at::Tensor& attn_mask) const;
+  at::Tensor ShardedForward(const at::Tensor& input_ids, const at::Tensor& position_ids, const at::Tensor& attn_mask,
+                            KvCache* cache) const;
   at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight) const;
   std::pair<at::Tensor, at::Tensor> RopeCosSin(const at::Tensor& position_ids, at::ScalarType dtype) const;
 

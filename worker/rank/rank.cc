@@ -418,9 +418,10 @@ class CpuRank final : public RankInterface {
       batch.prompts = prompts;
       batch.n = opts.n;
       {
-        // A sharded actor is gathered whole for the rollout (decoding step by step, it would otherwise gather every
-        // layer for every token), and dropped again after.
-        GatheredModel gathered(*actor_, /*keep_changes=*/false);
+        // A sharded actor is gathered whole for the rollout and dropped again after, unless asked to gather layer by
+        // layer (every layer for every token: memory-lean, slow).
+        std::optional<GatheredModel> gathered;
+        if (!config_.actor.rollout_gather_layer_by_layer) gathered.emplace(*actor_, /*keep_changes=*/false);
         batch.rollout = verl::Generate(*actor_, ToTokenLists(prompts), opts);
         if (greedy_baseline) {
           SamplingOptions greedy = opts;

@@ -64,7 +64,7 @@ RolloutBatch Generate(const DecoderModel& model, const std::vector<std::vector<i
   const int64_t R = options.max_new_tokens;
   auto long_opts = at::TensorOptions().dtype(at::kLong);
   // The batch is laid out on the host, then everything runs on the model's device.
-  const at::Device device = model.named_parameters().front().second.device();
+  const at::Device device = model.device();
   auto dev_long = long_opts.device(device);
 
   RolloutBatch out;

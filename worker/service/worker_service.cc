@@ -52,6 +52,7 @@ RankActorSettings FromProto(const v1::ActorConfig& a) {
   s.shard_optimizer_state = a.shard_optimizer_state();
   s.shard_parameters = a.shard_parameters();
   s.optimizer_offload = a.optimizer_offload();
+  s.rollout_gather_layer_by_layer = a.rollout_gather_layer_by_layer();
   return s;
 }
 

@@ -232,6 +232,10 @@ TEST_CASE("data parallel: 1, 2 and 4 ranks take the same update", "[worker][rank
       INFO("world " << world);
       REQUIRE(many.actor.at("perf/actor_parameters_gb") < one.actor.at("perf/actor_parameters_gb") * (1.0 / world + 0.05));
     }
+    // The rollout gathering one layer per decoding step instead of the whole actor: the same tokens and update.
+    config.actor.rollout_gather_layer_by_layer = true;
+    RequireSameStep(one, RunStep(m, 2, config, Grpo(), out, "", "layered"), 2);
+    config.actor.rollout_gather_layer_by_layer = false;
     // A checkpoint (one-rank layout, whatever the sharding) resumes into sharded ranks: each takes its slices of the
     // parameters and of the moments, and the next step matches the unsharded one.
     config.actor.shard_parameters = false;
