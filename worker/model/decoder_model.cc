@@ -284,11 +284,15 @@ at::Tensor DecoderModel::ShardedForward(const at::Tensor& input_ids, const at::T
 }
 
 at::Tensor DecoderModel::Logits(const at::Tensor& hidden) const {
+  return at::linear(hidden, LmHeadWeight()).to(at::kFloat);
+}
+
+at::Tensor DecoderModel::LmHeadWeight() const {
   if (sharded() && !gathered_) {
     const FlatUnit& head = config_.tie_word_embeddings ? *units_.front().unit : *units_.back().unit;
-    return at::linear(hidden, head.Views(head.GatherForAutograd())[0]).to(at::kFloat);
+    return head.Views(head.GatherForAutograd())[0];
   }
-  return at::linear(hidden, lm_head_).to(at::kFloat);
+  return lm_head_;
 }
 
 }  // namespace verl

@@ -51,6 +51,9 @@ class DecoderModel {
 
   // hidden [..., H] -> logits [..., vocab] in float32.
   at::Tensor Logits(const at::Tensor& hidden) const;
+  // The LM head's weight [vocab, H] (the embedding when tied; for a sharded model gathered, with autograd history to
+  // its shard), for callers that apply it themselves (ChunkedLogProbs).
+  at::Tensor LmHeadWeight() const;
 
   // A cache for `batch` sequences of up to `capacity` positions, zero-filled.
   KvCache NewCache(int64_t batch, int64_t capacity) const;

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
+#include "worker/train/chunked_log_probs.h"
 #include "worker/train/core_algos.h"
 #include "worker/train/metric_accumulator.h"
 #include "worker/train/policy_loss.h"
@@ -21,12 +22,11 @@ LogProbResult ForwardLogProbs(const DecoderModel& model, const SequenceBatch& ba
   const int64_t S = ids.size(1);
   const int64_t R = responses.size(1);
   at::Tensor hidden = model.Forward(ids, PositionIdsFromMask(valid), BuildAttentionMask(valid, 0, S), nullptr);
-  // The hidden state at position t predicts token t + 1: responses start at S - R.
-  at::Tensor logits = model.Logits(hidden.narrow(1, S - R - 1, R)) / temperature;
-  LogProbResult r;
-  r.log_probs = logits.log_softmax(-1).gather(-1, responses.unsqueeze(-1)).squeeze(-1);
-  if (with_entropy) r.entropy = EntropyFromLogits(logits);
-  return r;
+  // The hidden state at position t predicts token t + 1: responses start at S - R. The [tokens, vocab] logits are
+  // formed a chunk of tokens at a time (worker/train/chunked_log_probs.h).
+  ChunkedLogProbsResult c = ChunkedLogProbs(hidden.narrow(1, S - R - 1, R), model.LmHeadWeight(), responses,
+                                            temperature, with_entropy);
+  return {c.log_probs, c.entropy};
 }
 
 at::Tensor ComputeLogProbsNoGrad(const DecoderModel& model, const SequenceBatch& batch, double temperature,

@@ -1,0 +1,92 @@
+#include "worker/train/chunked_log_probs.h"
+
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <algorithm>
+
+namespace verl {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// The float32 logits of rows [begin, begin + n) of h2d, as the plain path computes them.
+at::Tensor ChunkLogits(const at::Tensor& h2d, const at::Tensor& weight, int64_t begin, int64_t n, double temperature) {
+  return at::linear(h2d.narrow(0, begin, n), weight).to(at::kFloat) / temperature;
+}
+
+class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbsFunction> {
+ public:
+  // h2d [N, H], weight [V, H], targets [N] -> {log_probs [N], entropy [N] (zeros without with_entropy)}.
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& h2d, const at::Tensor& weight,
+                               const at::Tensor& targets, double temperature, bool with_entropy, int64_t chunk) {
+    const int64_t N = h2d.size(0);
+    at::Tensor log_probs = at::empty({N}, h2d.options().dtype(at::kFloat));
+    at::Tensor entropy = at::zeros({N}, h2d.options().dtype(at::kFloat));
+    for (int64_t b = 0; b < N; b += chunk) {
+      const int64_t n = std::min(chunk, N - b);
+      const at::Tensor z = ChunkLogits(h2d, weight, b, n, temperature);
+      const at::Tensor lse = z.logsumexp(-1);
+      log_probs.narrow(0, b, n).copy_(z.gather(-1, targets.narrow(0, b, n).unsqueeze(-1)).squeeze(-1) - lse);
+      if (with_entropy) entropy.narrow(0, b, n).copy_(lse - (z.softmax(-1) * z).sum(-1));
+    }
+    ctx->save_for_backward({h2d, weight, targets});
+    ctx->saved_data["temperature"] = temperature;
+    ctx->saved_data["with_entropy"] = with_entropy;
+    ctx->saved_data["chunk"] = chunk;
+    if (!with_entropy) ctx->mark_non_differentiable({entropy});
+    return {log_probs, entropy};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor& h2d = saved[0];
+    const at::Tensor& weight = saved[1];
+    const at::Tensor& targets = saved[2];
+    const double temperature = ctx->saved_data["temperature"].toDouble();
+    const bool with_entropy = ctx->saved_data["with_entropy"].toBool();
+    const int64_t chunk = ctx->saved_data["chunk"].toInt();
+    const at::Tensor& g_lp = grads[0];
+    const at::Tensor g_ent = with_entropy ? grads[1] : at::Tensor();
+    const int64_t N = h2d.size(0);
+    at::Tensor grad_h = at::zeros_like(h2d);
+    at::Tensor grad_w = at::zeros(weight.sizes(), weight.options().dtype(at::kFloat));  // summed over chunks
+    for (int64_t b = 0; b < N; b += chunk) {
+      const int64_t n = std::min(chunk, N - b);
+      const at::Tensor z = ChunkLogits(h2d, weight, b, n, temperature);
+      const at::Tensor p = z.softmax(-1);
+      at::Tensor gz = at::zeros_like(z);
+      // d log_prob / dz = onehot(target) - p;  d entropy / dz = -p * (z - sum(p * z)).
+      if (g_lp.defined()) {
+        const at::Tensor g = g_lp.narrow(0, b, n).to(at::kFloat).unsqueeze(-1);
+        gz.sub_(p * g).scatter_add_(-1, targets.narrow(0, b, n).unsqueeze(-1), g);
+      }
+      if (g_ent.defined()) {
+        const at::Tensor g = g_ent.narrow(0, b, n).to(at::kFloat).unsqueeze(-1);
+        gz.sub_(p * (z - (p * z).sum(-1, /*keepdim=*/true)) * g);
+      }
+      // Through the division by the temperature and the cast to float32, into linear's backward (in its dtype).
+      const at::Tensor g_logits = (gz / temperature).to(weight.scalar_type());
+      grad_h.narrow(0, b, n).copy_(at::mm(g_logits, weight));
+      grad_w.add_(at::mm(g_logits.t(), h2d.narrow(0, b, n)).to(at::kFloat));
+    }
+    return {grad_h, grad_w.to(weight.scalar_type()), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+ChunkedLogProbsResult ChunkedLogProbs(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
+                                      double temperature, bool with_entropy, int64_t chunk_tokens) {
+  const int64_t H = hidden.size(-1);
+  const at::Tensor h2d = hidden.reshape({-1, H});
+  const at::Tensor t1d = targets.reshape({-1}).to(at::kLong);
+  const int64_t chunk = chunk_tokens > 0 ? chunk_tokens : std::max<int64_t>(1, (int64_t{1} << 28) / weight.size(0));
+  variable_list out = ChunkedLogProbsFunction::apply(h2d, weight, t1d, temperature, with_entropy, chunk);
+  ChunkedLogProbsResult r;
+  r.log_probs = out[0].view(targets.sizes());
+  if (with_entropy) r.entropy = out[1].view(targets.sizes());
+  return r;
+}
+
+}  // namespace verl
