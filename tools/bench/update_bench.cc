@@ -1,0 +1,141 @@
+// verl-bench-update: BENCHMARKS.md B2 for our training engine. Loads an HF model directory (e.g. bench-0.5b), makes
+// `--sequences` random sequences of `--prompt-len` + `--response-len` token ids (seeded; every token valid), random
+// advantages and stored old / ref log-probs, and times actor updates: one optimizer step over all sequences
+// (PPO clip loss + low_var_kl KL loss, token-mean, grad clip 1.0, AdamW with float32 master weights for bf16), in
+// micro-batches of `--micro` sequences. Prints one JSON object: seconds per update (after `--warmup` untimed ones),
+// tokens per second, the peak device memory, and the configuration. tools/bench/b2_update.py runs it beside the same
+// update in PyTorch eager with the HF model and computes MFU.
+//
+//   verl-bench-update --model DIR [--sequences 512] [--prompt-len 256] [--response-len 512] [--micro 8]
+//                     [--device cuda] [--dtype bfloat16] [--warmup 1] [--repeats 2] [--seed 0]
+
+#include <ATen/ATen.h>
+#include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <chrono>
+#include <cstdint>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "worker/model/decoder_model.h"
+#include "worker/train/adamw.h"
+#include "worker/train/ppo_actor.h"
+
+namespace {
+
+void Usage() {
+  std::cerr << "usage: verl-bench-update --model DIR [--sequences 512] [--prompt-len 256] [--response-len 512] "
+               "[--micro 8] [--device cpu|cuda] [--dtype float32|bfloat16] [--warmup 1] [--repeats 2] [--seed 0]\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::map<std::string, std::string> flags = {
+      {"model", ""},     {"sequences", "512"}, {"prompt-len", "256"}, {"response-len", "512"}, {"micro", "8"},
+      {"device", "cuda"}, {"dtype", "bfloat16"}, {"warmup", "1"},      {"repeats", "2"},        {"seed", "0"}};
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg.rfind("--", 0) != 0 || !flags.count(arg.substr(2)) || i + 1 >= argc) {
+      Usage();
+      return 2;
+    }
+    flags[arg.substr(2)] = argv[++i];
+  }
+  if (flags["model"].empty()) {
+    Usage();
+    return 2;
+  }
+  const int64_t N = std::stoll(flags["sequences"]), P = std::stoll(flags["prompt-len"]);
+  const int64_t R = std::stoll(flags["response-len"]), micro = std::stoll(flags["micro"]);
+  const int warmup = std::stoi(flags["warmup"]), repeats = std::stoi(flags["repeats"]);
+  const at::ScalarType dtype = flags["dtype"] == "bfloat16" ? at::kBFloat16 : at::kFloat;
+  const at::Device device(flags["device"] == "cuda" ? "cuda:0" : "cpu");
+  try {
+    auto model = verl::DecoderModel::Load(flags["model"], dtype, device);
+    if (!model.ok()) {
+      std::cerr << "verl-bench-update: " << model.status().message() << "\n";
+      return 1;
+    }
+    verl::DecoderModel& m = **model;
+    at::manual_seed(std::stoull(flags["seed"]));
+    const auto long_on = at::TensorOptions(at::kLong).device(device);
+    verl::SequenceBatch batch;
+    batch.input_ids = at::randint(0, m.config().vocab_size, {N, P + R}, long_on);
+    batch.attention_mask = at::ones({N, P + R}, at::TensorOptions(at::kBool).device(device));
+    batch.responses = batch.input_ids.narrow(1, P, R).contiguous();
+    batch.response_mask = at::ones({N, R}, at::TensorOptions(at::kBool).device(device));
+    const auto float_on = at::TensorOptions(at::kFloat).device(device);
+    // Stored log-probs near a uniform distribution's (the random model's), so ratios and KL stay moderate.
+    const double uniform = -std::log(static_cast<double>(m.config().vocab_size));
+    verl::PolicyUpdateInputs inputs;
+    inputs.old_log_probs = at::randn({N, R}, float_on) * 0.1 + uniform;
+    inputs.ref_log_probs = at::randn({N, R}, float_on) * 0.1 + uniform;
+    inputs.advantages = at::randn({N, R}, float_on);
+    verl::PolicyUpdateOptions o;
+    o.lr = 1e-6;
+    o.grad_clip = 1.0;
+    o.use_kl_loss = true;
+    o.kl_loss_coef = 0.001;
+    o.kl_loss_type = "low_var_kl";
+    o.loss.loss_agg_mode = "token-mean";
+    o.mini_batch_size = N;  // one optimizer step per update
+    o.micro_batch_size = micro;
+    verl::AdamW optimizer(m.named_parameters(), verl::AdamWOptions{1e-6, 0.01, 0.9, 0.999, 1e-8});
+    verl::GradScope<verl::DecoderModel> grads(m);
+    auto sync = [&] {
+      if (device.is_cuda()) c10::impl::getDeviceGuardImpl(device.type())->synchronizeDevice(device.index());
+    };
+    auto update = [&] {
+      auto metrics = verl::UpdatePolicy(m, optimizer, batch, inputs, o);
+      if (!metrics.ok()) throw std::runtime_error(std::string(metrics.status().message()));
+      return *metrics;
+    };
+    for (int i = 0; i < warmup; ++i) (void)update();
+    sync();
+    std::vector<double> seconds;
+    std::map<std::string, double> last;
+    for (int i = 0; i < repeats; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      last = update();  // reads the metrics back: synchronised
+      sync();
+      seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    double best = seconds.front();
+    for (double s : seconds) best = std::min(best, s);
+    double peak_gb = 0;
+    if (device.is_cuda()) {
+      const auto stats = c10::getDeviceAllocator(device.type())->getDeviceStats(device.index());
+      peak_gb = static_cast<double>(
+                    stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak) /
+                (1 << 30);
+    }
+    const int64_t tokens = N * (P + R);
+    nlohmann::json result = {{"engine", "verl-cpp"},
+                             {"model", flags["model"]},
+                             {"sequences", N},
+                             {"prompt_len", P},
+                             {"response_len", R},
+                             {"micro_batch", micro},
+                             {"device", flags["device"]},
+                             {"dtype", flags["dtype"]},
+                             {"warmup", warmup},
+                             {"seconds", seconds},
+                             {"best_seconds", best},
+                             {"tokens", tokens},
+                             {"tokens_per_s", static_cast<double>(tokens) / best},
+                             {"peak_memory_allocated_gb", peak_gb},
+                             {"grad_norm", last["actor/grad_norm"]},
+                             {"pg_loss", last["actor/pg_loss"]}};
+    std::cout << result.dump() << "\n";
+  } catch (const std::exception& e) {
+    std::cerr << "verl-bench-update: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
