@@ -1032,17 +1032,43 @@ class JobRunner::Impl {
     m["timing_s/adv"] = Seconds(t0);
 
     const uint64_t update_seed = static_cast<uint64_t>(config_.trainer.seed) * 31ULL + static_cast<uint64_t>(step);
+    // With the critic on ranks of its own its update runs alongside the actor's (joined before the step ends, also
+    // when the actor's fails); on the actor's ranks, before it.
+    std::optional<absl::StatusOr<std::vector<v1::UpdateCriticResponse>>> critic_resp;
+    double critic_seconds = 0;
+    std::thread critic_thread;
+    struct Joiner {
+      std::thread& t;
+      ~Joiner() {
+        if (t.joinable()) t.join();
+      }
+    } joiner{critic_thread};
     if (config_.UseCritic()) {
       SetState(JobState::kStepCriticUpdate);
-      t0 = Clock::now();
       v1::UpdateCriticRequest cr;
       cr.set_step_id(step_id);
       cr.set_seed(update_seed);
       RETURN_IF_ERROR(MoveColumn(step_id, "returns", trainers, CriticRanks()));
-      ASSIGN_OR_RETURN(auto critic_resp, OnAllRanks(cr, &WorkerClient::UpdateCritic, CriticRanks()));
-      MergeMetrics(m, critic_resp);
-      m["timing_s/update_critic"] = Seconds(t0);
+      auto update_critic = [this, cr, &critic_resp, &critic_seconds] {
+        const auto start = Clock::now();
+        critic_resp = OnAllRanks(cr, &WorkerClient::UpdateCritic, CriticRanks());
+        critic_seconds = Seconds(start);
+      };
+      if (CriticSplit()) {
+        critic_thread = std::thread(update_critic);
+      } else {
+        update_critic();
+      }
     }
+    auto finish_critic = [&]() -> absl::Status {
+      if (critic_thread.joinable()) critic_thread.join();
+      if (!critic_resp) return absl::OkStatus();
+      RETURN_IF_ERROR(critic_resp->status());
+      MergeMetrics(m, **critic_resp);
+      m["timing_s/update_critic"] = critic_seconds;
+      return absl::OkStatus();
+    };
+    if (!CriticSplit()) RETURN_IF_ERROR(finish_critic());
 
     // verl: the actor starts updating once the critic has warmed up.
     if (config_.trainer.critic_warmup <= step) {
@@ -1059,6 +1085,7 @@ class JobRunner::Impl {
       ASSIGN_OR_RETURN(Metrics synced, SyncRolloutWeights());
       m.insert(synced.begin(), synced.end());
     }
+    RETURN_IF_ERROR(finish_critic());
 
     v1::ReleaseBatchRequest rel;
     rel.set_step_id(step_id);
