@@ -11,7 +11,6 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>
-#include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <chrono>
 #include <cstdint>
@@ -24,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tools/bench/bench_util.h"
 #include "worker/model/decoder_model.h"
 #include "worker/rollout/generator.h"
 
@@ -40,18 +40,12 @@ int main(int argc, char** argv) {
   std::map<std::string, std::string> flags = {{"model", ""},       {"prompts", "512"}, {"prompt-len", "256"},
                                               {"new-tokens", "512"}, {"device", "cuda"}, {"dtype", "bfloat16"},
                                               {"warmup", "1"},     {"repeats", "1"},   {"seed", "0"}};
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg.rfind("--", 0) != 0 || !flags.count(arg.substr(2)) || i + 1 >= argc) {
-      Usage();
-      return 2;
-    }
-    flags[arg.substr(2)] = argv[++i];
-  }
-  if (flags["model"].empty()) {
+  auto parsed = verl::bench::ParseFlags(argc, argv, flags, "model");
+  if (!parsed) {
     Usage();
     return 2;
   }
+  flags = *parsed;
   const int prompts = std::stoi(flags["prompts"]), prompt_len = std::stoi(flags["prompt-len"]);
   const int new_tokens = std::stoi(flags["new-tokens"]), warmup = std::stoi(flags["warmup"]);
   const int repeats = std::stoi(flags["repeats"]);
@@ -76,9 +70,7 @@ int main(int argc, char** argv) {
     opts.do_sample = true;
     opts.max_new_tokens = new_tokens;  // no eos_token_ids: every sequence generates all of them
     opts.seed = std::stoull(flags["seed"]);
-    auto sync = [&] {
-      if (device.is_cuda()) c10::impl::getDeviceGuardImpl(device.type())->synchronizeDevice(device.index());
-    };
+    auto sync = [&] { verl::bench::SyncDevice(device); };
     for (int i = 0; i < warmup; ++i) (void)verl::Generate(**model, batch, opts);
     sync();
     std::vector<double> seconds;

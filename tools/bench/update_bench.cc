@@ -11,7 +11,6 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/CachingDeviceAllocator.h>
-#include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <chrono>
 #include <cstdint>
@@ -22,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tools/bench/bench_util.h"
 #include "worker/model/decoder_model.h"
 #include "worker/train/adamw.h"
 #include "worker/train/ppo_actor.h"
@@ -39,18 +39,12 @@ int main(int argc, char** argv) {
   std::map<std::string, std::string> flags = {
       {"model", ""},     {"sequences", "512"}, {"prompt-len", "256"}, {"response-len", "512"}, {"micro", "8"},
       {"device", "cuda"}, {"dtype", "bfloat16"}, {"warmup", "1"},      {"repeats", "2"},        {"seed", "0"}};
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg.rfind("--", 0) != 0 || !flags.count(arg.substr(2)) || i + 1 >= argc) {
-      Usage();
-      return 2;
-    }
-    flags[arg.substr(2)] = argv[++i];
-  }
-  if (flags["model"].empty()) {
+  auto parsed = verl::bench::ParseFlags(argc, argv, flags, "model");
+  if (!parsed) {
     Usage();
     return 2;
   }
+  flags = *parsed;
   const int64_t N = std::stoll(flags["sequences"]), P = std::stoll(flags["prompt-len"]);
   const int64_t R = std::stoll(flags["response-len"]), micro = std::stoll(flags["micro"]);
   const int warmup = std::stoi(flags["warmup"]), repeats = std::stoi(flags["repeats"]);
@@ -88,9 +82,7 @@ int main(int argc, char** argv) {
     o.micro_batch_size = micro;
     verl::AdamW optimizer(m.named_parameters(), verl::AdamWOptions{1e-6, 0.01, 0.9, 0.999, 1e-8});
     verl::GradScope<verl::DecoderModel> grads(m);
-    auto sync = [&] {
-      if (device.is_cuda()) c10::impl::getDeviceGuardImpl(device.type())->synchronizeDevice(device.index());
-    };
+    auto sync = [&] { verl::bench::SyncDevice(device); };
     auto update = [&] {
       auto metrics = verl::UpdatePolicy(m, optimizer, batch, inputs, o);
       if (!metrics.ok()) throw std::runtime_error(std::string(metrics.status().message()));
