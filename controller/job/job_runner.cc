@@ -846,9 +846,20 @@ class JobRunner::Impl {
       const std::vector<std::vector<int64_t>>& assignment, const std::string& uid_prefix, int64_t first_index,
       const v1::SamplingParams& sampling, bool greedy_baseline) {
     std::vector<v1::GenerateRequest> requests(World());
-    std::vector<int> called;
+    std::vector<int> called, joining;
+    // With the actor's parameters sharded over its ranks, a rank without prompts still joins the gathers (an empty
+    // Generate); its answer is dropped.
+    const bool sharded = !Split() && config_.actor_rollout_ref.actor.shard_parameters && Trainers() > 1;
     for (int r = 0; r < World(); ++r) {
-      if (assignment[r].empty()) continue;
+      if (assignment[r].empty()) {
+        if (sharded) {
+          requests[r].set_step_id(step_id);
+          *requests[r].mutable_sampling() = sampling;
+          requests[r].set_greedy_baseline(greedy_baseline);
+          joining.push_back(r);
+        }
+        continue;
+      }
       called.push_back(r);
       v1::GenerateRequest& req = requests[r];
       req.set_step_id(step_id);
@@ -858,9 +869,16 @@ class JobRunner::Impl {
       *req.mutable_sampling() = sampling;
       req.set_greedy_baseline(greedy_baseline);
     }
-    ASSIGN_OR_RETURN(std::vector<v1::GenerateResponse> out,
+    std::vector<int> all = called;
+    all.insert(all.end(), joining.begin(), joining.end());
+    std::sort(all.begin(), all.end());
+    ASSIGN_OR_RETURN(std::vector<v1::GenerateResponse> answers,
                      ranks_->ForEach<v1::GenerateResponse>(
-                         [&](int r) { return ranks_->client(r).Generate(ranks_->For(r, requests[r])); }, called));
+                         [&](int r) { return ranks_->client(r).Generate(ranks_->For(r, requests[r])); }, all));
+    std::vector<v1::GenerateResponse> out;
+    for (size_t i = 0; i < all.size(); ++i) {
+      if (!assignment[all[i]].empty()) out.push_back(std::move(answers[i]));
+    }
     return std::make_pair(called, std::move(out));
   }
 

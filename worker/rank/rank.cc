@@ -372,6 +372,26 @@ class CpuRank final : public RankInterface {
                                           const SamplingSettings& sampling, bool greedy_baseline) override {
     if (auto it = batches_.find(step_id); it != batches_.end()) return it->second.generate_output;
     RETURN_IF_ERROR(RequireRollout("Generate"));
+    const bool per_layer = actor_->sharded() && config_.actor.rollout_gather_layer_by_layer;
+    if (prompts.empty() && actor_->sharded()) {
+      // A rank without prompts (a validation round smaller than the group) still makes the sharded actor's gathers:
+      // the whole-actor gather, or, layer by layer, as many forward passes as its peers (a dummy prompt, lockstep).
+      return CatchTorch(Context("Generate"), [&]() -> absl::StatusOr<GenerateOutput> {
+        std::optional<GatheredModel> gathered;
+        if (!per_layer) gathered.emplace(*actor_, /*keep_changes=*/false);
+        if (per_layer) {
+          SamplingOptions dummy;
+          dummy.max_new_tokens = sampling.max_new_tokens;
+          dummy.pad_token_id = sampling.pad_token_id;
+          dummy.do_sample = false;
+          dummy.lockstep = true;
+          for (int i = 0; i < (greedy_baseline ? 2 : 1); ++i) {
+            (void)verl::Generate(*actor_, {{sampling.pad_token_id}}, dummy);
+          }
+        }
+        return GenerateOutput{};
+      });
+    }
     if (prompts.empty()) return Error("Generate", absl::InvalidArgumentError("no prompts"));
     // Ids outside the vocabulary would index past the embedding table: an error on the CPU, a device-side assert that
     // poisons the whole CUDA context on a GPU. Refuse them here, naming where they are.
@@ -410,6 +430,7 @@ class CpuRank final : public RankInterface {
       opts.eos_token_ids = sampling.eos_token_ids;
       opts.pad_token_id = sampling.pad_token_id;
       opts.seed = sampling.seed;
+      opts.lockstep = per_layer;
       for (size_t i = 0; i < prompts.size(); ++i) {
         opts.prompt_keys.push_back(
             static_cast<uint64_t>(prompts[i].sample_index >= 0 ? prompts[i].sample_index : static_cast<int64_t>(i)));

@@ -121,7 +121,7 @@ RolloutBatch Generate(const DecoderModel& model, const std::vector<std::vector<i
     out.log_probs.select(1, t).copy_(lp.masked_fill(done, 0.0));
     out.response_mask.select(1, t).copy_(done.logical_not());
     if (eos.numel() > 0) done = done.logical_or(at::isin(tok, eos));
-    if (t + 1 == R || done.all().item<bool>()) break;
+    if (t + 1 == R || (!options.lockstep && done.all().item<bool>())) break;
     key_valid.select(1, P + t).fill_(true);
     at::Tensor mask = key_valid.narrow(1, 0, P + t + 1).view({N, 1, 1, P + t + 1});
     hidden = model.Forward(tok.unsqueeze(1), (next_pos + t).unsqueeze(1), mask, &cache);

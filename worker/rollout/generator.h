@@ -29,6 +29,9 @@ struct SamplingOptions {
   // prompt's samples do not depend on which other prompts share the batch (data-parallel ranks split a step's prompts
   // and still draw what one rank would). Empty: prompt i's key is i.
   std::vector<uint64_t> prompt_keys;
+  // Decode all max_new_tokens steps even when every row has finished: the ranks of a model sharded layer by layer
+  // must make the same gathers (the extra steps only produce padding).
+  bool lockstep = false;
 };
 
 // All tensors on CPU. N = prompts * n; row i*n + j is sample j of prompt i. P = longest prompt, R = max_new_tokens.

@@ -266,6 +266,41 @@ TEST_CASE("data parallel: 1, 2 and 4 ranks take the same update", "[worker][rank
   }
 }
 
+TEST_CASE("ZeRO-3: a rank without prompts still joins its peers' gathers when they generate", "[worker][rank][dp]") {
+  TinyRankModel m;
+  RankConfig config = Config(m.dir.path());
+  const std::vector<PromptInput> all = GlobalPrompts(m);
+  SamplingSettings greedy = Sampling(m);
+  greedy.do_sample = false;
+  auto plain = LoadedRank(2, config);  // unsharded, for the expected tokens
+  auto expected = plain->Generate("ref", {all[0]}, greedy, false);
+  REQUIRE(expected.ok());
+  config.actor.shard_parameters = true;
+  for (bool per_layer : {false, true}) {
+    INFO("gather layer by layer: " << per_layer);
+    config.actor.rollout_gather_layer_by_layer = per_layer;
+    std::vector<std::unique_ptr<RankInterface>> ranks;
+    ranks.push_back(LoadedRank(0, config));
+    ranks.push_back(LoadedRank(1, config));
+    auto comms = MakeGroup(2, absl::Seconds(30));
+    for (int r = 0; r < 2; ++r) REQUIRE(ranks[r]->SetCommunicator(std::move(comms[r]), absl::Seconds(20)).ok());
+    std::vector<absl::StatusOr<GenerateOutput>> out(2, absl::UnknownError("not run"));
+    OnEveryRank(2, [&](int r) {
+      // Rank 1 has no prompts in this (validation-like) round.
+      out[r] = ranks[r]->Generate("val", r == 0 ? std::vector<PromptInput>{all[0]} : std::vector<PromptInput>{},
+                                  greedy, false);
+      if (!out[r].ok()) ranks[r]->AbortCommunicator();
+    });
+    for (int r = 0; r < 2; ++r) {
+      INFO("rank " << r << ": " << out[r].status().ToString());
+      REQUIRE(out[r].ok());
+    }
+    CHECK(out[0]->responses.bytes == expected->responses.bytes);
+    CHECK(out[0]->response_lengths == expected->response_lengths);
+    CHECK(out[1]->response_lengths.empty());
+  }
+}
+
 TEST_CASE("split placement: a rollout rank generates, its rows go to two training ranks, the weights come back",
           "[worker][rank][placement]") {
   TinyRankModel m;
