@@ -1,6 +1,7 @@
 #include "common/config/job_config.h"
 
 #include <cmath>
+#include <limits>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -126,6 +127,7 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   ModelConfig& m = c.actor_rollout_ref.model;
   r.Read("actor_rollout_ref.model.path", &m.path);
   r.Read("actor_rollout_ref.model.dtype", &m.dtype);
+  r.Read("actor_rollout_ref.model.enable_gradient_checkpointing", &m.enable_gradient_checkpointing);
 
   ActorConfig& a = c.actor_rollout_ref.actor;
   r.Read("actor_rollout_ref.actor.optim.lr", &a.optim.lr);
@@ -136,6 +138,8 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   r.Read("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio", &a.optim.lr_warmup_steps_ratio);
   r.Read("actor_rollout_ref.actor.ppo_mini_batch_size", &a.ppo_mini_batch_size);
   r.Read("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", &a.ppo_micro_batch_size_per_gpu);
+  r.Read("actor_rollout_ref.actor.use_dynamic_bsz", &a.use_dynamic_bsz);
+  r.Read("actor_rollout_ref.actor.ppo_max_token_len_per_gpu", &a.ppo_max_token_len_per_gpu);
   r.Read("actor_rollout_ref.actor.ppo_epochs", &a.ppo_epochs);
   r.Read("actor_rollout_ref.actor.shuffle", &a.shuffle);
   r.Read("actor_rollout_ref.actor.clip_ratio", &a.clip_ratio);
@@ -166,8 +170,13 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   r.Read("actor_rollout_ref.rollout.top_p", &ro.top_p);
   r.Read("actor_rollout_ref.rollout.do_sample", &ro.do_sample);
   r.Read("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", &ro.log_prob_micro_batch_size_per_gpu);
+  r.Read("actor_rollout_ref.rollout.log_prob_use_dynamic_bsz", &ro.log_prob_use_dynamic_bsz);
+  r.Read("actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu", &ro.log_prob_max_token_len_per_gpu);
   r.Read("actor_rollout_ref.rollout.update_weights_bucket_megabytes", &ro.update_weights_bucket_megabytes);
   r.Read("actor_rollout_ref.rollout.gather_layer_by_layer", &ro.gather_layer_by_layer);
+  r.Read("actor_rollout_ref.rollout.max_num_seqs", &ro.max_num_seqs);
+  r.Read("actor_rollout_ref.rollout.max_num_batched_tokens", &ro.max_num_batched_tokens);
+  r.Read("actor_rollout_ref.rollout.gpu_memory_utilization", &ro.gpu_memory_utilization);
   r.Read("resource_pool.rollout_ranks", &c.resource_pool.rollout_ranks);
   r.Read("resource_pool.critic_ranks", &c.resource_pool.critic_ranks);
   r.Read("actor_rollout_ref.rollout.val_kwargs.temperature", &ro.val_kwargs.temperature);
@@ -178,6 +187,9 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
 
   r.Read("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
          &c.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu);
+  r.Read("actor_rollout_ref.ref.log_prob_use_dynamic_bsz", &c.actor_rollout_ref.ref.log_prob_use_dynamic_bsz);
+  r.Read("actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
+         &c.actor_rollout_ref.ref.log_prob_max_token_len_per_gpu);
 
   AlgorithmConfig& al = c.algorithm;
   r.Read("algorithm.adv_estimator", &al.adv_estimator);
@@ -193,6 +205,7 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
 
   CriticConfig& cr = c.critic;
   r.Read("critic.model.path", &cr.model_path);
+  r.Read("critic.model.enable_gradient_checkpointing", &cr.enable_gradient_checkpointing);
   r.Read("critic.optim.lr", &cr.optim.lr);
   r.Read("critic.optim.weight_decay", &cr.optim.weight_decay);
   r.Read("critic.optim.betas", &cr.optim.betas);
@@ -202,6 +215,9 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   r.Read("critic.ppo_mini_batch_size", &cr.ppo_mini_batch_size);
   r.Read("critic.ppo_micro_batch_size_per_gpu", &cr.ppo_micro_batch_size_per_gpu);
   r.Read("critic.forward_micro_batch_size_per_gpu", &cr.forward_micro_batch_size_per_gpu);
+  r.Read("critic.use_dynamic_bsz", &cr.use_dynamic_bsz);
+  r.Read("critic.ppo_max_token_len_per_gpu", &cr.ppo_max_token_len_per_gpu);
+  r.Read("critic.forward_max_token_len_per_gpu", &cr.forward_max_token_len_per_gpu);
   r.Read("critic.ppo_epochs", &cr.ppo_epochs);
   r.Read("critic.shuffle", &cr.shuffle);
   r.Read("critic.shard_optimizer_state", &cr.shard_optimizer_state);
@@ -295,6 +311,13 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
                        " = trainer.nnodes * trainer.n_gpus_per_node - resource_pool.rollout_ranks - "
                        "resource_pool.critic_ranks): each critic rank takes one actor rank's rows"));
   }
+  check(ro.max_num_seqs > 0 && ro.max_num_seqs <= std::numeric_limits<int32_t>::max(),
+        absl::StrCat("actor_rollout_ref.rollout.max_num_seqs must be > 0, got ", ro.max_num_seqs));
+  check(ro.max_num_batched_tokens > 0,
+        absl::StrCat("actor_rollout_ref.rollout.max_num_batched_tokens must be > 0, got ", ro.max_num_batched_tokens));
+  check(ro.gpu_memory_utilization > 0 && ro.gpu_memory_utilization <= 1,
+        absl::StrCat("actor_rollout_ref.rollout.gpu_memory_utilization must be in (0, 1], got ",
+                     ro.gpu_memory_utilization));
   check(ro.update_weights_bucket_megabytes > 0,
         absl::StrCat("actor_rollout_ref.rollout.update_weights_bucket_megabytes must be > 0, got ",
                      ro.update_weights_bucket_megabytes));
@@ -326,7 +349,7 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
         errors.push_back(absl::StrCat("actor_rollout_ref.actor.ppo_mini_batch_size * actor_rollout_ref.rollout.n (",
                                       mini, " * ", ro.n, " = ", samples, ") must be divisible by ", ranks_of, world,
                                       ")"));
-      } else if (a.ppo_micro_batch_size_per_gpu && *a.ppo_micro_batch_size_per_gpu > 0 &&
+      } else if (!a.use_dynamic_bsz && a.ppo_micro_batch_size_per_gpu && *a.ppo_micro_batch_size_per_gpu > 0 &&
                  (samples / world) % *a.ppo_micro_batch_size_per_gpu != 0) {
         errors.push_back(absl::StrCat(
             "actor_rollout_ref.actor.ppo_mini_batch_size * actor_rollout_ref.rollout.n",
@@ -344,6 +367,25 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
   check_micro(c.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu,
               "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu");
   check(a.ppo_epochs >= 1, absl::StrCat("actor_rollout_ref.actor.ppo_epochs must be >= 1, got ", a.ppo_epochs));
+  // A token budget must hold the longest sequence a step can produce.
+  const int64_t longest_seq = d.max_prompt_length + d.max_response_length;
+  auto check_budget = [&](bool on, int64_t v, const char* key) {
+    if (!on) return;
+    check(v >= longest_seq, absl::StrCat(key, " (", v, ") must be at least data.max_prompt_length + ",
+                                         "data.max_response_length (", d.max_prompt_length, " + ",
+                                         d.max_response_length, " = ", longest_seq, "): a pass takes whole sequences"));
+  };
+  check_budget(a.use_dynamic_bsz, a.ppo_max_token_len_per_gpu, "actor_rollout_ref.actor.ppo_max_token_len_per_gpu");
+  check_budget(ro.log_prob_use_dynamic_bsz, ro.log_prob_max_token_len_per_gpu,
+               "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu");
+  check_budget(c.actor_rollout_ref.ref.log_prob_use_dynamic_bsz,
+               c.actor_rollout_ref.ref.log_prob_max_token_len_per_gpu,
+               "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu");
+  if (c.UseCritic()) {
+    check_budget(c.critic.use_dynamic_bsz, c.critic.ppo_max_token_len_per_gpu, "critic.ppo_max_token_len_per_gpu");
+    check_budget(c.critic.use_dynamic_bsz, c.critic.forward_max_token_len_per_gpu,
+                 "critic.forward_max_token_len_per_gpu");
+  }
 
   // Group-based estimators compare the responses of one prompt with each other.
   const std::string& est = c.algorithm.adv_estimator;
@@ -448,7 +490,8 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
       errors.push_back(absl::StrCat("critic.ppo_mini_batch_size * actor_rollout_ref.rollout.n (",
                                     cr.ppo_mini_batch_size * ro.n, ") must be divisible by ", ranks_of, train_world,
                                     ")"));
-    } else if (cr.ppo_micro_batch_size_per_gpu && *cr.ppo_micro_batch_size_per_gpu > 0 &&
+    } else if (!cr.use_dynamic_bsz && cr.ppo_micro_batch_size_per_gpu &&
+               *cr.ppo_micro_batch_size_per_gpu > 0 &&
                (cr.ppo_mini_batch_size * ro.n / train_world) %
                        *cr.ppo_micro_batch_size_per_gpu != 0) {
       errors.push_back(absl::StrCat("critic.ppo_mini_batch_size * actor_rollout_ref.rollout.n (",

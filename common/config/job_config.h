@@ -38,6 +38,7 @@ struct DataConfig {
 struct ModelConfig {
   std::string path;                        // required; local HF directory
   std::string dtype = "float32";           // float32 | bfloat16 (ours)
+  bool enable_gradient_checkpointing = true;
   bool operator==(const ModelConfig&) const = default;
 };
 
@@ -57,6 +58,8 @@ struct ActorConfig {
   OptimConfig optim;
   int64_t ppo_mini_batch_size = 256;       // prompts per optimizer step (x rollout.n samples)
   std::optional<int64_t> ppo_micro_batch_size_per_gpu;  // samples per pass per rank; nullopt: whole mini-batch
+  bool use_dynamic_bsz = false;            // passes cut by ppo_max_token_len_per_gpu instead
+  int64_t ppo_max_token_len_per_gpu = 16384;
   int64_t ppo_epochs = 1;
   bool shuffle = false;
   double clip_ratio = 0.2;
@@ -108,8 +111,13 @@ struct RolloutConfig {
   double top_p = 1.0;                      // (0, 1]
   bool do_sample = true;
   std::optional<int64_t> log_prob_micro_batch_size_per_gpu;  // nullopt: whole batch of the rank
+  bool log_prob_use_dynamic_bsz = false;
+  int64_t log_prob_max_token_len_per_gpu = 16384;
   int64_t update_weights_bucket_megabytes = 512;            // split placement: weight sync buckets
   bool gather_layer_by_layer = false;                      // ZeRO-3 rollout: per-layer gathers, not the whole actor
+  int64_t max_num_seqs = 1024;                             // continuous batching: sequences decoding at once
+  int64_t max_num_batched_tokens = 8192;                   // padded prompt tokens per prefill pass
+  double gpu_memory_utilization = 0.5;                     // GPU ranks: device memory share during the rollout
   ValKwargs val_kwargs;
   bool operator==(const RolloutConfig&) const = default;
 };
@@ -117,6 +125,8 @@ struct RolloutConfig {
 // actor_rollout_ref.ref.*
 struct RefConfig {
   std::optional<int64_t> log_prob_micro_batch_size_per_gpu;  // nullopt: whole batch of the rank
+  bool log_prob_use_dynamic_bsz = false;
+  int64_t log_prob_max_token_len_per_gpu = 16384;
   bool operator==(const RefConfig&) const = default;
 };
 
@@ -143,10 +153,14 @@ struct AlgorithmConfig {
 // critic.* (used when algorithm.adv_estimator=gae)
 struct CriticConfig {
   std::string model_path;                  // critic.model.path; defaults to actor_rollout_ref.model.path
+  bool enable_gradient_checkpointing = true;  // critic.model.enable_gradient_checkpointing
   OptimConfig optim{1e-5, 0.01, {0.9, 0.999}, 1e-8, -1, 0.0};
   int64_t ppo_mini_batch_size = 256;       // prompts per optimizer step (x rollout.n samples)
   std::optional<int64_t> ppo_micro_batch_size_per_gpu;
   std::optional<int64_t> forward_micro_batch_size_per_gpu;
+  bool use_dynamic_bsz = false;
+  int64_t ppo_max_token_len_per_gpu = 32768;
+  int64_t forward_max_token_len_per_gpu = 32768;
   int64_t ppo_epochs = 1;
   bool shard_optimizer_state = true;
   bool optimizer_offload = false;  // model.fsdp_config.optimizer_offload

@@ -598,6 +598,11 @@ class JobRunner::Impl {
       cc->set_ppo_micro_batch_size_per_gpu(static_cast<int32_t>(c.ppo_micro_batch_size_per_gpu.value_or(critic_mini_seqs)));
       cc->set_forward_micro_batch_size_per_gpu(static_cast<int32_t>(c.forward_micro_batch_size_per_gpu.value_or(
           config_.data.train_batch_size * arr.rollout.n / Trainers())));
+      cc->set_gradient_checkpointing(c.enable_gradient_checkpointing);
+      if (c.use_dynamic_bsz) {
+        cc->set_ppo_max_token_len(c.ppo_max_token_len_per_gpu);
+        cc->set_forward_max_token_len(c.forward_max_token_len_per_gpu);
+      }
       cc->set_ppo_epochs(static_cast<int32_t>(c.ppo_epochs));
       cc->set_shuffle(c.shuffle);
       cc->set_shard_optimizer_state(c.shard_optimizer_state);
@@ -640,6 +645,13 @@ class JobRunner::Impl {
     ac->set_shard_parameters(a.shard_parameters);
     ac->set_optimizer_offload(a.optimizer_offload);
     ac->set_rollout_gather_layer_by_layer(arr.rollout.gather_layer_by_layer);
+    ac->set_gradient_checkpointing(arr.model.enable_gradient_checkpointing);
+    if (a.use_dynamic_bsz) ac->set_ppo_max_token_len(a.ppo_max_token_len_per_gpu);
+    if (arr.rollout.log_prob_use_dynamic_bsz) ac->set_log_prob_max_token_len(arr.rollout.log_prob_max_token_len_per_gpu);
+    if (arr.ref.log_prob_use_dynamic_bsz) ac->set_ref_log_prob_max_token_len(arr.ref.log_prob_max_token_len_per_gpu);
+    ac->set_rollout_max_num_seqs(static_cast<int32_t>(arr.rollout.max_num_seqs));
+    ac->set_rollout_max_num_batched_tokens(arr.rollout.max_num_batched_tokens);
+    ac->set_rollout_gpu_memory_utilization(arr.rollout.gpu_memory_utilization);
     const int64_t step_seqs = config_.data.train_batch_size * arr.rollout.n / Trainers();
     ac->set_log_prob_micro_batch_size_per_gpu(
         static_cast<int32_t>(arr.rollout.log_prob_micro_batch_size_per_gpu.value_or(step_seqs)));

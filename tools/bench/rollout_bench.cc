@@ -1,18 +1,24 @@
 // verl-bench-rollout: BENCHMARKS.md B1 for our generation engine. Loads an HF model directory (e.g. bench-0.5b, made by
-// verl-make-tiny-model), makes `--prompts` random prompts of `--prompt-len` token ids (seeded), and generates
-// `--new-tokens` tokens for each with EOS ignored (no EOS ids: every sequence runs to the end), temperature 1, top-p 1.
+// verl-make-tiny-model), makes `--prompts` random prompts of `--prompt-len` token ids (seeded), and generates up to
+// `--new-tokens` tokens for each at temperature 1, top-p 1. By default EOS is ignored (every sequence runs to the end,
+// B1's shape); `--eos-every K` makes every token id divisible by K an EOS, so lengths spread out like real rollouts
+// (a long tail). `--schedule continuous` (the engine's default) runs at most `--max-num-seqs` sequences at once and
+// refills finished slots; `--schedule static` runs waves of `--max-num-seqs` sequences, each until its longest ends.
 // Prints one JSON object: wall seconds from the first prompt in to the last token out (after `--warmup` untimed runs
 // of the same batch), generated tokens per second, and the configuration.
 //
 //   verl-bench-rollout --model DIR [--prompts 512] [--prompt-len 256] [--new-tokens 512] [--device cuda]
-//                      [--dtype bfloat16] [--warmup 1] [--repeats 1] [--seed 0]
+//                      [--dtype bfloat16] [--warmup 1] [--repeats 1] [--seed 0] [--schedule continuous|static]
+//                      [--max-num-seqs 1024] [--eos-every 0]
 //
 // tools/bench/b1_rollout.py runs it beside HF transformers' generate on the same files and shapes.
 
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <iostream>
@@ -31,7 +37,8 @@ namespace {
 
 void Usage() {
   std::cerr << "usage: verl-bench-rollout --model DIR [--prompts 512] [--prompt-len 256] [--new-tokens 512] "
-               "[--device cpu|cuda] [--dtype float32|bfloat16] [--warmup 1] [--repeats 1] [--seed 0]\n";
+               "[--device cpu|cuda] [--dtype float32|bfloat16] [--warmup 1] [--repeats 1] [--seed 0] "
+               "[--schedule continuous|static] [--max-num-seqs 1024] [--eos-every 0]\n";
 }
 
 }  // namespace
@@ -39,7 +46,9 @@ void Usage() {
 int main(int argc, char** argv) {
   std::map<std::string, std::string> flags = {{"model", ""},       {"prompts", "512"}, {"prompt-len", "256"},
                                               {"new-tokens", "512"}, {"device", "cuda"}, {"dtype", "bfloat16"},
-                                              {"warmup", "1"},     {"repeats", "1"},   {"seed", "0"}};
+                                              {"warmup", "1"},     {"repeats", "1"},   {"seed", "0"},
+                                              {"schedule", "continuous"}, {"max-num-seqs", "1024"},
+                                              {"eos-every", "0"}};
   auto parsed = verl::bench::ParseFlags(argc, argv, flags, "model");
   if (!parsed) {
     Usage();
@@ -49,6 +58,12 @@ int main(int argc, char** argv) {
   const int prompts = std::stoi(flags["prompts"]), prompt_len = std::stoi(flags["prompt-len"]);
   const int new_tokens = std::stoi(flags["new-tokens"]), warmup = std::stoi(flags["warmup"]);
   const int repeats = std::stoi(flags["repeats"]);
+  const int max_seqs = std::stoi(flags["max-num-seqs"]), eos_every = std::stoi(flags["eos-every"]);
+  const bool continuous = flags["schedule"] == "continuous";
+  if (!continuous && flags["schedule"] != "static") {
+    Usage();
+    return 2;
+  }
   const at::ScalarType dtype = flags["dtype"] == "bfloat16" ? at::kBFloat16 : at::kFloat;
   const at::Device device(flags["device"] == "cuda" ? "cuda:0" : "cpu");
   try {
@@ -68,16 +83,38 @@ int main(int argc, char** argv) {
     opts.temperature = 1.0;
     opts.top_p = 1.0;
     opts.do_sample = true;
-    opts.max_new_tokens = new_tokens;  // no eos_token_ids: every sequence generates all of them
+    opts.max_new_tokens = new_tokens;  // without eos_token_ids every sequence generates all of them
     opts.seed = std::stoull(flags["seed"]);
+    opts.max_num_seqs = max_seqs;
+    for (int64_t id = eos_every; eos_every > 0 && id < vocab; id += eos_every) {
+      opts.eos_token_ids.push_back(static_cast<int32_t>(id));
+    }
+    // Static waves: max_num_seqs prompts at a time, each wave decoded until its last sequence ends.
+    auto run = [&]() {
+      if (continuous) return verl::GenerateContinuous(**model, batch, opts);
+      std::vector<verl::RolloutBatch> waves;
+      for (size_t b = 0; b < batch.size(); b += static_cast<size_t>(max_seqs)) {
+        verl::SamplingOptions wave = opts;
+        std::vector<std::vector<int32_t>> part(batch.begin() + static_cast<std::ptrdiff_t>(b),
+                                               batch.begin() + static_cast<std::ptrdiff_t>(
+                                                                   std::min(batch.size(), b + max_seqs)));
+        for (size_t i = 0; i < part.size(); ++i) wave.prompt_keys.push_back(b + i);
+        waves.push_back(verl::GenerateStatic(**model, part, wave));
+      }
+      verl::RolloutBatch all;
+      std::vector<at::Tensor> masks;
+      for (const auto& w : waves) masks.push_back(w.response_mask.cpu());
+      all.response_mask = at::cat(masks, 0);
+      return all;
+    };
     auto sync = [&] { verl::bench::SyncDevice(device); };
-    for (int i = 0; i < warmup; ++i) (void)verl::Generate(**model, batch, opts);
+    for (int i = 0; i < warmup; ++i) (void)run();
     sync();
     std::vector<double> seconds;
     int64_t generated = 0;
     for (int i = 0; i < repeats; ++i) {
       const auto start = std::chrono::steady_clock::now();
-      verl::RolloutBatch out = verl::Generate(**model, batch, opts);  // returns CPU tensors: synchronised
+      verl::RolloutBatch out = run();
       sync();
       seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
       generated = out.response_mask.sum().item<int64_t>();
@@ -91,6 +128,9 @@ int main(int argc, char** argv) {
                              {"new_tokens", new_tokens},
                              {"device", flags["device"]},
                              {"dtype", flags["dtype"]},
+                             {"schedule", flags["schedule"]},
+                             {"max_num_seqs", max_seqs},
+                             {"eos_ids", opts.eos_token_ids.size()},
                              {"warmup", warmup},
                              {"seconds", seconds},
                              {"best_seconds", best},

@@ -7,10 +7,15 @@
 // update in PyTorch eager with the HF model and computes MFU.
 //
 //   verl-bench-update --model DIR [--sequences 512] [--prompt-len 256] [--response-len 512] [--micro 8]
-//                     [--device cuda] [--dtype bfloat16] [--warmup 1] [--repeats 2] [--seed 0]
+//                     [--device cuda] [--dtype bfloat16] [--warmup 1] [--repeats 2] [--seed 0] [--checkpointing 0]
+//
+// --checkpointing 1 recomputes each layer in backward (enable_gradient_checkpointing). The peak resident set of the
+// process is reported too (the CPU's memory measure).
 
 #include <ATen/ATen.h>
 #include <c10/core/CachingDeviceAllocator.h>
+
+#include <sys/resource.h>
 
 #include <chrono>
 #include <cstdint>
@@ -28,9 +33,17 @@
 
 namespace {
 
+// The process's peak resident set (Linux reports ru_maxrss in KiB).
+double PeakRssGb() {
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / (1 << 20);
+}
+
 void Usage() {
   std::cerr << "usage: verl-bench-update --model DIR [--sequences 512] [--prompt-len 256] [--response-len 512] "
-               "[--micro 8] [--device cpu|cuda] [--dtype float32|bfloat16] [--warmup 1] [--repeats 2] [--seed 0]\n";
+               "[--micro 8] [--device cpu|cuda] [--dtype float32|bfloat16] [--warmup 1] [--repeats 2] [--seed 0] "
+               "[--checkpointing 0|1]\n";
 }
 
 }  // namespace
@@ -38,7 +51,8 @@ void Usage() {
 int main(int argc, char** argv) {
   std::map<std::string, std::string> flags = {
       {"model", ""},     {"sequences", "512"}, {"prompt-len", "256"}, {"response-len", "512"}, {"micro", "8"},
-      {"device", "cuda"}, {"dtype", "bfloat16"}, {"warmup", "1"},      {"repeats", "2"},        {"seed", "0"}};
+      {"device", "cuda"}, {"dtype", "bfloat16"}, {"warmup", "1"},      {"repeats", "2"},        {"seed", "0"},
+      {"checkpointing", "0"}};
   auto parsed = verl::bench::ParseFlags(argc, argv, flags, "model");
   if (!parsed) {
     Usage();
@@ -57,6 +71,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     verl::DecoderModel& m = **model;
+    m.SetGradientCheckpointing(flags["checkpointing"] == "1");
     at::manual_seed(std::stoull(flags["seed"]));
     const auto long_on = at::TensorOptions(at::kLong).device(device);
     verl::SequenceBatch batch;
@@ -122,6 +137,8 @@ int main(int argc, char** argv) {
                              {"tokens", tokens},
                              {"tokens_per_s", static_cast<double>(tokens) / best},
                              {"peak_memory_allocated_gb", peak_gb},
+                             {"gradient_checkpointing", m.gradient_checkpointing()},
+                             {"peak_rss_gb", PeakRssGb()},
                              {"grad_norm", last["actor/grad_norm"]},
                              {"pg_loss", last["actor/pg_loss"]}};
     std::cout << result.dump() << "\n";

@@ -1,6 +1,9 @@
 #include "worker/model/decoder_model.h"
 
+#include <ATen/TensorIndexing.h>
 #include <ATen/core/grad_mode.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include <cmath>
 #include <functional>
@@ -228,7 +231,15 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
   at::Tensor v = SplitHeads(at::linear(x, L.v_w, L.v_b), kv_heads, hd);
   q = q * cos + RotateHalf(q) * sin;
   k = k * cos + RotateHalf(k) * sin;
-  if (cache) {
+  if (cache && cache->slot_pos.defined()) {
+    TORCH_CHECK(T == 1, "a slot cache takes one token per row, got ", T);
+    using at::indexing::Slice;
+    const at::Tensor rows = at::arange(h_in.size(0), cache->slot_pos.options());
+    cache->k[i].index_put_({rows, Slice(), cache->slot_pos}, k.select(2, 0));
+    cache->v[i].index_put_({rows, Slice(), cache->slot_pos}, v.select(2, 0));
+    k = cache->k[i].narrow(2, 0, cache->attend);
+    v = cache->v[i].narrow(2, 0, cache->attend);
+  } else if (cache) {
     cache->k[i].narrow(2, start, T).copy_(k);
     cache->v[i].narrow(2, start, T).copy_(v);
     k = cache->k[i].narrow(2, 0, start + T);
@@ -242,6 +253,64 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
   return h + at::linear(at::silu(at::linear(x, L.gate_w)) * at::linear(x, L.up_w), L.down_w);
 }
 
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// What CheckpointFunction keeps for backward: the layer as a function of its input, and the parameters it reads.
+struct CheckpointHolder : torch::CustomClassHolder {
+  std::function<at::Tensor(const at::Tensor&)> block;
+  std::vector<at::Tensor> params;
+};
+
+// (x, params) -> block(x) without keeping activations (the forward of an autograd function runs without gradients);
+// backward runs block again on the saved input with gradients and differentiates it w.r.t. x and the parameters.
+class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, at::TensorList params,
+                            c10::intrusive_ptr<CheckpointHolder> holder) {
+    (void)params;  // inputs only for autograd: the block reads the same tensors
+    at::Tensor out = holder->block(x);
+    ctx->save_for_backward({x});
+    ctx->saved_data["holder"] = c10::IValue::make_capsule(std::move(holder));
+    return out;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
+    const auto holder =
+        c10::static_intrusive_pointer_cast<CheckpointHolder>(ctx->saved_data.at("holder").toCapsule());
+    const at::Tensor x_in = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    at::Tensor out;
+    {
+      at::AutoGradMode enable(true);
+      out = holder->block(x_in);
+    }
+    variable_list inputs{x_in};
+    inputs.insert(inputs.end(), holder->params.begin(), holder->params.end());
+    variable_list grads = torch::autograd::grad({out}, inputs, {grad_out[0]}, /*retain_graph=*/false,
+                                                /*create_graph=*/false, /*allow_unused=*/true);
+    grads.push_back(at::Tensor());  // the holder
+    return grads;
+  }
+};
+
+}  // namespace
+
+at::Tensor DecoderModel::CheckpointedLayer(size_t i, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
+                                           const at::Tensor& attn_mask) const {
+  const Layer& L = layers_[i];
+  auto holder = c10::make_intrusive<CheckpointHolder>();
+  for (const at::Tensor& t : {L.input_norm, L.q_w, L.q_b, L.k_w, L.k_b, L.v_w, L.v_b, L.o_w, L.o_b, L.post_norm,
+                              L.gate_w, L.up_w, L.down_w}) {
+    if (t.defined()) holder->params.push_back(t);
+  }
+  holder->block = [this, i, cos, sin, attn_mask](const at::Tensor& x) {
+    return LayerForward(layers_[i], x, cos, sin, attn_mask, nullptr, i);
+  };
+  const std::vector<at::Tensor> params = holder->params;
+  return CheckpointFunction::apply(h, at::TensorList(params), std::move(holder));
+}
+
 at::Tensor DecoderModel::Forward(const at::Tensor& input_ids, const at::Tensor& position_ids,
                                  const at::Tensor& attn_mask, KvCache* cache) const {
   if (sharded() && !gathered_) {
@@ -251,7 +320,11 @@ at::Tensor DecoderModel::Forward(const at::Tensor& input_ids, const at::Tensor& 
   }
   at::Tensor h = at::embedding(embed_, input_ids);
   auto [cos, sin] = RopeCosSin(position_ids, h.scalar_type());
-  for (size_t i = 0; i < layers_.size(); ++i) h = LayerForward(layers_[i], h, cos, sin, attn_mask, cache, i);
+  const bool checkpoint = gradient_checkpointing_ && cache == nullptr && at::GradMode::is_enabled();
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    h = checkpoint ? CheckpointedLayer(i, h, cos, sin, attn_mask)
+                   : LayerForward(layers_[i], h, cos, sin, attn_mask, cache, i);
+  }
   if (cache) cache->length += input_ids.size(1);
   return RmsNorm(h, final_norm_);
 }

@@ -24,11 +24,17 @@ namespace verl {
 
 // Per-layer key/value cache for incremental decoding: k[i], v[i] are [batch, kv_heads, capacity, head_dim];
 // positions [0, length) are filled.
+//
+// Slot mode (continuous batching, worker/rollout): when slot_pos is defined, each row is a sequence slot with its own
+// length. A Forward of one token per row (T = 1) writes row b's key and value at slot_pos[b] (int64 [batch], on the
+// cache's device) and attends over positions [0, attend) of every row, under the caller's mask; length is not used.
 struct KvCache {
   std::vector<at::Tensor> k;
   std::vector<at::Tensor> v;
   int64_t length = 0;
   int64_t capacity = 0;
+  at::Tensor slot_pos;
+  int64_t attend = 0;
 };
 
 class DecoderModel {
@@ -67,6 +73,11 @@ class DecoderModel {
   int64_t num_parameters() const { return num_parameters_; }
   // Gradients on for the trained tensors (the parameters, or the shards of a sharded model).
   void SetRequiresGrad(bool requires_grad);
+  // Activation checkpointing (verl's enable_gradient_checkpointing): a Forward with gradients keeps only each layer's
+  // input, and backward recomputes the layer from it. Same gradients, less memory, one more forward per layer.
+  // A sharded model always does this (its layers are gathered again for backward).
+  void SetGradientCheckpointing(bool on) { gradient_checkpointing_ = on; }
+  bool gradient_checkpointing() const { return gradient_checkpointing_; }
 
   // Parameter sharding (ZeRO-3 / FSDP, worker/comm/param_sharding.h) over `group`: units are the embedding, each
   // layer, the final norm and the untied LM head; this rank keeps its shard of each and drops the full parameters.
@@ -114,6 +125,9 @@ class DecoderModel {
   void BindFieldsKeepingCount();
   at::Tensor LayerForward(const Layer& L, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
                           const at::Tensor& attn_mask, KvCache* cache, size_t i) const;
+  // LayerForward of layer i through an autograd function that recomputes it in backward.
+  at::Tensor CheckpointedLayer(size_t i, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
+                               const at::Tensor& attn_mask) const;
   at::Tensor ShardedForward(const at::Tensor& input_ids, const at::Tensor& position_ids, const at::Tensor& attn_mask,
                             KvCache* cache) const;
   at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight) const;
@@ -128,6 +142,7 @@ class DecoderModel {
   std::vector<std::pair<std::string, at::Tensor>> params_;
   int64_t num_parameters_ = 0;
   bool requires_grad_ = false;
+  bool gradient_checkpointing_ = false;
   std::vector<UnitInfo> units_;  // empty: not sharded
   bool gathered_ = false;        // sharded, and the full parameters are bound (Unshard)
 };

@@ -35,6 +35,7 @@ class ValueModel {
   const std::vector<std::pair<std::string, at::Tensor>>& named_parameters() const { return params_; }
   std::vector<at::Tensor> parameters() const;
   void SetRequiresGrad(bool requires_grad);
+  void SetGradientCheckpointing(bool on) { decoder_->SetGradientCheckpointing(on); }
   const DecoderModel& decoder() const { return *decoder_; }
 
  private:

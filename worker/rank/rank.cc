@@ -6,6 +6,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <cstdlib>
@@ -134,13 +135,29 @@ class CpuRank final : public RankInterface {
       constexpr size_t kAggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
       m.allocated = stats.allocated_bytes[kAggregate].current;
       m.reserved = stats.reserved_bytes[kAggregate].current;
-      m.peak_allocated = stats.allocated_bytes[kAggregate].peak;
-      m.peak_reserved = stats.reserved_bytes[kAggregate].peak;
+      m.phase_peak_allocated = stats.allocated_bytes[kAggregate].peak;
+      m.peak_allocated = std::max<int64_t>(stats.allocated_bytes[kAggregate].peak, lifetime_peak_allocated_.load());
+      m.peak_reserved = std::max<int64_t>(stats.reserved_bytes[kAggregate].peak, lifetime_peak_reserved_.load());
+      m.total = static_cast<int64_t>(c10::getDeviceAllocator(device_.type())->getMemoryInfo(device_.index()).second);
     } catch (const std::exception&) {
       // The caching allocator initialises at the device's first allocation and refuses ("Invalid device argument")
       // to report before: nothing is allocated yet.
     }
     return m;
+  }
+
+  // Starts a phase's peak-memory window on a GPU rank (DeviceMemory::phase_peak_allocated): the allocator's peak
+  // restarts from what is allocated now, and the rank-lifetime peak is kept beside it.
+  void StartMemoryPhase() {
+    if (!device_.is_cuda()) return;
+    const DeviceMemory m = Memory();
+    lifetime_peak_allocated_ = m.peak_allocated;  // Memory() already took the larger of the two
+    lifetime_peak_reserved_ = m.peak_reserved;
+    try {
+      c10::getDeviceAllocator(device_.type())->resetPeakStats(device_.index());
+    } catch (const std::exception&) {
+      // Not initialised yet: nothing allocated, no peak to reset.
+    }
   }
 
   void OnPeerAborted(int failed_global_rank) override {
@@ -337,6 +354,7 @@ class CpuRank final : public RankInterface {
         if (!actor.ok()) return Error("LoadModel/actor", actor.status());
         actor_ = std::move(*actor);
         actor_->SetRequiresGrad(false);
+        actor_->SetGradientCheckpointing(config_.actor.gradient_checkpointing);
       }
       if (HasRole("ref")) {
         auto ref = DecoderModel::Load(config_.model_path, dtype, device_);
@@ -350,6 +368,7 @@ class CpuRank final : public RankInterface {
         if (!critic.ok()) return Error("LoadModel/critic", critic.status());
         critic_ = std::move(*critic);
         critic_->SetRequiresGrad(false);
+        critic_->SetGradientCheckpointing(c.gradient_checkpointing);
         critic_optimizer_ = std::make_unique<AdamW>(
             critic_->named_parameters(),
             AdamWOptions{c.lr, c.weight_decay, c.beta1, c.beta2, c.eps, c.optimizer_offload});
@@ -366,6 +385,30 @@ class CpuRank final : public RankInterface {
       tokenizer_ = std::make_unique<Tokenizer>(std::move(*tok));
       return LoadModelOutput{actor_->num_parameters(), static_cast<int32_t>(actor_->config().vocab_size)};
     });
+  }
+
+  // The rollout's KV cache slots: rollout.max_num_seqs, and on a GPU what fits in rollout.gpu_memory_utilization of
+  // the device beside what is allocated already (the whole actor gathered, for a sharded one).
+  absl::StatusOr<int32_t> RolloutSlots(const std::vector<PromptInput>& prompts, const SamplingOptions& opts) const {
+    const int32_t max_seqs = std::max(1, config_.actor.rollout_max_num_seqs);
+    const DeviceMemory mem = Memory();
+    if (!mem.on_gpu || mem.total <= 0) return max_seqs;
+    size_t longest = 0;
+    for (const PromptInput& p : prompts) longest = std::max(longest, p.token_ids.size());
+    const int64_t slot = KvSlotBytes(actor_->config(), actor_->trainable_parameters().front().second.scalar_type(),
+                                     static_cast<int64_t>(longest) + opts.max_new_tokens);
+    const double budget = config_.actor.rollout_gpu_memory_utilization * static_cast<double>(mem.total) -
+                          static_cast<double>(mem.allocated);
+    if (budget < static_cast<double>(slot)) {
+      return Error("Generate", absl::ResourceExhaustedError(absl::StrCat(
+                                   "actor_rollout_ref.rollout.gpu_memory_utilization ",
+                                   config_.actor.rollout_gpu_memory_utilization, " of ", mem.total >> 20,
+                                   " MiB leaves ", std::max<int64_t>(0, static_cast<int64_t>(budget)) >> 20,
+                                   " MiB for the KV cache beside the ", mem.allocated >> 20,
+                                   " MiB allocated; one sequence of ", longest, " + ", opts.max_new_tokens,
+                                   " tokens needs ", slot >> 20, " MiB: raise it")));
+    }
+    return static_cast<int32_t>(std::min<double>(max_seqs, budget / static_cast<double>(slot)));
   }
 
   absl::StatusOr<GenerateOutput> Generate(const std::string& step_id, const std::vector<PromptInput>& prompts,
@@ -420,6 +463,7 @@ class CpuRank final : public RankInterface {
                                    ", temperature ", sampling.temperature, ", top_p ", sampling.top_p)));
     }
     return CatchTorch(Context("Generate"), [&]() -> absl::StatusOr<GenerateOutput> {
+      StartMemoryPhase();
       SamplingOptions opts;
       opts.temperature = sampling.temperature;
       opts.top_k = sampling.top_k;
@@ -431,6 +475,7 @@ class CpuRank final : public RankInterface {
       opts.pad_token_id = sampling.pad_token_id;
       opts.seed = sampling.seed;
       opts.lockstep = per_layer;
+      opts.max_num_batched_tokens = config_.actor.rollout_max_num_batched_tokens;
       for (size_t i = 0; i < prompts.size(); ++i) {
         opts.prompt_keys.push_back(
             static_cast<uint64_t>(prompts[i].sample_index >= 0 ? prompts[i].sample_index : static_cast<int64_t>(i)));
@@ -443,6 +488,7 @@ class CpuRank final : public RankInterface {
         // layer (every layer for every token: memory-lean, slow).
         std::optional<GatheredModel> gathered;
         if (!config_.actor.rollout_gather_layer_by_layer) gathered.emplace(*actor_, /*keep_changes=*/false);
+        ASSIGN_OR_RETURN(opts.max_num_seqs, RolloutSlots(prompts, opts));
         batch.rollout = verl::Generate(*actor_, ToTokenLists(prompts), opts);
         if (greedy_baseline) {
           SamplingOptions greedy = opts;
@@ -465,6 +511,19 @@ class CpuRank final : public RankInterface {
       out.prompt_lengths.assign(prompt_len.data_ptr<int32_t>(), prompt_len.data_ptr<int32_t>() + prompt_len.numel());
       at::Tensor mask = r.response_mask.to(at::kFloat);
       out.metrics["rollout/log_prob/mean"] = MaskedMean(r.log_probs, mask).item<double>();
+      // The rollout's KV cache (continuous batching: slots x the longest prompt + max_new_tokens; static: every row).
+      const int64_t rows = r.responses.size(0);
+      const int64_t slots = opts.lockstep ? rows : std::min<int64_t>(rows, opts.max_num_seqs);
+      out.metrics["perf/rollout_kv_cache_slots"] = static_cast<double>(slots);
+      out.metrics["perf/rollout_kv_cache_gb"] =
+          static_cast<double>(slots * KvSlotBytes(actor_->config(),
+                                                  actor_->trainable_parameters().front().second.scalar_type(),
+                                                  r.prompts.size(1) + opts.max_new_tokens)) /
+          (1 << 30);
+      if (device_.is_cuda()) {
+        out.metrics["perf/rollout_max_memory_allocated_gb"] =
+            static_cast<double>(Memory().phase_peak_allocated) / (1 << 30);
+      }
       batch.generate_output = out;
       batches_[step_id] = std::move(batch);
       return out;
@@ -522,9 +581,15 @@ class CpuRank final : public RankInterface {
                    absl::FailedPreconditionError(absl::StrCat("role '", role, "' is not placed on this rank")));
     }
     return CatchTorch(Context("ComputeLogProbs/" + role), [&]() -> absl::StatusOr<Metrics> {
-      const int64_t micro = role == "ref" ? config_.actor.ref_log_prob_micro_batch_size_per_gpu
-                                          : config_.actor.log_prob_micro_batch_size_per_gpu;
-      at::Tensor lp = ComputeLogProbsNoGrad(*model, batch->seq, temperature, std::max<int64_t>(1, micro));
+      const bool ref = role == "ref";
+      MicroBatching micro;
+      micro.rows = std::max<int64_t>(1, ref ? config_.actor.ref_log_prob_micro_batch_size_per_gpu
+                                            : config_.actor.log_prob_micro_batch_size_per_gpu);
+      micro.max_token_len = ref ? config_.actor.ref_log_prob_max_token_len : config_.actor.log_prob_max_token_len;
+      micro.budget_key = ref ? "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu"
+                             : "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu";
+      if (model->sharded()) micro.agree = DpSumFn();  // every pass gathers the layers: same count on every rank
+      ASSIGN_OR_RETURN(at::Tensor lp, ComputeLogProbsNoGrad(*model, batch->seq, temperature, micro));
       Metrics m;
       at::Tensor mask = batch->seq.response_mask.to(at::kFloat);
       if (role == "actor") {
@@ -547,8 +612,11 @@ class CpuRank final : public RankInterface {
     if (batch->value_metrics) return *batch->value_metrics;
     if (!critic_) return Error("ComputeValues", absl::FailedPreconditionError("no critic is placed on this rank"));
     return CatchTorch(Context("ComputeValues"), [&]() -> absl::StatusOr<Metrics> {
-      batch->values = ComputeValuesNoGrad(*critic_, batch->seq,
-                                          std::max<int64_t>(1, config_.critic.forward_micro_batch_size_per_gpu));
+      MicroBatching micro;
+      micro.rows = std::max<int64_t>(1, config_.critic.forward_micro_batch_size_per_gpu);
+      micro.max_token_len = config_.critic.forward_max_token_len;
+      micro.budget_key = "critic.forward_max_token_len_per_gpu";
+      ASSIGN_OR_RETURN(batch->values, ComputeValuesNoGrad(*critic_, batch->seq, micro));
       batch->value_metrics = Metrics{};
       return *batch->value_metrics;
     });
@@ -624,6 +692,7 @@ class CpuRank final : public RankInterface {
       o.loss_agg_mode = c.loss_agg_mode;
       ASSIGN_OR_RETURN(o.mini_batch_size, PerRankMiniBatch("critic", c.ppo_mini_batch_size, batch->n));
       o.micro_batch_size = std::max<int64_t>(1, c.ppo_micro_batch_size_per_gpu);
+      o.max_token_len = c.ppo_max_token_len;
       o.reduce_sum = DpSumFn();
       o.ppo_epochs = c.ppo_epochs;
       o.shuffle = c.shuffle;
@@ -668,11 +737,13 @@ class CpuRank final : public RankInterface {
       o.kl_loss_type = a.kl_loss_type;
       ASSIGN_OR_RETURN(o.mini_batch_size, PerRankMiniBatch("actor", a.ppo_mini_batch_size, batch->n));
       o.micro_batch_size = std::max<int64_t>(1, a.ppo_micro_batch_size_per_gpu);
+      o.max_token_len = a.ppo_max_token_len;
       o.reduce_sum = DpSumFn();
       o.ppo_epochs = a.ppo_epochs;
       o.shuffle = a.shuffle;
       o.temperature = temperature;
       o.seed = seed;
+      StartMemoryPhase();
       GradScope<DecoderModel> grad_scope(*actor_);
       auto metrics =
           UpdatePolicy(*actor_, *optimizer_, batch->seq,
@@ -689,6 +760,7 @@ class CpuRank final : public RankInterface {
         const DeviceMemory mem = Memory();
         (*metrics)["perf/max_memory_allocated_gb"] = static_cast<double>(mem.peak_allocated) / (1 << 30);
         (*metrics)["perf/max_memory_reserved_gb"] = static_cast<double>(mem.peak_reserved) / (1 << 30);
+        (*metrics)["perf/update_max_memory_allocated_gb"] = static_cast<double>(mem.phase_peak_allocated) / (1 << 30);
       }
       ++updates_done_;
       batch->update_metrics = *metrics;
@@ -1132,6 +1204,10 @@ class CpuRank final : public RankInterface {
 
   const int32_t rank_id_;
   RankConfig config_;
+  // GPU ranks: the allocator's peaks before the current memory phase began (StartMemoryPhase); read by Memory() on
+  // the metrics thread too.
+  std::atomic<int64_t> lifetime_peak_allocated_{0};
+  std::atomic<int64_t> lifetime_peak_reserved_{0};
   std::unique_ptr<DecoderModel> actor_;
   std::unique_ptr<DecoderModel> ref_;
   std::unique_ptr<AdamW> optimizer_;

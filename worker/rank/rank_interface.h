@@ -48,6 +48,11 @@ struct RankActorSettings {
   bool shuffle = false;
   int64_t log_prob_micro_batch_size_per_gpu = 8;      // old log-probs (actor)
   int64_t ref_log_prob_micro_batch_size_per_gpu = 8;  // ref log-probs
+  // Token budgets per pass (verl's use_dynamic_bsz); 0: the fixed micro-batch sizes above.
+  int64_t ppo_max_token_len = 0;
+  int64_t log_prob_max_token_len = 0;
+  int64_t ref_log_prob_max_token_len = 0;
+  bool gradient_checkpointing = false;  // the actor's layers recomputed in backward
   // actor.policy_loss.* and rollout correction
   std::string loss_mode = "vanilla";
   double clip_cov_ratio = 0.0002;
@@ -63,6 +68,11 @@ struct RankActorSettings {
   bool optimizer_offload = false;  // AdamW state in host memory (GPU ranks)
   // With shard_parameters: the rollout gathers one layer at a time per decoding step, not the whole actor.
   bool rollout_gather_layer_by_layer = false;
+  // The rollout engine (worker/rollout/generator.h): sequences decoding at once, padded prompt tokens per prefill, and
+  // on a GPU the share of the device's memory the rollout may fill (what is allocated already plus the KV cache).
+  int32_t rollout_max_num_seqs = 1024;
+  int64_t rollout_max_num_batched_tokens = 8192;
+  double rollout_gpu_memory_utilization = 0.5;
 };
 
 struct RankCriticSettings {
@@ -79,6 +89,9 @@ struct RankCriticSettings {
   int64_t ppo_mini_batch_size = 1;           // prompts per optimizer step
   int64_t ppo_micro_batch_size_per_gpu = 1;  // sequences per forward/backward
   int64_t forward_micro_batch_size_per_gpu = 8;
+  int64_t ppo_max_token_len = 0;      // > 0: passes by token budget (critic.use_dynamic_bsz)
+  int64_t forward_max_token_len = 0;
+  bool gradient_checkpointing = false;
   int64_t ppo_epochs = 1;
   bool shuffle = false;
   bool shard_optimizer_state = true;
@@ -148,6 +161,8 @@ struct DeviceMemory {
   int64_t reserved = 0;         // held by the allocator (allocated + cached)
   int64_t peak_allocated = 0;   // the most `allocated` has been since the rank started
   int64_t peak_reserved = 0;
+  int64_t phase_peak_allocated = 0;  // the most `allocated` has been since the current phase began (Generate, update)
+  int64_t total = 0;                 // the device's memory
 };
 
 struct ScoreOutput {

@@ -1,9 +1,11 @@
 #include "worker/rollout/generator.h"
 
+#include <ATen/TensorIndexing.h>
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
 #include <limits>
+#include <utility>
 
 namespace verl {
 
@@ -17,6 +19,21 @@ double CounterUniform(uint64_t seed, uint64_t stream, uint64_t counter) {
   const uint64_t bits = mix(mix(mix(seed) ^ stream) ^ counter);
   return static_cast<double>(bits >> 11) * 0x1.0p-53;  // 53 random bits: [0, 1)
 }
+
+namespace {
+
+// The random stream of each output row (see SamplingOptions::prompt_keys).
+std::vector<uint64_t> SampleStreams(size_t num_prompts, const SamplingOptions& options) {
+  const uint64_t n = static_cast<uint64_t>(options.n);
+  std::vector<uint64_t> streams(num_prompts * n);
+  for (size_t i = 0; i < num_prompts; ++i) {
+    const uint64_t key = options.prompt_keys.empty() ? static_cast<uint64_t>(i) : options.prompt_keys.at(i);
+    for (uint64_t j = 0; j < n; ++j) streams[i * n + j] = key * n + j;
+  }
+  return streams;
+}
+
+}  // namespace
 
 at::Tensor SampleNextTokens(const at::Tensor& logits, const SamplingOptions& options, const at::Tensor& uniforms,
                             at::Tensor* log_probs) {
@@ -54,8 +71,8 @@ at::Tensor SampleNextTokens(const at::Tensor& logits, const SamplingOptions& opt
   return tokens;
 }
 
-RolloutBatch Generate(const DecoderModel& model, const std::vector<std::vector<int32_t>>& prompts,
-                      const SamplingOptions& options) {
+RolloutBatch GenerateStatic(const DecoderModel& model, const std::vector<std::vector<int32_t>>& prompts,
+                            const SamplingOptions& options) {
   c10::InferenceMode guard;
   const int64_t n = options.n;
   const int64_t N = static_cast<int64_t>(prompts.size()) * n;
@@ -90,11 +107,7 @@ RolloutBatch Generate(const DecoderModel& model, const std::vector<std::vector<i
   out.response_mask = at::zeros({N, R}, at::TensorOptions().dtype(at::kBool).device(device));
   out.log_probs = at::zeros({N, R}, at::TensorOptions().dtype(at::kFloat).device(device));
 
-  std::vector<uint64_t> streams(N);
-  for (int64_t i = 0; i < static_cast<int64_t>(prompts.size()); ++i) {
-    const uint64_t key = options.prompt_keys.empty() ? static_cast<uint64_t>(i) : options.prompt_keys.at(i);
-    for (int64_t j = 0; j < n; ++j) streams[i * n + j] = key * static_cast<uint64_t>(n) + static_cast<uint64_t>(j);
-  }
+  const std::vector<uint64_t> streams = SampleStreams(prompts.size(), options);
   at::Tensor uniforms = at::empty({N}, at::kDouble);  // host; copied to the device each step
   at::Tensor eos =
       at::tensor(std::vector<int64_t>(options.eos_token_ids.begin(), options.eos_token_ids.end()), long_opts)
@@ -128,6 +141,195 @@ RolloutBatch Generate(const DecoderModel& model, const std::vector<std::vector<i
     logits = model.Logits(hidden.select(1, 0));
   }
   return out;
+}
+
+RolloutBatch Generate(const DecoderModel& model, const std::vector<std::vector<int32_t>>& prompts,
+                      const SamplingOptions& options) {
+  return options.lockstep ? GenerateStatic(model, prompts, options) : GenerateContinuous(model, prompts, options);
+}
+
+int64_t KvSlotBytes(const DecoderConfig& config, at::ScalarType dtype, int64_t capacity) {
+  return 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * capacity *
+         static_cast<int64_t>(c10::elementSize(dtype));
+}
+
+// The slot schedule. The host keeps the bookkeeping (which row each slot holds, how many tokens it has) and the
+// outputs; each decoding step moves one token and one log-prob per running sequence between host and device, the
+// same one synchronisation per step that the EOS check of static batching makes.
+RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std::vector<int32_t>>& prompts,
+                                const SamplingOptions& options) {
+  c10::InferenceMode guard;
+  const int64_t n = options.n;
+  const int64_t N = static_cast<int64_t>(prompts.size()) * n;
+  int64_t P = 0;
+  for (const auto& p : prompts) P = std::max<int64_t>(P, p.size());
+  const int64_t R = options.max_new_tokens;
+  const at::Device device = model.device();
+  auto long_opts = at::TensorOptions().dtype(at::kLong);
+  auto dev_long = long_opts.device(device);
+
+  // Outputs on the host, laid out as GenerateStatic's (prompts left-padded to P).
+  RolloutBatch out;
+  out.prompts = at::full({N, P}, options.pad_token_id, long_opts);
+  out.prompt_mask = at::zeros({N, P}, at::kBool);
+  out.responses = at::full({N, R}, options.pad_token_id, long_opts);
+  out.response_mask = at::zeros({N, R}, at::kBool);
+  out.log_probs = at::zeros({N, R}, at::kFloat);
+  auto prompt_ids = out.prompts.accessor<int64_t, 2>();
+  auto prompt_valid = out.prompt_mask.accessor<bool, 2>();
+  auto responses = out.responses.accessor<int64_t, 2>();
+  auto response_valid = out.response_mask.accessor<bool, 2>();
+  auto log_probs = out.log_probs.accessor<float, 2>();
+  std::vector<const std::vector<int32_t>*> row_prompt(N);
+  for (int64_t row = 0; row < N; ++row) {
+    const std::vector<int32_t>& p = prompts[row / n];
+    row_prompt[row] = &p;
+    const int64_t len = p.size();
+    for (int64_t t = 0; t < len; ++t) {
+      prompt_ids[row][P - len + t] = p[t];
+      prompt_valid[row][P - len + t] = true;
+    }
+  }
+  auto finish = [&]() {
+    for (at::Tensor* t : {&out.prompts, &out.prompt_mask, &out.responses, &out.response_mask, &out.log_probs}) {
+      *t = t->to(device);
+    }
+    return std::move(out);
+  };
+  if (N == 0 || R == 0) return finish();
+
+  const std::vector<uint64_t> streams = SampleStreams(prompts.size(), options);
+  auto is_eos = [&](int64_t token) {
+    return std::find(options.eos_token_ids.begin(), options.eos_token_ids.end(), token) != options.eos_token_ids.end();
+  };
+
+  const int64_t S = std::min<int64_t>(N, std::max<int32_t>(1, options.max_num_seqs));
+  KvCache slots = model.NewCache(S, P + R);
+  std::vector<int64_t> slot_row(S, -1);  // -1: free
+  std::vector<int64_t> slot_len(S, 0);   // prompt length
+  std::vector<int64_t> slot_made(S, 0);  // response tokens sampled so far
+  std::vector<int64_t> slot_last(S, 0);  // the last sampled token, fed at the next step
+  int64_t running = 0;
+
+  // Samples the next token of each slot in `active` from `logits` [active, V] and records it; frees the slots whose
+  // sequences end.
+  auto sample_and_record = [&](const std::vector<int64_t>& active, const at::Tensor& logits) {
+    const int64_t k = active.size();
+    at::Tensor uniforms = at::zeros({k}, at::kDouble);
+    if (options.do_sample) {
+      double* u = uniforms.data_ptr<double>();
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t s = active[j];
+        u[j] = CounterUniform(options.seed, streams[slot_row[s]], slot_made[s]);
+      }
+    }
+    at::Tensor lp;
+    at::Tensor tok = SampleNextTokens(logits, options, uniforms.to(device), &lp);
+    tok = tok.to(at::kCPU);
+    lp = lp.to(at::kCPU, at::kFloat);
+    const int64_t* tok_p = tok.data_ptr<int64_t>();
+    const float* lp_p = lp.data_ptr<float>();
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t s = active[j];
+      const int64_t row = slot_row[s];
+      const int64_t t = slot_made[s]++;
+      responses[row][t] = tok_p[j];
+      log_probs[row][t] = lp_p[j];
+      response_valid[row][t] = true;
+      slot_last[s] = tok_p[j];
+      if (is_eos(tok_p[j]) || t + 1 == R) {
+        slot_row[s] = -1;
+        --running;
+      }
+    }
+  };
+
+  int64_t next_row = 0;
+  while (next_row < N || running > 0) {
+    // Admit waiting rows into free slots, a prefill group at a time: right-padded to the group's longest prompt, so
+    // each row's keys land at positions [0, len) and move into its slot with one copy per layer.
+    std::vector<int64_t> free_slots;
+    for (int64_t s = 0; s < S; ++s) {
+      if (slot_row[s] < 0) free_slots.push_back(s);
+    }
+    size_t used = 0;
+    while (next_row < N && used < free_slots.size()) {
+      std::vector<int64_t> group;  // slots
+      int64_t longest = 0;
+      while (next_row < N && used < free_slots.size()) {
+        const int64_t len = row_prompt[next_row]->size();
+        const int64_t wider = std::max(longest, len);
+        if (!group.empty() && wider * static_cast<int64_t>(group.size() + 1) > options.max_num_batched_tokens) break;
+        const int64_t s = free_slots[used++];
+        slot_row[s] = next_row++;
+        slot_len[s] = len;
+        slot_made[s] = 0;
+        longest = wider;
+        group.push_back(s);
+      }
+      const int64_t g = group.size();
+      at::Tensor ids = at::full({g, longest}, options.pad_token_id, long_opts);
+      at::Tensor valid = at::zeros({g, longest}, at::kBool);
+      at::Tensor last = at::empty({g}, long_opts);
+      {
+        auto ids_a = ids.accessor<int64_t, 2>();
+        auto valid_a = valid.accessor<bool, 2>();
+        for (int64_t j = 0; j < g; ++j) {
+          const std::vector<int32_t>& p = *row_prompt[slot_row[group[j]]];
+          for (size_t t = 0; t < p.size(); ++t) {
+            ids_a[j][t] = p[t];
+            valid_a[j][t] = true;
+          }
+          last.data_ptr<int64_t>()[j] = static_cast<int64_t>(p.size()) - 1;
+        }
+      }
+      valid = valid.to(device);
+      KvCache prefill = model.NewCache(g, longest);
+      at::Tensor hidden = model.Forward(ids.to(device), PositionIdsFromMask(valid),
+                                        BuildAttentionMask(valid, 0, longest), &prefill);
+      const at::Tensor dev_group = at::tensor(group, long_opts).to(device);
+      for (size_t i = 0; i < slots.k.size(); ++i) {
+        slots.k[i].narrow(2, 0, longest).index_copy_(0, dev_group, prefill.k[i]);
+        slots.v[i].narrow(2, 0, longest).index_copy_(0, dev_group, prefill.v[i]);
+      }
+      running += g;
+      at::Tensor rows = at::arange(g, dev_long);
+      sample_and_record(group, model.Logits(hidden.index({rows, last.to(device)})));
+    }
+    if (running == 0) continue;
+
+    // One decoding step over slots [0, high): each running slot feeds its last token at position len + made - 1 (its
+    // cache index too); a free slot below high feeds padding at position 0 and its output is ignored.
+    std::vector<int64_t> active;
+    int64_t high = 0;
+    int64_t attend = 0;
+    at::Tensor tokens = at::full({S}, options.pad_token_id, long_opts);
+    at::Tensor pos = at::zeros({S}, long_opts);
+    for (int64_t s = 0; s < S; ++s) {
+      if (slot_row[s] < 0) continue;
+      active.push_back(s);
+      high = s + 1;
+      tokens.data_ptr<int64_t>()[s] = slot_last[s];
+      pos.data_ptr<int64_t>()[s] = slot_len[s] + slot_made[s] - 1;
+      attend = std::max(attend, slot_len[s] + slot_made[s]);
+    }
+    at::Tensor dev_pos = pos.narrow(0, 0, high).to(device);
+    at::Tensor mask = at::arange(attend, dev_long).view({1, attend}).le(dev_pos.view({high, 1}));
+    KvCache view;
+    for (size_t i = 0; i < slots.k.size(); ++i) {
+      view.k.push_back(slots.k[i].narrow(0, 0, high));
+      view.v.push_back(slots.v[i].narrow(0, 0, high));
+    }
+    view.capacity = slots.capacity;
+    view.slot_pos = dev_pos;
+    view.attend = attend;
+    at::Tensor hidden = model.Forward(tokens.narrow(0, 0, high).to(device).unsqueeze(1), dev_pos.unsqueeze(1),
+                                      mask.view({high, 1, 1, attend}), &view);
+    at::Tensor h = hidden.select(1, 0);
+    if (static_cast<int64_t>(active.size()) < high) h = h.index_select(0, at::tensor(active, long_opts).to(device));
+    sample_and_record(active, model.Logits(h));
+  }
+  return finish();
 }
 
 }  // namespace verl

@@ -1,10 +1,16 @@
 #ifndef VERL_WORKER_ROLLOUT_GENERATOR_H_
 #define VERL_WORKER_ROLLOUT_GENERATOR_H_
 
-// Batched autoregressive generation with a KV cache: left-padded prompts are prefilled together, then one token per
-// step is sampled for every sequence (temperature, top-k, top-p, or greedy) until each has produced an EOS or
-// max_new_tokens. Returns the rollout log-prob of every sampled token under the temperature-scaled distribution, the
-// same quantity the trainer computes, so rollout and training log-probs are comparable.
+// Autoregressive generation with a KV cache, one token per step for every running sequence (temperature, top-k,
+// top-p, or greedy) until each has produced an EOS or max_new_tokens. Two schedules, with the same results:
+// - continuous batching (the default): at most max_num_seqs sequences run at once, each in a slot of a KV cache
+//   allocated once; waiting prompts are prefilled in groups of at most max_num_batched_tokens padded tokens, and a
+//   finished sequence's slot takes the next waiting one at once, so a long tail does not leave the batch idle;
+// - static: every sequence prefilled together (left-padded) and decoded until the last one ends; used when ranks
+//   must decode in lockstep (a model sharded layer by layer).
+// Returns the rollout log-prob of every sampled token under the temperature-scaled distribution, the same quantity the
+// trainer computes, so rollout and training log-probs are comparable. Sampling draws come from a counter-based
+// generator keyed by (seed, sample, position), so a sequence's tokens do not depend on the schedule or its batch.
 
 #include <ATen/ATen.h>
 
@@ -32,6 +38,10 @@ struct SamplingOptions {
   // Decode all max_new_tokens steps even when every row has finished: the ranks of a model sharded layer by layer
   // must make the same gathers (the extra steps only produce padding).
   bool lockstep = false;
+  // Continuous batching: sequences decoding at once (KV cache slots; the caller folds its memory budget in), and the
+  // most padded prompt tokens prefilled in one forward pass (a longer prompt is prefilled alone).
+  int32_t max_num_seqs = 1024;
+  int64_t max_num_batched_tokens = 8192;
 };
 
 // All tensors on CPU. N = prompts * n; row i*n + j is sample j of prompt i. P = longest prompt, R = max_new_tokens.
@@ -54,9 +64,17 @@ double CounterUniform(uint64_t seed, uint64_t stream, uint64_t counter);
 at::Tensor SampleNextTokens(const at::Tensor& logits, const SamplingOptions& options, const at::Tensor& uniforms,
                             at::Tensor* log_probs);
 
-// Generates for every prompt. Requires non-empty prompts. Runs under inference mode.
+// Generates for every prompt: static batching when options.lockstep, continuous batching otherwise. Requires
+// non-empty prompts. Runs under inference mode.
 RolloutBatch Generate(const DecoderModel& model, const std::vector<std::vector<int32_t>>& prompts,
                       const SamplingOptions& options);
+RolloutBatch GenerateStatic(const DecoderModel& model, const std::vector<std::vector<int32_t>>& prompts,
+                            const SamplingOptions& options);
+RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std::vector<int32_t>>& prompts,
+                                const SamplingOptions& options);
+
+// Bytes of KV cache one sequence slot of `capacity` positions takes in `model`'s dtype.
+int64_t KvSlotBytes(const DecoderConfig& config, at::ScalarType dtype, int64_t capacity);
 
 }  // namespace verl
 

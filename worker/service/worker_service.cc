@@ -53,6 +53,13 @@ RankActorSettings FromProto(const v1::ActorConfig& a) {
   s.shard_parameters = a.shard_parameters();
   s.optimizer_offload = a.optimizer_offload();
   s.rollout_gather_layer_by_layer = a.rollout_gather_layer_by_layer();
+  s.rollout_max_num_seqs = a.rollout_max_num_seqs();
+  s.ppo_max_token_len = a.ppo_max_token_len();
+  s.log_prob_max_token_len = a.log_prob_max_token_len();
+  s.ref_log_prob_max_token_len = a.ref_log_prob_max_token_len();
+  s.gradient_checkpointing = a.gradient_checkpointing();
+  s.rollout_max_num_batched_tokens = a.rollout_max_num_batched_tokens();
+  s.rollout_gpu_memory_utilization = a.rollout_gpu_memory_utilization();
   return s;
 }
 
@@ -71,6 +78,9 @@ RankCriticSettings FromProto(const v1::CriticConfig& c) {
   s.ppo_mini_batch_size = c.ppo_mini_batch_size();
   s.ppo_micro_batch_size_per_gpu = c.ppo_micro_batch_size_per_gpu();
   s.forward_micro_batch_size_per_gpu = c.forward_micro_batch_size_per_gpu();
+  s.ppo_max_token_len = c.ppo_max_token_len();
+  s.forward_max_token_len = c.forward_max_token_len();
+  s.gradient_checkpointing = c.gradient_checkpointing();
   s.ppo_epochs = c.ppo_epochs();
   s.shuffle = c.shuffle();
   s.shard_optimizer_state = c.shard_optimizer_state();

@@ -29,25 +29,26 @@ LogProbResult ForwardLogProbs(const DecoderModel& model, const SequenceBatch& ba
   return {c.log_probs, c.entropy};
 }
 
+absl::StatusOr<at::Tensor> ComputeLogProbsNoGrad(const DecoderModel& model, const SequenceBatch& batch,
+                                                 double temperature, const MicroBatching& micro) {
+  at::NoGradGuard no_grad;
+  ASSIGN_OR_RETURN(std::vector<at::Tensor> parts, SplitMicroBatches(batch, micro));
+  const int64_t R = batch.responses.size(1);
+  at::Tensor out = at::zeros({batch.size(), R}, at::TensorOptions().dtype(at::kFloat).device(batch.input_ids.device()));
+  for (const at::Tensor& rows : parts) {
+    const SequenceBatch sub = SelectTrimmed(batch, rows);
+    const at::Tensor lp = ForwardLogProbs(model, sub, 0, sub.size(), temperature, false).log_probs;
+    out.index_copy_(0, rows, PadResponseColumns(lp * sub.response_mask.to(lp.scalar_type()), R));
+  }
+  return out;
+}
+
 at::Tensor ComputeLogProbsNoGrad(const DecoderModel& model, const SequenceBatch& batch, double temperature,
                                  int64_t micro_batch_size) {
-  at::NoGradGuard no_grad;
-  std::vector<at::Tensor> parts;
-  for (int64_t b = 0; b < batch.size(); b += micro_batch_size) {
-    const int64_t count = std::min(micro_batch_size, batch.size() - b);
-    parts.push_back(ForwardLogProbs(model, batch, b, count, temperature, false).log_probs);
-  }
-  return at::cat(parts, 0);
+  MicroBatching micro;
+  micro.rows = micro_batch_size;
+  return ComputeLogProbsNoGrad(model, batch, temperature, micro).value();  // fixed micro-batches cannot fail
 }
-
-namespace {
-
-SequenceBatch Select(const SequenceBatch& b, const at::Tensor& idx) {
-  return {b.input_ids.index_select(0, idx), b.attention_mask.index_select(0, idx), b.responses.index_select(0, idx),
-          b.response_mask.index_select(0, idx)};
-}
-
-}  // namespace
 
 absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, AdamW& optimizer,
                                                            const SequenceBatch& batch, const PolicyUpdateInputs& inputs,
@@ -71,12 +72,17 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
   std::vector<at::Tensor> params;
   for (const auto& [name, t] : model.trainable_parameters()) params.push_back(t);
   const ReduceSumFn sum_over_shards = model.sharded() ? options.reduce_sum : nullptr;
+  MicroBatching micro;
+  micro.rows = options.micro_batch_size;
+  micro.max_token_len = options.max_token_len;
+  micro.budget_key = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu";
+  micro.agree = sum_over_shards;  // a sharded model gathers its layers in every pass: same pass count on every rank
   for (int64_t epoch = 0; epoch < options.ppo_epochs; ++epoch) {
     at::Tensor order = options.shuffle ? at::randperm(N, gen, at::TensorOptions().dtype(at::kLong))
                                        : at::arange(N, at::TensorOptions().dtype(at::kLong));
     for (int64_t mb = 0; mb < N; mb += options.mini_batch_size) {
       at::Tensor idx = order.narrow(0, mb, options.mini_batch_size).to(batch.input_ids.device());
-      SequenceBatch mini = Select(batch, idx);
+      SequenceBatch mini = SelectRows(batch, idx);
       at::Tensor old_lp = inputs.old_log_probs.index_select(0, idx);
       at::Tensor adv = inputs.advantages.index_select(0, idx);
       at::Tensor ref_lp = options.use_kl_loss ? inputs.ref_log_probs.index_select(0, idx) : at::Tensor();
@@ -85,18 +91,24 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
       const AggNormalizer norm = GlobalAggNormalizer(mini.response_mask, options.reduce_sum);
       double pg_loss = 0, kl_loss = 0, entropy = 0;
       optimizer.ZeroGrad();
-      for (int64_t b = 0; b < mini.size(); b += options.micro_batch_size) {
-        const int64_t count = std::min(options.micro_batch_size, mini.size() - b);
-        LogProbResult lp = ForwardLogProbs(model, mini, b, count, options.temperature, /*with_entropy=*/true);
-        at::Tensor mask = mini.response_mask.narrow(0, b, count).to(at::kFloat);
+      ASSIGN_OR_RETURN(std::vector<at::Tensor> micro_batches, SplitMicroBatches(mini, micro));
+      metrics.Add("perf/actor_micro_batches", static_cast<double>(micro_batches.size()));
+      for (const at::Tensor& rows : micro_batches) {
+        // Each pass runs without the padding columns none of its rows uses; the per-token tensors it produces are
+        // [rows, r] with r the longest response among them, and the inputs it compares them with are cut to match.
+        const SequenceBatch sub = SelectTrimmed(mini, rows);
+        const int64_t r = sub.responses.size(1);
+        auto cut = [&](const at::Tensor& t) { return t.index_select(0, rows).narrow(1, 0, r); };
+        LogProbResult lp = ForwardLogProbs(model, sub, 0, sub.size(), options.temperature, /*with_entropy=*/true);
+        at::Tensor mask = sub.response_mask.to(at::kFloat);
         ASSIGN_OR_RETURN(PolicyLossResult pl,
-                         ComputePolicyLossByMode(
-                             old_lp.narrow(0, b, count), lp.log_probs, adv.narrow(0, b, count), mask,
-                             rollout_lp.defined() ? rollout_lp.narrow(0, b, count) : at::Tensor(), loss_options, norm));
+                         ComputePolicyLossByMode(cut(old_lp), lp.log_probs, cut(adv), mask,
+                                                 rollout_lp.defined() ? cut(rollout_lp) : at::Tensor(), loss_options,
+                                                 norm));
         ASSIGN_OR_RETURN(at::Tensor entropy_term, AggLossGlobal(lp.entropy, mask, options.loss.loss_agg_mode, norm));
         at::Tensor loss = pl.pg_loss - options.entropy_coeff * entropy_term;
         if (options.use_kl_loss) {
-          ASSIGN_OR_RETURN(at::Tensor kld, KlPenalty(lp.log_probs, ref_lp.narrow(0, b, count), options.kl_loss_type));
+          ASSIGN_OR_RETURN(at::Tensor kld, KlPenalty(lp.log_probs, cut(ref_lp), options.kl_loss_type));
           ASSIGN_OR_RETURN(at::Tensor kl_term, AggLossGlobal(kld, mask, options.loss.loss_agg_mode, norm));
           loss = loss + kl_term * options.kl_loss_coef;
           kl_loss += kl_term.item<double>();

@@ -14,17 +14,9 @@
 #include "worker/model/decoder_model.h"
 #include "worker/train/adamw.h"
 #include "worker/train/policy_loss.h"
+#include "worker/train/sequence_batch.h"
 
 namespace verl {
-
-// A step's sequences: prompt (left-padded) followed by response (right-padded). S = P + R.
-struct SequenceBatch {
-  at::Tensor input_ids;       // [N, S] int64
-  at::Tensor attention_mask;  // [N, S] bool
-  at::Tensor responses;       // [N, R] int64
-  at::Tensor response_mask;   // [N, R] bool
-  int64_t size() const { return input_ids.size(0); }
-};
 
 struct LogProbResult {
   at::Tensor log_probs;  // [N, R] float32
@@ -36,7 +28,11 @@ struct LogProbResult {
 LogProbResult ForwardLogProbs(const DecoderModel& model, const SequenceBatch& batch, int64_t begin, int64_t count,
                               double temperature, bool with_entropy);
 
-// Log-probs for the whole batch, `micro_batch_size` rows at a time, without gradients.
+// Log-probs for the whole batch, a micro-batch at a time (padding trimmed per micro-batch), without gradients; 0 outside
+// the response mask.
+absl::StatusOr<at::Tensor> ComputeLogProbsNoGrad(const DecoderModel& model, const SequenceBatch& batch,
+                                                 double temperature, const MicroBatching& micro);
+// The same with fixed micro-batches of `micro_batch_size` rows.
 at::Tensor ComputeLogProbsNoGrad(const DecoderModel& model, const SequenceBatch& batch, double temperature,
                                  int64_t micro_batch_size);
 
@@ -50,6 +46,8 @@ struct PolicyUpdateOptions {
   std::string kl_loss_type = "low_var_kl";
   int64_t mini_batch_size = 1;   // sequences per optimizer step (prompts * rollout.n)
   int64_t micro_batch_size = 1;  // sequences per forward/backward
+  // > 0: micro-batches by token budget instead (use_dynamic_bsz, ppo_max_token_len_per_gpu; sequence_batch.h).
+  int64_t max_token_len = 0;
   int64_t ppo_epochs = 1;
   bool shuffle = false;
   double temperature = 1.0;
@@ -70,7 +68,8 @@ struct PolicyUpdateInputs {
 
 // Runs the update and returns verl's actor/* metrics. Losses are normalised over each mini-batch (not per
 // micro-batch), so the update does not depend on the micro-batch size; actor/pg_loss, actor/kl_loss and
-// actor/entropy are mini-batch values, clip fractions micro-batch means, all averaged over mini-batches and epochs.
+// actor/entropy are mini-batch values, clip fractions micro-batch means, all averaged over mini-batches and epochs;
+// perf/actor_micro_batches is the number of forward/backward passes per mini-batch on this rank.
 absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, AdamW& optimizer,
                                                            const SequenceBatch& batch, const PolicyUpdateInputs& inputs,
                                                            const PolicyUpdateOptions& options);

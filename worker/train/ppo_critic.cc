@@ -13,15 +13,24 @@
 
 namespace verl {
 
-at::Tensor ComputeValuesNoGrad(const ValueModel& model, const SequenceBatch& batch, int64_t micro_batch_size) {
+absl::StatusOr<at::Tensor> ComputeValuesNoGrad(const ValueModel& model, const SequenceBatch& batch,
+                                               const MicroBatching& micro) {
   at::NoGradGuard no_grad;
+  ASSIGN_OR_RETURN(std::vector<at::Tensor> parts, SplitMicroBatches(batch, micro));
   const int64_t R = batch.responses.size(1);
-  std::vector<at::Tensor> parts;
-  for (int64_t b = 0; b < batch.size(); b += micro_batch_size) {
-    const int64_t count = std::min(micro_batch_size, batch.size() - b);
-    parts.push_back(model.Values(batch.input_ids.narrow(0, b, count), batch.attention_mask.narrow(0, b, count), R));
+  at::Tensor out = at::zeros({batch.size(), R}, at::TensorOptions().dtype(at::kFloat).device(batch.input_ids.device()));
+  for (const at::Tensor& rows : parts) {
+    const SequenceBatch sub = SelectTrimmed(batch, rows);
+    at::Tensor values = model.Values(sub.input_ids, sub.attention_mask, sub.responses.size(1)).to(at::kFloat);
+    out.index_copy_(0, rows, PadResponseColumns(values * sub.response_mask.to(at::kFloat), R));
   }
-  return at::cat(parts, 0) * batch.response_mask.to(at::kFloat);
+  return out;
+}
+
+at::Tensor ComputeValuesNoGrad(const ValueModel& model, const SequenceBatch& batch, int64_t micro_batch_size) {
+  MicroBatching micro;
+  micro.rows = micro_batch_size;
+  return ComputeValuesNoGrad(model, batch, micro).value();  // fixed micro-batches cannot fail
 }
 
 absl::StatusOr<std::map<std::string, double>> UpdateValue(ValueModel& model, AdamW& optimizer,
@@ -29,7 +38,6 @@ absl::StatusOr<std::map<std::string, double>> UpdateValue(ValueModel& model, Ada
                                                           const at::Tensor& returns,
                                                           const ValueUpdateOptions& options) {
   const int64_t N = batch.size();
-  const int64_t R = batch.responses.size(1);
   if (options.mini_batch_size <= 0 || N % options.mini_batch_size != 0) {
     return absl::InvalidArgumentError(absl::StrCat("batch of ", N, " sequences is not divisible into critic ",
                                                    "mini-batches of ", options.mini_batch_size));
@@ -38,24 +46,30 @@ absl::StatusOr<std::map<std::string, double>> UpdateValue(ValueModel& model, Ada
   MetricAccumulator metrics;
   const std::vector<at::Tensor> params = model.parameters();
   auto long_opts = at::TensorOptions().dtype(at::kLong);
+  MicroBatching micro;
+  micro.rows = options.micro_batch_size;
+  micro.max_token_len = options.max_token_len;
+  micro.budget_key = "critic.ppo_max_token_len_per_gpu";
   for (int64_t epoch = 0; epoch < options.ppo_epochs; ++epoch) {
     at::Tensor order = options.shuffle ? at::randperm(N, gen, long_opts) : at::arange(N, long_opts);
     for (int64_t mb = 0; mb < N; mb += options.mini_batch_size) {
       at::Tensor idx = order.narrow(0, mb, options.mini_batch_size).to(batch.input_ids.device());
-      at::Tensor ids = batch.input_ids.index_select(0, idx);
-      at::Tensor valid = batch.attention_mask.index_select(0, idx);
-      at::Tensor mask = batch.response_mask.index_select(0, idx).to(at::kFloat);
+      const SequenceBatch mini = SelectRows(batch, idx);
       at::Tensor vold = old_values.index_select(0, idx);
       at::Tensor ret = returns.index_select(0, idx);
-      const AggNormalizer norm = GlobalAggNormalizer(mask, options.reduce_sum);
+      const AggNormalizer norm = GlobalAggNormalizer(mini.response_mask.to(at::kFloat), options.reduce_sum);
       double vf_loss = 0;
       optimizer.ZeroGrad();
-      for (int64_t b = 0; b < options.mini_batch_size; b += options.micro_batch_size) {
-        const int64_t count = std::min(options.micro_batch_size, options.mini_batch_size - b);
-        at::Tensor m = mask.narrow(0, b, count);
-        at::Tensor vpreds = model.Values(ids.narrow(0, b, count), valid.narrow(0, b, count), R);
-        ASSIGN_OR_RETURN(ValueLossResult vl, ComputeValueLoss(vpreds, ret.narrow(0, b, count), vold.narrow(0, b, count),
-                                                              m, options.cliprange_value, options.loss_agg_mode, norm));
+      ASSIGN_OR_RETURN(std::vector<at::Tensor> micro_batches, SplitMicroBatches(mini, micro));
+      metrics.Add("perf/critic_micro_batches", static_cast<double>(micro_batches.size()));
+      for (const at::Tensor& rows : micro_batches) {
+        const SequenceBatch sub = SelectTrimmed(mini, rows);  // as in UpdatePolicy
+        const int64_t r = sub.responses.size(1);
+        auto cut = [&](const at::Tensor& t) { return t.index_select(0, rows).narrow(1, 0, r); };
+        at::Tensor m = sub.response_mask.to(at::kFloat);
+        at::Tensor vpreds = model.Values(sub.input_ids, sub.attention_mask, r);
+        ASSIGN_OR_RETURN(ValueLossResult vl, ComputeValueLoss(vpreds, cut(ret), cut(vold), m, options.cliprange_value,
+                                                              options.loss_agg_mode, norm));
         vl.vf_loss.backward();
         vf_loss += vl.vf_loss.item<double>();
         metrics.Add("critic/vf_clipfrac", vl.vf_clipfrac.item<double>());

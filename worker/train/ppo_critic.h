@@ -17,7 +17,10 @@
 
 namespace verl {
 
-// Values [N, R] for the whole batch, `micro_batch_size` rows at a time, without gradients.
+// Values [N, R] for the whole batch, a micro-batch at a time (padding trimmed per micro-batch), without gradients.
+absl::StatusOr<at::Tensor> ComputeValuesNoGrad(const ValueModel& model, const SequenceBatch& batch,
+                                               const MicroBatching& micro);
+// The same with fixed micro-batches of `micro_batch_size` rows.
 at::Tensor ComputeValuesNoGrad(const ValueModel& model, const SequenceBatch& batch, int64_t micro_batch_size);
 
 struct ValueUpdateOptions {
@@ -27,6 +30,7 @@ struct ValueUpdateOptions {
   std::string loss_agg_mode = "token-mean";
   int64_t mini_batch_size = 1;   // sequences per optimizer step
   int64_t micro_batch_size = 1;  // sequences per forward/backward
+  int64_t max_token_len = 0;     // > 0: micro-batches by token budget (critic.use_dynamic_bsz)
   int64_t ppo_epochs = 1;
   bool shuffle = false;
   uint64_t seed = 0;

@@ -391,6 +391,32 @@ TEST_CASE("combination rules", "[config]") {
     CHECK_ERROR_CONTAINS(error({"actor_rollout_ref.rollout.update_weights_bucket_megabytes=0"}),
                          "update_weights_bucket_megabytes must be > 0");
   }
+  SECTION("rollout engine limits and token budgets (use_dynamic_bsz)") {
+    CHECK_ERROR_CONTAINS(error({"actor_rollout_ref.rollout.max_num_seqs=0"}), "max_num_seqs must be > 0, got 0");
+    CHECK_ERROR_CONTAINS(error({"actor_rollout_ref.rollout.max_num_batched_tokens=-1"}),
+                         "max_num_batched_tokens must be > 0, got -1");
+    CHECK_ERROR_CONTAINS(error({"actor_rollout_ref.rollout.gpu_memory_utilization=1.5"}),
+                         "gpu_memory_utilization must be in (0, 1], got 1.5");
+    // Budgets only matter when dynamic batching is on; the log-prob and critic switches follow the actor's.
+    CHECK(error({"actor_rollout_ref.actor.ppo_max_token_len_per_gpu=10"}).ok());
+    CHECK_ERROR_CONTAINS(error({"actor_rollout_ref.actor.use_dynamic_bsz=true", "data.max_prompt_length=100",
+                                "data.max_response_length=28",
+                                "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=127"}),
+                         "actor_rollout_ref.actor.ppo_max_token_len_per_gpu (127) must be at least "
+                         "data.max_prompt_length + data.max_response_length (100 + 28 = 128)");
+    CHECK_ERROR_CONTAINS(error({"actor_rollout_ref.actor.use_dynamic_bsz=true", "data.max_prompt_length=100",
+                                "data.max_response_length=28",
+                                "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=128",
+                                "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=64"}),
+                         "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu (64)");
+    CHECK(error({"actor_rollout_ref.actor.use_dynamic_bsz=true", "data.max_prompt_length=100",
+                 "data.max_response_length=28", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=128"})
+              .ok());
+    // With dynamic batching the micro-batch size need not divide the mini-batch.
+    CHECK(error({"actor_rollout_ref.actor.use_dynamic_bsz=true",
+                 "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=7"})
+              .ok());
+  }
   SECTION("one worker address per node") {
     CHECK_ERROR_CONTAINS(error({"cluster.worker_addresses=[a:1,b:2,c:3]", "trainer.nnodes=2"}),
                          "cluster.worker_addresses lists 3 worker(s) but trainer.nnodes is 2");

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -99,8 +100,10 @@ std::map<std::string, std::vector<float>> ReadWeights(const std::string& path) {
 
 // One PPO/GRPO step of the global batch on `world` ranks.
 // With `resume`, every rank first loads that checkpoint directory; the result is saved under "<tag>w<world>".
+// `sampling` replaces Sampling(m).
 StepResult RunStep(const TinyRankModel& m, int world, const RankConfig& config, const AdvantageSettings& adv,
-                   const TestDir& out, const std::string& resume = "", const std::string& tag = "") {
+                   const TestDir& out, const std::string& resume = "", const std::string& tag = "",
+                   const std::optional<SamplingSettings>& sampling = std::nullopt) {
   std::vector<std::unique_ptr<RankInterface>> ranks;
   for (int r = 0; r < world; ++r) ranks.push_back(LoadedRank(r, config));
   auto comms = MakeGroup(world, absl::Seconds(30));
@@ -123,7 +126,7 @@ StepResult RunStep(const TinyRankModel& m, int world, const RankConfig& config, 
     if (!resume.empty()) {
       if (auto s = rank.LoadCheckpoint(resume, 1); !s.ok()) return fail(s);
     }
-    if (auto s = rank.Generate(step, mine, Sampling(m), false).status(); !s.ok()) return fail(s);
+    if (auto s = rank.Generate(step, mine, sampling.value_or(Sampling(m)), false).status(); !s.ok()) return fail(s);
     if (auto s = rank.Score(step).status(); !s.ok()) return fail(s);
     if (auto s = rank.ComputeLogProbs(step, "actor", 1.0).status(); !s.ok()) return fail(s);
     if (auto s = rank.ComputeLogProbs(step, "ref", 1.0).status(); !s.ok()) return fail(s);
@@ -178,6 +181,7 @@ void RequireSameStep(const StepResult& one, const StepResult& many, int world, b
   }
   for (const auto& [key, value] : one.critic) {
     if (key == "critic/vf_clipfrac" || key == "critic/vpred_mean") continue;  // micro-batch means
+    if (key.rfind("perf/", 0) == 0) continue;                                  // this rank's own passes
     INFO(key);
     REQUIRE(many.critic.at(key) == Approx(value).epsilon(1e-4).margin(1e-7));
   }
@@ -242,6 +246,33 @@ TEST_CASE("data parallel: 1, 2 and 4 ranks take the same update", "[worker][rank
     const StepResult next_one = RunStep(m, 1, config, Grpo(), out, out.file("w1"), "next");
     config.actor.shard_parameters = true;
     RequireSameStep(next_one, RunStep(m, 2, config, Grpo(), out, out.file("w1"), "next"), 2);
+  }
+  SECTION("token-budget passes (use_dynamic_bsz) under ZeRO-3, with a critic") {
+    // Each rank cuts its rows into passes by tokens; their responses differ in length, so the ranks would make
+    // different numbers of passes, but every pass of a sharded model gathers its layers: they agree on the largest
+    // count first. The critic cuts its passes by tokens too. Same step as one rank with fixed micro-batches.
+    config.roles = {"actor", "rollout", "ref", "critic"};
+    config.critic.model_path = m.dir.path();
+    config.critic.lr = 1e-2;
+    config.critic.eps = 1e-3;
+    config.critic.ppo_mini_batch_size = kMiniPrompts;
+    config.critic.ppo_micro_batch_size_per_gpu = 1;
+    config.seed = 3;
+    const AdvantageSettings adv = Estimator("gae");
+    // Many EOS ids, so that responses end at different lengths.
+    SamplingSettings sampling = Sampling(m);
+    for (int32_t id = 3; id < m.vocab_size; id += 5) sampling.eos_token_ids.push_back(id);
+    const StepResult one = RunStep(m, 1, config, adv, out, "", "", sampling);
+    config.actor.shard_parameters = true;
+    // Budgets of two prompts plus 6 response tokens: two sequences share a pass only when both responses are short
+    // (at most 3 tokens), so the ranks' pass counts follow their responses' lengths.
+    const int64_t prompt = static_cast<int64_t>(m.prompt_a.size());
+    config.actor.ppo_max_token_len = 2 * prompt + 6;
+    config.actor.log_prob_max_token_len = 2 * prompt + 6;
+    config.actor.ref_log_prob_max_token_len = 2 * prompt + 8;
+    config.critic.ppo_max_token_len = 2 * prompt + 6;
+    config.critic.forward_max_token_len = 3 * prompt + 9;
+    RequireSameStep(one, RunStep(m, 2, config, adv, out, "", "dynamic", sampling), 2);
   }
   SECTION("REINFORCE++ (advantages whitened over the whole batch), token-mean") {
     config.actor.loss_agg_mode = "token-mean";

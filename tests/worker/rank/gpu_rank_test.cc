@@ -142,5 +142,39 @@ TEST_CASE("optimizer offload on cuda:0: the same steps with the AdamW state in h
   CHECK(offloaded_allocated < plain_allocated);
 }
 
+TEST_CASE("rollout memory on cuda:0: the KV cache budget, and peaks per phase", "[worker][rank][gpu]") {
+  TinyRankModel m;
+  RankConfig config = Config(m.dir.path());
+  // A share of the device smaller than what is allocated already leaves nothing for the KV cache: an error with the
+  // numbers, not a fall-back.
+  config.actor.rollout_gpu_memory_utilization = 1e-9;
+  absl::Status skipped;
+  auto starved = RankOn("cuda:0", config, &skipped);
+  if (starved == nullptr) {
+    WARN("skipped: " << skipped.ToString());
+    return;
+  }
+  auto refused = starved->Generate("g", Prompts(m), Sampling(m), false);
+  REQUIRE_FALSE(refused.ok());
+  REQUIRE(absl::IsResourceExhausted(refused.status()));
+  REQUIRE_THAT(std::string(refused.status().message()),
+               Catch::Contains("actor_rollout_ref.rollout.gpu_memory_utilization 1e-09 of") &&
+                   Catch::Contains("one sequence of"));
+  starved.reset();
+  config.actor.rollout_gpu_memory_utilization = 0.5;
+  auto rank = RankOn("cuda:0", config, &skipped);
+  REQUIRE(rank != nullptr);
+  const StepOutput out = Step(*rank, m, "g");
+  (void)out;
+  auto gen = rank->Generate("g2", Prompts(m), Sampling(m), false);
+  REQUIRE(gen.ok());
+  REQUIRE(gen->metrics.at("perf/rollout_kv_cache_slots") == 4.0);
+  // The rollout's own peak covers at least its KV cache, and stays below the rank's lifetime peak.
+  REQUIRE(gen->metrics.at("perf/rollout_max_memory_allocated_gb") >= gen->metrics.at("perf/rollout_kv_cache_gb"));
+  const DeviceMemory mem = rank->Memory();
+  REQUIRE(mem.total > 0);
+  REQUIRE(gen->metrics.at("perf/rollout_max_memory_allocated_gb") * (1 << 30) <= static_cast<double>(mem.peak_allocated));
+}
+
 }  // namespace
 }  // namespace verl

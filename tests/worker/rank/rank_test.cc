@@ -87,6 +87,11 @@ TEST_CASE("CpuRank runs a GRPO step through the torch-free interface", "[worker]
     }
   }
   REQUIRE(gen->metrics.count("rollout/log_prob/mean") == 1);
+  // The KV cache of the rollout: one slot per sequence (4 < max_num_seqs), each of the longest prompt + 6 tokens.
+  REQUIRE(gen->metrics.at("perf/rollout_kv_cache_slots") == 4.0);
+  const int64_t longest = std::max(m.prompt_a.size(), m.prompt_b.size());
+  REQUIRE(gen->metrics.at("perf/rollout_kv_cache_gb") * (1 << 30) ==
+          Approx(4.0 * 2 * 2 * 2 * 8 * (longest + 6) * 4));  // K and V x 2 layers x 2 kv heads x 8 dims, float32
   // Idempotent: the same step id returns the stored rollout, even with other settings.
   SamplingSettings other = Sampling(m);
   other.seed = 999;

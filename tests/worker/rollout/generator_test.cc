@@ -269,5 +269,55 @@ TEST_CASE_METHOD(TinyModelFixture, "Generate: a prompt's samples do not depend o
   REQUIRE_FALSE(at::equal(other.responses, together.responses.narrow(0, 3, 3)));
 }
 
+TEST_CASE_METHOD(TinyModelFixture, "Generate: continuous batching gives what static batching gives",
+                 "[worker][rollout]") {
+  // Prompts of 1 to 9 tokens, 2 samples each, EOS tokens that end some sequences early: with fewer slots than
+  // sequences, finished sequences hand their slots to waiting ones mid-run, and prefill groups are cut by the token
+  // budget. Tokens and masks must equal static batching's exactly, log-probs to float rounding.
+  std::vector<std::vector<int32_t>> prompts;
+  for (int32_t len = 1; len <= 9; ++len) {
+    std::vector<int32_t> p;
+    for (int32_t t = 0; t < len; ++t) p.push_back((len * 7 + t * 3) % 45 + 1);
+    prompts.push_back(p);
+  }
+  SamplingOptions o;
+  o.n = 2;
+  o.max_new_tokens = 12;
+  o.temperature = 0.8;
+  o.top_p = 0.9;
+  o.seed = 17;
+  o.eos_token_ids = {10, 20, 30, 40};
+  o.pad_token_id = 49;
+  const bool greedy = GENERATE(false, true);
+  o.do_sample = !greedy;
+  INFO((greedy ? "greedy" : "sampled"));
+  RolloutBatch fixed = GenerateStatic(model(), prompts, o);
+  // The case is not trivial: some sequences end early, at different lengths, and some run to max_new_tokens.
+  at::Tensor lengths = fixed.response_mask.sum(1);
+  REQUIRE(lengths.min().item<int64_t>() < o.max_new_tokens);
+  REQUIRE(lengths.max().item<int64_t>() == o.max_new_tokens);
+  const std::set<int64_t> distinct(lengths.data_ptr<int64_t>(), lengths.data_ptr<int64_t>() + lengths.numel());
+  REQUIRE(distinct.size() >= 2);
+
+  const auto [slots, budget] = GENERATE(table<int32_t, int64_t>({{1, 8192}, {3, 8192}, {5, 12}, {7, 1}, {1024, 8192}}));
+  INFO("max_num_seqs " << slots << ", max_num_batched_tokens " << budget);
+  o.max_num_seqs = slots;
+  o.max_num_batched_tokens = budget;
+  RolloutBatch cont = GenerateContinuous(model(), prompts, o);
+  REQUIRE(at::equal(cont.prompts, fixed.prompts));
+  REQUIRE(at::equal(cont.prompt_mask, fixed.prompt_mask));
+  REQUIRE(at::equal(cont.response_mask, fixed.response_mask));
+  REQUIRE(at::equal(cont.responses, fixed.responses));
+  REQUIRE(MaxAbsDiff(cont.log_probs, fixed.log_probs) < 1e-5);
+  // Generate takes the continuous schedule unless asked for lockstep.
+  REQUIRE(at::equal(Generate(model(), prompts, o).log_probs, cont.log_probs));
+}
+
+TEST_CASE("KvSlotBytes: keys and values of every layer", "[worker][rollout]") {
+  const DecoderConfig c = testing::TinyDecoderConfig();  // 2 layers, 2 kv heads of 8
+  REQUIRE(KvSlotBytes(c, at::kFloat, 10) == 2 * 2 * 2 * 8 * 10 * 4);
+  REQUIRE(KvSlotBytes(c, at::kBFloat16, 10) == 2 * 2 * 2 * 8 * 10 * 2);
+}
+
 }  // namespace
 }  // namespace verl

@@ -1,0 +1,232 @@
+#include "worker/train/sequence_batch.h"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tests/test_dir.h"
+#include "tests/worker/tiny_model.h"
+#include "tests/worker/torch_catch.h"
+#include "worker/train/ppo_actor.h"
+#include "worker/train/ppo_critic.h"
+
+namespace verl {
+namespace {
+
+using testing::LoadModelOrDie;
+using testing::MaxAbsDiff;
+using testing::TestDir;
+
+// Six sequences of different shapes: prompt i has 1 + i tokens (left-padded to 6), response i has 5 - i % 5 tokens
+// (right-padded to 5), ids from a small formula.
+SequenceBatch RaggedBatch() {
+  const int64_t N = 6, P = 6, R = 5;
+  at::Tensor ids = at::full({N, P + R}, 49, at::kLong);
+  at::Tensor valid = at::zeros({N, P + R}, at::kBool);
+  for (int64_t i = 0; i < N; ++i) {
+    const int64_t p = 1 + i, r = 5 - i % 5;
+    for (int64_t t = 0; t < p; ++t) {
+      ids[i][P - p + t] = (i * 7 + t * 3) % 45 + 1;
+      valid[i][P - p + t] = true;
+    }
+    for (int64_t t = 0; t < r; ++t) {
+      ids[i][P + t] = (i * 5 + t * 11) % 45 + 1;
+      valid[i][P + t] = true;
+    }
+  }
+  SequenceBatch b;
+  b.input_ids = ids;
+  b.attention_mask = valid;
+  b.responses = ids.narrow(1, P, R).clone();
+  b.response_mask = valid.narrow(1, P, R).clone();
+  return b;
+}
+
+std::vector<std::vector<int64_t>> AsLists(const std::vector<at::Tensor>& parts) {
+  std::vector<std::vector<int64_t>> out;
+  for (const at::Tensor& t : parts) out.emplace_back(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel());
+  return out;
+}
+
+int64_t PaddedTokens(const SequenceBatch& b, const std::vector<int64_t>& rows) {
+  const SequenceBatch sub = SelectTrimmed(b, at::tensor(rows, at::kLong));
+  return sub.input_ids.numel();
+}
+
+TEST_CASE("SelectTrimmed drops the padding columns no selected row uses", "[worker][train]") {
+  const SequenceBatch b = RaggedBatch();
+  // Rows 0 (prompt 1, response 5) and 2 (prompt 3, response 3): 3 prompt columns, 5 response columns.
+  SequenceBatch s = SelectTrimmed(b, at::tensor({0, 2}, at::kLong));
+  REQUIRE(s.input_ids.sizes() == at::IntArrayRef({2, 8}));
+  REQUIRE(s.responses.sizes() == at::IntArrayRef({2, 5}));
+  REQUIRE(at::equal(s.input_ids[1], b.input_ids[2].narrow(0, 3, 8)));
+  REQUIRE(at::equal(s.attention_mask[0], b.attention_mask[0].narrow(0, 3, 8)));
+  // Rows 3 (prompt 4, response 2) and 4 (prompt 5, response 1): 5 prompt columns, 2 response columns.
+  s = SelectTrimmed(b, at::tensor({3, 4}, at::kLong));
+  REQUIRE(s.input_ids.sizes() == at::IntArrayRef({2, 7}));
+  REQUIRE(s.responses.sizes() == at::IntArrayRef({2, 2}));
+  REQUIRE(at::equal(s.responses, b.responses.index_select(0, at::tensor({3, 4}, at::kLong)).narrow(1, 0, 2)));
+  // Nothing lost: every valid token of the rows is still there.
+  REQUIRE(s.attention_mask.sum().item<int64_t>() == 4 + 2 + 5 + 1);
+  REQUIRE(at::equal(PadResponseColumns(s.response_mask.to(at::kFloat), 5),
+                    b.response_mask.index_select(0, at::tensor({3, 4}, at::kLong)).to(at::kFloat)));
+}
+
+TEST_CASE("SplitMicroBatches: fixed sizes in order, or token budgets longest first", "[worker][train]") {
+  const SequenceBatch b = RaggedBatch();  // prompt + response: 1+5, 2+4, 3+3, 4+2, 5+1, 6+5
+  MicroBatching fixed;
+  fixed.rows = 4;
+  REQUIRE(AsLists(SplitMicroBatches(b, fixed).value()) == std::vector<std::vector<int64_t>>{{0, 1, 2, 3}, {4, 5}});
+
+  MicroBatching dynamic;
+  dynamic.max_token_len = 16;
+  dynamic.budget_key = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu";
+  const auto groups = AsLists(SplitMicroBatches(b, dynamic).value());
+  std::multiset<int64_t> seen;
+  for (const auto& g : groups) {
+    INFO("group of " << g.size() << " rows");
+    REQUIRE(std::is_sorted(g.begin(), g.end()));
+    REQUIRE(PaddedTokens(b, g) <= 16);  // the trimmed pass really is within the budget
+    seen.insert(g.begin(), g.end());
+  }
+  REQUIRE(seen == std::multiset<int64_t>{0, 1, 2, 3, 4, 5});
+  // Row 5 (prompt 6 + response 5 = 11 tokens, the longest) comes first, and alone: with any other row, 22 > 16.
+  REQUIRE(groups.front() == std::vector<int64_t>{5});
+  REQUIRE(groups.size() < 6);  // sequences were packed together
+
+  // A budget smaller than one sequence names the key.
+  dynamic.max_token_len = 10;
+  auto too_small = SplitMicroBatches(b, dynamic);
+  REQUIRE_FALSE(too_small.ok());
+  REQUIRE_THAT(std::string(too_small.status().message()),
+               Catch::Contains("actor_rollout_ref.actor.ppo_max_token_len_per_gpu (10) is shorter than a sequence of "
+                               "11 tokens (prompt 6 + response 5)"));
+
+  // Agreement with other ranks (a sharded model): a peer that needs 5 passes makes this rank cut 5 too.
+  dynamic.max_token_len = 64;
+  const size_t alone = SplitMicroBatches(b, dynamic).value().size();
+  REQUIRE(alone < 5);
+  dynamic.agree = [](const at::Tensor& mine) {
+    at::Tensor peer = at::zeros_like(mine);
+    peer[4] = 1.0f;  // the other rank's one-hot: 5 micro-batches
+    return mine + peer;
+  };
+  const auto agreed = AsLists(SplitMicroBatches(b, dynamic).value());
+  REQUIRE(agreed.size() == 5);
+  seen.clear();
+  for (const auto& g : agreed) seen.insert(g.begin(), g.end());
+  REQUIRE(seen == std::multiset<int64_t>{0, 1, 2, 3, 4, 5});
+}
+
+std::vector<at::Tensor> Snapshot(const std::vector<std::pair<std::string, at::Tensor>>& params) {
+  std::vector<at::Tensor> out;
+  for (const auto& [name, p] : params) out.push_back(p.detach().clone());
+  return out;
+}
+
+double MaxDiff(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, MaxAbsDiff(a[i], b[i]));
+  return d;
+}
+
+TEST_CASE("Token-budget micro-batches give the update and the log-probs of one whole pass", "[worker][train]") {
+  // The same mini-batch as one untrimmed pass of 6 rows, as fixed passes of 2 rows, and cut by token budgets (rows
+  // reordered, padding trimmed per pass): log-probs, values and updated weights agree to float rounding.
+  TestDir dir("dynamic_bsz");
+  testing::WriteTinyModel(dir.path(), testing::TinyDecoderConfig());
+  const SequenceBatch b = RaggedBatch();
+  const at::Tensor adv = at::linspace(-1.0, 1.5, 30, at::kFloat).view({6, 5});
+  const at::Tensor mask = b.response_mask.to(at::kFloat);
+  const std::string agg = GENERATE(std::string("token-mean"), std::string("seq-mean-token-mean"),
+                                   std::string("seq-mean-token-sum-norm"));
+  INFO("loss_agg_mode " << agg);
+
+  struct Result {
+    at::Tensor log_probs;
+    std::vector<at::Tensor> weights;
+    std::map<std::string, double> metrics;
+  };
+  auto run = [&](int64_t rows, int64_t budget) {
+    auto model = LoadModelOrDie(dir.path());
+    MicroBatching micro;
+    micro.rows = rows;
+    micro.max_token_len = budget;
+    micro.budget_key = "test";
+    Result r;
+    r.log_probs = ComputeLogProbsNoGrad(*model, b, 0.7, micro).value();
+    PolicyUpdateOptions o;
+    o.lr = 1.0;
+    o.grad_clip = 1e9;
+    o.mini_batch_size = 6;
+    o.micro_batch_size = rows;
+    o.max_token_len = budget;
+    o.temperature = 0.7;
+    o.loss.loss_agg_mode = agg;
+    o.entropy_coeff = 0.01;
+    model->SetRequiresGrad(true);
+    AdamW opt(model->named_parameters(), AdamWOptions{o.lr, 0.0, 0.9, 0.999, /*eps=*/1.0});
+    const std::vector<at::Tensor> before = Snapshot(model->named_parameters());
+    auto m = UpdatePolicy(*model, opt, b, {r.log_probs, at::Tensor(), adv}, o);
+    INFO(m.status().ToString());
+    REQUIRE(m.ok());
+    r.metrics = *m;
+    r.weights = Snapshot(model->named_parameters());
+    REQUIRE(MaxDiff(r.weights, before) > 1e-2);  // the update did something
+    return r;
+  };
+  const Result whole = run(6, 0);
+  const Result pairs = run(2, 0);
+  const Result budget = run(0, 16);
+  const Result loose = run(0, 40);
+  for (const Result* r : {&pairs, &budget, &loose}) {
+    REQUIRE(MaxAbsDiff(r->log_probs, whole.log_probs) < 1e-5);
+    REQUIRE(MaxAbsDiff(r->log_probs * (1 - mask), at::zeros_like(mask)) == 0.0);  // nothing outside the mask
+    REQUIRE(MaxDiff(r->weights, whole.weights) < 1e-5);
+    REQUIRE(r->metrics.at("actor/pg_loss") == Approx(whole.metrics.at("actor/pg_loss")).margin(1e-6));
+    REQUIRE(r->metrics.at("actor/entropy") == Approx(whole.metrics.at("actor/entropy")).epsilon(1e-5));
+    REQUIRE(r->metrics.at("actor/grad_norm") == Approx(whole.metrics.at("actor/grad_norm")).epsilon(1e-4));
+  }
+}
+
+TEST_CASE("Token-budget micro-batches give the critic's values and update of one whole pass", "[worker][train]") {
+  TestDir dir("dynamic_bsz_critic");
+  testing::WriteTinyModel(dir.path(), testing::TinyDecoderConfig());
+  const SequenceBatch b = RaggedBatch();
+  const at::Tensor returns = at::linspace(1.0, -0.5, 30, at::kFloat).view({6, 5}) * b.response_mask.to(at::kFloat);
+  std::vector<at::Tensor> values, weights;
+  for (const auto& [rows, budget] : std::vector<std::pair<int64_t, int64_t>>{{6, 0}, {0, 16}, {0, 23}}) {
+    INFO("rows " << rows << ", budget " << budget);
+    auto loaded = ValueModel::Load(dir.path(), at::kFloat, 0);
+    REQUIRE(loaded.ok());
+    ValueModel& model = **loaded;
+    MicroBatching micro;
+    micro.rows = rows;
+    micro.max_token_len = budget;
+    values.push_back(ComputeValuesNoGrad(model, b, micro).value());
+    ValueUpdateOptions o;
+    o.lr = 0.1;
+    o.grad_clip = 1e9;
+    o.cliprange_value = 100.0;
+    o.mini_batch_size = 6;
+    o.micro_batch_size = rows;
+    o.max_token_len = budget;
+    model.SetRequiresGrad(true);
+    AdamW opt(model.named_parameters(), AdamWOptions{o.lr, 0.0, 0.9, 0.999, /*eps=*/1.0});
+    auto m = UpdateValue(model, opt, b, values.back(), returns, o);
+    INFO(m.status().ToString());
+    REQUIRE(m.ok());
+    const std::vector<at::Tensor> w = Snapshot(model.named_parameters());
+    if (!weights.empty()) {
+      REQUIRE(MaxAbsDiff(values.back(), values.front()) < 1e-5);
+      REQUIRE(MaxDiff(w, weights) < 1e-5);
+    }
+    if (weights.empty()) weights = w;
+  }
+}
+
+}  // namespace
+}  // namespace verl

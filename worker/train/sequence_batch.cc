@@ -1,0 +1,136 @@
+#include "worker/train/sequence_batch.h"
+
+#include <algorithm>
+#include <numeric>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace verl {
+
+namespace {
+
+// Up to this many micro-batches per rank can be agreed on (a one-hot vector summed over the ranks).
+constexpr int64_t kMaxAgreedMicroBatches = 4096;
+
+// Per-row prompt and response token counts, on the host.
+std::pair<std::vector<int64_t>, std::vector<int64_t>> RowLengths(const SequenceBatch& b) {
+  const int64_t R = b.responses.size(1);
+  const int64_t P = b.input_ids.size(1) - R;
+  at::Tensor p = b.attention_mask.narrow(1, 0, P).sum(1).to(at::kCPU, at::kLong).contiguous();
+  at::Tensor r = b.response_mask.sum(1).to(at::kCPU, at::kLong).contiguous();
+  return {std::vector<int64_t>(p.data_ptr<int64_t>(), p.data_ptr<int64_t>() + p.numel()),
+          std::vector<int64_t>(r.data_ptr<int64_t>(), r.data_ptr<int64_t>() + r.numel())};
+}
+
+}  // namespace
+
+SequenceBatch SelectRows(const SequenceBatch& b, const at::Tensor& idx) {
+  return {b.input_ids.index_select(0, idx), b.attention_mask.index_select(0, idx), b.responses.index_select(0, idx),
+          b.response_mask.index_select(0, idx)};
+}
+
+SequenceBatch SelectTrimmed(const SequenceBatch& b, const at::Tensor& idx) {
+  SequenceBatch s = SelectRows(b, idx);
+  const int64_t R = s.responses.size(1);
+  const int64_t P = s.input_ids.size(1) - R;
+  // The first prompt column any row uses, and one past the last response column any row uses (host, one sync each).
+  at::Tensor prompt_used = s.attention_mask.narrow(1, 0, P).any(0).to(at::kCPU).contiguous();
+  at::Tensor response_used = s.response_mask.any(0).to(at::kCPU).contiguous();
+  const bool* pu = prompt_used.data_ptr<bool>();
+  const bool* ru = response_used.data_ptr<bool>();
+  int64_t first = P;
+  for (int64_t c = 0; c < P; ++c) {
+    if (pu[c]) {
+      first = c;
+      break;
+    }
+  }
+  int64_t width = 1;
+  for (int64_t c = R; c > 0; --c) {
+    if (ru[c - 1]) {
+      width = c;
+      break;
+    }
+  }
+  width = std::min(width, R);
+  s.input_ids = s.input_ids.narrow(1, first, P - first + width);
+  s.attention_mask = s.attention_mask.narrow(1, first, P - first + width);
+  s.responses = s.responses.narrow(1, 0, width);
+  s.response_mask = s.response_mask.narrow(1, 0, width);
+  return s;
+}
+
+at::Tensor PadResponseColumns(const at::Tensor& t, int64_t R) {
+  return t.size(1) == R ? t : at::constant_pad_nd(t, {0, R - t.size(1)}, 0.0);
+}
+
+absl::StatusOr<std::vector<at::Tensor>> SplitMicroBatches(const SequenceBatch& batch, const MicroBatching& how) {
+  const int64_t N = batch.size();
+  const auto device = batch.input_ids.device();
+  std::vector<std::vector<int64_t>> groups;
+  if (how.max_token_len <= 0) {
+    const int64_t rows = std::max<int64_t>(1, how.rows);
+    for (int64_t b = 0; b < N; b += rows) {
+      std::vector<int64_t> g(std::min(rows, N - b));
+      std::iota(g.begin(), g.end(), b);
+      groups.push_back(std::move(g));
+    }
+  } else {
+    const auto [prompt_len, response_len] = RowLengths(batch);
+    std::vector<int64_t> order(N);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      return prompt_len[a] + response_len[a] > prompt_len[b] + response_len[b];
+    });
+    int64_t max_p = 0, max_r = 0;
+    for (int64_t row : order) {
+      if (prompt_len[row] + response_len[row] > how.max_token_len) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            how.budget_key, " (", how.max_token_len, ") is shorter than a sequence of ",
+            prompt_len[row] + response_len[row], " tokens (prompt ", prompt_len[row], " + response ",
+            response_len[row], "); raise it to at least data.max_prompt_length + data.max_response_length"));
+      }
+      const int64_t p = std::max(max_p, prompt_len[row]);
+      const int64_t r = std::max(max_r, response_len[row]);
+      if (groups.empty() || static_cast<int64_t>(groups.back().size() + 1) * (p + r) > how.max_token_len) {
+        groups.push_back({row});
+        max_p = prompt_len[row];
+        max_r = response_len[row];
+      } else {
+        groups.back().push_back(row);
+        max_p = p;
+        max_r = r;
+      }
+    }
+    if (how.agree) {
+      if (static_cast<int64_t>(groups.size()) > kMaxAgreedMicroBatches) {
+        return absl::InvalidArgumentError(absl::StrCat(how.budget_key, " (", how.max_token_len, ") cuts ", N,
+                                                       " sequences into ", groups.size(), " micro-batches, more than ",
+                                                       kMaxAgreedMicroBatches, ": raise it"));
+      }
+      at::Tensor one_hot = at::zeros({kMaxAgreedMicroBatches}, at::kFloat);
+      if (!groups.empty()) one_hot[static_cast<int64_t>(groups.size()) - 1] = 1.0f;
+      at::Tensor seen = how.agree(one_hot.to(device)).to(at::kCPU).gt(0).nonzero();
+      const int64_t agreed = seen.numel() == 0 ? 0 : seen.max().item<int64_t>() + 1;
+      while (static_cast<int64_t>(groups.size()) < agreed) {
+        auto largest = std::max_element(groups.begin(), groups.end(),
+                                        [](const auto& a, const auto& b) { return a.size() < b.size(); });
+        if (largest->size() < 2) {
+          return absl::InternalError(absl::StrCat("cannot make ", agreed, " micro-batches of ", N,
+                                                  " sequences to match the other ranks"));
+        }
+        const size_t half = (largest->size() + 1) / 2;
+        std::vector<int64_t> tail(largest->begin() + static_cast<std::ptrdiff_t>(half), largest->end());
+        largest->resize(half);
+        groups.push_back(std::move(tail));
+      }
+    }
+    for (auto& g : groups) std::sort(g.begin(), g.end());
+  }
+  std::vector<at::Tensor> out;
+  for (const auto& g : groups) out.push_back(at::tensor(g, at::TensorOptions().dtype(at::kLong)).to(device));
+  return out;
+}
+
+}  // namespace verl

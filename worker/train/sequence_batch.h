@@ -1,0 +1,56 @@
+#ifndef VERL_WORKER_TRAIN_SEQUENCE_BATCH_H_
+#define VERL_WORKER_TRAIN_SEQUENCE_BATCH_H_
+
+// A step's sequences as the trainer sees them, and how they are cut into micro-batches (one forward/backward pass
+// each): a fixed number of rows (verl's *_micro_batch_size_per_gpu) or a token budget (verl's use_dynamic_bsz with
+// *_max_token_len_per_gpu). Each pass runs on its rows with the padding columns none of them uses cut away (leading
+// prompt padding, trailing response padding), so a budget counts the tokens a pass really computes:
+// rows x (longest prompt + longest response among them).
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/train/core_algos.h"
+
+namespace verl {
+
+// Prompt (left-padded) followed by response (right-padded). S = P + R.
+struct SequenceBatch {
+  at::Tensor input_ids;       // [N, S] int64
+  at::Tensor attention_mask;  // [N, S] bool
+  at::Tensor responses;       // [N, R] int64
+  at::Tensor response_mask;   // [N, R] bool
+  int64_t size() const { return input_ids.size(0); }
+};
+
+// Rows `idx` (int64, on the batch's device) of `b`, all columns.
+SequenceBatch SelectRows(const SequenceBatch& b, const at::Tensor& idx);
+
+// Rows `idx` of `b` without the prompt columns no selected row uses and without the response columns past the
+// longest selected response (at least one column stays). The result's R is the kept response width.
+SequenceBatch SelectTrimmed(const SequenceBatch& b, const at::Tensor& idx);
+
+// `t` [n, r] widened with zeros to [n, R].
+at::Tensor PadResponseColumns(const at::Tensor& t, int64_t R);
+
+struct MicroBatching {
+  int64_t rows = 1;           // fixed: rows per micro-batch, in order
+  int64_t max_token_len = 0;  // > 0: by token budget (use_dynamic_bsz), `rows` unused
+  std::string budget_key;     // the config key of max_token_len, for errors
+  // Ranks that must make the same number of passes (a sharded model gathers its layers in every pass): a sum over
+  // them, to agree on the largest count any of them needs. Unset: each rank packs on its own.
+  ReduceSumFn agree;
+};
+
+// Row index tensors (on the batch's device), one per micro-batch, covering every row once. By budget: rows longest
+// first, each added to the current micro-batch while rows x (longest prompt + longest response) stays within
+// max_token_len; with `agree`, micro-batches with the most rows are halved until every rank has the same count.
+// A single sequence longer than the budget is an error naming budget_key.
+absl::StatusOr<std::vector<at::Tensor>> SplitMicroBatches(const SequenceBatch& batch, const MicroBatching& how);
+
+}  // namespace verl
+
+#endif  // VERL_WORKER_TRAIN_SEQUENCE_BATCH_H_
