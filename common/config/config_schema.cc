@@ -128,7 +128,7 @@ const std::vector<ConfigKeySpec>& Table() {
       {"actor_rollout_ref.rollout.max_num_seqs", T::kInt, "1024", "", false, O::kVerl,
        "Continuous batching: the most sequences decoding at once, each in a slot of a KV cache allocated at the start of the rollout; when one ends, the next waiting prompt takes its slot. On a GPU also bounded by gpu_memory_utilization."},
       {"actor_rollout_ref.rollout.max_num_batched_tokens", T::kInt, "8192", "", false, O::kVerl,
-       "Waiting prompts are prefilled in groups of at most this many tokens (group size x its longest prompt); a longer prompt is prefilled alone."},
+       "Waiting prompts are prefilled in groups of at most this many tokens (prompts in the group x its longest prompt; the rollout.n samples of a prompt share one prefill); a longer prompt is prefilled alone."},
       {"actor_rollout_ref.rollout.gpu_memory_utilization", T::kDouble, "0.5", "", false, O::kVerl,
        "GPU ranks: the share of the device's memory the rollout may fill, what is allocated already (weights, optimizer state) plus its KV cache; the number of cache slots is what fits, at most max_num_seqs. A share too small for one sequence is an error naming the numbers. No effect on CPU ranks."},
       {"actor_rollout_ref.rollout.update_weights_bucket_megabytes", T::kInt, "512", "", false, O::kVerl,

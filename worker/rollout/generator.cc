@@ -247,35 +247,45 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
   int64_t next_row = 0;
   while (next_row < N || running > 0) {
     // Admit waiting rows into free slots, a prefill group at a time: right-padded to the group's longest prompt, so
-    // each row's keys land at positions [0, len) and move into its slot with one copy per layer.
+    // each row's keys land at positions [0, len) and move into its slot with one copy per layer. The n samples of a
+    // prompt (adjacent rows) share one prefill: its keys and values are copied into each of their slots.
     std::vector<int64_t> free_slots;
     for (int64_t s = 0; s < S; ++s) {
       if (slot_row[s] < 0) free_slots.push_back(s);
     }
     size_t used = 0;
     while (next_row < N && used < free_slots.size()) {
-      std::vector<int64_t> group;  // slots
+      std::vector<int64_t> group;       // slots
+      std::vector<int64_t> distinct;    // the prompts prefilled, in order
+      std::vector<int64_t> prompt_of;   // per slot of the group: its prompt's index in `distinct`
       int64_t longest = 0;
       while (next_row < N && used < free_slots.size()) {
+        const int64_t prompt = next_row / n;
+        const bool fresh = distinct.empty() || distinct.back() != prompt;
         const int64_t len = row_prompt[next_row]->size();
         const int64_t wider = std::max(longest, len);
-        if (!group.empty() && wider * static_cast<int64_t>(group.size() + 1) > options.max_num_batched_tokens) break;
+        if (fresh && !distinct.empty() &&
+            wider * static_cast<int64_t>(distinct.size() + 1) > options.max_num_batched_tokens) {
+          break;
+        }
         const int64_t s = free_slots[used++];
         slot_row[s] = next_row++;
         slot_len[s] = len;
         slot_made[s] = 0;
         longest = wider;
+        if (fresh) distinct.push_back(prompt);
+        prompt_of.push_back(static_cast<int64_t>(distinct.size()) - 1);
         group.push_back(s);
       }
-      const int64_t g = group.size();
-      at::Tensor ids = at::full({g, longest}, options.pad_token_id, long_opts);
-      at::Tensor valid = at::zeros({g, longest}, at::kBool);
-      at::Tensor last = at::empty({g}, long_opts);
+      const int64_t u = distinct.size();
+      at::Tensor ids = at::full({u, longest}, options.pad_token_id, long_opts);
+      at::Tensor valid = at::zeros({u, longest}, at::kBool);
+      at::Tensor last = at::empty({u}, long_opts);
       {
         auto ids_a = ids.accessor<int64_t, 2>();
         auto valid_a = valid.accessor<bool, 2>();
-        for (int64_t j = 0; j < g; ++j) {
-          const std::vector<int32_t>& p = *row_prompt[slot_row[group[j]]];
+        for (int64_t j = 0; j < u; ++j) {
+          const std::vector<int32_t>& p = prompts[distinct[j]];
           for (size_t t = 0; t < p.size(); ++t) {
             ids_a[j][t] = p[t];
             valid_a[j][t] = true;
@@ -284,17 +294,18 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
         }
       }
       valid = valid.to(device);
-      KvCache prefill = model.NewCache(g, longest);
+      KvCache prefill = model.NewCache(u, longest);
       at::Tensor hidden = model.Forward(ids.to(device), PositionIdsFromMask(valid),
                                         BuildAttentionMask(valid, 0, longest), &prefill);
       const at::Tensor dev_group = at::tensor(group, long_opts).to(device);
+      const at::Tensor dev_prompt_of = at::tensor(prompt_of, long_opts).to(device);
       for (size_t i = 0; i < slots.k.size(); ++i) {
-        slots.k[i].narrow(2, 0, longest).index_copy_(0, dev_group, prefill.k[i]);
-        slots.v[i].narrow(2, 0, longest).index_copy_(0, dev_group, prefill.v[i]);
+        slots.k[i].narrow(2, 0, longest).index_copy_(0, dev_group, prefill.k[i].index_select(0, dev_prompt_of));
+        slots.v[i].narrow(2, 0, longest).index_copy_(0, dev_group, prefill.v[i].index_select(0, dev_prompt_of));
       }
-      running += g;
-      at::Tensor rows = at::arange(g, dev_long);
-      sample_and_record(group, model.Logits(hidden.index({rows, last.to(device)})));
+      running += static_cast<int64_t>(group.size());
+      at::Tensor logits = model.Logits(hidden.index({at::arange(u, dev_long), last.to(device)}));
+      sample_and_record(group, logits.index_select(0, dev_prompt_of));
     }
     if (running == 0) continue;
 

@@ -4,8 +4,9 @@
 // Autoregressive generation with a KV cache, one token per step for every running sequence (temperature, top-k,
 // top-p, or greedy) until each has produced an EOS or max_new_tokens. Two schedules, with the same results:
 // - continuous batching (the default): at most max_num_seqs sequences run at once, each in a slot of a KV cache
-//   allocated once; waiting prompts are prefilled in groups of at most max_num_batched_tokens padded tokens, and a
-//   finished sequence's slot takes the next waiting one at once, so a long tail does not leave the batch idle;
+//   allocated once; waiting prompts are prefilled in groups of at most max_num_batched_tokens padded tokens (the n
+//   samples of a prompt share one prefill), and a finished sequence's slot takes the next waiting one at once, so a
+//   long tail does not leave the batch idle;
 // - static: every sequence prefilled together (left-padded) and decoded until the last one ends; used when ranks
 //   must decode in lockstep (a model sharded layer by layer).
 // Returns the rollout log-prob of every sampled token under the temperature-scaled distribution, the same quantity the

@@ -281,7 +281,8 @@ TEST_CASE_METHOD(TinyModelFixture, "Generate: continuous batching gives what sta
     prompts.push_back(p);
   }
   SamplingOptions o;
-  o.n = 2;
+  o.n = GENERATE(1, 3);  // the samples of a prompt share its prefill, also when they land in different rounds
+  INFO("n " << o.n);
   o.max_new_tokens = 12;
   o.temperature = 0.8;
   o.top_p = 0.9;
