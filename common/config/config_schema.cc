@@ -40,6 +40,8 @@ const std::vector<ConfigKeySpec>& Table() {
        "Local HuggingFace model directory (config.json, *.safetensors, tokenizer.json) (required)."},
       {"actor_rollout_ref.model.dtype", T::kString, "float32", "float32|bfloat16", false, O::kOurs,
        "Parameter dtype of actor, rollout, ref and critic; with bfloat16 the optimizer keeps float32 master weights (and saves them in the optimizer checkpoint)."},
+      {"actor_rollout_ref.model.use_remove_padding", T::kBool, "false", "", false, O::kVerl,
+       "Actor and ref passes run with their sequences packed back to back without padding (attention per sequence: flash attention's variable-length kernel on GPUs in bf16, one call per sequence otherwise); the same numbers with less work when lengths vary."},
       {"actor_rollout_ref.model.enable_gradient_checkpointing", T::kBool, "true", "", false, O::kVerl,
        "Activation checkpointing in the actor update: each decoder layer keeps only its input and is recomputed in backward (same gradients, less memory, about a third more compute). Always on with actor.shard_parameters."},
 

@@ -128,6 +128,7 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   r.Read("actor_rollout_ref.model.path", &m.path);
   r.Read("actor_rollout_ref.model.dtype", &m.dtype);
   r.Read("actor_rollout_ref.model.enable_gradient_checkpointing", &m.enable_gradient_checkpointing);
+  r.Read("actor_rollout_ref.model.use_remove_padding", &m.use_remove_padding);
 
   ActorConfig& a = c.actor_rollout_ref.actor;
   r.Read("actor_rollout_ref.actor.optim.lr", &a.optim.lr);

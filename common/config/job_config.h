@@ -39,6 +39,7 @@ struct ModelConfig {
   std::string path;                        // required; local HF directory
   std::string dtype = "float32";           // float32 | bfloat16 (ours)
   bool enable_gradient_checkpointing = true;
+  bool use_remove_padding = false;
   bool operator==(const ModelConfig&) const = default;
 };
 

@@ -646,6 +646,7 @@ class JobRunner::Impl {
     ac->set_optimizer_offload(a.optimizer_offload);
     ac->set_rollout_gather_layer_by_layer(arr.rollout.gather_layer_by_layer);
     ac->set_gradient_checkpointing(arr.model.enable_gradient_checkpointing);
+    ac->set_remove_padding(arr.model.use_remove_padding);
     if (a.use_dynamic_bsz) ac->set_ppo_max_token_len(a.ppo_max_token_len_per_gpu);
     if (arr.rollout.log_prob_use_dynamic_bsz) ac->set_log_prob_max_token_len(arr.rollout.log_prob_max_token_len_per_gpu);
     if (arr.ref.log_prob_use_dynamic_bsz) ac->set_ref_log_prob_max_token_len(arr.ref.log_prob_max_token_len_per_gpu);

@@ -100,13 +100,15 @@ TEST_CASE("data parallel: 1 rank, 2 ranks, 2 workers x 2 ranks and two hand-star
                                       "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16"});
   RequireSameRun(one, zero3, "two local workers, 2 ranks each, parameters sharded (ZeRO-3), micro-batches of 16");
   REQUIRE(zero3.at(1)["perf/actor_micro_batches"].get<double>() == 2.0);  // 32 rows per rank and mini-batch
-  // The same with passes cut by tokens (use_dynamic_bsz; the log-prob passes follow the actor's switch): more passes
-  // of fewer rows, agreed across the four sharded ranks, and the same numbers.
+  // The same with passes cut by tokens (use_dynamic_bsz; the log-prob passes follow the actor's switch) and packed
+  // without padding (use_remove_padding): more passes of fewer rows, agreed across the four sharded ranks, and the
+  // same numbers.
   const auto dynamic = in.Job("zero3-dynamic", {"trainer.nnodes=2", "trainer.n_gpus_per_node=2",
                                                 "actor_rollout_ref.actor.shard_parameters=true",
                                                 "actor_rollout_ref.actor.use_dynamic_bsz=true",
-                                                "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=64"});
-  RequireSameRun(one, dynamic, "ZeRO-3 with token-budget passes of 64 tokens");
+                                                "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=64",
+                                                "actor_rollout_ref.model.use_remove_padding=true"});
+  RequireSameRun(one, dynamic, "ZeRO-3 with token-budget passes of 64 tokens, packed without padding");
   REQUIRE(dynamic.at(1)["perf/actor_micro_batches"].get<double>() > 2.0);
   // Split placement: two ranks train, a third only generates; rows and weights move between them rank to rank.
   RequireSameRun(one,

@@ -217,9 +217,51 @@ KvCache DecoderModel::NewCache(int64_t batch, int64_t capacity) const {
   return cache;
 }
 
+namespace {
+
+// Causal attention within each packed sequence. q [1, heads, T, hd], k and v [1, kv_heads, T, hd]; returns
+// [1, heads, T, hd]. On a GPU in bf16/fp16, flash attention's variable-length kernel (GQA without repeating k and v,
+// with autograd); otherwise one scaled_dot_product_attention call per sequence.
+at::Tensor PackedAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           const PackedSequences& packed) {
+  const bool gqa = q.size(1) != k.size(1);
+  if (q.is_cuda() && (q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf)) {
+    // [1, heads, T, hd] -> [T, heads, hd]
+    auto tokens_first = [](const at::Tensor& t) { return t.squeeze(0).transpose(0, 1).contiguous(); };
+    at::Tensor out = std::get<0>(at::_flash_attention_forward(
+        tokens_first(q), tokens_first(k), tokens_first(v), packed.cu_seqlens, packed.cu_seqlens, packed.max_len,
+        packed.max_len, /*dropout_p=*/0.0, /*is_causal=*/true, /*return_debug_mask=*/false));
+    return out.transpose(0, 1).unsqueeze(0);
+  }
+  std::vector<at::Tensor> parts;
+  for (size_t b = 0; b + 1 < packed.offsets.size(); ++b) {
+    const int64_t start = packed.offsets[b], len = packed.offsets[b + 1] - packed.offsets[b];
+    if (len == 0) continue;
+    parts.push_back(at::scaled_dot_product_attention(q.narrow(2, start, len), k.narrow(2, start, len),
+                                                     v.narrow(2, start, len), {}, 0.0, /*is_causal=*/true,
+                                                     std::nullopt, gqa));
+  }
+  return at::cat(parts, 2);
+}
+
+}  // namespace
+
+PackedSequences PackLengths(const std::vector<int64_t>& lengths, at::Device device) {
+  PackedSequences p;
+  p.offsets.push_back(0);
+  std::vector<int32_t> cu{0};
+  for (int64_t len : lengths) {
+    p.offsets.push_back(p.offsets.back() + len);
+    cu.push_back(static_cast<int32_t>(p.offsets.back()));
+    p.max_len = std::max(p.max_len, len);
+  }
+  p.cu_seqlens = at::tensor(cu, at::TensorOptions().dtype(at::kInt)).to(device);
+  return p;
+}
+
 at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, const at::Tensor& cos,
                                       const at::Tensor& sin, const at::Tensor& attn_mask, KvCache* cache,
-                                      size_t i) const {
+                                      size_t i, const PackedSequences* packed) const {
   const int64_t heads = config_.num_attention_heads;
   const int64_t kv_heads = config_.num_key_value_heads;
   const int64_t hd = config_.head_dim;
@@ -245,8 +287,9 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
     k = cache->k[i].narrow(2, 0, start + T);
     v = cache->v[i].narrow(2, 0, start + T);
   }
-  at::Tensor attn = at::scaled_dot_product_attention(q, k, v, attn_mask, 0.0, false, std::nullopt,
-                                                     /*enable_gqa=*/heads != kv_heads);
+  at::Tensor attn = packed ? PackedAttention(q, k, v, *packed)
+                           : at::scaled_dot_product_attention(q, k, v, attn_mask, 0.0, false, std::nullopt,
+                                                              /*enable_gqa=*/heads != kv_heads);
   attn = attn.transpose(1, 2).reshape({h_in.size(0), T, heads * hd});
   at::Tensor h = h_in + at::linear(attn, L.o_w, L.o_b);
   x = RmsNorm(h, L.post_norm);
@@ -297,33 +340,38 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
 }  // namespace
 
 at::Tensor DecoderModel::CheckpointedLayer(size_t i, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
-                                           const at::Tensor& attn_mask) const {
+                                           const at::Tensor& attn_mask, const PackedSequences* packed) const {
   const Layer& L = layers_[i];
   auto holder = c10::make_intrusive<CheckpointHolder>();
   for (const at::Tensor& t : {L.input_norm, L.q_w, L.q_b, L.k_w, L.k_b, L.v_w, L.v_b, L.o_w, L.o_b, L.post_norm,
                               L.gate_w, L.up_w, L.down_w}) {
     if (t.defined()) holder->params.push_back(t);
   }
-  holder->block = [this, i, cos, sin, attn_mask](const at::Tensor& x) {
-    return LayerForward(layers_[i], x, cos, sin, attn_mask, nullptr, i);
+  // The block runs again in backward, after the caller's PackedSequences may be gone: it keeps its own copy.
+  std::shared_ptr<const PackedSequences> own =
+      packed ? std::make_shared<const PackedSequences>(*packed) : nullptr;
+  holder->block = [this, i, cos, sin, attn_mask, own](const at::Tensor& x) {
+    return LayerForward(layers_[i], x, cos, sin, attn_mask, nullptr, i, own.get());
   };
   const std::vector<at::Tensor> params = holder->params;
   return CheckpointFunction::apply(h, at::TensorList(params), std::move(holder));
 }
 
 at::Tensor DecoderModel::Forward(const at::Tensor& input_ids, const at::Tensor& position_ids,
-                                 const at::Tensor& attn_mask, KvCache* cache) const {
+                                 const at::Tensor& attn_mask, KvCache* cache, const PackedSequences* packed) const {
+  TORCH_CHECK(packed == nullptr || (cache == nullptr && input_ids.size(0) == 1),
+              "packed sequences run as one row without a cache");
   if (sharded() && !gathered_) {
     TORCH_CHECK(cache == nullptr || !at::GradMode::is_enabled(),
                 "a sharded model decodes with a cache layer by layer only without gradients");
-    return ShardedForward(input_ids, position_ids, attn_mask, cache);
+    return ShardedForward(input_ids, position_ids, attn_mask, cache, packed);
   }
   at::Tensor h = at::embedding(embed_, input_ids);
   auto [cos, sin] = RopeCosSin(position_ids, h.scalar_type());
   const bool checkpoint = gradient_checkpointing_ && cache == nullptr && at::GradMode::is_enabled();
   for (size_t i = 0; i < layers_.size(); ++i) {
-    h = checkpoint ? CheckpointedLayer(i, h, cos, sin, attn_mask)
-                   : LayerForward(layers_[i], h, cos, sin, attn_mask, cache, i);
+    h = checkpoint ? CheckpointedLayer(i, h, cos, sin, attn_mask, packed)
+                   : LayerForward(layers_[i], h, cos, sin, attn_mask, cache, i, packed);
   }
   if (cache) cache->length += input_ids.size(1);
   return RmsNorm(h, final_norm_);
@@ -332,22 +380,26 @@ at::Tensor DecoderModel::Forward(const at::Tensor& input_ids, const at::Tensor& 
 // Each unit gathered in turn: the embedding and the final norm with autograd history to their shards, each layer
 // through RunShardedBlock (recomputed in backward).
 at::Tensor DecoderModel::ShardedForward(const at::Tensor& input_ids, const at::Tensor& position_ids,
-                                        const at::Tensor& attn_mask, KvCache* cache) const {
+                                        const at::Tensor& attn_mask, KvCache* cache,
+                                        const PackedSequences* packed) const {
   at::Tensor h = at::embedding(units_.front().unit->Views(units_.front().unit->GatherForAutograd())[0], input_ids);
   auto [cos, sin] = RopeCosSin(position_ids, h.scalar_type());
+  // Each block runs again in backward, after the caller's PackedSequences may be gone: they share a copy.
+  std::shared_ptr<const PackedSequences> own =
+      packed ? std::make_shared<const PackedSequences>(*packed) : nullptr;
   for (size_t i = 0; i < layers_.size(); ++i) {
     const FlatUnit& unit = *units_[1 + i].unit;
     h = RunShardedBlock(
         unit,
-        [this, &unit, cos = cos, sin = sin, attn_mask, cache, i](const std::vector<at::Tensor>& params,
-                                                                 const at::Tensor& x) {
+        [this, &unit, cos = cos, sin = sin, attn_mask, cache, i, own](const std::vector<at::Tensor>& params,
+                                                                      const at::Tensor& x) {
           const Layer L = MakeLayer([&](const std::string& name) {
             for (size_t k = 0; k < params.size(); ++k) {
               if (unit.names()[k] == name) return params[k];
             }
             return at::Tensor();
           });
-          return LayerForward(L, x, cos, sin, attn_mask, cache, i);  // a cache only without gradients
+          return LayerForward(L, x, cos, sin, attn_mask, cache, i, own.get());  // a cache only without gradients
         },
         h);
   }

@@ -37,6 +37,17 @@ struct KvCache {
   int64_t attend = 0;
 };
 
+// Sequences packed back to back in one row without padding (verl's use_remove_padding): token t belongs to sequence b
+// when offsets[b] <= t < offsets[b + 1], and attends causally within its own sequence only.
+struct PackedSequences {
+  std::vector<int64_t> offsets;  // host, [B + 1], offsets[0] = 0
+  at::Tensor cu_seqlens;         // the same as int32 on the model's device (flash attention's variable-length form)
+  int64_t max_len = 0;
+};
+
+// PackedSequences for sequences of these lengths, cu_seqlens on `device`.
+PackedSequences PackLengths(const std::vector<int64_t>& lengths, at::Device device);
+
 class DecoderModel {
  public:
   // Loads config.json and the safetensors weights of an HF model directory. Weights are converted to `dtype` and
@@ -52,8 +63,10 @@ class DecoderModel {
   // `attn_mask` is bool [B, 1, T, S] (true = may attend), where S = T without a cache, or cache->length + T with one.
   // With a cache, the new keys/values are written at [cache->length, cache->length + T) and length advances.
   // Returns the final-norm hidden states [B, T, hidden].
+  // With `packed`: one row (B = 1) of packed sequences, `attn_mask` undefined and no cache; attention runs per
+  // sequence (flash attention's variable-length kernel on a GPU in bf16/fp16, one call per sequence otherwise).
   at::Tensor Forward(const at::Tensor& input_ids, const at::Tensor& position_ids, const at::Tensor& attn_mask,
-                     KvCache* cache) const;
+                     KvCache* cache, const PackedSequences* packed = nullptr) const;
 
   // hidden [..., H] -> logits [..., vocab] in float32.
   at::Tensor Logits(const at::Tensor& hidden) const;
@@ -124,12 +137,13 @@ class DecoderModel {
   void BindFields();
   void BindFieldsKeepingCount();
   at::Tensor LayerForward(const Layer& L, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
-                          const at::Tensor& attn_mask, KvCache* cache, size_t i) const;
+                          const at::Tensor& attn_mask, KvCache* cache, size_t i,
+                          const PackedSequences* packed = nullptr) const;
   // LayerForward of layer i through an autograd function that recomputes it in backward.
   at::Tensor CheckpointedLayer(size_t i, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
-                               const at::Tensor& attn_mask) const;
+                               const at::Tensor& attn_mask, const PackedSequences* packed) const;
   at::Tensor ShardedForward(const at::Tensor& input_ids, const at::Tensor& position_ids, const at::Tensor& attn_mask,
-                            KvCache* cache) const;
+                            KvCache* cache, const PackedSequences* packed) const;
   at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight) const;
   std::pair<at::Tensor, at::Tensor> RopeCosSin(const at::Tensor& position_ids, at::ScalarType dtype) const;
 

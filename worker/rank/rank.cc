@@ -589,6 +589,7 @@ class CpuRank final : public RankInterface {
       micro.budget_key = ref ? "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu"
                              : "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu";
       if (model->sharded()) micro.agree = DpSumFn();  // every pass gathers the layers: same count on every rank
+      micro.packed = config_.actor.remove_padding;
       ASSIGN_OR_RETURN(at::Tensor lp, ComputeLogProbsNoGrad(*model, batch->seq, temperature, micro));
       Metrics m;
       at::Tensor mask = batch->seq.response_mask.to(at::kFloat);
@@ -738,6 +739,7 @@ class CpuRank final : public RankInterface {
       ASSIGN_OR_RETURN(o.mini_batch_size, PerRankMiniBatch("actor", a.ppo_mini_batch_size, batch->n));
       o.micro_batch_size = std::max<int64_t>(1, a.ppo_micro_batch_size_per_gpu);
       o.max_token_len = a.ppo_max_token_len;
+      o.remove_padding = a.remove_padding;
       o.reduce_sum = DpSumFn();
       o.ppo_epochs = a.ppo_epochs;
       o.shuffle = a.shuffle;

@@ -53,6 +53,7 @@ struct RankActorSettings {
   int64_t log_prob_max_token_len = 0;
   int64_t ref_log_prob_max_token_len = 0;
   bool gradient_checkpointing = false;  // the actor's layers recomputed in backward
+  bool remove_padding = false;          // actor and ref passes packed without padding
   // actor.policy_loss.* and rollout correction
   std::string loss_mode = "vanilla";
   double clip_cov_ratio = 0.0002;

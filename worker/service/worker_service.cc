@@ -58,6 +58,7 @@ RankActorSettings FromProto(const v1::ActorConfig& a) {
   s.log_prob_max_token_len = a.log_prob_max_token_len();
   s.ref_log_prob_max_token_len = a.ref_log_prob_max_token_len();
   s.gradient_checkpointing = a.gradient_checkpointing();
+  s.remove_padding = a.remove_padding();
   s.rollout_max_num_batched_tokens = a.rollout_max_num_batched_tokens();
   s.rollout_gpu_memory_utilization = a.rollout_gpu_memory_utilization();
   return s;

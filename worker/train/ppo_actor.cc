@@ -29,6 +29,38 @@ LogProbResult ForwardLogProbs(const DecoderModel& model, const SequenceBatch& ba
   return {c.log_probs, c.entropy};
 }
 
+LogProbResult ForwardLogProbsPacked(const DecoderModel& model, const SequenceBatch& batch, double temperature,
+                                    bool with_entropy) {
+  const int64_t N = batch.size();
+  const int64_t R = batch.responses.size(1);
+  const int64_t P = batch.input_ids.size(1) - R;
+  const at::Device device = batch.input_ids.device();
+  // Each row's valid tokens are contiguous (left-padded prompt, right-padded response): packed in row order.
+  at::Tensor valid = batch.attention_mask;
+  at::Tensor ids = batch.input_ids.masked_select(valid).unsqueeze(0);
+  at::Tensor positions = PositionIdsFromMask(valid).masked_select(valid).unsqueeze(0);
+  at::Tensor lengths = valid.sum(1).to(at::kCPU, at::kLong).contiguous();
+  at::Tensor prompt_lengths = valid.narrow(1, 0, P).sum(1).to(at::kCPU, at::kLong).contiguous();
+  at::Tensor response_lengths = batch.response_mask.sum(1).to(at::kCPU, at::kLong).contiguous();
+  const PackedSequences packed = PackLengths(
+      std::vector<int64_t>(lengths.data_ptr<int64_t>(), lengths.data_ptr<int64_t>() + N), device);
+  at::Tensor hidden = model.Forward(ids, positions, at::Tensor(), nullptr, &packed);  // [1, T, H]
+  // Response token t of row b is predicted by packed position offsets[b] + prompt_b - 1 + t.
+  std::vector<int64_t> predict;
+  for (int64_t b = 0; b < N; ++b) {
+    const int64_t first = packed.offsets[b] + prompt_lengths.data_ptr<int64_t>()[b] - 1;
+    for (int64_t t = 0; t < response_lengths.data_ptr<int64_t>()[b]; ++t) predict.push_back(first + t);
+  }
+  const at::Tensor index = at::tensor(predict, at::TensorOptions().dtype(at::kLong)).to(device);
+  const at::Tensor targets = batch.responses.masked_select(batch.response_mask).unsqueeze(0);
+  ChunkedLogProbsResult c = ChunkedLogProbs(hidden.index_select(1, index), model.LmHeadWeight(), targets, temperature,
+                                            with_entropy);
+  auto unpack = [&](const at::Tensor& flat) {
+    return at::zeros({N, R}, flat.options()).masked_scatter(batch.response_mask, flat.squeeze(0));
+  };
+  return {unpack(c.log_probs), with_entropy ? unpack(c.entropy) : at::Tensor()};
+}
+
 absl::StatusOr<at::Tensor> ComputeLogProbsNoGrad(const DecoderModel& model, const SequenceBatch& batch,
                                                  double temperature, const MicroBatching& micro) {
   at::NoGradGuard no_grad;
@@ -37,7 +69,8 @@ absl::StatusOr<at::Tensor> ComputeLogProbsNoGrad(const DecoderModel& model, cons
   at::Tensor out = at::zeros({batch.size(), R}, at::TensorOptions().dtype(at::kFloat).device(batch.input_ids.device()));
   for (const at::Tensor& rows : parts) {
     const SequenceBatch sub = SelectTrimmed(batch, rows);
-    const at::Tensor lp = ForwardLogProbs(model, sub, 0, sub.size(), temperature, false).log_probs;
+    const at::Tensor lp = micro.packed ? ForwardLogProbsPacked(model, sub, temperature, false).log_probs
+                                       : ForwardLogProbs(model, sub, 0, sub.size(), temperature, false).log_probs;
     out.index_copy_(0, rows, PadResponseColumns(lp * sub.response_mask.to(lp.scalar_type()), R));
   }
   return out;
@@ -77,6 +110,7 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
   micro.max_token_len = options.max_token_len;
   micro.budget_key = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu";
   micro.agree = sum_over_shards;  // a sharded model gathers its layers in every pass: same pass count on every rank
+  micro.packed = options.remove_padding;
   for (int64_t epoch = 0; epoch < options.ppo_epochs; ++epoch) {
     at::Tensor order = options.shuffle ? at::randperm(N, gen, at::TensorOptions().dtype(at::kLong))
                                        : at::arange(N, at::TensorOptions().dtype(at::kLong));
@@ -99,7 +133,9 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
         const SequenceBatch sub = SelectTrimmed(mini, rows);
         const int64_t r = sub.responses.size(1);
         auto cut = [&](const at::Tensor& t) { return t.index_select(0, rows).narrow(1, 0, r); };
-        LogProbResult lp = ForwardLogProbs(model, sub, 0, sub.size(), options.temperature, /*with_entropy=*/true);
+        LogProbResult lp = options.remove_padding
+                               ? ForwardLogProbsPacked(model, sub, options.temperature, /*with_entropy=*/true)
+                               : ForwardLogProbs(model, sub, 0, sub.size(), options.temperature, /*with_entropy=*/true);
         at::Tensor mask = sub.response_mask.to(at::kFloat);
         ASSIGN_OR_RETURN(PolicyLossResult pl,
                          ComputePolicyLossByMode(cut(old_lp), lp.log_probs, cut(adv), mask,

@@ -28,6 +28,11 @@ struct LogProbResult {
 LogProbResult ForwardLogProbs(const DecoderModel& model, const SequenceBatch& batch, int64_t begin, int64_t count,
                               double temperature, bool with_entropy);
 
+// ForwardLogProbs of every row of `batch` with the sequences packed back to back without padding (use_remove_padding):
+// the same numbers, from attention per sequence (PackedSequences). Outputs are 0 outside the response mask.
+LogProbResult ForwardLogProbsPacked(const DecoderModel& model, const SequenceBatch& batch, double temperature,
+                                    bool with_entropy);
+
 // Log-probs for the whole batch, a micro-batch at a time (padding trimmed per micro-batch), without gradients; 0 outside
 // the response mask.
 absl::StatusOr<at::Tensor> ComputeLogProbsNoGrad(const DecoderModel& model, const SequenceBatch& batch,
@@ -48,6 +53,7 @@ struct PolicyUpdateOptions {
   int64_t micro_batch_size = 1;  // sequences per forward/backward
   // > 0: micro-batches by token budget instead (use_dynamic_bsz, ppo_max_token_len_per_gpu; sequence_batch.h).
   int64_t max_token_len = 0;
+  bool remove_padding = false;  // passes packed without padding (ForwardLogProbsPacked)
   int64_t ppo_epochs = 1;
   bool shuffle = false;
   double temperature = 1.0;

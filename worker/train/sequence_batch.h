@@ -40,6 +40,7 @@ struct MicroBatching {
   int64_t rows = 1;           // fixed: rows per micro-batch, in order
   int64_t max_token_len = 0;  // > 0: by token budget (use_dynamic_bsz), `rows` unused
   std::string budget_key;     // the config key of max_token_len, for errors
+  bool packed = false;        // each pass runs packed without padding (use_remove_padding)
   // Ranks that must make the same number of passes (a sharded model gathers its layers in every pass): a sum over
   // them, to agree on the largest count any of them needs. Unset: each rank packs on its own.
   ReduceSumFn agree;

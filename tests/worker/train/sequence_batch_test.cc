@@ -134,8 +134,9 @@ double MaxDiff(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& 
 }
 
 TEST_CASE("Token-budget micro-batches give the update and the log-probs of one whole pass", "[worker][train]") {
-  // The same mini-batch as one untrimmed pass of 6 rows, as fixed passes of 2 rows, and cut by token budgets (rows
-  // reordered, padding trimmed per pass): log-probs, values and updated weights agree to float rounding.
+  // The same mini-batch as one untrimmed pass of 6 rows, as fixed passes of 2 rows, cut by token budgets (rows
+  // reordered, padding trimmed per pass), and packed without padding: log-probs and updated weights agree to float
+  // rounding.
   TestDir dir("dynamic_bsz");
   testing::WriteTinyModel(dir.path(), testing::TinyDecoderConfig());
   const SequenceBatch b = RaggedBatch();
@@ -150,12 +151,13 @@ TEST_CASE("Token-budget micro-batches give the update and the log-probs of one w
     std::vector<at::Tensor> weights;
     std::map<std::string, double> metrics;
   };
-  auto run = [&](int64_t rows, int64_t budget) {
+  auto run = [&](int64_t rows, int64_t budget, bool packed = false) {
     auto model = LoadModelOrDie(dir.path());
     MicroBatching micro;
     micro.rows = rows;
     micro.max_token_len = budget;
     micro.budget_key = "test";
+    micro.packed = packed;
     Result r;
     r.log_probs = ComputeLogProbsNoGrad(*model, b, 0.7, micro).value();
     PolicyUpdateOptions o;
@@ -164,6 +166,7 @@ TEST_CASE("Token-budget micro-batches give the update and the log-probs of one w
     o.mini_batch_size = 6;
     o.micro_batch_size = rows;
     o.max_token_len = budget;
+    o.remove_padding = packed;
     o.temperature = 0.7;
     o.loss.loss_agg_mode = agg;
     o.entropy_coeff = 0.01;
@@ -182,7 +185,10 @@ TEST_CASE("Token-budget micro-batches give the update and the log-probs of one w
   const Result pairs = run(2, 0);
   const Result budget = run(0, 16);
   const Result loose = run(0, 40);
-  for (const Result* r : {&pairs, &budget, &loose}) {
+  // Packed without padding (use_remove_padding): attention per sequence, alone or with token budgets.
+  const Result packed_whole = run(6, 0, /*packed=*/true);
+  const Result packed_budget = run(0, 16, /*packed=*/true);
+  for (const Result* r : {&pairs, &budget, &loose, &packed_whole, &packed_budget}) {
     REQUIRE(MaxAbsDiff(r->log_probs, whole.log_probs) < 1e-5);
     REQUIRE(MaxAbsDiff(r->log_probs * (1 - mask), at::zeros_like(mask)) == 0.0);  // nothing outside the mask
     REQUIRE(MaxDiff(r->weights, whole.weights) < 1e-5);
@@ -226,6 +232,37 @@ TEST_CASE("Token-budget micro-batches give the critic's values and update of one
     }
     if (weights.empty()) weights = w;
   }
+}
+
+TEST_CASE("ForwardLogProbsPacked equals the padded forward, entropy and gradients too", "[worker][train]") {
+  TestDir dir("packed_lp");
+  testing::WriteTinyModel(dir.path(), testing::TinyDecoderConfig());
+  const SequenceBatch b = RaggedBatch();
+  const at::Tensor mask = b.response_mask.to(at::kFloat);
+  // With activation checkpointing the packed layers run again in backward, after ForwardLogProbsPacked returned.
+  const bool checkpointing = GENERATE(false, true);
+  INFO("checkpointing " << checkpointing);
+  std::vector<std::vector<at::Tensor>> grads;
+  std::vector<LogProbResult> results;
+  for (bool packed : {false, true}) {
+    auto model = LoadModelOrDie(dir.path());
+    model->SetRequiresGrad(true);
+    model->SetGradientCheckpointing(checkpointing);
+    LogProbResult r = packed ? ForwardLogProbsPacked(*model, b, 0.8, true) : ForwardLogProbs(*model, b, 0, 6, 0.8, true);
+    ((r.log_probs * mask).sum() + 0.1 * (r.entropy * mask).sum()).backward();
+    results.push_back({(r.log_probs * mask).detach(), (r.entropy * mask).detach()});
+    grads.emplace_back();
+    for (const auto& [name, p] : model->named_parameters()) grads.back().push_back(p.grad().clone());
+  }
+  REQUIRE(results[0].log_probs.abs().sum().item<double>() > 1.0);
+  REQUIRE(MaxAbsDiff(results[0].log_probs, results[1].log_probs) < 1e-5);
+  REQUIRE(MaxAbsDiff(results[0].entropy, results[1].entropy) < 1e-5);
+  REQUIRE(MaxDiff(grads[0], grads[1]) < 1e-5);
+  // Packed outputs are exactly 0 outside the response mask.
+  auto model = LoadModelOrDie(dir.path());
+  at::NoGradGuard no_grad;
+  REQUIRE(ForwardLogProbsPacked(*model, b, 1.0, false).log_probs.masked_select(b.response_mask.logical_not())
+              .abs().sum().item<double>() == 0.0);
 }
 
 }  // namespace
