@@ -174,6 +174,8 @@ const std::vector<ConfigKeySpec>& Table() {
       // ---- critic (used when algorithm.adv_estimator=gae) ----
       {"critic.model.path", T::kString, "${actor_rollout_ref.model.path}", "", false, O::kVerlChanged,
        "HF model directory of the critic (a decoder; the value head is added); verl: no default."},
+      {"critic.model.use_remove_padding", T::kBool, "false", "", false, O::kVerl,
+       "Critic passes packed without padding, as actor_rollout_ref.model.use_remove_padding."},
       {"critic.model.enable_gradient_checkpointing", T::kBool, "true", "", false, O::kVerl,
        "Activation checkpointing in the critic update, as actor_rollout_ref.model.enable_gradient_checkpointing."},
       {"critic.optim.lr", T::kDouble, "1e-5", "", false, O::kVerl, "Critic learning rate."},

@@ -207,6 +207,7 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   CriticConfig& cr = c.critic;
   r.Read("critic.model.path", &cr.model_path);
   r.Read("critic.model.enable_gradient_checkpointing", &cr.enable_gradient_checkpointing);
+  r.Read("critic.model.use_remove_padding", &cr.use_remove_padding);
   r.Read("critic.optim.lr", &cr.optim.lr);
   r.Read("critic.optim.weight_decay", &cr.optim.weight_decay);
   r.Read("critic.optim.betas", &cr.optim.betas);

@@ -155,6 +155,7 @@ struct AlgorithmConfig {
 struct CriticConfig {
   std::string model_path;                  // critic.model.path; defaults to actor_rollout_ref.model.path
   bool enable_gradient_checkpointing = true;  // critic.model.enable_gradient_checkpointing
+  bool use_remove_padding = false;            // critic.model.use_remove_padding
   OptimConfig optim{1e-5, 0.01, {0.9, 0.999}, 1e-8, -1, 0.0};
   int64_t ppo_mini_batch_size = 256;       // prompts per optimizer step (x rollout.n samples)
   std::optional<int64_t> ppo_micro_batch_size_per_gpu;

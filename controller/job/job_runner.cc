@@ -599,6 +599,7 @@ class JobRunner::Impl {
       cc->set_forward_micro_batch_size_per_gpu(static_cast<int32_t>(c.forward_micro_batch_size_per_gpu.value_or(
           config_.data.train_batch_size * arr.rollout.n / Trainers())));
       cc->set_gradient_checkpointing(c.enable_gradient_checkpointing);
+      cc->set_remove_padding(c.use_remove_padding);
       if (c.use_dynamic_bsz) {
         cc->set_ppo_max_token_len(c.ppo_max_token_len_per_gpu);
         cc->set_forward_max_token_len(c.forward_max_token_len_per_gpu);

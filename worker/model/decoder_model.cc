@@ -259,6 +259,28 @@ PackedSequences PackLengths(const std::vector<int64_t>& lengths, at::Device devi
   return p;
 }
 
+PackedBatch PackBatch(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& response_mask) {
+  const int64_t N = input_ids.size(0);
+  const int64_t P = input_ids.size(1) - response_mask.size(1);
+  PackedBatch out;
+  // Each row's valid tokens are contiguous (left-padded prompt, right-padded response).
+  out.input_ids = input_ids.masked_select(attention_mask).unsqueeze(0);
+  out.position_ids = PositionIdsFromMask(attention_mask).masked_select(attention_mask).unsqueeze(0);
+  const at::Tensor lengths = attention_mask.sum(1).to(at::kCPU, at::kLong).contiguous();
+  const at::Tensor prompts = attention_mask.narrow(1, 0, P).sum(1).to(at::kCPU, at::kLong).contiguous();
+  const at::Tensor responses = response_mask.sum(1).to(at::kCPU, at::kLong).contiguous();
+  out.sequences = PackLengths(std::vector<int64_t>(lengths.data_ptr<int64_t>(), lengths.data_ptr<int64_t>() + N),
+                              input_ids.device());
+  // Response token t of row b is predicted by the hidden state at offsets[b] + prompt_b - 1 + t.
+  std::vector<int64_t> predicting;
+  for (int64_t b = 0; b < N; ++b) {
+    const int64_t first = out.sequences.offsets[b] + prompts.data_ptr<int64_t>()[b] - 1;
+    for (int64_t t = 0; t < responses.data_ptr<int64_t>()[b]; ++t) predicting.push_back(first + t);
+  }
+  out.predicting = at::tensor(predicting, at::TensorOptions().dtype(at::kLong)).to(input_ids.device());
+  return out;
+}
+
 at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, const at::Tensor& cos,
                                       const at::Tensor& sin, const at::Tensor& attn_mask, KvCache* cache,
                                       size_t i, const PackedSequences* packed) const {

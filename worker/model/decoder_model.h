@@ -48,6 +48,18 @@ struct PackedSequences {
 // PackedSequences for sequences of these lengths, cu_seqlens on `device`.
 PackedSequences PackLengths(const std::vector<int64_t>& lengths, at::Device device);
 
+// A batch of prompt (left-padded) + response (right-padded) rows packed for Forward: its valid tokens in row order.
+struct PackedBatch {
+  at::Tensor input_ids;     // [1, T]
+  at::Tensor position_ids;  // [1, T], restarting at 0 for every row
+  PackedSequences sequences;
+  // For every valid response token (row-major, as masked_select(response_mask) orders them), the packed position of
+  // the hidden state that predicts it: [sum of response lengths] int64 on the batch's device.
+  at::Tensor predicting;
+};
+// input_ids and attention_mask [N, P + R], response_mask [N, R].
+PackedBatch PackBatch(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& response_mask);
+
 class DecoderModel {
  public:
   // Loads config.json and the safetensors weights of an HF model directory. Weights are converted to `dtype` and

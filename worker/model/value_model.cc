@@ -71,6 +71,18 @@ at::Tensor ValueModel::Values(const at::Tensor& input_ids, const at::Tensor& att
   return at::linear(h, head_weight_, head_bias_).squeeze(-1).to(at::kFloat);
 }
 
+at::Tensor ValueModel::ValuesPacked(const at::Tensor& input_ids, const at::Tensor& attention_mask,
+                                    const at::Tensor& response_mask) const {
+  const PackedBatch packed = PackBatch(input_ids, attention_mask, response_mask);
+  at::Tensor hidden = decoder_->Forward(packed.input_ids, packed.position_ids, at::Tensor(), nullptr,
+                                        &packed.sequences);
+  at::Tensor flat = at::linear(hidden.index_select(1, packed.predicting), head_weight_, head_bias_)
+                        .squeeze(-1)
+                        .squeeze(0)
+                        .to(at::kFloat);
+  return at::zeros(response_mask.sizes(), flat.options()).masked_scatter(response_mask, flat);
+}
+
 std::vector<at::Tensor> ValueModel::parameters() const {
   std::vector<at::Tensor> out;
   for (const auto& [name, t] : params_) out.push_back(t);

@@ -30,6 +30,9 @@ class ValueModel {
   // Values of the last `response_length` tokens of every row: [N, R] float32, aligned like the log-probs
   // (the hidden state before each response token). Records autograd history when grad mode is on.
   at::Tensor Values(const at::Tensor& input_ids, const at::Tensor& attention_mask, int64_t response_length) const;
+  // The same computed with the rows packed without padding (use_remove_padding); 0 outside `response_mask` [N, R].
+  at::Tensor ValuesPacked(const at::Tensor& input_ids, const at::Tensor& attention_mask,
+                          const at::Tensor& response_mask) const;
 
   // Decoder parameters (HF names; lm_head excluded: it has no gradient here) plus score.weight and score.bias.
   const std::vector<std::pair<std::string, at::Tensor>>& named_parameters() const { return params_; }

@@ -617,6 +617,7 @@ class CpuRank final : public RankInterface {
       micro.rows = std::max<int64_t>(1, config_.critic.forward_micro_batch_size_per_gpu);
       micro.max_token_len = config_.critic.forward_max_token_len;
       micro.budget_key = "critic.forward_max_token_len_per_gpu";
+      micro.packed = config_.critic.remove_padding;
       ASSIGN_OR_RETURN(batch->values, ComputeValuesNoGrad(*critic_, batch->seq, micro));
       batch->value_metrics = Metrics{};
       return *batch->value_metrics;
@@ -694,6 +695,7 @@ class CpuRank final : public RankInterface {
       ASSIGN_OR_RETURN(o.mini_batch_size, PerRankMiniBatch("critic", c.ppo_mini_batch_size, batch->n));
       o.micro_batch_size = std::max<int64_t>(1, c.ppo_micro_batch_size_per_gpu);
       o.max_token_len = c.ppo_max_token_len;
+      o.remove_padding = c.remove_padding;
       o.reduce_sum = DpSumFn();
       o.ppo_epochs = c.ppo_epochs;
       o.shuffle = c.shuffle;

@@ -93,6 +93,7 @@ struct RankCriticSettings {
   int64_t ppo_max_token_len = 0;      // > 0: passes by token budget (critic.use_dynamic_bsz)
   int64_t forward_max_token_len = 0;
   bool gradient_checkpointing = false;
+  bool remove_padding = false;  // critic passes packed without padding
   int64_t ppo_epochs = 1;
   bool shuffle = false;
   bool shard_optimizer_state = true;

@@ -82,6 +82,7 @@ RankCriticSettings FromProto(const v1::CriticConfig& c) {
   s.ppo_max_token_len = c.ppo_max_token_len();
   s.forward_max_token_len = c.forward_max_token_len();
   s.gradient_checkpointing = c.gradient_checkpointing();
+  s.remove_padding = c.remove_padding();
   s.ppo_epochs = c.ppo_epochs();
   s.shuffle = c.shuffle();
   s.shard_optimizer_state = c.shard_optimizer_state();

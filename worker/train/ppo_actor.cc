@@ -31,32 +31,13 @@ LogProbResult ForwardLogProbs(const DecoderModel& model, const SequenceBatch& ba
 
 LogProbResult ForwardLogProbsPacked(const DecoderModel& model, const SequenceBatch& batch, double temperature,
                                     bool with_entropy) {
-  const int64_t N = batch.size();
-  const int64_t R = batch.responses.size(1);
-  const int64_t P = batch.input_ids.size(1) - R;
-  const at::Device device = batch.input_ids.device();
-  // Each row's valid tokens are contiguous (left-padded prompt, right-padded response): packed in row order.
-  at::Tensor valid = batch.attention_mask;
-  at::Tensor ids = batch.input_ids.masked_select(valid).unsqueeze(0);
-  at::Tensor positions = PositionIdsFromMask(valid).masked_select(valid).unsqueeze(0);
-  at::Tensor lengths = valid.sum(1).to(at::kCPU, at::kLong).contiguous();
-  at::Tensor prompt_lengths = valid.narrow(1, 0, P).sum(1).to(at::kCPU, at::kLong).contiguous();
-  at::Tensor response_lengths = batch.response_mask.sum(1).to(at::kCPU, at::kLong).contiguous();
-  const PackedSequences packed = PackLengths(
-      std::vector<int64_t>(lengths.data_ptr<int64_t>(), lengths.data_ptr<int64_t>() + N), device);
-  at::Tensor hidden = model.Forward(ids, positions, at::Tensor(), nullptr, &packed);  // [1, T, H]
-  // Response token t of row b is predicted by packed position offsets[b] + prompt_b - 1 + t.
-  std::vector<int64_t> predict;
-  for (int64_t b = 0; b < N; ++b) {
-    const int64_t first = packed.offsets[b] + prompt_lengths.data_ptr<int64_t>()[b] - 1;
-    for (int64_t t = 0; t < response_lengths.data_ptr<int64_t>()[b]; ++t) predict.push_back(first + t);
-  }
-  const at::Tensor index = at::tensor(predict, at::TensorOptions().dtype(at::kLong)).to(device);
+  const PackedBatch packed = PackBatch(batch.input_ids, batch.attention_mask, batch.response_mask);
+  at::Tensor hidden = model.Forward(packed.input_ids, packed.position_ids, at::Tensor(), nullptr, &packed.sequences);
   const at::Tensor targets = batch.responses.masked_select(batch.response_mask).unsqueeze(0);
-  ChunkedLogProbsResult c = ChunkedLogProbs(hidden.index_select(1, index), model.LmHeadWeight(), targets, temperature,
-                                            with_entropy);
+  ChunkedLogProbsResult c = ChunkedLogProbs(hidden.index_select(1, packed.predicting), model.LmHeadWeight(), targets,
+                                            temperature, with_entropy);
   auto unpack = [&](const at::Tensor& flat) {
-    return at::zeros({N, R}, flat.options()).masked_scatter(batch.response_mask, flat.squeeze(0));
+    return at::zeros(batch.responses.sizes(), flat.options()).masked_scatter(batch.response_mask, flat.squeeze(0));
   };
   return {unpack(c.log_probs), with_entropy ? unpack(c.entropy) : at::Tensor()};
 }

@@ -21,7 +21,8 @@ absl::StatusOr<at::Tensor> ComputeValuesNoGrad(const ValueModel& model, const Se
   at::Tensor out = at::zeros({batch.size(), R}, at::TensorOptions().dtype(at::kFloat).device(batch.input_ids.device()));
   for (const at::Tensor& rows : parts) {
     const SequenceBatch sub = SelectTrimmed(batch, rows);
-    at::Tensor values = model.Values(sub.input_ids, sub.attention_mask, sub.responses.size(1)).to(at::kFloat);
+    at::Tensor values = micro.packed ? model.ValuesPacked(sub.input_ids, sub.attention_mask, sub.response_mask)
+                                     : model.Values(sub.input_ids, sub.attention_mask, sub.responses.size(1));
     out.index_copy_(0, rows, PadResponseColumns(values * sub.response_mask.to(at::kFloat), R));
   }
   return out;
@@ -50,6 +51,7 @@ absl::StatusOr<std::map<std::string, double>> UpdateValue(ValueModel& model, Ada
   micro.rows = options.micro_batch_size;
   micro.max_token_len = options.max_token_len;
   micro.budget_key = "critic.ppo_max_token_len_per_gpu";
+  micro.packed = options.remove_padding;
   for (int64_t epoch = 0; epoch < options.ppo_epochs; ++epoch) {
     at::Tensor order = options.shuffle ? at::randperm(N, gen, long_opts) : at::arange(N, long_opts);
     for (int64_t mb = 0; mb < N; mb += options.mini_batch_size) {
@@ -67,7 +69,9 @@ absl::StatusOr<std::map<std::string, double>> UpdateValue(ValueModel& model, Ada
         const int64_t r = sub.responses.size(1);
         auto cut = [&](const at::Tensor& t) { return t.index_select(0, rows).narrow(1, 0, r); };
         at::Tensor m = sub.response_mask.to(at::kFloat);
-        at::Tensor vpreds = model.Values(sub.input_ids, sub.attention_mask, r);
+        at::Tensor vpreds = options.remove_padding
+                                ? model.ValuesPacked(sub.input_ids, sub.attention_mask, sub.response_mask)
+                                : model.Values(sub.input_ids, sub.attention_mask, r);
         ASSIGN_OR_RETURN(ValueLossResult vl, ComputeValueLoss(vpreds, cut(ret), cut(vold), m, options.cliprange_value,
                                                               options.loss_agg_mode, norm));
         vl.vf_loss.backward();

@@ -31,6 +31,7 @@ struct ValueUpdateOptions {
   int64_t mini_batch_size = 1;   // sequences per optimizer step
   int64_t micro_batch_size = 1;  // sequences per forward/backward
   int64_t max_token_len = 0;     // > 0: micro-batches by token budget (critic.use_dynamic_bsz)
+  bool remove_padding = false;   // passes packed without padding (critic.model.use_remove_padding)
   int64_t ppo_epochs = 1;
   bool shuffle = false;
   uint64_t seed = 0;

@@ -5,6 +5,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "tests/test_dir.h"
@@ -198,20 +199,23 @@ TEST_CASE("Token-budget micro-batches give the update and the log-probs of one w
   }
 }
 
-TEST_CASE("Token-budget micro-batches give the critic's values and update of one whole pass", "[worker][train]") {
+TEST_CASE("Token-budget and packed passes give the critic's values and update of one whole pass", "[worker][train]") {
   TestDir dir("dynamic_bsz_critic");
   testing::WriteTinyModel(dir.path(), testing::TinyDecoderConfig());
   const SequenceBatch b = RaggedBatch();
   const at::Tensor returns = at::linspace(1.0, -0.5, 30, at::kFloat).view({6, 5}) * b.response_mask.to(at::kFloat);
   std::vector<at::Tensor> values, weights;
-  for (const auto& [rows, budget] : std::vector<std::pair<int64_t, int64_t>>{{6, 0}, {0, 16}, {0, 23}}) {
-    INFO("rows " << rows << ", budget " << budget);
+  const std::vector<std::tuple<int64_t, int64_t, bool>> runs = {
+      {6, 0, false}, {0, 16, false}, {0, 23, false}, {6, 0, true}, {0, 16, true}};
+  for (const auto& [rows, budget, packed] : runs) {
+    INFO("rows " << rows << ", budget " << budget << ", packed " << packed);
     auto loaded = ValueModel::Load(dir.path(), at::kFloat, 0);
     REQUIRE(loaded.ok());
     ValueModel& model = **loaded;
     MicroBatching micro;
     micro.rows = rows;
     micro.max_token_len = budget;
+    micro.packed = packed;
     values.push_back(ComputeValuesNoGrad(model, b, micro).value());
     ValueUpdateOptions o;
     o.lr = 0.1;
@@ -220,6 +224,7 @@ TEST_CASE("Token-budget micro-batches give the critic's values and update of one
     o.mini_batch_size = 6;
     o.micro_batch_size = rows;
     o.max_token_len = budget;
+    o.remove_padding = packed;
     model.SetRequiresGrad(true);
     AdamW opt(model.named_parameters(), AdamWOptions{o.lr, 0.0, 0.9, 0.999, /*eps=*/1.0});
     auto m = UpdateValue(model, opt, b, values.back(), returns, o);
