@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <tuple>
 #include <utility>
 
 namespace verl {
@@ -31,6 +32,27 @@ std::vector<uint64_t> SampleStreams(size_t num_prompts, const SamplingOptions& o
     for (uint64_t j = 0; j < n; ++j) streams[i * n + j] = key * n + j;
   }
   return streams;
+}
+
+// Host tensors [prompts * n, longest prompt]: row i * n + j holds prompt i left-padded with `pad`, and its mask.
+std::pair<at::Tensor, at::Tensor> LeftPaddedPrompts(const std::vector<std::vector<int32_t>>& prompts, int64_t n,
+                                                    int64_t pad) {
+  int64_t P = 0;
+  for (const auto& p : prompts) P = std::max<int64_t>(P, p.size());
+  const int64_t N = static_cast<int64_t>(prompts.size()) * n;
+  at::Tensor ids = at::full({N, P}, pad, at::TensorOptions().dtype(at::kLong));
+  at::Tensor mask = at::zeros({N, P}, at::kBool);
+  auto ids_a = ids.accessor<int64_t, 2>();
+  auto mask_a = mask.accessor<bool, 2>();
+  for (int64_t row = 0; row < N; ++row) {
+    const std::vector<int32_t>& p = prompts[row / n];
+    const int64_t len = p.size();
+    for (int64_t t = 0; t < len; ++t) {
+      ids_a[row][P - len + t] = p[t];
+      mask_a[row][P - len + t] = true;
+    }
+  }
+  return {ids, mask};
 }
 
 }  // namespace
@@ -85,22 +107,7 @@ RolloutBatch GenerateStatic(const DecoderModel& model, const std::vector<std::ve
   auto dev_long = long_opts.device(device);
 
   RolloutBatch out;
-  out.prompts = at::full({N, P}, options.pad_token_id, long_opts);
-  out.prompt_mask = at::zeros({N, P}, at::kBool);
-  {
-    auto ids = out.prompts.accessor<int64_t, 2>();
-    auto mask = out.prompt_mask.accessor<bool, 2>();
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      const int64_t len = prompts[i].size();
-      for (int64_t j = 0; j < n; ++j) {
-        const int64_t row = i * n + j;
-        for (int64_t t = 0; t < len; ++t) {
-          ids[row][P - len + t] = prompts[i][t];
-          mask[row][P - len + t] = true;
-        }
-      }
-    }
-  }
+  std::tie(out.prompts, out.prompt_mask) = LeftPaddedPrompts(prompts, n, options.pad_token_id);
   out.prompts = out.prompts.to(device);
   out.prompt_mask = out.prompt_mask.to(device);
   out.responses = at::full({N, R}, options.pad_token_id, dev_long);
@@ -170,26 +177,15 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
 
   // Outputs on the host, laid out as GenerateStatic's (prompts left-padded to P).
   RolloutBatch out;
-  out.prompts = at::full({N, P}, options.pad_token_id, long_opts);
-  out.prompt_mask = at::zeros({N, P}, at::kBool);
+  std::tie(out.prompts, out.prompt_mask) = LeftPaddedPrompts(prompts, n, options.pad_token_id);
   out.responses = at::full({N, R}, options.pad_token_id, long_opts);
   out.response_mask = at::zeros({N, R}, at::kBool);
   out.log_probs = at::zeros({N, R}, at::kFloat);
-  auto prompt_ids = out.prompts.accessor<int64_t, 2>();
-  auto prompt_valid = out.prompt_mask.accessor<bool, 2>();
   auto responses = out.responses.accessor<int64_t, 2>();
   auto response_valid = out.response_mask.accessor<bool, 2>();
   auto log_probs = out.log_probs.accessor<float, 2>();
   std::vector<const std::vector<int32_t>*> row_prompt(N);
-  for (int64_t row = 0; row < N; ++row) {
-    const std::vector<int32_t>& p = prompts[row / n];
-    row_prompt[row] = &p;
-    const int64_t len = p.size();
-    for (int64_t t = 0; t < len; ++t) {
-      prompt_ids[row][P - len + t] = p[t];
-      prompt_valid[row][P - len + t] = true;
-    }
-  }
+  for (int64_t row = 0; row < N; ++row) row_prompt[row] = &prompts[row / n];
   auto finish = [&]() {
     for (at::Tensor* t : {&out.prompts, &out.prompt_mask, &out.responses, &out.response_mask, &out.log_probs}) {
       *t = t->to(device);

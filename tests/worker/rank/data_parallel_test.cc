@@ -206,6 +206,17 @@ void RequireSameStep(const StepResult& one, const StepResult& many, int world, b
   REQUIRE(many.actor.at("perf/actor_optimizer_state_gb") < state_one * (1.0 / world + 0.15));
 }
 
+// Places a critic beside the actor (PPO), with the same optimizer settings the actor's comparisons use.
+void AddCritic(RankConfig& config, const TinyRankModel& m) {
+  config.roles = {"actor", "rollout", "ref", "critic"};
+  config.critic.model_path = m.dir.path();
+  config.critic.lr = 1e-2;
+  config.critic.eps = 1e-3;
+  config.critic.ppo_mini_batch_size = kMiniPrompts;
+  config.critic.ppo_micro_batch_size_per_gpu = 1;
+  config.seed = 3;
+}
+
 TEST_CASE("data parallel: 1, 2 and 4 ranks take the same update", "[worker][rank][dp]") {
   TinyRankModel m;
   REQUIRE(m.prompt_a.size() == m.prompt_b.size());
@@ -251,13 +262,7 @@ TEST_CASE("data parallel: 1, 2 and 4 ranks take the same update", "[worker][rank
     // Each rank cuts its rows into passes by tokens; their responses differ in length, so the ranks would make
     // different numbers of passes, but every pass of a sharded model gathers its layers: they agree on the largest
     // count first. The critic cuts its passes by tokens too. Same step as one rank with fixed micro-batches.
-    config.roles = {"actor", "rollout", "ref", "critic"};
-    config.critic.model_path = m.dir.path();
-    config.critic.lr = 1e-2;
-    config.critic.eps = 1e-3;
-    config.critic.ppo_mini_batch_size = kMiniPrompts;
-    config.critic.ppo_micro_batch_size_per_gpu = 1;
-    config.seed = 3;
+    AddCritic(config, m);
     const AdvantageSettings adv = Estimator("gae");
     // Many EOS ids, so that responses end at different lengths.
     SamplingSettings sampling = Sampling(m);
@@ -281,13 +286,7 @@ TEST_CASE("data parallel: 1, 2 and 4 ranks take the same update", "[worker][rank
     for (int world : {2, 4}) RequireSameStep(one, RunStep(m, world, config, adv, out), world);
   }
   SECTION("PPO with a critic (GAE whitened over the batch, critic gradients reduced)") {
-    config.roles = {"actor", "rollout", "ref", "critic"};
-    config.critic.model_path = m.dir.path();
-    config.critic.lr = 1e-2;
-    config.critic.eps = 1e-3;
-    config.critic.ppo_mini_batch_size = kMiniPrompts;
-    config.critic.ppo_micro_batch_size_per_gpu = 1;
-    config.seed = 3;
+    AddCritic(config, m);
     AdvantageSettings adv = Estimator("gae");
     adv.use_kl_in_reward = true;
     adv.kl_coef = 0.05;
