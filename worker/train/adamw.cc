@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 namespace verl {
 
@@ -62,7 +63,37 @@ void AdamW::Step(double lr) {
   ++step_;
   const double bc1 = 1.0 - std::pow(options_.beta1, static_cast<double>(step_));
   const double bc2 = 1.0 - std::pow(options_.beta2, static_cast<double>(step_));
-  for (size_t i = 0; i < params_.size(); ++i) {
+  // Fused: the float32 tensors updated (the parameter, or its master), their float32 gradients, moments and step
+  // count, grouped by the device of the state.
+  struct Group {
+    std::vector<at::Tensor> targets, grads, m, v, steps;
+    std::vector<size_t> mastered;  // parameters whose master is the target: copied back after
+  };
+  std::map<std::string, Group> groups;
+  for (size_t i = 0; options_.fused && i < params_.size(); ++i) {
+    const at::Tensor& p = params_[i].second;
+    if (!p.grad().defined() || !owns(i)) continue;
+    at::Tensor& m = exp_avg_[i];
+    Group& g = groups[m.device().str()];
+    at::Tensor target = master_[i].defined() ? master_[i] : p;
+    if (target.scalar_type() != at::kFloat || target.device() != m.device() || !target.is_contiguous()) {
+      groups.clear();  // a layout the kernel does not take: the element-wise path below for all
+      break;
+    }
+    g.targets.push_back(target);
+    g.grads.push_back(p.grad().to(m.device(), at::kFloat).contiguous());
+    g.m.push_back(m);
+    g.v.push_back(exp_avg_sq_[i]);
+    if (g.steps.empty()) g.steps.push_back(at::full({}, static_cast<double>(step_), m.options()));
+    else g.steps.push_back(g.steps.front());
+    if (master_[i].defined()) g.mastered.push_back(i);
+  }
+  for (auto& [device, g] : groups) {
+    at::_fused_adamw_(g.targets, g.grads, g.m, g.v, /*max_exp_avg_sqs=*/{}, g.steps, lr, options_.beta1,
+                      options_.beta2, options_.weight_decay, options_.eps, /*amsgrad=*/false, /*maximize=*/false);
+    for (size_t i : g.mastered) params_[i].second.copy_(master_[i]);
+  }
+  for (size_t i = 0; groups.empty() && i < params_.size(); ++i) {
     at::Tensor p = params_[i].second;
     const at::Tensor& g_any = p.grad();
     if (!g_any.defined() || !owns(i)) continue;

@@ -37,6 +37,10 @@ struct AdamWOptions {
   // (ZeRO-Offload; verl's fsdp_config.optimizer_offload): the gradients go to the host, the updated parameters come
   // back. Only meaningful for parameters on a GPU; ignored for CPU parameters, whose state is in host memory anyway.
   bool offload_to_cpu = false;
+  // One multi-tensor kernel per device for the whole update (ATen's _fused_adamw_, the kernel behind
+  // torch.optim.AdamW(fused=True)) instead of a handful of element-wise ops per parameter. Same update to float
+  // rounding.
+  bool fused = true;
 };
 
 class AdamW {

@@ -24,8 +24,13 @@ TEST_CASE("AdamW follows torch.optim.AdamW for two steps", "[worker][train]") {
   //   p *= 1 - lr wd;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
   //   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
   // with lr 0.1, wd 0.1, betas (0.9, 0.999), eps 1e-8, p0 = [1, -2], g1 = [0.5, -1], g2 = [0.1, 0.3].
+  // Both implementations: the element-wise one and ATen's fused multi-tensor kernel.
+  const bool fused = GENERATE(false, true);
+  INFO("fused " << fused);
   at::Tensor p = Vec({1.0f, -2.0f});
-  AdamW opt({{"w", p}}, AdamWOptions{/*lr=*/0.1, /*weight_decay=*/0.1, 0.9, 0.999, 1e-8});
+  AdamWOptions options{/*lr=*/0.1, /*weight_decay=*/0.1, 0.9, 0.999, 1e-8};
+  options.fused = fused;
+  AdamW opt({{"w", p}}, options);
 
   SetGrad(p, {0.5f, -1.0f});
   opt.Step(0.1);
@@ -120,6 +125,30 @@ TEST_CASE("ClipGradNorm scales to max_norm and returns the norm before clipping"
     REQUIRE(a.grad()[0].item<float>() == 3.0f);
     REQUIRE(b.grad()[1].item<float>() == 12.0f);
   }
+}
+
+TEST_CASE("AdamW: the fused kernel gives the element-wise update, float32 and bf16 with masters", "[worker][train]") {
+  std::vector<std::vector<at::Tensor>> params(2), masters(2);
+  for (int fused = 0; fused < 2; ++fused) {
+    at::manual_seed(7);
+    std::vector<std::pair<std::string, at::Tensor>> named = {
+        {"a", at::randn({5, 3})}, {"b", at::randn({7}).to(at::kBFloat16)}, {"c", at::randn({2, 2, 2})}};
+    AdamWOptions options{/*lr=*/0.01, /*weight_decay=*/0.05, 0.9, 0.99, 1e-6};
+    options.fused = fused == 1;
+    AdamW opt(named, options);
+    for (int step = 0; step < 3; ++step) {
+      for (auto& [name, t] : named) t.mutable_grad() = at::randn(t.sizes()).to(t.scalar_type());
+      opt.Step(0.01 * (step + 1));
+    }
+    for (auto& [name, t] : named) params[fused].push_back(t.clone());
+    masters[fused].push_back(opt.master()[1].clone());
+  }
+  for (size_t i = 0; i < params[0].size(); ++i) {
+    INFO("parameter " << i);
+    REQUIRE((params[0][i].to(at::kFloat) - params[1][i].to(at::kFloat)).abs().max().item<double>() < 1e-6);
+  }
+  REQUIRE((masters[0][0] - masters[1][0]).abs().max().item<double>() < 1e-6);
+  REQUIRE((masters[0][0] - params[0][1].to(at::kFloat)).abs().max().item<double>() > 0);  // a real master
 }
 
 }  // namespace
