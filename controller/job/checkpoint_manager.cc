@@ -63,7 +63,8 @@ std::string CheckpointManager::StepDir(int64_t global_step) const {
 std::string CheckpointManager::TrackerPath() const { return root_ + "/latest_checkpointed_iteration.txt"; }
 
 absl::Status CheckpointManager::Save(int64_t global_step, const ResumableSampler::State& sampler_state,
-                                     bool hf_export, const std::map<std::string, double>& controller_state) {
+                                     bool hf_export, const std::map<std::string, double>& controller_state,
+                                     const std::function<absl::Status()>& before_commit) {
   const std::string final_dir = StepDir(global_step);
   const std::string tmp_dir = absl::StrCat(root_, "/.global_step_", global_step, ".tmp");
   std::error_code ec;
@@ -93,6 +94,7 @@ absl::Status CheckpointManager::Save(int64_t global_step, const ResumableSampler
   }
   fs::rename(tmp_dir, final_dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot rename ", tmp_dir, " to ", final_dir, ": ", ec.message()));
+  if (before_commit) RETURN_IF_ERROR(before_commit());
   RETURN_IF_ERROR(WriteFileAtomically(TrackerPath(), absl::StrCat(global_step, "\n")));
   fs::remove_all(old_dir, ec);
   // Only now that the new checkpoint is complete and named by the tracker may older ones go.

@@ -31,8 +31,12 @@ class CheckpointManager {
   CheckpointManager(std::string root, SaveOnWorkers save_on_workers, std::optional<int64_t> max_to_keep = std::nullopt);
 
   // `controller_state` (e.g. the KL controller's coefficient) is stored in data.json and returned by Find.
+  // `before_commit` runs once the checkpoint directory is complete and in place, before the tracker names it (the
+  // commit point): what must be on disk whenever a resume starts from this step (the step's metrics) goes there. Its
+  // error fails the save with the tracker untouched.
   absl::Status Save(int64_t global_step, const ResumableSampler::State& sampler_state, bool hf_export,
-                    const std::map<std::string, double>& controller_state = {});
+                    const std::map<std::string, double>& controller_state = {},
+                    const std::function<absl::Status()>& before_commit = nullptr);
 
   struct Found {
     std::string dir;

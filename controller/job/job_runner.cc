@@ -174,26 +174,34 @@ class JobRunner::Impl {
         metrics["timing_s/testing"] = Seconds(start);
       }
       global_step_ = step;
+      // The step's metrics are logged before a checkpoint of this step is committed (its tracker written): a resume
+      // from it must find them on disk, and one from an earlier checkpoint drops them with the steps it repeats.
+      auto finish_and_log = [&]() -> absl::Status {
+        metrics["timing_s/step"] = Seconds(step_start);
+        // Ours (BENCHMARKS.md B0): the part of the step that is not rank compute (RPC, serialisation, bookkeeping).
+        metrics["perf/controller_overhead"] =
+            std::max(0.0, 1.0 - (WorkerComputeSeconds() - compute_before) / metrics["timing_s/step"]);
+        metrics["training/global_step"] = static_cast<double>(step);
+        metrics["training/worker_restarts"] = static_cast<double>(restarts_);
+        metrics["training/epoch"] = static_cast<double>(sampler_->state().epoch);
+        const double tokens = metrics["perf/total_num_tokens"];
+        metrics["perf/time_per_step"] = metrics["timing_s/step"];
+        metrics["perf/throughput"] = tokens / metrics["timing_s/step"] / static_cast<double>(t.WorldSize());
+        SetLastMetrics(metrics);
+        return LogMetrics(step, metrics);
+      };
       if (t.save_freq > 0 && (last || step % t.save_freq == 0)) {
         SetState(JobState::kCheckpointing);
         auto start = Clock::now();
         RETURN_IF_ERROR(checkpoints_->Save(step, sampler_->state(), /*hf_export=*/last,
-                                           {{"kl_ctrl.value", kl_ctrl_->value()}}));
+                                           {{"kl_ctrl.value", kl_ctrl_->value()}}, [&]() -> absl::Status {
+                                             metrics["timing_s/save_checkpoint"] = Seconds(start);
+                                             return finish_and_log();
+                                           }));
         last_checkpoint_step_ = step;
-        metrics["timing_s/save_checkpoint"] = Seconds(start);
+      } else {
+        RETURN_IF_ERROR(finish_and_log());
       }
-      metrics["timing_s/step"] = Seconds(step_start);
-      // Ours (BENCHMARKS.md B0): the part of the step that is not rank compute (RPC, serialisation, bookkeeping).
-      metrics["perf/controller_overhead"] =
-          std::max(0.0, 1.0 - (WorkerComputeSeconds() - compute_before) / metrics["timing_s/step"]);
-      metrics["training/global_step"] = static_cast<double>(step);
-      metrics["training/worker_restarts"] = static_cast<double>(restarts_);
-      metrics["training/epoch"] = static_cast<double>(sampler_->state().epoch);
-      const double tokens = metrics["perf/total_num_tokens"];
-      metrics["perf/time_per_step"] = metrics["timing_s/step"];
-      metrics["perf/throughput"] = tokens / metrics["timing_s/step"] / static_cast<double>(t.WorldSize());
-      SetLastMetrics(metrics);
-      RETURN_IF_ERROR(LogMetrics(step, metrics));
     }
     spdlog::info("job finished: {} steps", global_step_);
     return absl::OkStatus();

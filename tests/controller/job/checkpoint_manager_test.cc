@@ -59,6 +59,28 @@ TEST_CASE("CheckpointManager::Save writes verl's layout and the tracker last", "
   CHECK(ReadFile(root.file("global_step_6/actor/weights.txt")) == "step 6");
 }
 
+TEST_CASE("CheckpointManager::Save runs before_commit with the checkpoint in place and the tracker not yet moved",
+          "[controller][checkpoint]") {
+  TestDir root("ckpt_commit");
+  CheckpointManager manager(root.path(), FakeWorkers());
+  REQUIRE(manager.Save(2, ResumableSampler::State{0, 8}, false).ok());
+  int calls = 0;
+  auto check_before_commit = [&]() {
+    ++calls;
+    CHECK(ReadFile(root.file("global_step_4/actor/weights.txt")) == "step 4");  // complete and in place
+    CHECK(ReadFile(manager.TrackerPath()) == "2\n");                            // still the previous one
+    return absl::OkStatus();
+  };
+  REQUIRE(manager.Save(4, ResumableSampler::State{0, 16}, false, {}, check_before_commit).ok());
+  CHECK(calls == 1);
+  CHECK(ReadFile(manager.TrackerPath()) == "4\n");
+  // Its failure fails the save and the tracker keeps naming the previous checkpoint.
+  const absl::Status failed = manager.Save(6, ResumableSampler::State{0, 24}, false, {},
+                                           [] { return absl::DataLossError("metrics not written"); });
+  CHECK(absl::IsDataLoss(failed));
+  CHECK(ReadFile(manager.TrackerPath()) == "4\n");
+}
+
 TEST_CASE("CheckpointManager::Save leaves the previous checkpoint alone when the workers fail",
           "[controller][checkpoint]") {
   TestDir root("ckpt_fail");
