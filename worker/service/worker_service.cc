@@ -53,14 +53,18 @@ RankActorSettings FromProto(const v1::ActorConfig& a) {
   s.shard_parameters = a.shard_parameters();
   s.optimizer_offload = a.optimizer_offload();
   s.rollout_gather_layer_by_layer = a.rollout_gather_layer_by_layer();
-  s.rollout_max_num_seqs = a.rollout_max_num_seqs();
+  // 0 is proto3's "not set" (a client that predates the keys): the rank's defaults then.
+  const RankActorSettings defaults;
+  s.rollout_max_num_seqs = a.rollout_max_num_seqs() > 0 ? a.rollout_max_num_seqs() : defaults.rollout_max_num_seqs;
   s.ppo_max_token_len = a.ppo_max_token_len();
   s.log_prob_max_token_len = a.log_prob_max_token_len();
   s.ref_log_prob_max_token_len = a.ref_log_prob_max_token_len();
   s.gradient_checkpointing = a.gradient_checkpointing();
   s.remove_padding = a.remove_padding();
-  s.rollout_max_num_batched_tokens = a.rollout_max_num_batched_tokens();
-  s.rollout_gpu_memory_utilization = a.rollout_gpu_memory_utilization();
+  s.rollout_max_num_batched_tokens = a.rollout_max_num_batched_tokens() > 0 ? a.rollout_max_num_batched_tokens()
+                                                                           : defaults.rollout_max_num_batched_tokens;
+  s.rollout_gpu_memory_utilization = a.rollout_gpu_memory_utilization() > 0 ? a.rollout_gpu_memory_utilization()
+                                                                           : defaults.rollout_gpu_memory_utilization;
   return s;
 }
 
