@@ -97,9 +97,6 @@ RolloutBatch GenerateStatic(const DecoderModel& model, const std::vector<std::ve
                             const SamplingOptions& options) {
   c10::InferenceMode guard;
   const int64_t n = options.n;
-  const int64_t N = static_cast<int64_t>(prompts.size()) * n;
-  int64_t P = 0;
-  for (const auto& p : prompts) P = std::max<int64_t>(P, p.size());
   const int64_t R = options.max_new_tokens;
   auto long_opts = at::TensorOptions().dtype(at::kLong);
   // The batch is laid out on the host, then everything runs on the model's device.
@@ -108,6 +105,8 @@ RolloutBatch GenerateStatic(const DecoderModel& model, const std::vector<std::ve
 
   RolloutBatch out;
   std::tie(out.prompts, out.prompt_mask) = LeftPaddedPrompts(prompts, n, options.pad_token_id);
+  const int64_t N = out.prompts.size(0);
+  const int64_t P = out.prompts.size(1);
   out.prompts = out.prompts.to(device);
   out.prompt_mask = out.prompt_mask.to(device);
   out.responses = at::full({N, R}, options.pad_token_id, dev_long);
@@ -167,9 +166,6 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
                                 const SamplingOptions& options) {
   c10::InferenceMode guard;
   const int64_t n = options.n;
-  const int64_t N = static_cast<int64_t>(prompts.size()) * n;
-  int64_t P = 0;
-  for (const auto& p : prompts) P = std::max<int64_t>(P, p.size());
   const int64_t R = options.max_new_tokens;
   const at::Device device = model.device();
   auto long_opts = at::TensorOptions().dtype(at::kLong);
@@ -178,6 +174,8 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
   // Outputs on the host, laid out as GenerateStatic's (prompts left-padded to P).
   RolloutBatch out;
   std::tie(out.prompts, out.prompt_mask) = LeftPaddedPrompts(prompts, n, options.pad_token_id);
+  const int64_t N = out.prompts.size(0);
+  const int64_t P = out.prompts.size(1);
   out.responses = at::full({N, R}, options.pad_token_id, long_opts);
   out.response_mask = at::zeros({N, R}, at::kBool);
   out.log_probs = at::zeros({N, R}, at::kFloat);
