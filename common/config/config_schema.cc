@@ -127,6 +127,8 @@ const std::vector<ConfigKeySpec>& Table() {
        "Samples per forward pass when computing old log-probs; null means the whole batch of the rank."},
       {"actor_rollout_ref.rollout.gather_layer_by_layer", T::kBool, "false", "", false, O::kOurs,
        "With actor_rollout_ref.actor.shard_parameters: generate gathering one layer at a time for every decoding step, so no rank ever holds the whole actor (a collective per layer per token: slow), instead of gathering the whole actor once per rollout."},
+      {"actor_rollout_ref.rollout.enforce_eager", T::kBool, "false", "", false, O::kVerl,
+       "GPU ranks: false replays each decoding step (forward, LM head, sampling) as a CUDA graph captured at its first use per batch-size bucket (powers of two up to the slot count); true launches every kernel eagerly. No effect on CPU ranks or models the decode kernel does not take (head_dim 64 or 128, at most 8 query heads per KV head)."},
       {"actor_rollout_ref.rollout.max_num_seqs", T::kInt, "1024", "", false, O::kVerl,
        "Continuous batching: the most sequences decoding at once, each in a slot of a KV cache allocated at the start of the rollout; when one ends, the next waiting prompt takes its slot. On a GPU also bounded by gpu_memory_utilization."},
       {"actor_rollout_ref.rollout.max_num_batched_tokens", T::kInt, "8192", "", false, O::kVerl,

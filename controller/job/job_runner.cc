@@ -654,6 +654,7 @@ class JobRunner::Impl {
     ac->set_shard_parameters(a.shard_parameters);
     ac->set_optimizer_offload(a.optimizer_offload);
     ac->set_rollout_gather_layer_by_layer(arr.rollout.gather_layer_by_layer);
+    ac->set_rollout_enforce_eager(arr.rollout.enforce_eager);
     ac->set_gradient_checkpointing(arr.model.enable_gradient_checkpointing);
     ac->set_remove_padding(arr.model.use_remove_padding);
     if (a.use_dynamic_bsz) ac->set_ppo_max_token_len(a.ppo_max_token_len_per_gpu);

@@ -8,7 +8,11 @@ ids, 512 new tokens each, temperature 1.0, top-p 1.0, EOS ignored, bf16; tokens 
 the first prompt in to the last token out (best of --repeats, after one warm-up run of the same batch).
 
 usage: b1_rollout.py --build-dir build-cuda --out FILE.json [--prompts 512] [--prompt-len 256] [--new-tokens 512]
-                     [--repeats 1] [--skip-hf]
+                     [--repeats 1] [--skip-hf] [--variants]
+
+The JSON has benchmark, commit, machine, config, ours, baseline, unit, ratio (ours / HF), roofline_fraction and
+max_memory_allocated_gb (BENCHMARKS.md; the issue's fields); --variants adds ours without CUDA graphs and with a
+long tail of response lengths.
 """
 import argparse
 import datetime
@@ -60,6 +64,15 @@ def run_hf(model_dir, prompts, prompt_len, new_tokens, repeats):
             "tokens_per_s": generated / min(seconds), "peak_memory_allocated_gb": peak / 2**30}
 
 
+def run_ours(bin_dir, model, shape, repeats, extra=()):
+    r = subprocess.run([os.path.join(bin_dir, "verl-bench-rollout"), "--model", model, "--device", "cuda",
+                        "--dtype", "bfloat16", "--repeats", str(repeats)] + shape + list(extra),
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"verl-bench-rollout {' '.join(extra)} failed: {r.stderr}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build-dir", default="build-cuda")
@@ -69,6 +82,10 @@ def main():
     ap.add_argument("--new-tokens", type=int, default=512)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--skip-hf", action="store_true")
+    ap.add_argument("--variants", action="store_true",
+                    help="also run ours with enforce_eager (no CUDA graphs), greedy (what sampling costs) and with a long tail (--eos-every 97)")
+    ap.add_argument("--profile", action="store_true",
+                    help="also profile ours (kernel time by name), with CUDA graphs and eagerly")
     a = ap.parse_args()
     bin_dir = os.path.join(a.build_dir, "bin")
     work = tempfile.mkdtemp(prefix="b1_")
@@ -82,38 +99,54 @@ def main():
     if cfg.get("torch_dtype", "float32") in ("float32", "fp32"):
         weight_bytes //= 2  # the files are float32; both engines run bf16
     shape = ["--prompts", str(a.prompts), "--prompt-len", str(a.prompt_len), "--new-tokens", str(a.new_tokens)]
-    ours = subprocess.run([os.path.join(bin_dir, "verl-bench-rollout"), "--model", model, "--device", "cuda",
-                           "--dtype", "bfloat16", "--repeats", str(a.repeats)] + shape,
-                          check=True, capture_output=True, text=True)
-    results = [json.loads(ours.stdout.strip().splitlines()[-1])]
-    if not a.skip_hf:
-        results.append(run_hf(model, a.prompts, a.prompt_len, a.new_tokens, a.repeats))
+    ours = run_ours(bin_dir, model, shape, a.repeats)
+    print(json.dumps(ours), file=sys.stderr)
+    variants = []
+    if a.variants:
+        for extra in (["--enforce-eager", "1"], ["--greedy", "1"], ["--eos-every", "97"],
+                      ["--eos-every", "97", "--enforce-eager", "1"]):
+            v = run_ours(bin_dir, model, shape, a.repeats, extra)
+            print(json.dumps(v), file=sys.stderr)
+            variants.append(v)
+    profiles = {}
+    if a.profile:
+        for name, extra in (("graphs", ["--profile", "1"]), ("eager", ["--enforce-eager", "1", "--profile", "1"])):
+            profiles[name] = run_ours(bin_dir, model, shape, 1, extra).get("profile")
+    baseline = None if a.skip_hf else run_hf(model, a.prompts, a.prompt_len, a.new_tokens, a.repeats)
     limit_s = roofline_seconds(cfg, a.prompts, a.prompt_len, a.new_tokens, weight_bytes)
     generated = a.prompts * a.new_tokens
     # The device machine's copy of the checkout may carry a stale .git: VERL_COMMIT, when set, wins.
-    commit = os.environ.get("VERL_COMMIT") or subprocess.run(["git", "rev-parse", "--short", "HEAD"],
+    commit = os.environ.get("VERL_COMMIT") or subprocess.run(["git", "rev-parse", "HEAD"],
                                                              capture_output=True, text=True).stdout.strip()
-    try:
-        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True).stdout.strip().splitlines()[0]
-    except Exception:
-        gpu = "?"
+    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                         text=True).stdout.strip().splitlines()
+    roofline_tps = generated / limit_s
     report = {
-        "benchmark": "B1 rollout throughput (one GPU)",
-        "date": datetime.date.today().isoformat(), "commit": commit, "gpu": gpu, "host": platform.node(),
-        "config": {"model": "bench-0.5b (random)", "prompts": a.prompts, "prompt_len": a.prompt_len,
-                   "new_tokens": a.new_tokens, "temperature": 1.0, "top_p": 1.0, "ignore_eos": True,
-                   "dtype": "bfloat16", "repeats": a.repeats},
+        "benchmark": "B1",
+        "title": "rollout throughput (one GPU)",
+        "date": datetime.date.today().isoformat(),
+        "commit": commit,
+        "machine": {"gpu": gpu[:1], "cpus": os.cpu_count(), "platform": platform.platform()},
+        "config": {"model": "bench-0.5b (random, Qwen2.5-0.5B shape)", "prompts": a.prompts,
+                   "prompt_len": a.prompt_len, "new_tokens": a.new_tokens, "temperature": 1.0, "top_p": 1.0,
+                   "ignore_eos": True, "dtype": "bfloat16", "repeats": a.repeats,
+                   "ours": "continuous batching, max_num_seqs 1024, decode kernel, CUDA graphs"},
+        "ours": ours,
+        "baseline": baseline,
+        "unit": "generated tokens/s",
+        "ratio": ours["tokens_per_s"] / baseline["tokens_per_s"] if baseline else None,
         "roofline": {"hbm_bytes_per_s": HBM_BYTES_PER_S, "weight_bytes": weight_bytes, "seconds": limit_s,
-                     "tokens_per_s": generated / limit_s},
-        "results": results,
+                     "tokens_per_s": roofline_tps},
+        "roofline_fraction": ours["tokens_per_s"] / roofline_tps,
+        "max_memory_allocated_gb": {"ours": ours.get("max_memory_allocated_gb"),
+                                    "baseline": baseline["peak_memory_allocated_gb"] if baseline else None},
+        "variants": variants,
+        "profiles": profiles,
     }
-    if len(results) == 2:
-        report["ours_over_hf"] = results[0]["tokens_per_s"] / results[1]["tokens_per_s"]
-    report["ours_fraction_of_roofline"] = results[0]["tokens_per_s"] / (generated / limit_s)
     with open(a.out, "w") as f:
         json.dump(report, f, indent=2)
-    print(json.dumps(report, indent=2))
+        f.write("\n")
+    print(json.dumps({k: report[k] for k in ("ratio", "roofline_fraction")}))
 
 
 if __name__ == "__main__":

@@ -100,6 +100,8 @@ def main():
     ap.add_argument("--micro", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--skip-baseline", action="store_true")
+    ap.add_argument("--ours-flags", default="", help="more verl-bench-update flags for ours, e.g. '--max-token-len 24576'")
+    ap.add_argument("--variant", action="append", default=[], help="also run ours with these flags (repeatable)")
     args = ap.parse_args()
     bin_dir = os.path.join(os.path.abspath(args.build_dir), "bin")
     with tempfile.TemporaryDirectory() as tmp:
@@ -110,12 +112,17 @@ def main():
         cfg = json.load(open(os.path.join(model_dir, "config.json")))
         shape = ["--sequences", str(args.sequences), "--prompt-len", str(args.prompt_len), "--response-len",
                  str(args.response_len), "--micro", str(args.micro)]
-        r = subprocess.run([f"{bin_dir}/verl-bench-update", "--model", model_dir, "--repeats", str(args.repeats)] +
-                           shape, capture_output=True, text=True)
-        if r.returncode != 0:
-            sys.exit(f"verl-bench-update failed: {r.stderr}")
-        ours = json.loads(r.stdout.strip().splitlines()[-1])
-        print(json.dumps(ours), file=sys.stderr)
+        def run_ours(flags):
+            r = subprocess.run([f"{bin_dir}/verl-bench-update", "--model", model_dir, "--repeats", str(args.repeats)] +
+                               shape + flags.split(), capture_output=True, text=True)
+            if r.returncode != 0:
+                sys.exit(f"verl-bench-update {flags} failed: {r.stderr}")
+            res = json.loads(r.stdout.strip().splitlines()[-1])
+            res["flags"] = flags
+            print(json.dumps(res), file=sys.stderr)
+            return res
+        ours = run_ours(args.ours_flags)
+        variants = [run_ours(v) for v in args.variant]
         baseline = None
         if not args.skip_baseline:
             baseline = run_baseline(model_dir, args.sequences, args.prompt_len, args.response_len, args.micro,
@@ -123,7 +130,7 @@ def main():
             print(json.dumps(baseline), file=sys.stderr)
     seq = args.prompt_len + args.response_len
     f = flops(cfg, [seq] * args.sequences)
-    for res in (ours, baseline):
+    for res in [ours, baseline] + variants:
         if res:
             res["mfu"] = f / (PEAK_FLOPS * res["best_seconds"])
     gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
@@ -143,6 +150,9 @@ def main():
         "unit": "tokens/s",
         "ratio": ours["tokens_per_s"] / baseline["tokens_per_s"] if baseline else None,
         "mfu": ours["mfu"],
+        "max_memory_allocated_gb": {"ours": ours.get("peak_memory_allocated_gb"),
+                                    "baseline": baseline["peak_memory_allocated_gb"] if baseline else None},
+        "variants": variants,
     }
     with open(args.out, "w") as fh:
         json.dump(result, fh, indent=2)

@@ -9,11 +9,13 @@
 //
 //   verl-bench-rollout --model DIR [--prompts 512] [--prompt-len 256] [--new-tokens 512] [--device cuda]
 //                      [--dtype bfloat16] [--warmup 1] [--repeats 1] [--seed 0] [--schedule continuous|static]
-//                      [--max-num-seqs 1024] [--eos-every 0]
+//                      [--max-num-seqs 1024] [--eos-every 0] [--enforce-eager 0] [--greedy 0] [--profile 0]
+// --profile 1 adds one more run under the Kineto profiler: device time per kernel name (kernel_profile.h).
 //
 // tools/bench/b1_rollout.py runs it beside HF transformers' generate on the same files and shapes.
 
 #include <ATen/ATen.h>
+#include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/DeviceGuard.h>
 
 #include <algorithm>
@@ -30,6 +32,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tools/bench/bench_util.h"
+#include "tools/bench/kernel_profile.h"
 #include "worker/model/decoder_model.h"
 #include "worker/rollout/generator.h"
 
@@ -38,7 +41,7 @@ namespace {
 void Usage() {
   std::cerr << "usage: verl-bench-rollout --model DIR [--prompts 512] [--prompt-len 256] [--new-tokens 512] "
                "[--device cpu|cuda] [--dtype float32|bfloat16] [--warmup 1] [--repeats 1] [--seed 0] "
-               "[--schedule continuous|static] [--max-num-seqs 1024] [--eos-every 0]\n";
+               "[--schedule continuous|static] [--max-num-seqs 1024] [--eos-every 0] [--enforce-eager 0] [--greedy 0] [--profile 0]\n";
 }
 
 }  // namespace
@@ -48,7 +51,7 @@ int main(int argc, char** argv) {
                                               {"new-tokens", "512"}, {"device", "cuda"}, {"dtype", "bfloat16"},
                                               {"warmup", "1"},     {"repeats", "1"},   {"seed", "0"},
                                               {"schedule", "continuous"}, {"max-num-seqs", "1024"},
-                                              {"eos-every", "0"}};
+                                              {"eos-every", "0"}, {"enforce-eager", "0"}, {"greedy", "0"}, {"profile", "0"}};
   auto parsed = verl::bench::ParseFlags(argc, argv, flags, "model");
   if (!parsed) {
     Usage();
@@ -82,10 +85,11 @@ int main(int argc, char** argv) {
     verl::SamplingOptions opts;
     opts.temperature = 1.0;
     opts.top_p = 1.0;
-    opts.do_sample = true;
+    opts.do_sample = flags["greedy"] != "1";  // --greedy 1: argmax, to see what sampling costs
     opts.max_new_tokens = new_tokens;  // without eos_token_ids every sequence generates all of them
     opts.seed = std::stoull(flags["seed"]);
     opts.max_num_seqs = max_seqs;
+    opts.enforce_eager = flags["enforce-eager"] == "1";
     for (int64_t id = eos_every; eos_every > 0 && id < vocab; id += eos_every) {
       opts.eos_token_ids.push_back(static_cast<int32_t>(id));
     }
@@ -112,12 +116,21 @@ int main(int argc, char** argv) {
     sync();
     std::vector<double> seconds;
     int64_t generated = 0;
+    int64_t graphs = 0;
     for (int i = 0; i < repeats; ++i) {
       const auto start = std::chrono::steady_clock::now();
       verl::RolloutBatch out = run();
       sync();
       seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
       generated = out.response_mask.sum().item<int64_t>();
+      graphs = out.decode_graphs;
+    }
+    double peak_gb = 0;
+    if (device.is_cuda()) {
+      const auto stats = c10::getDeviceAllocator(device.type())->getDeviceStats(device.index());
+      peak_gb = static_cast<double>(
+                    stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak) /
+                (1 << 30);
     }
     double best = seconds.front();
     for (double s : seconds) best = std::min(best, s);
@@ -130,12 +143,22 @@ int main(int argc, char** argv) {
                              {"dtype", flags["dtype"]},
                              {"schedule", flags["schedule"]},
                              {"max_num_seqs", max_seqs},
+                             {"enforce_eager", opts.enforce_eager},
+                             {"do_sample", opts.do_sample},
+                             {"decode_graphs", graphs},
+                             {"max_memory_allocated_gb", peak_gb},
                              {"eos_ids", opts.eos_token_ids.size()},
                              {"warmup", warmup},
                              {"seconds", seconds},
                              {"best_seconds", best},
                              {"generated_tokens", generated},
                              {"tokens_per_s", static_cast<double>(generated) / best}};
+    if (flags["profile"] == "1") {
+      result["profile"] = verl::bench::ProfileKernels([&] {
+        (void)run();
+        sync();
+      });
+    }
     std::cout << result.dump() << "\n";
   } catch (const std::exception& e) {
     std::cerr << "verl-bench-rollout: " << e.what() << "\n";

@@ -8,6 +8,8 @@
 //
 //   verl-bench-update --model DIR [--sequences 512] [--prompt-len 256] [--response-len 512] [--micro 8]
 //                     [--device cuda] [--dtype bfloat16] [--warmup 1] [--repeats 2] [--seed 0] [--checkpointing 0]
+//                     [--max-token-len 0] [--remove-padding 0] [--profile 0]
+// --profile 1 adds one more update under the Kineto profiler: device time per kernel name (kernel_profile.h).
 //
 // --checkpointing 1 recomputes each layer in backward (enable_gradient_checkpointing). The peak resident set of the
 // process is reported too (the CPU's memory measure).
@@ -27,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tools/bench/bench_util.h"
+#include "tools/bench/kernel_profile.h"
 #include "worker/model/decoder_model.h"
 #include "worker/train/adamw.h"
 #include "worker/train/ppo_actor.h"
@@ -52,7 +55,7 @@ int main(int argc, char** argv) {
   std::map<std::string, std::string> flags = {
       {"model", ""},     {"sequences", "512"}, {"prompt-len", "256"}, {"response-len", "512"}, {"micro", "8"},
       {"device", "cuda"}, {"dtype", "bfloat16"}, {"warmup", "1"},      {"repeats", "2"},        {"seed", "0"},
-      {"checkpointing", "0"}};
+      {"checkpointing", "0"}, {"max-token-len", "0"}, {"remove-padding", "0"}, {"profile", "0"}};
   auto parsed = verl::bench::ParseFlags(argc, argv, flags, "model");
   if (!parsed) {
     Usage();
@@ -95,6 +98,8 @@ int main(int argc, char** argv) {
     o.loss.loss_agg_mode = "token-mean";
     o.mini_batch_size = N;  // one optimizer step per update
     o.micro_batch_size = micro;
+    o.max_token_len = std::stoll(flags["max-token-len"]);
+    o.remove_padding = flags["remove-padding"] == "1";
     verl::AdamW optimizer(m.named_parameters(), verl::AdamWOptions{1e-6, 0.01, 0.9, 0.999, 1e-8});
     verl::GradScope<verl::DecoderModel> grads(m);
     auto sync = [&] { verl::bench::SyncDevice(device); };
@@ -129,6 +134,9 @@ int main(int argc, char** argv) {
                              {"prompt_len", P},
                              {"response_len", R},
                              {"micro_batch", micro},
+                             {"max_token_len", o.max_token_len},
+                             {"remove_padding", o.remove_padding},
+                             {"checkpointing", m.gradient_checkpointing()},
                              {"device", flags["device"]},
                              {"dtype", flags["dtype"]},
                              {"warmup", warmup},
@@ -141,6 +149,12 @@ int main(int argc, char** argv) {
                              {"peak_rss_gb", PeakRssGb()},
                              {"grad_norm", last["actor/grad_norm"]},
                              {"pg_loss", last["actor/pg_loss"]}};
+    if (flags["profile"] == "1") {
+      result["profile"] = verl::bench::ProfileKernels([&] {
+        (void)update();
+        sync();
+      });
+    }
     std::cout << result.dump() << "\n";
   } catch (const std::exception& e) {
     std::cerr << "verl-bench-update: " << e.what() << "\n";

@@ -65,7 +65,8 @@ log "torch $("$PY" -c 'import torch; print(torch.__version__)') in $TORCH_ROOT; 
 
 # 3. Configure and build. "-include cstdint": Abseil 20220623's headers predate GCC 13's leaner <string>;
 # CMAKE_POLICY_VERSION_MINIMUM: CMake 4 there refuses old Debian package configs that ask for CMake < 3.5.
-cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DVERL_WITH_CUDA=ON \
+NVCC="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"  # worker/kernels
+cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DVERL_WITH_CUDA=ON -DCMAKE_CUDA_COMPILER="$NVCC" \
   -DCMAKE_PREFIX_PATH="$PREFIX/usr" -DCMAKE_CXX_FLAGS="-include cstdint" -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
   $( [ -f "$PREFIX/usr/lib/cmake/Catch2/Catch2Config.cmake" ] && echo "-DCatch2_DIR=$PREFIX/usr/lib/cmake/Catch2" ) \
   -DVERL_TORCH_ROOT="$TORCH_ROOT" -DVERL_PYARROW_ROOT="$PYARROW_ROOT" -DVERL_NCCL_ROOT="$NCCL_ROOT"

@@ -13,6 +13,10 @@
 #include "common/status/status_macros.h"
 #include "worker/model/safetensors_checkpoint.h"
 #include "worker/rank/torch_util.h"
+#ifdef VERL_WITH_CUDA
+#include "worker/kernels/decode_attention.h"
+#include "worker/kernels/decode_attention_kernel.h"
+#endif
 
 namespace verl {
 namespace {
@@ -206,6 +210,18 @@ std::pair<at::Tensor, at::Tensor> DecoderModel::RopeCosSin(const at::Tensor& pos
   return {emb.cos().to(dtype), emb.sin().to(dtype)};
 }
 
+bool DecoderModel::DecodeKernelAvailable() const {
+#ifdef VERL_WITH_CUDA
+  const at::ScalarType dtype = (sharded() ? units_.front().unit->shard() : embed_).scalar_type();
+  return device().is_cuda() && (dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf) &&
+         kernels::DecodeAttentionShapeSupported(static_cast<int>(config_.num_attention_heads),
+                                                static_cast<int>(config_.num_key_value_heads),
+                                                static_cast<int>(config_.head_dim));
+#else
+  return false;
+#endif
+}
+
 KvCache DecoderModel::NewCache(int64_t batch, int64_t capacity) const {
   KvCache cache;
   cache.capacity = capacity;
@@ -295,7 +311,19 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
   at::Tensor v = SplitHeads(at::linear(x, L.v_w, L.v_b), kv_heads, hd);
   q = q * cos + RotateHalf(q) * sin;
   k = k * cos + RotateHalf(k) * sin;
-  if (cache && cache->slot_pos.defined()) {
+  at::Tensor attn;
+  if (cache && cache->slot_len.defined()) {
+    TORCH_CHECK(T == 1, "a slot cache takes one token per row, got ", T);
+#ifdef VERL_WITH_CUDA
+    cache->k[i].view({-1, hd}).index_copy_(0, cache->slot_index, k.select(2, 0).reshape({-1, hd}));
+    cache->v[i].view({-1, hd}).index_copy_(0, cache->slot_index, v.select(2, 0).reshape({-1, hd}));
+    attn = kernels::DecodeAttention(q.select(2, 0), cache->k[i], cache->v[i], cache->slot_len,
+                                    1.0 / std::sqrt(static_cast<double>(hd)))
+               .unsqueeze(2);
+#else
+    TORCH_CHECK(false, "KvCache::slot_len needs the CUDA decode kernel (a VERL_WITH_CUDA build)");
+#endif
+  } else if (cache && cache->slot_pos.defined()) {
     TORCH_CHECK(T == 1, "a slot cache takes one token per row, got ", T);
     using at::indexing::Slice;
     const at::Tensor rows = at::arange(h_in.size(0), cache->slot_pos.options());
@@ -309,9 +337,11 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
     k = cache->k[i].narrow(2, 0, start + T);
     v = cache->v[i].narrow(2, 0, start + T);
   }
-  at::Tensor attn = packed ? PackedAttention(q, k, v, *packed)
-                           : at::scaled_dot_product_attention(q, k, v, attn_mask, 0.0, false, std::nullopt,
-                                                              /*enable_gqa=*/heads != kv_heads);
+  if (!attn.defined()) {
+    attn = packed ? PackedAttention(q, k, v, *packed)
+                  : at::scaled_dot_product_attention(q, k, v, attn_mask, 0.0, false, std::nullopt,
+                                                     /*enable_gqa=*/heads != kv_heads);
+  }
   attn = attn.transpose(1, 2).reshape({h_in.size(0), T, heads * hd});
   at::Tensor h = h_in + at::linear(attn, L.o_w, L.o_b);
   x = RmsNorm(h, L.post_norm);
@@ -390,6 +420,15 @@ at::Tensor DecoderModel::Forward(const at::Tensor& input_ids, const at::Tensor& 
   }
   at::Tensor h = at::embedding(embed_, input_ids);
   auto [cos, sin] = RopeCosSin(position_ids, h.scalar_type());
+  if (cache && cache->slot_len.defined()) {
+    // Row b's new key goes to (b, head, slot_pos[b]) of each layer's cache: flat row (b * kv_heads + head) * C + pos.
+    const int64_t kv_heads = config_.num_key_value_heads;
+    const int64_t B = input_ids.size(0);
+    cache->slot_index = (at::arange(B * kv_heads, cache->slot_pos.options()).view({B, kv_heads}) *
+                             cache->k.front().size(2) +
+                         cache->slot_pos.view({B, 1}))
+                            .view({-1});
+  }
   const bool checkpoint = gradient_checkpointing_ && cache == nullptr && at::GradMode::is_enabled();
   for (size_t i = 0; i < layers_.size(); ++i) {
     h = checkpoint ? CheckpointedLayer(i, h, cos, sin, attn_mask, packed)

@@ -28,6 +28,9 @@ namespace verl {
 // Slot mode (continuous batching, worker/rollout): when slot_pos is defined, each row is a sequence slot with its own
 // length. A Forward of one token per row (T = 1) writes row b's key and value at slot_pos[b] (int64 [batch], on the
 // cache's device) and attends over positions [0, attend) of every row, under the caller's mask; length is not used.
+// With slot_len as well (int32 [batch], slot_pos + 1; DecoderModel::DecodeKernelAvailable()), row b attends over its
+// own positions [0, slot_len[b]) in the CUDA decode kernel instead (worker/kernels), without mask or `attend`: the
+// step's shapes then do not depend on the lengths, so it can be captured once in a CUDA graph and replayed.
 struct KvCache {
   std::vector<at::Tensor> k;
   std::vector<at::Tensor> v;
@@ -35,6 +38,8 @@ struct KvCache {
   int64_t capacity = 0;
   at::Tensor slot_pos;
   int64_t attend = 0;
+  at::Tensor slot_len;
+  at::Tensor slot_index;  // set by Forward: the rows of the new keys in each k[i] viewed as [batch * kv_heads * C, D]
 };
 
 // Sequences packed back to back in one row without padding (verl's use_remove_padding): token t belongs to sequence b
@@ -86,6 +91,10 @@ class DecoderModel {
   // its shard), for callers that apply it themselves (ChunkedLogProbs).
   at::Tensor LmHeadWeight() const;
 
+  // Whether slot-mode decoding can run in the CUDA decode kernel (KvCache::slot_len): a CUDA build, the model on a
+  // GPU in float32, bfloat16 or float16, and a head shape the kernel takes (head_dim 64 or 128, at most 8 query heads
+  // per KV head).
+  bool DecodeKernelAvailable() const;
   // A cache for `batch` sequences of up to `capacity` positions, zero-filled.
   KvCache NewCache(int64_t batch, int64_t capacity) const;
   // Where the parameters (or their shards) live.

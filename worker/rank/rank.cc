@@ -475,6 +475,7 @@ class CpuRank final : public RankInterface {
       opts.pad_token_id = sampling.pad_token_id;
       opts.seed = sampling.seed;
       opts.lockstep = per_layer;
+      opts.enforce_eager = config_.actor.rollout_enforce_eager;
       opts.max_num_batched_tokens = config_.actor.rollout_max_num_batched_tokens;
       for (size_t i = 0; i < prompts.size(); ++i) {
         opts.prompt_keys.push_back(

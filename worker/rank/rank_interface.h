@@ -74,6 +74,7 @@ struct RankActorSettings {
   int32_t rollout_max_num_seqs = 1024;
   int64_t rollout_max_num_batched_tokens = 8192;
   double rollout_gpu_memory_utilization = 0.5;
+  bool rollout_enforce_eager = false;  // decode without CUDA graphs
 };
 
 struct RankCriticSettings {

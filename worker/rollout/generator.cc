@@ -5,8 +5,16 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
+#include <memory>
 #include <tuple>
 #include <utility>
+
+#ifdef VERL_WITH_CUDA
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 namespace verl {
 
@@ -159,6 +167,115 @@ int64_t KvSlotBytes(const DecoderConfig& config, at::ScalarType dtype, int64_t c
          static_cast<int64_t>(c10::elementSize(dtype));
 }
 
+namespace {
+
+// One slot-mode decoding step in the decode kernel over slots [0, B) of `slots`: row b feeds tokens[b] at position
+// pos[b] (int64 [B] on the model's device; its cache index too). Returns logits [B, V].
+at::Tensor DecodeSlotLogits(const DecoderModel& model, const KvCache& slots, int64_t B, const at::Tensor& tokens,
+                            const at::Tensor& pos) {
+  KvCache view;
+  for (size_t i = 0; i < slots.k.size(); ++i) {
+    view.k.push_back(slots.k[i].narrow(0, 0, B));
+    view.v.push_back(slots.v[i].narrow(0, 0, B));
+  }
+  view.capacity = slots.capacity;
+  view.slot_pos = pos;
+  view.slot_len = (pos + 1).to(at::kInt);
+  at::Tensor hidden = model.Forward(tokens.unsqueeze(1), pos.unsqueeze(1), at::Tensor(), &view);
+  return model.Logits(hidden.select(1, 0));
+}
+
+// DecodeSlotLogits over slots [0, B) fed from `in` (int64 [2, B]: tokens, positions), then SampleNextTokens with
+// `uniforms` (float64 [B]): the sampled token (int64 [B]) and its log-prob (float32 [B]) of every slot.
+std::pair<at::Tensor, at::Tensor> DecodeAndSample(const DecoderModel& model, const KvCache& slots,
+                                                  const SamplingOptions& options, int64_t B, const at::Tensor& in,
+                                                  const at::Tensor& uniforms) {
+  at::Tensor logits = DecodeSlotLogits(model, slots, B, in[0], in[1]);
+  at::Tensor lp;
+  at::Tensor tok = SampleNextTokens(logits, options, uniforms, &lp);
+  return {tok, lp.to(at::kFloat)};
+}
+
+// The rows a decoding step in the decode kernel runs when slots [0, high) hold the running sequences: the smallest
+// power of two >= high, at most the slot count. Eager steps and CUDA graphs run the same shapes, so their results are
+// the same bit for bit.
+int64_t DecodeBucket(int64_t high, int64_t num_slots) {
+  int64_t b = 1;
+  while (b < high) b *= 2;
+  return std::min(b, num_slots);
+}
+
+#ifdef VERL_WITH_CUDA
+// The decoding step (DecodeAndSample) as CUDA graphs, one per batch size bucket (DecodeBucket). Slots of the bucket
+// that hold no sequence feed padding at position 0 (a free slot's position 0 is rewritten by its next prefill). A
+// bucket's graph is captured at its first use, right after an eager run of the same step on the capturing stream
+// (which computes that step's outputs); all buckets share one memory pool, and the graphs hold the cache's and the
+// weights' addresses, so they live only as long as this rollout.
+class DecodeGraphs {
+ public:
+  DecodeGraphs(const DecoderModel& model, const KvCache& slots, const SamplingOptions& options)
+      : model_(model), slots_(slots), options_(options), pool_(at::cuda::graph_pool_handle()) {}
+
+  // One step over the slots [0, size) (a bucket): `host_in` is int64 [2, S] (tokens, positions), `host_uniforms`
+  // float64 [S]. Returns host tensors of the sampled token (int64) and its log-prob (float32) of each of those slots.
+  std::pair<at::Tensor, at::Tensor> Step(int64_t size, const at::Tensor& host_in, const at::Tensor& host_uniforms) {
+    auto it = graphs_.find(size);
+    if (it == graphs_.end()) return Capture(size, host_in, host_uniforms);
+    Graph& g = it->second;
+    g.in.copy_(host_in.narrow(1, 0, size));
+    g.uniforms.copy_(host_uniforms.narrow(0, 0, size));
+    g.graph->replay();
+    return {g.tok.to(at::kCPU), g.lp.to(at::kCPU)};
+  }
+
+  int64_t captured() const { return static_cast<int64_t>(graphs_.size()); }
+
+ private:
+  struct Graph {
+    at::Tensor in;        // int64 [2, size] on the device: tokens, positions
+    at::Tensor uniforms;  // float64 [size]
+    at::Tensor tok, lp;   // the graph's outputs
+    std::unique_ptr<at::cuda::CUDAGraph> graph;
+  };
+
+  std::pair<at::Tensor, at::Tensor> Run(Graph& g, int64_t size) {
+    return DecodeAndSample(model_, slots_, options_, size, g.in, g.uniforms);
+  }
+
+  std::pair<at::Tensor, at::Tensor> Capture(int64_t size, const at::Tensor& host_in, const at::Tensor& host_uniforms) {
+    const at::Device device = model_.device();
+    Graph g;
+    g.in = host_in.narrow(1, 0, size).to(device).contiguous();
+    g.uniforms = host_uniforms.narrow(0, 0, size).to(device).contiguous();
+    // Capture runs on a side stream, after everything queued on the current one.
+    c10::cuda::getCurrentCUDAStream(device.index()).synchronize();
+    c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, device.index());
+    std::pair<at::Tensor, at::Tensor> out;
+    {
+      const c10::cuda::CUDAStreamGuard guard(side);
+      auto [tok, lp] = Run(g, size);  // this step, eagerly (also warms up cuBLAS on this stream)
+      out = {tok.to(at::kCPU), lp.to(at::kCPU)};
+      g.graph = std::make_unique<at::cuda::CUDAGraph>();
+      // Thread-local capture: the daemon's other rank threads keep using their GPUs meanwhile.
+      g.graph->capture_begin(pool_, cudaStreamCaptureModeThreadLocal);
+      std::tie(g.tok, g.lp) = Run(g, size);
+      g.graph->capture_end();
+    }
+    side.synchronize();
+    graphs_.emplace(size, std::move(g));
+    return out;
+  }
+
+  const DecoderModel& model_;
+  const KvCache& slots_;
+  const SamplingOptions options_;
+  at::cuda::MempoolId_t pool_;
+  std::map<int64_t, Graph> graphs_;
+};
+#endif  // VERL_WITH_CUDA
+
+}  // namespace
+
 // The slot schedule. The host keeps the bookkeeping (which row each slot holds, how many tokens it has) and the
 // outputs; each decoding step moves one token and one log-prob per running sequence between host and device, the
 // same one synchronisation per step that the EOS check of static batching makes.
@@ -205,38 +322,45 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
   std::vector<int64_t> slot_last(S, 0);  // the last sampled token, fed at the next step
   int64_t running = 0;
 
-  // Samples the next token of each slot in `active` from `logits` [active, V] and records it; frees the slots whose
-  // sequences end.
+  // The draw for slot s's next token.
+  auto uniform = [&](int64_t s) {
+    return options.do_sample ? CounterUniform(options.seed, streams[slot_row[s]], slot_made[s]) : 0.0;
+  };
+  // Records slot s's next token; frees the slot when its sequence ends.
+  auto record = [&](int64_t s, int64_t token, float lp) {
+    const int64_t row = slot_row[s];
+    const int64_t t = slot_made[s]++;
+    responses[row][t] = token;
+    log_probs[row][t] = lp;
+    response_valid[row][t] = true;
+    slot_last[s] = token;
+    if (is_eos(token) || t + 1 == R) {
+      slot_row[s] = -1;
+      --running;
+    }
+  };
+  // Samples the next token of each slot in `active` from `logits` [active, V] and records it.
   auto sample_and_record = [&](const std::vector<int64_t>& active, const at::Tensor& logits) {
     const int64_t k = active.size();
-    at::Tensor uniforms = at::zeros({k}, at::kDouble);
-    if (options.do_sample) {
-      double* u = uniforms.data_ptr<double>();
-      for (int64_t j = 0; j < k; ++j) {
-        const int64_t s = active[j];
-        u[j] = CounterUniform(options.seed, streams[slot_row[s]], slot_made[s]);
-      }
-    }
+    at::Tensor uniforms = at::empty({k}, at::kDouble);
+    for (int64_t j = 0; j < k; ++j) uniforms.data_ptr<double>()[j] = uniform(active[j]);
     at::Tensor lp;
     at::Tensor tok = SampleNextTokens(logits, options, uniforms.to(device), &lp);
     tok = tok.to(at::kCPU);
     lp = lp.to(at::kCPU, at::kFloat);
-    const int64_t* tok_p = tok.data_ptr<int64_t>();
-    const float* lp_p = lp.data_ptr<float>();
-    for (int64_t j = 0; j < k; ++j) {
-      const int64_t s = active[j];
-      const int64_t row = slot_row[s];
-      const int64_t t = slot_made[s]++;
-      responses[row][t] = tok_p[j];
-      log_probs[row][t] = lp_p[j];
-      response_valid[row][t] = true;
-      slot_last[s] = tok_p[j];
-      if (is_eos(tok_p[j]) || t + 1 == R) {
-        slot_row[s] = -1;
-        --running;
-      }
-    }
+    for (int64_t j = 0; j < k; ++j) record(active[j], tok.data_ptr<int64_t>()[j], lp.data_ptr<float>()[j]);
   };
+
+  // Decoding steps run in the CUDA decode kernel where the model allows (each row attends over its own length), and
+  // then, unless enforce_eager, as CUDA graphs; otherwise under a mask over the longest running length.
+  const bool decode_kernel = model.DecodeKernelAvailable();
+#ifdef VERL_WITH_CUDA
+  std::unique_ptr<DecodeGraphs> graphs;
+  if (decode_kernel && !options.enforce_eager) graphs = std::make_unique<DecodeGraphs>(model, slots, options);
+#endif
+  int64_t out_graphs = 0;
+  at::Tensor host_in = at::empty({2, S}, long_opts);  // per slot: the token fed, its position
+  at::Tensor host_uniforms = at::zeros({S}, at::kDouble);
 
   int64_t next_row = 0;
   while (next_row < N || running > 0) {
@@ -303,22 +427,77 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
     }
     if (running == 0) continue;
 
+    // Compaction: when the running sequences would fit a smaller bucket than their highest slot asks for (the long
+    // tail, once no prompt is waiting), the sequences in slots >= running move into the free slots below it (one KV
+    // copy per layer), so the steps run fewer rows. Happens at most once per bucket size.
+    {
+      int64_t high = 0;
+      for (int64_t s = 0; s < S; ++s) {
+        if (slot_row[s] >= 0) high = s + 1;
+      }
+      if (DecodeBucket(running, S) < DecodeBucket(high, S)) {
+        std::vector<int64_t> from, to;
+        int64_t free_slot = 0;
+        for (int64_t s = running; s < high; ++s) {
+          if (slot_row[s] < 0) continue;
+          while (slot_row[free_slot] >= 0) ++free_slot;  // as many free slots below `running` as sequences above
+          from.push_back(s);
+          to.push_back(free_slot);
+          slot_row[free_slot] = slot_row[s];
+          slot_len[free_slot] = slot_len[s];
+          slot_made[free_slot] = slot_made[s];
+          slot_last[free_slot] = slot_last[s];
+          slot_row[s] = -1;
+        }
+        const at::Tensor dev_from = at::tensor(from, long_opts).to(device);
+        const at::Tensor dev_to = at::tensor(to, long_opts).to(device);
+        for (size_t i = 0; i < slots.k.size(); ++i) {
+          slots.k[i].index_copy_(0, dev_to, slots.k[i].index_select(0, dev_from));
+          slots.v[i].index_copy_(0, dev_to, slots.v[i].index_select(0, dev_from));
+        }
+      }
+    }
+
     // One decoding step over slots [0, high): each running slot feeds its last token at position len + made - 1 (its
     // cache index too); a free slot below high feeds padding at position 0 and its output is ignored.
     std::vector<int64_t> active;
     int64_t high = 0;
     int64_t attend = 0;
-    at::Tensor tokens = at::full({S}, options.pad_token_id, long_opts);
-    at::Tensor pos = at::zeros({S}, long_opts);
+    int64_t* tokens = host_in[0].data_ptr<int64_t>();
+    int64_t* pos = host_in[1].data_ptr<int64_t>();
+    double* uniforms = host_uniforms.data_ptr<double>();
     for (int64_t s = 0; s < S; ++s) {
+      tokens[s] = options.pad_token_id;
+      pos[s] = 0;
+      uniforms[s] = 0.0;
       if (slot_row[s] < 0) continue;
       active.push_back(s);
       high = s + 1;
-      tokens.data_ptr<int64_t>()[s] = slot_last[s];
-      pos.data_ptr<int64_t>()[s] = slot_len[s] + slot_made[s] - 1;
+      tokens[s] = slot_last[s];
+      pos[s] = slot_len[s] + slot_made[s] - 1;
+      uniforms[s] = uniform(s);
       attend = std::max(attend, slot_len[s] + slot_made[s]);
     }
-    at::Tensor dev_pos = pos.narrow(0, 0, high).to(device);
+    if (decode_kernel) {
+      const int64_t B = DecodeBucket(high, S);
+      std::pair<at::Tensor, at::Tensor> out;
+#ifdef VERL_WITH_CUDA
+      if (graphs) out = graphs->Step(B, host_in, host_uniforms);
+#endif
+      if (!out.first.defined()) {
+        auto [tok, lp] = DecodeAndSample(model, slots, options, B, host_in.narrow(1, 0, B).to(device),
+                                         host_uniforms.narrow(0, 0, B).to(device));
+        out = {tok.to(at::kCPU), lp.to(at::kCPU)};
+      }
+      for (int64_t s : active) record(s, out.first.data_ptr<int64_t>()[s], out.second.data_ptr<float>()[s]);
+#ifdef VERL_WITH_CUDA
+      if (graphs) out_graphs = graphs->captured();
+#endif
+      continue;
+    }
+    // Elsewhere (CPU ranks): attention under a mask over the longest running length, logits of the running slots.
+    at::Tensor dev_tokens = host_in[0].narrow(0, 0, high).to(device);
+    at::Tensor dev_pos = host_in[1].narrow(0, 0, high).to(device);
     at::Tensor mask = at::arange(attend, dev_long).view({1, attend}).le(dev_pos.view({high, 1}));
     KvCache view;
     for (size_t i = 0; i < slots.k.size(); ++i) {
@@ -328,12 +507,14 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
     view.capacity = slots.capacity;
     view.slot_pos = dev_pos;
     view.attend = attend;
-    at::Tensor hidden = model.Forward(tokens.narrow(0, 0, high).to(device).unsqueeze(1), dev_pos.unsqueeze(1),
-                                      mask.view({high, 1, 1, attend}), &view);
+    at::Tensor hidden =
+        model.Forward(dev_tokens.unsqueeze(1), dev_pos.unsqueeze(1), mask.view({high, 1, 1, attend}), &view);
     at::Tensor h = hidden.select(1, 0);
     if (static_cast<int64_t>(active.size()) < high) h = h.index_select(0, at::tensor(active, long_opts).to(device));
-    sample_and_record(active, model.Logits(h));
+    at::Tensor logits = model.Logits(h);
+    sample_and_record(active, logits);
   }
+  out.decode_graphs = out_graphs;
   return finish();
 }
 

@@ -43,6 +43,10 @@ struct SamplingOptions {
   // most padded prompt tokens prefilled in one forward pass (a longer prompt is prefilled alone).
   int32_t max_num_seqs = 1024;
   int64_t max_num_batched_tokens = 8192;
+  // Continuous batching on a GPU with the decode kernel (DecoderModel::DecodeKernelAvailable): false replays each
+  // decoding step (forward, LM head and sampling) as a CUDA graph captured once per batch size bucket (powers of two
+  // up to the slot count) at its first use; true launches every kernel eagerly (verl's rollout.enforce_eager).
+  bool enforce_eager = false;
 };
 
 // All tensors on CPU. N = prompts * n; row i*n + j is sample j of prompt i. P = longest prompt, R = max_new_tokens.
@@ -52,6 +56,7 @@ struct RolloutBatch {
   at::Tensor responses;      // [N, R] int64, right-padded with pad_token_id
   at::Tensor response_mask;  // [N, R] bool, true up to and including the EOS
   at::Tensor log_probs;      // [N, R] float32 rollout log-probs (0 where masked)
+  int64_t decode_graphs = 0;  // CUDA graphs captured for decoding (continuous batching on a GPU, not enforce_eager)
 };
 
 // A uniform draw in [0, 1) from a counter-based generator (SplitMix64 of seed, stream and counter): the same three

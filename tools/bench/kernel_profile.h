@@ -1,0 +1,61 @@
+#ifndef VERL_TOOLS_BENCH_KERNEL_PROFILE_H_
+#define VERL_TOOLS_BENCH_KERNEL_PROFILE_H_
+
+// `--profile 1` of the LibTorch benchmark tools: one more run under LibTorch's Kineto profiler, summarised as the device
+// time per kernel name (the largest first), so a benchmark result says where its time goes without a trace viewer.
+
+#include <torch/csrc/autograd/profiler_kineto.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace verl::bench {
+
+// Runs `fn` (which must wait for the device before returning) under the profiler; returns {wall_s, kernel_s (the sum
+// of device activity: kernels, copies, memsets), kernels: [{name, s, calls, share}] for the `top` largest}.
+inline nlohmann::json ProfileKernels(const std::function<void()>& fn, int top = 30) {
+  namespace prof = torch::autograd::profiler;
+  using torch::profiler::impl::ActivityType;
+  const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO);
+  const std::set<ActivityType> activities = {ActivityType::CPU, ActivityType::CUDA};
+  prof::prepareProfiler(config, activities);
+  prof::enableProfiler(config, activities);
+  const auto start = std::chrono::steady_clock::now();
+  fn();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::unique_ptr<prof::ProfilerResult> result = prof::disableProfiler();
+  std::map<std::string, std::pair<uint64_t, int64_t>> by_name;  // ns, calls
+  uint64_t total_ns = 0;
+  for (const auto& e : result->events()) {
+    if (e.deviceType() != c10::DeviceType::CUDA) continue;
+    std::string name = e.name();
+    if (name.size() > 160) name = name.substr(0, 160);
+    auto& [ns, calls] = by_name[name];
+    ns += e.durationNs();
+    ++calls;
+    total_ns += e.durationNs();
+  }
+  std::vector<std::pair<std::string, std::pair<uint64_t, int64_t>>> sorted(by_name.begin(), by_name.end());
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  nlohmann::json kernels = nlohmann::json::array();
+  for (size_t i = 0; i < sorted.size() && static_cast<int>(i) < top; ++i) {
+    const auto& [name, v] = sorted[i];
+    kernels.push_back({{"name", name},
+                       {"s", static_cast<double>(v.first) * 1e-9},
+                       {"calls", v.second},
+                       {"share", total_ns ? static_cast<double>(v.first) / static_cast<double>(total_ns) : 0.0}});
+  }
+  return {{"wall_s", wall}, {"kernel_s", static_cast<double>(total_ns) * 1e-9}, {"kernels", kernels}};
+}
+
+}  // namespace verl::bench
+
+#endif  // VERL_TOOLS_BENCH_KERNEL_PROFILE_H_

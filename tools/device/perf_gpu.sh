@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Runs THERE (the GPU machine): the CUDA build, the [gpu] tests of the rollout engine (decode kernel, CUDA graphs) and
+# of the rank, then the benchmarks of BENCHMARKS.md on one GPU: B1 (rollout against HF generate), B2 (actor update
+# against PyTorch eager), B3 (a GRPO step against TRL's GRPOTrainer; TRL's wheels carried in .device-wheels/, see
+# tools/device/fetch_wheels.sh). Results in $OUT: summary.json, build.log, tests.log, b1.json, b2.json, b3.json, b*.log.
+#
+#   VERL_COMMIT=$(git rev-parse HEAD) tools/device/perf_gpu.sh      # TESTS=1 B1=1 B2=1 B3=1
+#   B1_ARGS="--variants" B2_ARGS="--variant '--max-token-len 24576'" B3_ARGS="--steps 2"
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+OUT="${OUT:-$ROOT/build-cuda/out}"
+BUILD_DIR="${VERL_BUILD_DIR:-$ROOT/build-cuda}"
+TESTS="${TESTS:-1}"
+B1="${B1:-1}"
+B2="${B2:-1}"
+B3="${B3:-1}"
+mkdir -p "$OUT"
+start=$(date +%s)
+secs() { echo $(( $(date +%s) - start )); }
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+
+{ nvidia-smi -L; nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv; } > "$OUT/build.log" 2>&1
+. "$ROOT/tools/device/build.sh" --env-only
+set +e
+"$ROOT/tools/device/build.sh" gpu_decode_test gpu_rank_test verl-bench-rollout verl-bench-update verl-make-tiny-model \
+  verl-controller verl-worker verl-make-dataset >> "$OUT/build.log" 2>&1
+build_rc=$?
+build_s=$(secs)
+
+tests_rc=-1; b1_rc=-1; b2_rc=-1; b3_rc=-1
+if [ $build_rc = 0 ]; then
+  if [ "$TESTS" = 1 ]; then
+    timeout 240 "$BUILD_DIR/bin/gpu_decode_test" --durations yes > "$OUT/tests.log" 2>&1
+    tests_rc=$?
+    timeout 240 "$BUILD_DIR/bin/gpu_rank_test" --durations yes >> "$OUT/tests.log" 2>&1
+    tests_rc=$(( tests_rc + $? ))
+  fi
+  if [ "$B1" = 1 ]; then
+    eval timeout 400 python3 "$ROOT/tools/bench/b1_rollout.py" --build-dir "$BUILD_DIR" --out "$OUT/b1.json" \
+      "${B1_ARGS:-}" > "$OUT/b1.log" 2>&1
+    b1_rc=$?
+  fi
+  if [ "$B2" = 1 ]; then
+    eval timeout 400 python3 "$ROOT/tools/bench/b2_update.py" --build-dir "$BUILD_DIR" --out "$OUT/b2.json" \
+      "${B2_ARGS:-}" > "$OUT/b2.log" 2>&1
+    b2_rc=$?
+  fi
+  if [ "$B3" = 1 ]; then
+    eval timeout 500 python3 "$ROOT/tools/bench/b3_grpo.py" --build-dir "$BUILD_DIR" --out "$OUT/b3.json" \
+      "${B3_ARGS:-}" > "$OUT/b3.log" 2>&1
+    b3_rc=$?
+  fi
+fi
+cat > "$OUT/summary.json" <<JSON
+{"build_rc": $build_rc, "build_s": $build_s, "tests_rc": $tests_rc, "b1_rc": $b1_rc, "b2_rc": $b2_rc,
+ "b3_rc": $b3_rc, "total_s": $(secs)}
+JSON
+cat "$OUT/summary.json"
+grep -E "test cases|assertions|FAILED|skipped" "$OUT/tests.log" 2>/dev/null | head -20
+tail -3 "$OUT/b1.log" "$OUT/b2.log" "$OUT/b3.log" 2>/dev/null

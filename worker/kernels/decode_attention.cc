@@ -1,0 +1,91 @@
+#include "worker/kernels/decode_attention.h"
+
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "worker/kernels/decode_attention_kernel.h"
+
+namespace verl::kernels {
+namespace {
+
+bool DtypeOf(at::ScalarType t, AttnDtype* out) {
+  switch (t) {
+    case at::kFloat:
+      *out = AttnDtype::kFloat32;
+      return true;
+    case at::kBFloat16:
+      *out = AttnDtype::kBFloat16;
+      return true;
+    case at::kHalf:
+      *out = AttnDtype::kFloat16;
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Streaming multiprocessors of the current device (ATen's CUDAContext.h would pull in the cuBLAS/cuSPARSE headers).
+int MultiProcessorCount() {
+  int device = 0;
+  int count = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  return count;
+}
+
+}  // namespace
+
+bool DecodeAttentionSupported(const at::Tensor& q, const at::Tensor& k_cache) {
+  AttnDtype dtype;
+  return q.is_cuda() && k_cache.is_cuda() && q.dim() == 3 && k_cache.dim() == 4 &&
+         q.scalar_type() == k_cache.scalar_type() && DtypeOf(q.scalar_type(), &dtype) &&
+         q.size(2) == k_cache.size(3) && k_cache.stride(3) == 1 && k_cache.stride(2) == k_cache.size(3) &&
+         reinterpret_cast<uintptr_t>(k_cache.data_ptr()) % 16 == 0 &&
+         DecodeAttentionShapeSupported(static_cast<int>(q.size(1)), static_cast<int>(k_cache.size(1)),
+                                       static_cast<int>(q.size(2)));
+}
+
+at::Tensor DecodeAttention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                           const at::Tensor& lengths, double scale) {
+  TORCH_CHECK(DecodeAttentionSupported(q, k_cache) && DecodeAttentionSupported(q, v_cache),
+              "DecodeAttention: unsupported query ", q.sizes(), " ", q.scalar_type(), " or cache ", k_cache.sizes(),
+              " (want CUDA float32/bfloat16/float16, head_dim 64 or 128, at most 8 query heads per KV head)");
+  TORCH_CHECK(k_cache.sizes() == v_cache.sizes() && k_cache.strides() == v_cache.strides(),
+              "DecodeAttention: key and value caches differ in layout");
+  const int64_t B = q.size(0);
+  TORCH_CHECK(k_cache.size(0) >= B, "DecodeAttention: ", B, " queries but ", k_cache.size(0), " cache rows");
+  TORCH_CHECK(lengths.scalar_type() == at::kInt && lengths.dim() == 1 && lengths.size(0) == B &&
+                  lengths.device() == q.device(),
+              "DecodeAttention: lengths must be int32 [", B, "] on ", q.device());
+  const c10::cuda::CUDAGuard guard(q.device());
+  at::Tensor qc = q.contiguous();
+  at::Tensor lens = lengths.contiguous();
+  at::Tensor out = at::empty_like(qc);
+  DecodeAttentionArgs a;
+  DtypeOf(q.scalar_type(), &a.dtype);
+  a.q = qc.data_ptr();
+  a.k = k_cache.data_ptr();
+  a.v = v_cache.data_ptr();
+  a.kv_stride_b = k_cache.stride(0);
+  a.kv_stride_h = k_cache.stride(1);
+  a.lengths = lens.data_ptr<int32_t>();
+  a.out = out.data_ptr();
+  a.batch = static_cast<int>(B);
+  a.q_heads = static_cast<int>(q.size(1));
+  a.kv_heads = static_cast<int>(k_cache.size(1));
+  a.head_dim = static_cast<int>(q.size(2));
+  a.capacity = static_cast<int>(k_cache.size(2));
+  a.scale = static_cast<float>(scale);
+  a.splits = DecodeAttentionSplits(a.batch, a.kv_heads, a.capacity,
+                                   MultiProcessorCount());
+  at::Tensor partial;
+  if (a.splits > 1) {
+    partial = at::empty({B, q.size(1), a.splits, q.size(2) + 2}, q.options().dtype(at::kFloat));
+    a.partial = partial.data_ptr<float>();
+  }
+  C10_CUDA_CHECK(LaunchDecodeAttention(a, c10::cuda::getCurrentCUDAStream()));
+  return out;
+}
+
+}  // namespace verl::kernels

@@ -1,0 +1,279 @@
+// The GQA flash-decoding kernel (decode_attention_kernel.h).
+//
+// Block (b, g, s) reduces the positions of range s of slot b against the G query heads that share KV head g, kChunk
+// positions at a time: each thread scores one position against the G queries (16-byte loads of the key row), one
+// warp per head updates that head's running max and sum (base-2 exponentials: the queries are pre-scaled by
+// log2(e)), then each warp accumulates the value rows of every kWarps-th position with the lanes spanning the head
+// dimension (coalesced rows). The warps' partial outputs are summed through shared memory at the end. With one range
+// the block writes the normalised output; with more it writes (unnormalised output, max, sum) per range and
+// MergeSplitsKernel combines them.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "worker/kernels/decode_attention_kernel.h"
+
+namespace verl::kernels {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / 32;
+constexpr int kChunk = kThreads;  // positions scored at once, one per thread
+constexpr int kMaxGroup = 8;      // query heads per KV head
+constexpr float kLog2e = 1.4426950408889634f;
+
+__device__ __forceinline__ float ToFloat(float x) { return x; }
+__device__ __forceinline__ float ToFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float ToFloat(__half x) { return __half2float(x); }
+
+template <typename T>
+__device__ __forceinline__ T FromFloat(float x);
+template <>
+__device__ __forceinline__ float FromFloat<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
+template <>
+__device__ __forceinline__ __half FromFloat<__half>(float x) { return __float2half(x); }
+
+// 16 bytes at p (16-byte aligned) as floats.
+template <typename T>
+__device__ __forceinline__ void Load16(const T* p, float* out) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < static_cast<int>(16 / sizeof(T)); ++i) out[i] = ToFloat(e[i]);
+}
+
+__device__ __forceinline__ float WarpMax(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+
+__device__ __forceinline__ float WarpSum(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+// Positions per range: the capacity cut into `splits` ranges, rounded up to whole chunks.
+__host__ __device__ inline int RangeLength(int capacity, int splits) {
+  return ((capacity + splits - 1) / splits + kChunk - 1) / kChunk * kChunk;
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const DecodeAttentionArgs a) {
+  constexpr int kVec = D / 32;                            // output dims per lane
+  constexpr int kPer16 = static_cast<int>(16 / sizeof(T));  // elements per 16-byte load
+  const int b = blockIdx.x;
+  const int kvh = blockIdx.y;
+  const int split = blockIdx.z;
+  const int G = a.q_heads / a.kv_heads;
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+
+  __shared__ float qs[kMaxGroup][D];
+  __shared__ float p[kMaxGroup][kChunk];
+  __shared__ float m_s[kMaxGroup];
+  __shared__ float l_s[kMaxGroup];
+  __shared__ float alpha_s[kMaxGroup];
+  __shared__ float red[kWarps][kMaxGroup][D];
+
+  const int len = min(a.lengths[b], a.capacity);
+  const int begin = split * RangeLength(a.capacity, a.splits);
+  const int end = min(len, begin + RangeLength(a.capacity, a.splits));
+
+  const T* q = static_cast<const T*>(a.q) + (static_cast<int64_t>(b) * a.q_heads + kvh * G) * D;
+  const float qscale = a.scale * kLog2e;
+  for (int i = tid; i < G * D; i += kThreads) qs[i / D][i % D] = ToFloat(q[i]) * qscale;
+  if (tid < kMaxGroup) {
+    m_s[tid] = -INFINITY;
+    l_s[tid] = 0.f;
+    alpha_s[tid] = 1.f;
+  }
+  const int64_t kv_offset = static_cast<int64_t>(b) * a.kv_stride_b + static_cast<int64_t>(kvh) * a.kv_stride_h;
+  const T* kbase = static_cast<const T*>(a.k) + kv_offset;
+  const T* vbase = static_cast<const T*>(a.v) + kv_offset;
+  float acc[kMaxGroup][kVec];
+#pragma unroll
+  for (int g = 0; g < kMaxGroup; ++g) {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) acc[g][j] = 0.f;
+  }
+  __syncthreads();
+
+  for (int c0 = begin; c0 < end; c0 += kChunk) {
+    const int n = min(kChunk, end - c0);
+    // 1. Scores of position c0 + tid (base 2).
+    if (tid < n) {
+      const T* krow = kbase + static_cast<int64_t>(c0 + tid) * D;
+      float s[kMaxGroup];
+#pragma unroll
+      for (int g = 0; g < kMaxGroup; ++g) s[g] = 0.f;
+#pragma unroll
+      for (int d0 = 0; d0 < D; d0 += kPer16) {
+        float kv[kPer16];
+        Load16(krow + d0, kv);
+#pragma unroll
+        for (int g = 0; g < kMaxGroup; ++g) {
+          if (g < G) {
+#pragma unroll
+            for (int i = 0; i < kPer16; ++i) s[g] = fmaf(qs[g][d0 + i], kv[i], s[g]);
+          }
+        }
+      }
+#pragma unroll
+      for (int g = 0; g < kMaxGroup; ++g) {
+        if (g < G) p[g][tid] = s[g];
+      }
+    }
+    __syncthreads();
+    // 2. Online softmax, one warp per head: p becomes the weights under the new running max.
+    for (int g = warp; g < G; g += kWarps) {
+      const float m_old = m_s[g];
+      float mx = -INFINITY;
+      for (int i = lane; i < n; i += 32) mx = fmaxf(mx, p[g][i]);
+      const float m_new = fmaxf(m_old, WarpMax(mx));
+      float sum = 0.f;
+      for (int i = lane; i < n; i += 32) {
+        const float e = exp2f(p[g][i] - m_new);
+        p[g][i] = e;
+        sum += e;
+      }
+      sum = WarpSum(sum);
+      if (lane == 0) {
+        const float alpha = exp2f(m_old - m_new);  // 0 on the first chunk (m_old = -inf)
+        alpha_s[g] = alpha;
+        l_s[g] = l_s[g] * alpha + sum;
+        m_s[g] = m_new;
+      }
+    }
+    __syncthreads();
+    // 3. Weighted value rows: warp w takes positions w, w + kWarps, ...; lane takes dims [lane * kVec, + kVec).
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g) {
+      if (g < G) {
+        const float alpha = alpha_s[g];
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) acc[g][j] *= alpha;
+      }
+    }
+    for (int i = warp; i < n; i += kWarps) {
+      const T* vrow = vbase + static_cast<int64_t>(c0 + i) * D + lane * kVec;
+      float vv[kVec];
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) vv[j] = ToFloat(vrow[j]);
+#pragma unroll
+      for (int g = 0; g < kMaxGroup; ++g) {
+        if (g < G) {
+          const float w = p[g][i];
+#pragma unroll
+          for (int j = 0; j < kVec; ++j) acc[g][j] = fmaf(w, vv[j], acc[g][j]);
+        }
+      }
+    }
+    __syncthreads();  // p and alpha_s are rewritten by the next chunk
+  }
+
+  // 4. Sum the warps' partial outputs.
+#pragma unroll
+  for (int g = 0; g < kMaxGroup; ++g) {
+    if (g < G) {
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) red[warp][g][lane * kVec + j] = acc[g][j];
+    }
+  }
+  __syncthreads();
+  for (int i = tid; i < G * D; i += kThreads) {
+    const int g = i / D;
+    const int d = i % D;
+    float o = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) o += red[w][g][d];
+    const int64_t bh = static_cast<int64_t>(b) * a.q_heads + kvh * G + g;
+    if (a.splits == 1) {
+      const float l = l_s[g];
+      static_cast<T*>(a.out)[bh * D + d] = FromFloat<T>(l > 0.f ? o / l : 0.f);
+    } else {
+      float* part = a.partial + (bh * a.splits + split) * (D + 2);
+      part[d] = o;
+      if (d == 0) {
+        part[D] = m_s[g];
+        part[D + 1] = l_s[g];
+      }
+    }
+  }
+}
+
+// One block of D threads per (slot, query head): the ranges' outputs weighted by exp2(max - overall max).
+template <typename T, int D>
+__global__ void MergeSplitsKernel(const DecodeAttentionArgs a) {
+  const int64_t bh = blockIdx.x;
+  const float* part = a.partial + bh * a.splits * (D + 2);
+  float m_all = -INFINITY;
+  for (int s = 0; s < a.splits; ++s) {
+    if (part[s * (D + 2) + D + 1] > 0.f) m_all = fmaxf(m_all, part[s * (D + 2) + D]);
+  }
+  const int d = threadIdx.x;
+  float num = 0.f;
+  float den = 0.f;
+  for (int s = 0; s < a.splits; ++s) {
+    const float* r = part + s * (D + 2);
+    const float l = r[D + 1];
+    if (l > 0.f) {
+      const float w = exp2f(r[D] - m_all);
+      num = fmaf(w, r[d], num);
+      den = fmaf(w, l, den);
+    }
+  }
+  static_cast<T*>(a.out)[bh * D + d] = FromFloat<T>(den > 0.f ? num / den : 0.f);
+}
+
+template <typename T, int D>
+cudaError_t Launch(const DecodeAttentionArgs& a, cudaStream_t stream) {
+  const dim3 grid(a.batch, a.kv_heads, a.splits);
+  DecodeAttentionKernel<T, D><<<grid, kThreads, 0, stream>>>(a);
+  if (a.splits > 1) MergeSplitsKernel<T, D><<<a.batch * a.q_heads, D, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t LaunchDim(const DecodeAttentionArgs& a, cudaStream_t stream) {
+  return a.head_dim == 64 ? Launch<T, 64>(a, stream) : Launch<T, 128>(a, stream);
+}
+
+}  // namespace
+
+bool DecodeAttentionShapeSupported(int q_heads, int kv_heads, int head_dim) {
+  return (head_dim == 64 || head_dim == 128) && kv_heads > 0 && q_heads % kv_heads == 0 &&
+         q_heads / kv_heads <= kMaxGroup;
+}
+
+int DecodeAttentionSplits(int batch, int kv_heads, int capacity, int num_sms) {
+  const int blocks = std::max(1, batch * kv_heads);
+  const int want = (2 * num_sms + blocks - 1) / blocks;
+  const int most = std::max(1, (capacity + kChunk - 1) / kChunk);
+  return std::max(1, std::min({want, most, 64}));
+}
+
+cudaError_t LaunchDecodeAttention(const DecodeAttentionArgs& a, cudaStream_t stream) {
+  if (!DecodeAttentionShapeSupported(a.q_heads, a.kv_heads, a.head_dim) || a.splits < 1 ||
+      (a.splits > 1 && a.partial == nullptr)) {
+    return cudaErrorInvalidValue;
+  }
+  if (a.batch == 0) return cudaSuccess;
+  switch (a.dtype) {
+    case AttnDtype::kFloat32:
+      return LaunchDim<float>(a, stream);
+    case AttnDtype::kBFloat16:
+      return LaunchDim<__nv_bfloat16>(a, stream);
+    case AttnDtype::kFloat16:
+      return LaunchDim<__half>(a, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace verl::kernels
