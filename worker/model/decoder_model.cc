@@ -16,6 +16,7 @@
 #ifdef VERL_WITH_CUDA
 #include "worker/kernels/decode_attention.h"
 #include "worker/kernels/decode_attention_kernel.h"
+#include "worker/kernels/fused_ops.h"
 #endif
 
 namespace verl {
@@ -30,6 +31,14 @@ at::Tensor SplitHeads(const at::Tensor& x, int64_t heads, int64_t head_dim) {
 at::Tensor RotateHalf(const at::Tensor& x) {
   int64_t half = x.size(-1) / 2;
   return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+// x * cos + rotate_half(x) * sin; one fused kernel on a GPU while gradients are off (the same values).
+at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+#ifdef VERL_WITH_CUDA
+  if (!at::GradMode::is_enabled() && kernels::RopeSupported(x, cos)) return kernels::Rope(x, cos, sin);
+#endif
+  return x * cos + RotateHalf(x) * sin;
 }
 
 }  // namespace
@@ -196,6 +205,12 @@ void DecoderModel::SetRequiresGrad(bool requires_grad) {
 }
 
 at::Tensor DecoderModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight) const {
+#ifdef VERL_WITH_CUDA
+  // One fused kernel on a GPU while gradients are off (the same values to float rounding of the mean).
+  if (!at::GradMode::is_enabled() && kernels::RmsNormSupported(x, weight)) {
+    return kernels::RmsNorm(x, weight, config_.rms_norm_eps);
+  }
+#endif
   // As HF: normalise in float32, cast back, then scale.
   at::Tensor xf = x.to(at::kFloat);
   at::Tensor var = xf.pow(2).mean(-1, /*keepdim=*/true);
@@ -309,8 +324,8 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
   at::Tensor q = SplitHeads(at::linear(x, L.q_w, L.q_b), heads, hd);
   at::Tensor k = SplitHeads(at::linear(x, L.k_w, L.k_b), kv_heads, hd);
   at::Tensor v = SplitHeads(at::linear(x, L.v_w, L.v_b), kv_heads, hd);
-  q = q * cos + RotateHalf(q) * sin;
-  k = k * cos + RotateHalf(k) * sin;
+  q = ApplyRope(q, cos, sin);
+  k = ApplyRope(k, cos, sin);
   at::Tensor attn;
   if (cache && cache->slot_len.defined()) {
     TORCH_CHECK(T == 1, "a slot cache takes one token per row, got ", T);
@@ -469,8 +484,9 @@ at::Tensor DecoderModel::ShardedForward(const at::Tensor& input_ids, const at::T
   return RmsNorm(h, norm.Views(norm.GatherForAutograd())[0]);
 }
 
-at::Tensor DecoderModel::Logits(const at::Tensor& hidden) const {
-  return at::linear(hidden, LmHeadWeight()).to(at::kFloat);
+at::Tensor DecoderModel::Logits(const at::Tensor& hidden, bool keep_dtype) const {
+  at::Tensor logits = at::linear(hidden, LmHeadWeight());
+  return keep_dtype ? logits : logits.to(at::kFloat);
 }
 
 at::Tensor DecoderModel::LmHeadWeight() const {

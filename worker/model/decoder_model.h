@@ -85,8 +85,8 @@ class DecoderModel {
   at::Tensor Forward(const at::Tensor& input_ids, const at::Tensor& position_ids, const at::Tensor& attn_mask,
                      KvCache* cache, const PackedSequences* packed = nullptr) const;
 
-  // hidden [..., H] -> logits [..., vocab] in float32.
-  at::Tensor Logits(const at::Tensor& hidden) const;
+  // hidden [..., H] -> logits [..., vocab] in float32 (in the model's dtype with keep_dtype).
+  at::Tensor Logits(const at::Tensor& hidden, bool keep_dtype = false) const;
   // The LM head's weight [vocab, H] (the embedding when tied; for a sharded model gathered, with autograd history to
   // its shard), for callers that apply it themselves (ChunkedLogProbs).
   at::Tensor LmHeadWeight() const;

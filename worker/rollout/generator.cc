@@ -12,6 +12,8 @@
 
 #ifdef VERL_WITH_CUDA
 #include <ATen/cuda/CUDAGraph.h>
+#include "worker/kernels/sampling.h"
+
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
@@ -63,10 +65,21 @@ std::pair<at::Tensor, at::Tensor> LeftPaddedPrompts(const std::vector<std::vecto
   return {ids, mask};
 }
 
+// Whether SampleNextTokens' draw needs no top-k / top-p filtering (then, on a GPU, the fused kernel samples).
+bool Unfiltered(const SamplingOptions& options, int64_t vocab) {
+  return (options.top_k <= 0 || options.top_k >= vocab) && options.top_p >= 1.0;
+}
+
 }  // namespace
 
 at::Tensor SampleNextTokens(const at::Tensor& logits, const SamplingOptions& options, const at::Tensor& uniforms,
                             at::Tensor* log_probs) {
+#ifdef VERL_WITH_CUDA
+  if (Unfiltered(options, logits.size(-1)) && kernels::SampleTokensSupported(logits)) {
+    return kernels::SampleTokens(logits, options.temperature, !options.do_sample, uniforms, log_probs);
+  }
+#endif
+  TORCH_CHECK(logits.scalar_type() == at::kFloat, "SampleNextTokens: float32 logits, got ", logits.scalar_type());
   // Log-probs are always under logits / temperature (the trainer's quantity), greedy or not.
   at::Tensor scaled = options.temperature > 0 ? logits / options.temperature : logits;
   at::Tensor tokens;
@@ -170,9 +183,10 @@ int64_t KvSlotBytes(const DecoderConfig& config, at::ScalarType dtype, int64_t c
 namespace {
 
 // One slot-mode decoding step in the decode kernel over slots [0, B) of `slots`: row b feeds tokens[b] at position
-// pos[b] (int64 [B] on the model's device; its cache index too). Returns logits [B, V].
+// pos[b] (int64 [B] on the model's device; its cache index too). Returns logits [B, V], in the model's dtype when
+// `keep_dtype` (for the fused sampler), float32 otherwise.
 at::Tensor DecodeSlotLogits(const DecoderModel& model, const KvCache& slots, int64_t B, const at::Tensor& tokens,
-                            const at::Tensor& pos) {
+                            const at::Tensor& pos, bool keep_dtype) {
   KvCache view;
   for (size_t i = 0; i < slots.k.size(); ++i) {
     view.k.push_back(slots.k[i].narrow(0, 0, B));
@@ -182,7 +196,7 @@ at::Tensor DecodeSlotLogits(const DecoderModel& model, const KvCache& slots, int
   view.slot_pos = pos;
   view.slot_len = (pos + 1).to(at::kInt);
   at::Tensor hidden = model.Forward(tokens.unsqueeze(1), pos.unsqueeze(1), at::Tensor(), &view);
-  return model.Logits(hidden.select(1, 0));
+  return model.Logits(hidden.select(1, 0), keep_dtype);
 }
 
 // DecodeSlotLogits over slots [0, B) fed from `in` (int64 [2, B]: tokens, positions), then SampleNextTokens with
@@ -190,7 +204,9 @@ at::Tensor DecodeSlotLogits(const DecoderModel& model, const KvCache& slots, int
 std::pair<at::Tensor, at::Tensor> DecodeAndSample(const DecoderModel& model, const KvCache& slots,
                                                   const SamplingOptions& options, int64_t B, const at::Tensor& in,
                                                   const at::Tensor& uniforms) {
-  at::Tensor logits = DecodeSlotLogits(model, slots, B, in[0], in[1]);
+  // The fused sampler reads bf16/fp16 logits itself (exactly their float32 values); ATen's composition wants float32.
+  const bool fused = model.device().is_cuda() && Unfiltered(options, model.config().vocab_size);
+  at::Tensor logits = DecodeSlotLogits(model, slots, B, in[0], in[1], fused);
   at::Tensor lp;
   at::Tensor tok = SampleNextTokens(logits, options, uniforms, &lp);
   return {tok, lp.to(at::kFloat)};

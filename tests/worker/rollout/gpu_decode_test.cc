@@ -16,6 +16,7 @@
 #include "worker/rollout/generator.h"
 #ifdef VERL_WITH_CUDA
 #include "worker/kernels/decode_attention.h"
+#include "worker/kernels/fused_ops.h"
 #endif
 
 namespace verl {
@@ -173,9 +174,15 @@ TEST_CASE("CUDA-graph decoding gives the same tokens and log-probs as eager deco
   auto model = LoadOn(dir.path(), at::kBFloat16);
   REQUIRE(model->DecodeKernelAvailable());
   const auto prompts = RandomPrompts(24, 300, 3);
-  for (bool sample : {false, true}) {
-    INFO((sample ? "sampling (temperature, top-k, top-p)" : "greedy"));
+  // Greedy and unfiltered sampling run the fused sampler; top-k / top-p sampling ATen's composition.
+  for (int mode = 0; mode < 3; ++mode) {
+    const bool sample = mode > 0;
+    INFO((mode == 0 ? "greedy" : mode == 1 ? "sampling (temperature, top-k, top-p)" : "sampling (temperature)"));
     SamplingOptions o = Options(config, sample);
+    if (mode == 2) {
+      o.top_k = -1;
+      o.top_p = 1.0;
+    }
     o.enforce_eager = true;
     RolloutBatch eager = Generate(*model, prompts, o);
     CHECK(eager.decode_graphs == 0);
@@ -212,6 +219,95 @@ TEST_CASE("continuous batching with the decode kernel and CUDA graphs gives stat
   const double lp_diff = (continuous.log_probs - stat.log_probs).abs().max().item<double>();
   CAPTURE(lp_diff);
   CHECK(lp_diff < 1e-4);
+}
+
+TEST_CASE("fused sampling on the GPU draws what ATen's composition draws", "[worker][rollout][gpu]") {
+  if (SkipWithoutGpu()) return;
+  c10::InferenceMode guard;
+  // Logits spread over several units; a bf16 row of Qwen2's vocabulary too (rows start 16-byte aligned) and an odd
+  // vocabulary (scalar loads).
+  struct Case {
+    int64_t rows, vocab;
+    at::ScalarType dtype;
+    double temperature;
+  };
+  for (const Case& c : {Case{1000, 5000, at::kFloat, 1.0}, Case{64, 151936, at::kBFloat16, 0.7},
+                        Case{300, 1001, at::kHalf, 1.3}, Case{200, 4096, at::kFloat, 0.0}}) {
+    INFO("rows " << c.rows << " vocab " << c.vocab << " " << c10::toString(c.dtype) << " temperature "
+                 << c.temperature);
+    at::Tensor logits = (at::randn({c.rows, c.vocab}) * 3).to(c.dtype);
+    at::Tensor uniforms = at::rand({c.rows}, at::kDouble);
+    uniforms[0] = 0.0;
+    uniforms[1] = 1.0 - 1e-16;  // the end of the CDF
+    for (bool sample : {false, true}) {
+      INFO((sample ? "sampling" : "greedy"));
+      SamplingOptions o;
+      o.do_sample = sample;
+      o.temperature = c.temperature;
+      // The reference: ATen's composition on the CPU over the same values in float32.
+      at::Tensor ref_lp;
+      at::Tensor ref = SampleNextTokens(logits.to(at::kFloat), o, uniforms, &ref_lp);
+      at::Tensor lp;
+      at::Tensor tok = SampleNextTokens(logits.to(at::kCUDA), o, uniforms.to(at::kCUDA), &lp);
+      tok = tok.cpu();
+      lp = lp.cpu();
+      const double agree = tok.eq(ref).to(at::kDouble).mean().item<double>();
+      CAPTURE(agree);
+      // Greedy must agree everywhere; a draw may differ only where u falls within rounding of a CDF step (float sums
+      // within segments against float64 cumsum), which these draws practically never do.
+      CHECK(agree >= (sample ? 0.995 : 1.0));
+      at::Tensor same = tok.eq(ref);
+      const double lp_diff = (lp - ref_lp).abs().masked_select(same).max().item<double>();
+      CAPTURE(lp_diff);
+      CHECK(lp_diff < 1e-4);
+      // Every draw has positive probability (log-prob finite).
+      CHECK(at::isfinite(lp).all().item<bool>());
+      CHECK(tok.ge(0).logical_and(tok.lt(c.vocab)).all().item<bool>());
+    }
+  }
+}
+
+TEST_CASE("fused RMSNorm and RoPE agree with the ATen composition they replace", "[worker][rollout][gpu]") {
+  if (SkipWithoutGpu()) return;
+#ifdef VERL_WITH_CUDA
+  c10::InferenceMode guard;
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    INFO(c10::toString(dtype));
+    auto opts = at::TensorOptions().device(at::kCUDA);
+    // RMSNorm over Qwen2.5-0.5B's hidden size and an odd one; HF's formula as DecoderModel::RmsNorm writes it.
+    for (int64_t hidden : {896, 37}) {
+      at::Tensor x = (at::randn({5, 7, hidden}, opts) * 3).to(dtype);
+      at::Tensor w = (at::rand({hidden}, opts) + 0.5).to(dtype);
+      const double eps = 1e-6;
+      REQUIRE(kernels::RmsNormSupported(x, w));
+      at::Tensor xf = x.to(at::kFloat);
+      at::Tensor ref = w * (xf * at::rsqrt(xf.pow(2).mean(-1, true) + eps)).to(dtype);
+      at::Tensor got = kernels::RmsNorm(x, w, eps);
+      REQUIRE(got.sizes() == x.sizes());
+      // The mean is summed in another order: at most one rounding step of the dtype apart.
+      const double ulp = dtype == at::kBFloat16 ? 1.0 / 128 : dtype == at::kHalf ? 1.0 / 1024 : 1e-6;
+      at::Tensor err = (got.to(at::kFloat) - ref.to(at::kFloat)).abs();
+      CAPTURE(err.max().item<double>());
+      CHECK(err.le(ref.to(at::kFloat).abs() * ulp * 1.01 + 1e-6).all().item<bool>());
+    }
+    // RoPE on the transposed [B, H, T, D] view the attention makes, with the model's cos/sin (positions 0..T-1).
+    for (int64_t D : {64, 128}) {
+      const int64_t B = 3, T = 9, H = 5;
+      at::Tensor x = at::randn({B, T, H, D}, opts).to(dtype).transpose(1, 2);
+      at::Tensor pos = at::arange(T, opts.dtype(at::kFloat)).repeat({B, 1}).unsqueeze(-1) * 0.37;
+      at::Tensor freqs = pos * at::rand({D / 2}, opts);
+      at::Tensor emb = at::cat({freqs, freqs}, -1).unsqueeze(1);
+      at::Tensor cos = emb.cos().to(dtype), sin = emb.sin().to(dtype);
+      REQUIRE(kernels::RopeSupported(x, cos));
+      const int64_t half = D / 2;
+      at::Tensor rot = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+      at::Tensor ref = x * cos + rot * sin;
+      at::Tensor got = kernels::Rope(x, cos, sin);
+      REQUIRE(got.sizes() == x.sizes());
+      CHECK(at::equal(got, ref));  // the same roundings: bit for bit
+    }
+  }
+#endif
 }
 
 }  // namespace

@@ -1,0 +1,52 @@
+#include "worker/kernels/sampling.h"
+
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <limits>
+
+#include "worker/kernels/sampling_kernel.h"
+
+namespace verl::kernels {
+
+bool SampleTokensSupported(const at::Tensor& logits) {
+  const at::ScalarType t = logits.scalar_type();
+  return logits.is_cuda() && logits.dim() == 2 && logits.stride(1) == 1 &&
+         (t == at::kFloat || t == at::kBFloat16 || t == at::kHalf) && logits.size(0) <= std::numeric_limits<int>::max() &&
+         logits.size(1) > 0 && logits.size(1) <= std::numeric_limits<int>::max();
+}
+
+at::Tensor SampleTokens(const at::Tensor& logits, double temperature, bool greedy, const at::Tensor& uniforms,
+                        at::Tensor* log_probs) {
+  TORCH_CHECK(SampleTokensSupported(logits), "SampleTokens: unsupported logits ", logits.sizes(), " ",
+              logits.scalar_type(), " on ", logits.device());
+  const int64_t rows = logits.size(0);
+  at::Tensor u;
+  if (!greedy) {
+    TORCH_CHECK(uniforms.numel() == rows && uniforms.device() == logits.device(),
+                "SampleTokens: want ", rows, " uniforms on ", logits.device());
+    u = uniforms.to(at::kDouble).contiguous();
+  }
+  const c10::cuda::CUDAGuard guard(logits.device());
+  at::Tensor tokens = at::empty({rows}, logits.options().dtype(at::kLong));
+  at::Tensor lp = at::empty({rows}, logits.options().dtype(at::kFloat));
+  SampleArgs a;
+  a.dtype = logits.scalar_type() == at::kFloat      ? AttnDtype::kFloat32
+            : logits.scalar_type() == at::kBFloat16 ? AttnDtype::kBFloat16
+                                                    : AttnDtype::kFloat16;
+  a.logits = logits.data_ptr();
+  a.row_stride = logits.stride(0);
+  a.uniforms = greedy ? nullptr : u.data_ptr<double>();
+  a.tokens = tokens.data_ptr<int64_t>();
+  a.log_probs = lp.data_ptr<float>();
+  a.rows = static_cast<int>(rows);
+  a.vocab = static_cast<int>(logits.size(1));
+  a.temperature = static_cast<float>(temperature);
+  a.greedy = greedy;
+  C10_CUDA_CHECK(LaunchSample(a, c10::cuda::getCurrentCUDAStream()));
+  if (log_probs) *log_probs = lp;
+  return tokens;
+}
+
+}  // namespace verl::kernels

@@ -1,0 +1,191 @@
+// The fused sampling kernel (sampling_kernel.h).
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <climits>
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+
+#include "worker/kernels/sampling_kernel.h"
+
+namespace verl::kernels {
+namespace {
+
+constexpr int kThreads = 512;
+
+__device__ __forceinline__ float ToFloat(float x) { return x; }
+__device__ __forceinline__ float ToFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float ToFloat(__half x) { return __half2float(x); }
+
+// The elements of one 32-bit word as floats (bit operations: the words stay in registers).
+template <typename T>
+struct Word;
+template <>
+struct Word<float> {
+  static constexpr int kPer = 1;
+  __device__ __forceinline__ static float Get(uint32_t w, int) { return __uint_as_float(w); }
+};
+template <>
+struct Word<__nv_bfloat16> {
+  static constexpr int kPer = 2;
+  __device__ __forceinline__ static float Get(uint32_t w, int j) {
+    return __uint_as_float(j == 0 ? (w << 16) : (w & 0xffff0000u));
+  }
+};
+template <>
+struct Word<__half> {
+  static constexpr int kPer = 2;
+  __device__ __forceinline__ static float Get(uint32_t w, int j) {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(j == 0 ? (w & 0xffffu) : (w >> 16))));
+  }
+};
+
+// f(i, value) for i in [begin, end) of `row`, with 16-byte loads where `vec` (row and begin 16-byte aligned).
+template <typename T, typename F>
+__device__ __forceinline__ void ForEach(const T* row, int begin, int end, bool vec, F&& f) {
+  constexpr int kPer = Word<T>::kPer;
+  int i = begin;
+  if (vec) {
+    for (; i + 4 * kPer <= end; i += 4 * kPer) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(row + i);
+      const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) f(i + q * kPer + j, Word<T>::Get(w[q], j));
+      }
+    }
+  }
+  for (; i < end; ++i) f(i, ToFloat(row[i]));
+}
+
+struct MaxAt {
+  float value;
+  int index;
+};
+
+struct FirstMax {
+  __device__ __forceinline__ MaxAt operator()(const MaxAt& a, const MaxAt& b) const {
+    if (a.value > b.value) return a;
+    if (b.value > a.value) return b;
+    return a.index <= b.index ? a : b;
+  }
+};
+
+struct IntMax {
+  __device__ __forceinline__ int operator()(int a, int b) const { return a > b ? a : b; }
+};
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) SampleKernel(const SampleArgs a) {
+  using ReduceMax = cub::BlockReduce<MaxAt, kThreads>;
+  using Scan = cub::BlockScan<double, kThreads>;
+  using ReduceInt = cub::BlockReduce<int, kThreads>;
+  __shared__ union {
+    typename ReduceMax::TempStorage max;
+    typename Scan::TempStorage scan;
+    typename ReduceInt::TempStorage last;
+  } temp;
+  __shared__ float s_max;
+  __shared__ int s_arg;
+  __shared__ double s_total;
+  __shared__ int s_token;
+  __shared__ int s_last_thread;
+
+  constexpr int kPer = static_cast<int>(16 / sizeof(T));
+  const int r = blockIdx.x;
+  const T* row = static_cast<const T*>(a.logits) + static_cast<int64_t>(r) * a.row_stride;
+  const int V = a.vocab;
+  const int seg = ((V + kThreads - 1) / kThreads + kPer - 1) / kPer * kPer;
+  const int begin = min(V, static_cast<int>(threadIdx.x) * seg);
+  const int end = min(V, begin + seg);
+  const bool vec = reinterpret_cast<uintptr_t>(row) % 16 == 0;
+  const bool scale = a.temperature > 0.f;
+  const float temperature = a.temperature;
+  auto scaled = [&](float v) { return scale ? v / temperature : v; };
+
+  // 1. Max and the first index holding it.
+  MaxAt local{-INFINITY, INT_MAX};
+  ForEach(row, begin, end, vec, [&](int i, float v) {
+    const float x = scaled(v);
+    if (x > local.value) local = {x, i};
+  });
+  const MaxAt best = ReduceMax(temp.max).Reduce(local, FirstMax());
+  if (threadIdx.x == 0) {
+    s_max = best.value;
+    s_arg = best.index;
+    s_token = -1;
+  }
+  __syncthreads();
+  const float m = s_max;
+
+  // 2. Segment sums of exp(x - max), scanned across the block in float64.
+  float s = 0.f;
+  ForEach(row, begin, end, vec, [&](int, float v) { s += expf(scaled(v) - m); });
+  double prefix = 0.0;
+  double total = 0.0;
+  Scan(temp.scan).ExclusiveSum(static_cast<double>(s), prefix, total);
+  if (threadIdx.x == 0) s_total = total;
+  __syncthreads();
+  total = s_total;
+
+  // 3. The token: the max's index (greedy), or where the cumulative mass passes u * total.
+  if (a.greedy) {
+    if (threadIdx.x == 0) s_token = s_arg;
+  } else {
+    const double target = a.uniforms[r] * total;
+    if (s > 0.f && prefix <= target && target < prefix + static_cast<double>(s)) {
+      float c = 0.f;
+      int found = -1;
+      ForEach(row, begin, end, vec, [&](int i, float v) {
+        c += expf(scaled(v) - m);
+        if (found < 0 && prefix + static_cast<double>(c) > target) found = i;
+      });
+      if (found >= 0) s_token = found;  // one thread's segment holds the target
+    }
+    __syncthreads();
+    if (s_token < 0) {
+      // u * total rounded up to the total: the last token of positive mass.
+      const int last = ReduceInt(temp.last).Reduce(s > 0.f ? static_cast<int>(threadIdx.x) : -1, IntMax());
+      if (threadIdx.x == 0) s_last_thread = last;
+      __syncthreads();
+      if (static_cast<int>(threadIdx.x) == s_last_thread) {
+        int found = -1;
+        ForEach(row, begin, end, vec, [&](int i, float v) {
+          if (expf(scaled(v) - m) > 0.f) found = i;
+        });
+        s_token = found;
+      }
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int tok = s_token;
+    a.tokens[r] = tok;
+    a.log_probs[r] = scaled(ToFloat(row[tok])) - m - static_cast<float>(log(total));
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchSample(const SampleArgs& a, cudaStream_t stream) {
+  if (a.rows == 0) return cudaSuccess;
+  if (a.vocab <= 0 || a.tokens == nullptr || a.log_probs == nullptr || (!a.greedy && a.uniforms == nullptr)) {
+    return cudaErrorInvalidValue;
+  }
+  switch (a.dtype) {
+    case AttnDtype::kFloat32:
+      SampleKernel<float><<<a.rows, kThreads, 0, stream>>>(a);
+      break;
+    case AttnDtype::kBFloat16:
+      SampleKernel<__nv_bfloat16><<<a.rows, kThreads, 0, stream>>>(a);
+      break;
+    case AttnDtype::kFloat16:
+      SampleKernel<__half><<<a.rows, kThreads, 0, stream>>>(a);
+      break;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace verl::kernels

@@ -1,0 +1,22 @@
+#ifndef VERL_WORKER_KERNELS_SAMPLING_H_
+#define VERL_WORKER_KERNELS_SAMPLING_H_
+
+// ATen face of the fused sampling kernel (sampling_kernel.h); built only with VERL_WITH_CUDA.
+
+#include <ATen/ATen.h>
+
+namespace verl::kernels {
+
+// Whether SampleTokens takes `logits`: [rows, vocab] on a CUDA device, float32, bfloat16 or float16, rows contiguous.
+bool SampleTokensSupported(const at::Tensor& logits);
+
+// For each row of `logits`: the first argmax of logits / temperature (greedy), or the token where the cumulative
+// softmax(logits / temperature) first exceeds uniforms[row] (float64 [rows] on the same device) times the total
+// (plain logits when temperature <= 0). Writes the token's log-prob under that softmax (float32 [rows]) to
+// *log_probs; returns the tokens (int64 [rows]). No top-k / top-p. Runs on the current stream without synchronising.
+at::Tensor SampleTokens(const at::Tensor& logits, double temperature, bool greedy, const at::Tensor& uniforms,
+                        at::Tensor* log_probs);
+
+}  // namespace verl::kernels
+
+#endif  // VERL_WORKER_KERNELS_SAMPLING_H_
