@@ -4,7 +4,8 @@
 # against PyTorch eager), B3 (a GRPO step against TRL's GRPOTrainer; TRL's wheels carried in .device-wheels/, see
 # tools/device/fetch_wheels.sh). Results in $OUT: summary.json, build.log, tests.log, b1.json, b2.json, b3.json, b*.log.
 #
-#   VERL_COMMIT=$(git rev-parse HEAD) tools/device/perf_gpu.sh      # TESTS=1 B1=1 B2=1 B3=1
+#   VERL_COMMIT=<hash> tools/device/perf_gpu.sh      # TESTS=1 B1=1 B2=1 B3=1
+# Pass the commit's hash as a literal (taken on your machine): the device copy's .git can be stale.
 #   B1_ARGS="--variants" B2_ARGS="--variant '--max-token-len 24576'" B3_ARGS="--steps 2"
 set -uo pipefail
 
