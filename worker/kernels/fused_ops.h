@@ -2,7 +2,7 @@
 #define VERL_WORKER_KERNELS_FUSED_OPS_H_
 
 // ATen face of the fused RMSNorm and RoPE kernels (fused_ops_kernel.h); built only with VERL_WITH_CUDA. No autograd:
-// the model uses them only while gradients are off.
+// the model uses them only under inference mode (the rollout).
 
 #include <ATen/ATen.h>
 

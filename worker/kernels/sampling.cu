@@ -101,9 +101,11 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const SampleArgs a) {
   const int begin = min(V, static_cast<int>(threadIdx.x) * seg);
   const int end = min(V, begin + seg);
   const bool vec = reinterpret_cast<uintptr_t>(row) % 16 == 0;
+  // ATen's CUDA division by a scalar multiplies by its float reciprocal: so do we, so that these log-probs equal the
+  // trainer's logits / temperature on the GPU.
   const bool scale = a.temperature > 0.f;
-  const float temperature = a.temperature;
-  auto scaled = [&](float v) { return scale ? v / temperature : v; };
+  const float inv_temperature = scale ? 1.0f / a.temperature : 1.0f;
+  auto scaled = [&](float v) { return scale ? v * inv_temperature : v; };
 
   // 1. Max and the first index holding it.
   MaxAt local{-INFINITY, INT_MAX};
@@ -161,7 +163,10 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const SampleArgs a) {
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    const int tok = s_token;
+    // A row without a finite maximum (all NaN or -inf) has no valid draw: fall back to the argmax, or token 0, so
+    // that the caller never embeds an id outside the vocabulary.
+    int tok = s_token;
+    if (tok < 0 || tok >= V) tok = (s_arg >= 0 && s_arg < V) ? s_arg : 0;
     a.tokens[r] = tok;
     a.log_probs[r] = scaled(ToFloat(row[tok])) - m - static_cast<float>(log(total));
   }

@@ -4,7 +4,8 @@
 // The fused sampling kernel's launch interface, free of LibTorch (nvcc compiles only sampling.cu; the ATen-facing
 // wrapper is sampling.h).
 //
-// One thread block per row of logits: x = logits / temperature (plain logits when temperature <= 0); the row's max,
+// One thread block per row of logits: x = logits * (1 / temperature) as ATen computes logits / temperature on a GPU
+// (plain logits when temperature <= 0); the row's max,
 // then the sum of exp(x - max) over per-thread segments with an exclusive scan of the segment sums (float64); greedy
 // takes the first index of the max, sampling the first index whose cumulative mass exceeds u * sum (the segment
 // holding that point is rescanned by its thread). The log-prob of the chosen token is x - max - log(sum). The logits

@@ -2,6 +2,7 @@
 
 #include <ATen/TensorIndexing.h>
 #include <ATen/core/grad_mode.h>
+#include <c10/core/InferenceMode.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -33,10 +34,13 @@ at::Tensor RotateHalf(const at::Tensor& x) {
   return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
 }
 
-// x * cos + rotate_half(x) * sin; one fused kernel on a GPU while gradients are off (the same values).
+// x * cos + rotate_half(x) * sin; one fused kernel on a GPU under inference mode (the rollout; the same values).
+// Not merely without gradients: autograd functions run their forward without gradients too (checkpointed and
+// sharded layers), and their recompute in backward, the trainer's no-grad log-prob passes and its forward with
+// gradients must all run the same kernels.
 at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
 #ifdef VERL_WITH_CUDA
-  if (!at::GradMode::is_enabled() && kernels::RopeSupported(x, cos)) return kernels::Rope(x, cos, sin);
+  if (c10::InferenceMode::is_enabled() && kernels::RopeSupported(x, cos)) return kernels::Rope(x, cos, sin);
 #endif
   return x * cos + RotateHalf(x) * sin;
 }
@@ -206,8 +210,9 @@ void DecoderModel::SetRequiresGrad(bool requires_grad) {
 
 at::Tensor DecoderModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight) const {
 #ifdef VERL_WITH_CUDA
-  // One fused kernel on a GPU while gradients are off (the same values to float rounding of the mean).
-  if (!at::GradMode::is_enabled() && kernels::RmsNormSupported(x, weight)) {
+  // One fused kernel on a GPU under inference mode (the rollout; see ApplyRope), the same values to float rounding of
+  // the mean.
+  if (c10::InferenceMode::is_enabled() && kernels::RmsNormSupported(x, weight)) {
     return kernels::RmsNorm(x, weight, config_.rms_norm_eps);
   }
 #endif
@@ -227,7 +232,8 @@ std::pair<at::Tensor, at::Tensor> DecoderModel::RopeCosSin(const at::Tensor& pos
 
 bool DecoderModel::DecodeKernelAvailable() const {
 #ifdef VERL_WITH_CUDA
-  const at::ScalarType dtype = (sharded() ? units_.front().unit->shard() : embed_).scalar_type();
+  if (sharded() && !gathered_) return false;  // layer-by-layer gathers decode in lockstep, under a mask
+  const at::ScalarType dtype = embed_.scalar_type();
   return device().is_cuda() && (dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf) &&
          kernels::DecodeAttentionShapeSupported(static_cast<int>(config_.num_attention_heads),
                                                 static_cast<int>(config_.num_key_value_heads),

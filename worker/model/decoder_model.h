@@ -92,8 +92,8 @@ class DecoderModel {
   at::Tensor LmHeadWeight() const;
 
   // Whether slot-mode decoding can run in the CUDA decode kernel (KvCache::slot_len): a CUDA build, the model on a
-  // GPU in float32, bfloat16 or float16, and a head shape the kernel takes (head_dim 64 or 128, at most 8 query heads
-  // per KV head).
+  // GPU in float32, bfloat16 or float16 (gathered, if sharded), and a head shape the kernel takes (head_dim 64 or
+  // 128, at most 8 query heads per KV head).
   bool DecodeKernelAvailable() const;
   // A cache for `batch` sequences of up to `capacity` positions, zero-filled.
   KvCache NewCache(int64_t batch, int64_t capacity) const;

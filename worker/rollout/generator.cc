@@ -79,9 +79,10 @@ at::Tensor SampleNextTokens(const at::Tensor& logits, const SamplingOptions& opt
     return kernels::SampleTokens(logits, options.temperature, !options.do_sample, uniforms, log_probs);
   }
 #endif
-  TORCH_CHECK(logits.scalar_type() == at::kFloat, "SampleNextTokens: float32 logits, got ", logits.scalar_type());
+  // ATen's composition runs in float32 (bf16/fp16 logits come only from the fused path's callers).
+  const at::Tensor logits_f = logits.to(at::kFloat);
   // Log-probs are always under logits / temperature (the trainer's quantity), greedy or not.
-  at::Tensor scaled = options.temperature > 0 ? logits / options.temperature : logits;
+  at::Tensor scaled = options.temperature > 0 ? logits_f / options.temperature : logits_f;
   at::Tensor tokens;
   if (!options.do_sample) {
     tokens = scaled.argmax(-1);
@@ -274,7 +275,16 @@ class DecodeGraphs {
       g.graph = std::make_unique<at::cuda::CUDAGraph>();
       // Thread-local capture: the daemon's other rank threads keep using their GPUs meanwhile.
       g.graph->capture_begin(pool_, cudaStreamCaptureModeThreadLocal);
-      std::tie(g.tok, g.lp) = Run(g, size);
+      try {
+        std::tie(g.tok, g.lp) = Run(g, size);
+      } catch (...) {
+        // End the capture so the pool stream and the allocator leave capture mode, then report the first error.
+        try {
+          g.graph->capture_end();
+        } catch (...) {
+        }
+        throw;
+      }
       g.graph->capture_end();
     }
     side.synchronize();
@@ -451,7 +461,7 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
       for (int64_t s = 0; s < S; ++s) {
         if (slot_row[s] >= 0) high = s + 1;
       }
-      if (DecodeBucket(running, S) < DecodeBucket(high, S)) {
+      if (next_row == N && DecodeBucket(running, S) < DecodeBucket(high, S)) {
         std::vector<int64_t> from, to;
         int64_t free_slot = 0;
         for (int64_t s = running; s < high; ++s) {

@@ -209,16 +209,28 @@ TEST_CASE("continuous batching with the decode kernel and CUDA graphs gives stat
   auto model = LoadOn(dir.path(), at::kFloat);
   REQUIRE(model->DecodeKernelAvailable());
   const auto prompts = RandomPrompts(24, 300, 4);
-  SamplingOptions o = Options(config, false);
-  RolloutBatch continuous = GenerateContinuous(*model, prompts, o);
-  CHECK(continuous.decode_graphs >= 1);
-  RolloutBatch stat = GenerateStatic(*model, prompts, o);
-  REQUIRE(continuous.responses.sizes() == stat.responses.sizes());
-  CHECK(at::equal(continuous.responses, stat.responses));
-  CHECK(at::equal(continuous.response_mask, stat.response_mask));
-  const double lp_diff = (continuous.log_probs - stat.log_probs).abs().max().item<double>();
-  CAPTURE(lp_diff);
-  CHECK(lp_diff < 1e-4);
+  // Greedy, and temperature-only sampling with a third of the vocabulary ending a sequence: lengths spread, slots are
+  // refilled and the tail is compacted (several buckets); the draws are keyed by (sample, position), so both
+  // schedules draw the same numbers.
+  for (bool sample : {false, true}) {
+    INFO((sample ? "sampling" : "greedy"));
+    SamplingOptions o = Options(config, sample);
+    o.top_k = -1;
+    o.top_p = 1.0;
+    RolloutBatch continuous = GenerateContinuous(*model, prompts, o);
+    CHECK(continuous.decode_graphs >= (sample ? 3 : 1));
+    RolloutBatch stat = GenerateStatic(*model, prompts, o);
+    REQUIRE(continuous.responses.sizes() == stat.responses.sizes());
+    if (sample) {
+      at::Tensor lengths = stat.response_mask.sum(1);
+      CHECK(lengths.min().item<int64_t>() < lengths.max().item<int64_t>());
+    }
+    CHECK(at::equal(continuous.responses, stat.responses));
+    CHECK(at::equal(continuous.response_mask, stat.response_mask));
+    const double lp_diff = (continuous.log_probs - stat.log_probs).abs().max().item<double>();
+    CAPTURE(lp_diff);
+    CHECK(lp_diff < 1e-4);
+  }
 }
 
 TEST_CASE("fused sampling on the GPU draws what ATen's composition draws", "[worker][rollout][gpu]") {
@@ -236,6 +248,10 @@ TEST_CASE("fused sampling on the GPU draws what ATen's composition draws", "[wor
     INFO("rows " << c.rows << " vocab " << c.vocab << " " << c10::toString(c.dtype) << " temperature "
                  << c.temperature);
     at::Tensor logits = (at::randn({c.rows, c.vocab}) * 3).to(c.dtype);
+    // Row 2: two equal maxima (greedy takes the first); row 3: most tokens at -inf (never drawn).
+    logits[2][5] = 20.0;
+    logits[2][c.vocab - 3] = 20.0;
+    logits[3].narrow(0, 0, c.vocab - 7).fill_(-std::numeric_limits<float>::infinity());
     at::Tensor uniforms = at::rand({c.rows}, at::kDouble);
     uniforms[0] = 0.0;
     uniforms[1] = 1.0 - 1e-16;  // the end of the CDF
@@ -256,7 +272,10 @@ TEST_CASE("fused sampling on the GPU draws what ATen's composition draws", "[wor
       // Greedy must agree everywhere; a draw may differ only where u falls within rounding of a CDF step (float sums
       // within segments against float64 cumsum), which these draws practically never do.
       CHECK(agree >= (sample ? 0.995 : 1.0));
+      if (!sample) CHECK(tok[2].item<int64_t>() == 5);
+      CHECK(tok[3].item<int64_t>() >= c.vocab - 7);
       at::Tensor same = tok.eq(ref);
+      REQUIRE(same.any().item<bool>());
       const double lp_diff = (lp - ref_lp).abs().masked_select(same).max().item<double>();
       CAPTURE(lp_diff);
       CHECK(lp_diff < 1e-4);
