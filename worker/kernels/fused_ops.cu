@@ -1,4 +1,4 @@
-// Fused RMSNorm and RoPE for passes without gradients (fused_ops_kernel.h).
+// Fused RMSNorm and RoPE for the rollout (inference mode) (fused_ops_kernel.h).
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

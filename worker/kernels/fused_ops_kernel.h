@@ -1,7 +1,7 @@
 #ifndef VERL_WORKER_KERNELS_FUSED_OPS_KERNEL_H_
 #define VERL_WORKER_KERNELS_FUSED_OPS_KERNEL_H_
 
-// Launch interfaces of the fused element-wise kernels for passes without gradients (rollout, old and ref log-probs),
+// Launch interfaces of the fused element-wise kernels for the rollout (inference mode),
 // free of LibTorch (nvcc compiles only fused_ops.cu; the ATen-facing wrapper is fused_ops.h). Each computes exactly
 // the ATen composition it replaces in the same dtype, rounding where ATen rounds (one kernel instead of five to eight).
 
