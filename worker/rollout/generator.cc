@@ -481,6 +481,7 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
           slots.k[i].index_copy_(0, dev_to, slots.k[i].index_select(0, dev_from));
           slots.v[i].index_copy_(0, dev_to, slots.v[i].index_select(0, dev_from));
         }
+        ++out.compactions;
       }
     }
 

@@ -305,6 +305,8 @@ TEST_CASE_METHOD(TinyModelFixture, "Generate: continuous batching gives what sta
   o.max_num_seqs = slots;
   o.max_num_batched_tokens = budget;
   RolloutBatch cont = GenerateContinuous(model(), prompts, o);
+  CAPTURE(cont.compactions);
+  REQUIRE(cont.decode_graphs == 0);  // CPU
   REQUIRE(at::equal(cont.prompts, fixed.prompts));
   REQUIRE(at::equal(cont.prompt_mask, fixed.prompt_mask));
   REQUIRE(at::equal(cont.response_mask, fixed.response_mask));
@@ -312,6 +314,32 @@ TEST_CASE_METHOD(TinyModelFixture, "Generate: continuous batching gives what sta
   REQUIRE(MaxAbsDiff(cont.log_probs, fixed.log_probs) < 1e-5);
   // Generate takes the continuous schedule unless asked for lockstep.
   REQUIRE(at::equal(Generate(model(), prompts, o).log_probs, cont.log_probs));
+}
+
+TEST_CASE_METHOD(TinyModelFixture, "Generate: compaction moves the tail into lower slots without changing outputs",
+                 "[worker][rollout]") {
+  // 40 rows in 40 slots from the start; half of the vocabulary ends a sequence, so lengths spread and the running
+  // batch falls through the buckets (32, 16, 8, ...) while higher slots still run: those sequences move down.
+  std::vector<std::vector<int32_t>> prompts;
+  for (int32_t i = 0; i < 20; ++i) prompts.push_back({(i * 5) % 45 + 1, (i * 11) % 45 + 1, 3});
+  SamplingOptions o;
+  o.n = 2;
+  o.max_new_tokens = 24;
+  o.temperature = 1.5;
+  o.seed = 3;
+  for (int32_t id = 1; id < 50; id += 2) o.eos_token_ids.push_back(id);
+  o.pad_token_id = 0;
+  RolloutBatch fixed = GenerateStatic(model(), prompts, o);
+  RolloutBatch cont = GenerateContinuous(model(), prompts, o);
+  CAPTURE(cont.compactions);
+  CHECK(cont.compactions >= 2);
+  const at::Tensor lengths = fixed.response_mask.sum(1);
+  CHECK(lengths.min().item<int64_t>() < lengths.max().item<int64_t>());
+  REQUIRE(at::equal(cont.responses, fixed.responses));
+  REQUIRE(at::equal(cont.response_mask, fixed.response_mask));
+  REQUIRE(MaxAbsDiff(cont.log_probs, fixed.log_probs) < 1e-5);
+  // Static batching never compacts.
+  CHECK(fixed.compactions == 0);
 }
 
 TEST_CASE("KvSlotBytes: keys and values of every layer", "[worker][rollout]") {
