@@ -18,11 +18,12 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
+
+from gpu_bench_common import commit, machine, make_bench_model
 
 HBM_BYTES_PER_S = 4.3e12  # H200 (BENCHMARKS.md)
 
@@ -90,9 +91,7 @@ def main():
     bin_dir = os.path.join(a.build_dir, "bin")
     work = tempfile.mkdtemp(prefix="b1_")
     model = os.path.join(work, "bench-0.5b")
-    subprocess.run([os.path.join(bin_dir, "verl-make-tiny-model"), "--out-dir", model, "--hidden", "896", "--layers",
-                    "24", "--heads", "14", "--kv-heads", "2", "--intermediate", "4864", "--vocab-size", "151936",
-                    "--rope-theta", "1000000"], check=True, stdout=subprocess.DEVNULL)
+    make_bench_model(bin_dir, model)
     cfg = json.load(open(os.path.join(model, "config.json")))
     weight_bytes = sum(os.path.getsize(os.path.join(model, f)) for f in os.listdir(model)
                        if f.endswith(".safetensors"))
@@ -114,18 +113,13 @@ def main():
     baseline = None if a.skip_hf else run_hf(model, a.prompts, a.prompt_len, a.new_tokens, a.repeats)
     limit_s = roofline_seconds(cfg, a.prompts, a.prompt_len, a.new_tokens, weight_bytes)
     generated = a.prompts * a.new_tokens
-    # The device machine's copy of the checkout may carry a stale .git: VERL_COMMIT, when set, wins.
-    commit = os.environ.get("VERL_COMMIT") or subprocess.run(["git", "rev-parse", "HEAD"],
-                                                             capture_output=True, text=True).stdout.strip()
-    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                         text=True).stdout.strip().splitlines()
     roofline_tps = generated / limit_s
     report = {
         "benchmark": "B1",
         "title": "rollout throughput (one GPU)",
         "date": datetime.date.today().isoformat(),
-        "commit": commit,
-        "machine": {"gpu": gpu[:1], "cpus": os.cpu_count(), "platform": platform.platform()},
+        "commit": commit(),
+        "machine": machine(),
         "config": {"model": "bench-0.5b (random, Qwen2.5-0.5B shape)", "prompts": a.prompts,
                    "prompt_len": a.prompt_len, "new_tokens": a.new_tokens, "temperature": 1.0, "top_p": 1.0,
                    "ignore_eos": True, "dtype": "bfloat16", "repeats": a.repeats,

@@ -16,11 +16,12 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
+
+from gpu_bench_common import commit, machine, make_bench_model
 
 PEAK_FLOPS = 989e12  # H200 bf16 dense, verl's figure
 
@@ -106,9 +107,7 @@ def main():
     bin_dir = os.path.join(os.path.abspath(args.build_dir), "bin")
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = os.path.join(tmp, "bench-0.5b")
-        subprocess.run([f"{bin_dir}/verl-make-tiny-model", "--out-dir", model_dir, "--hidden", "896", "--layers", "24",
-                        "--heads", "14", "--kv-heads", "2", "--intermediate", "4864", "--vocab-size", "151936",
-                        "--rope-theta", "1000000"], check=True, stdout=subprocess.DEVNULL)
+        make_bench_model(bin_dir, model_dir)
         cfg = json.load(open(os.path.join(model_dir, "config.json")))
         shape = ["--sequences", str(args.sequences), "--prompt-len", str(args.prompt_len), "--response-len",
                  str(args.response_len), "--micro", str(args.micro)]
@@ -133,14 +132,11 @@ def main():
     for res in [ours, baseline] + variants:
         if res:
             res["mfu"] = f / (PEAK_FLOPS * res["best_seconds"])
-    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                         text=True).stdout.strip().splitlines()
     result = {
         "benchmark": "B2",
         "date": datetime.date.today().isoformat(),
-        "commit": os.environ.get("VERL_COMMIT") or subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip(),
-        "machine": {"gpu": gpu[:1], "cpus": os.cpu_count(), "platform": platform.platform()},
+        "commit": commit(),
+        "machine": machine(),
         "config": {"model": "bench-0.5b (random, Qwen2.5-0.5B shape)", "dtype": "bfloat16",
                    "sequences": args.sequences, "prompt_len": args.prompt_len, "response_len": args.response_len,
                    "micro_batch": args.micro, "loss": "ppo clip 0.2 + low_var_kl 0.001, token-mean",

@@ -20,11 +20,12 @@ import glob
 import importlib.util
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
+
+from gpu_bench_common import commit, machine, make_bench_model
 
 PROMPTS, N, PROMPT_LEN, RESPONSE_LEN, MINI = 128, 8, 256, 512, 64
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -173,9 +174,7 @@ def main():
     bin_dir = os.path.join(os.path.abspath(a.build_dir), "bin")
     work = tempfile.mkdtemp(prefix="b3_")
     model = os.path.join(work, "bench-0.5b")
-    subprocess.run([os.path.join(bin_dir, "verl-make-tiny-model"), "--out-dir", model, "--hidden", "896", "--layers",
-                    "24", "--heads", "14", "--kv-heads", "2", "--intermediate", "4864", "--vocab-size", "151936",
-                    "--rope-theta", "1000000"], check=True, stdout=subprocess.DEVNULL)
+    make_bench_model(bin_dir, model)
     data = os.path.join(work, "train.parquet")
     prompt_tokens = make_dataset(data, PROMPTS * max(a.steps, 2), hf_token_counter(model))
     ours = run_ours(bin_dir, model, data, work, a.steps)
@@ -187,15 +186,12 @@ def main():
         baseline = run_trl(model, data, work, a.steps)
         baseline["installed_wheels"] = installed
         print(json.dumps({k: v for k, v in baseline.items() if k != "log"}), file=sys.stderr)
-    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                         text=True).stdout.strip().splitlines()
     report = {
         "benchmark": "B3",
         "title": "end-to-end GRPO step (one GPU)",
         "date": datetime.date.today().isoformat(),
-        "commit": os.environ.get("VERL_COMMIT") or subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
-                                                                  text=True).stdout.strip(),
-        "machine": {"gpu": gpu[:1], "cpus": os.cpu_count(), "platform": platform.platform()},
+        "commit": commit(),
+        "machine": machine(),
         "config": {"model": "bench-0.5b (random, Qwen2.5-0.5B shape)", "prompts": PROMPTS, "n": N,
                    "prompt_tokens": prompt_tokens, "response_len": RESPONSE_LEN, "ppo_epochs": 1,
                    "mini_batch_prompts": MINI, "kl_loss": "low_var_kl 0.001 against the reference model",

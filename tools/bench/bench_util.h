@@ -4,6 +4,7 @@
 // Shared by the LibTorch benchmark tools (verl-bench-rollout, verl-bench-update): `--name value` flags over defaults,
 // and waiting for the device.
 
+#include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/Device.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
@@ -30,6 +31,16 @@ inline std::optional<std::map<std::string, std::string>> ParseFlags(int argc, ch
 // Returns once `device` has finished its queued work (no-op on the CPU).
 inline void SyncDevice(const c10::Device& device) {
   if (device.is_cuda()) c10::impl::getDeviceGuardImpl(device.type())->synchronizeDevice(device.index());
+}
+
+// The caching allocator's peak of allocated bytes on `device` since the start, in GiB (0 on the CPU): verl's
+// perf/max_memory_allocated_gb.
+inline double PeakAllocatedGb(const c10::Device& device) {
+  if (!device.is_cuda()) return 0.0;
+  const auto stats = c10::getDeviceAllocator(device.type())->getDeviceStats(device.index());
+  return static_cast<double>(
+             stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak) /
+         (1 << 30);
 }
 
 }  // namespace verl::bench

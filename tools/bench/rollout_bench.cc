@@ -15,7 +15,6 @@
 // tools/bench/b1_rollout.py runs it beside HF transformers' generate on the same files and shapes.
 
 #include <ATen/ATen.h>
-#include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/DeviceGuard.h>
 
 #include <algorithm>
@@ -125,13 +124,7 @@ int main(int argc, char** argv) {
       generated = out.response_mask.sum().item<int64_t>();
       graphs = out.decode_graphs;
     }
-    double peak_gb = 0;
-    if (device.is_cuda()) {
-      const auto stats = c10::getDeviceAllocator(device.type())->getDeviceStats(device.index());
-      peak_gb = static_cast<double>(
-                    stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak) /
-                (1 << 30);
-    }
+    const double peak_gb = verl::bench::PeakAllocatedGb(device);
     double best = seconds.front();
     for (double s : seconds) best = std::min(best, s);
     nlohmann::json result = {{"engine", "verl-cpp"},

@@ -15,7 +15,6 @@
 // process is reported too (the CPU's memory measure).
 
 #include <ATen/ATen.h>
-#include <c10/core/CachingDeviceAllocator.h>
 
 #include <sys/resource.h>
 
@@ -120,13 +119,7 @@ int main(int argc, char** argv) {
     }
     double best = seconds.front();
     for (double s : seconds) best = std::min(best, s);
-    double peak_gb = 0;
-    if (device.is_cuda()) {
-      const auto stats = c10::getDeviceAllocator(device.type())->getDeviceStats(device.index());
-      peak_gb = static_cast<double>(
-                    stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak) /
-                (1 << 30);
-    }
+    const double peak_gb = verl::bench::PeakAllocatedGb(device);
     const int64_t tokens = N * (P + R);
     nlohmann::json result = {{"engine", "verl-cpp"},
                              {"model", flags["model"]},

@@ -4,42 +4,34 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <array>
+#include <atomic>
+
+#include "worker/kernels/aten_dtype.h"
 #include "worker/kernels/decode_attention_kernel.h"
 
 namespace verl::kernels {
 namespace {
 
-bool DtypeOf(at::ScalarType t, AttnDtype* out) {
-  switch (t) {
-    case at::kFloat:
-      *out = AttnDtype::kFloat32;
-      return true;
-    case at::kBFloat16:
-      *out = AttnDtype::kBFloat16;
-      return true;
-    case at::kHalf:
-      *out = AttnDtype::kFloat16;
-      return true;
-    default:
-      return false;
+// Streaming multiprocessors of `device`, asked once per device (an eager decoding step launches the kernel once per
+// layer). ATen's CUDAContext.h, which caches device properties, would pull in the cuBLAS/cuSPARSE headers.
+int MultiProcessorCount(int device) {
+  static std::array<std::atomic<int>, 64> known{};  // 0: not asked yet
+  if (device >= 0 && device < static_cast<int>(known.size())) {
+    if (const int n = known[device].load(std::memory_order_relaxed); n > 0) return n;
   }
-}
-
-// Streaming multiprocessors of the current device (ATen's CUDAContext.h would pull in the cuBLAS/cuSPARSE headers).
-int MultiProcessorCount() {
-  int device = 0;
   int count = 0;
-  C10_CUDA_CHECK(cudaGetDevice(&device));
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  if (device >= 0 && device < static_cast<int>(known.size())) known[device].store(count, std::memory_order_relaxed);
   return count;
 }
 
 }  // namespace
 
 bool DecodeAttentionSupported(const at::Tensor& q, const at::Tensor& k_cache) {
-  AttnDtype dtype;
+  KernelDtype dtype;
   return q.is_cuda() && k_cache.is_cuda() && q.dim() == 3 && k_cache.dim() == 4 &&
-         q.scalar_type() == k_cache.scalar_type() && DtypeOf(q.scalar_type(), &dtype) &&
+         q.scalar_type() == k_cache.scalar_type() && KernelDtypeOf(q.scalar_type(), &dtype) &&
          q.size(2) == k_cache.size(3) && k_cache.stride(3) == 1 && k_cache.stride(2) == k_cache.size(3) &&
          reinterpret_cast<uintptr_t>(k_cache.data_ptr()) % 16 == 0 &&
          DecodeAttentionShapeSupported(static_cast<int>(q.size(1)), static_cast<int>(k_cache.size(1)),
@@ -63,7 +55,7 @@ at::Tensor DecodeAttention(const at::Tensor& q, const at::Tensor& k_cache, const
   at::Tensor lens = lengths.contiguous();
   at::Tensor out = at::empty_like(qc);
   DecodeAttentionArgs a;
-  DtypeOf(q.scalar_type(), &a.dtype);
+  KernelDtypeOf(q.scalar_type(), &a.dtype);
   a.q = qc.data_ptr();
   a.k = k_cache.data_ptr();
   a.v = v_cache.data_ptr();
@@ -78,7 +70,7 @@ at::Tensor DecodeAttention(const at::Tensor& q, const at::Tensor& k_cache, const
   a.capacity = static_cast<int>(k_cache.size(2));
   a.scale = static_cast<float>(scale);
   a.splits = DecodeAttentionSplits(a.batch, a.kv_heads, a.capacity,
-                                   MultiProcessorCount());
+                                   MultiProcessorCount(q.device().index()));
   at::Tensor partial;
   if (a.splits > 1) {
     partial = at::empty({B, q.size(1), a.splits, q.size(2) + 2}, q.options().dtype(at::kFloat));

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 
+#include "worker/kernels/dtype.cuh"
 #include "worker/kernels/decode_attention_kernel.h"
 
 namespace verl::kernels {
@@ -23,19 +24,6 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kChunk = kThreads;  // positions scored at once, one per thread
 constexpr int kMaxGroup = 8;      // query heads per KV head
 constexpr float kLog2e = 1.4426950408889634f;
-
-__device__ __forceinline__ float ToFloat(float x) { return x; }
-__device__ __forceinline__ float ToFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float ToFloat(__half x) { return __half2float(x); }
-
-template <typename T>
-__device__ __forceinline__ T FromFloat(float x);
-template <>
-__device__ __forceinline__ float FromFloat<float>(float x) { return x; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
-template <>
-__device__ __forceinline__ __half FromFloat<__half>(float x) { return __float2half(x); }
 
 // 16 bytes at p (16-byte aligned) as floats.
 template <typename T>
@@ -266,11 +254,11 @@ cudaError_t LaunchDecodeAttention(const DecodeAttentionArgs& a, cudaStream_t str
   }
   if (a.batch == 0) return cudaSuccess;
   switch (a.dtype) {
-    case AttnDtype::kFloat32:
+    case KernelDtype::kFloat32:
       return LaunchDim<float>(a, stream);
-    case AttnDtype::kBFloat16:
+    case KernelDtype::kBFloat16:
       return LaunchDim<__nv_bfloat16>(a, stream);
-    case AttnDtype::kFloat16:
+    case KernelDtype::kFloat16:
       return LaunchDim<__half>(a, stream);
   }
   return cudaErrorInvalidValue;

@@ -14,12 +14,12 @@
 
 #include <cstdint>
 
+#include "worker/kernels/kernel_dtype.h"
+
 namespace verl::kernels {
 
-enum class AttnDtype { kFloat32, kBFloat16, kFloat16 };
-
 struct DecodeAttentionArgs {
-  AttnDtype dtype = AttnDtype::kBFloat16;
+  KernelDtype dtype = KernelDtype::kBFloat16;
   const void* q = nullptr;  // [B, Hq, D], contiguous
   const void* k = nullptr;  // element (b, h, t, d) at b * kv_stride_b + h * kv_stride_h + t * D + d
   const void* v = nullptr;  // same layout as k

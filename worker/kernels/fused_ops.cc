@@ -6,33 +6,14 @@
 
 #include <limits>
 
+#include "worker/kernels/aten_dtype.h"
 #include "worker/kernels/fused_ops_kernel.h"
 
 namespace verl::kernels {
-namespace {
-
-bool DtypeOf(at::ScalarType t, AttnDtype* out) {
-  switch (t) {
-    case at::kFloat:
-      *out = AttnDtype::kFloat32;
-      return true;
-    case at::kBFloat16:
-      *out = AttnDtype::kBFloat16;
-      return true;
-    case at::kHalf:
-      *out = AttnDtype::kFloat16;
-      return true;
-    default:
-      return false;
-  }
-}
-
-}  // namespace
-
 bool RmsNormSupported(const at::Tensor& x, const at::Tensor& weight) {
-  AttnDtype dtype;
+  KernelDtype dtype;
   return x.is_cuda() && weight.device() == x.device() && x.scalar_type() == weight.scalar_type() &&
-         DtypeOf(x.scalar_type(), &dtype) && x.dim() >= 1 && x.is_contiguous() && weight.dim() == 1 &&
+         KernelDtypeOf(x.scalar_type(), &dtype) && x.dim() >= 1 && x.is_contiguous() && weight.dim() == 1 &&
          weight.is_contiguous() && x.size(-1) == weight.size(0) && x.size(-1) > 0 &&
          x.size(-1) <= std::numeric_limits<int>::max();
 }
@@ -42,7 +23,7 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   const c10::cuda::CUDAGuard guard(x.device());
   at::Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
   RmsNormArgs a;
-  DtypeOf(x.scalar_type(), &a.dtype);
+  KernelDtypeOf(x.scalar_type(), &a.dtype);
   a.x = x.data_ptr();
   a.weight = weight.data_ptr();
   a.y = y.data_ptr();
@@ -54,9 +35,9 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
 }
 
 bool RopeSupported(const at::Tensor& x, const at::Tensor& cos) {
-  AttnDtype dtype;
+  KernelDtype dtype;
   return x.is_cuda() && cos.device() == x.device() && x.scalar_type() == cos.scalar_type() &&
-         DtypeOf(x.scalar_type(), &dtype) && x.dim() == 4 && cos.dim() == 4 && x.stride(3) == 1 &&
+         KernelDtypeOf(x.scalar_type(), &dtype) && x.dim() == 4 && cos.dim() == 4 && x.stride(3) == 1 &&
          x.size(3) % 2 == 0 && cos.is_contiguous() && cos.size(0) == x.size(0) && cos.size(1) == 1 &&
          cos.size(2) == x.size(2) && cos.size(3) == x.size(3) && x.is_non_overlapping_and_dense() &&
          x.numel() <= std::numeric_limits<int>::max();
@@ -70,7 +51,7 @@ at::Tensor Rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& si
   at::Tensor y = at::empty_like(x);  // x's strides (dense, non-overlapping)
   TORCH_CHECK(y.strides() == x.strides(), "fused Rope: output strides differ from the input's");
   RopeArgs a;
-  DtypeOf(x.scalar_type(), &a.dtype);
+  KernelDtypeOf(x.scalar_type(), &a.dtype);
   a.x = x.data_ptr();
   a.cos = cos.data_ptr();
   a.sin = sin.data_ptr();

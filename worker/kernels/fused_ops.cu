@@ -5,29 +5,11 @@
 
 #include <algorithm>
 
+#include "worker/kernels/dtype.cuh"
 #include "worker/kernels/fused_ops_kernel.h"
 
 namespace verl::kernels {
 namespace {
-
-__device__ __forceinline__ float ToFloat(float x) { return x; }
-__device__ __forceinline__ float ToFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float ToFloat(__half x) { return __half2float(x); }
-
-template <typename T>
-__device__ __forceinline__ T FromFloat(float x);
-template <>
-__device__ __forceinline__ float FromFloat<float>(float x) { return x; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
-template <>
-__device__ __forceinline__ __half FromFloat<__half>(float x) { return __float2half(x); }
-
-// x rounded to T, as float: what ATen's T-typed op stores.
-template <typename T>
-__device__ __forceinline__ float Round(float x) {
-  return ToFloat(FromFloat<T>(x));
-}
 
 constexpr int kNormThreads = 256;  // one warp per row
 
@@ -88,13 +70,13 @@ cudaError_t LaunchRmsNorm(const RmsNormArgs& a, cudaStream_t stream) {
   const int per_block = kNormThreads / 32;
   const dim3 grid(static_cast<unsigned>((a.rows + per_block - 1) / per_block));
   switch (a.dtype) {
-    case AttnDtype::kFloat32:
+    case KernelDtype::kFloat32:
       RmsNormKernel<float><<<grid, kNormThreads, 0, stream>>>(a);
       break;
-    case AttnDtype::kBFloat16:
+    case KernelDtype::kBFloat16:
       RmsNormKernel<__nv_bfloat16><<<grid, kNormThreads, 0, stream>>>(a);
       break;
-    case AttnDtype::kFloat16:
+    case KernelDtype::kFloat16:
       RmsNormKernel<__half><<<grid, kNormThreads, 0, stream>>>(a);
       break;
   }
@@ -108,13 +90,13 @@ cudaError_t LaunchRope(const RopeArgs& a, cudaStream_t stream) {
   const int threads = 256;
   const int64_t blocks = std::min<int64_t>((total + threads - 1) / threads, 65535LL * 8);
   switch (a.dtype) {
-    case AttnDtype::kFloat32:
+    case KernelDtype::kFloat32:
       RopeKernel<float><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(a);
       break;
-    case AttnDtype::kBFloat16:
+    case KernelDtype::kBFloat16:
       RopeKernel<__nv_bfloat16><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(a);
       break;
-    case AttnDtype::kFloat16:
+    case KernelDtype::kFloat16:
       RopeKernel<__half><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(a);
       break;
   }

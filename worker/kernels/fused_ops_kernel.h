@@ -9,13 +9,13 @@
 
 #include <cstdint>
 
-#include "worker/kernels/decode_attention_kernel.h"  // AttnDtype
+#include "worker/kernels/kernel_dtype.h"
 
 namespace verl::kernels {
 
 // HF's RMSNorm over rows of `hidden` elements: y = weight * to_dtype(float(x) * rsqrt(mean(float(x)^2) + eps)).
 struct RmsNormArgs {
-  AttnDtype dtype = AttnDtype::kBFloat16;
+  KernelDtype dtype = KernelDtype::kBFloat16;
   const void* x = nullptr;       // [rows, hidden], contiguous
   const void* weight = nullptr;  // [hidden]
   void* y = nullptr;             // [rows, hidden], contiguous
@@ -28,7 +28,7 @@ cudaError_t LaunchRmsNorm(const RmsNormArgs& args, cudaStream_t stream);
 // RoPE as HF applies it: y = x * cos + rotate_half(x) * sin, for x [B, H, T, D] (element (b, h, t, d) at
 // b * stride_b + h * stride_h + t * stride_t + d, the same for y) and cos, sin [B, T, D] contiguous.
 struct RopeArgs {
-  AttnDtype dtype = AttnDtype::kBFloat16;
+  KernelDtype dtype = KernelDtype::kBFloat16;
   const void* x = nullptr;
   const void* cos = nullptr;
   const void* sin = nullptr;

@@ -6,14 +6,15 @@
 
 #include <limits>
 
+#include "worker/kernels/aten_dtype.h"
 #include "worker/kernels/sampling_kernel.h"
 
 namespace verl::kernels {
 
 bool SampleTokensSupported(const at::Tensor& logits) {
-  const at::ScalarType t = logits.scalar_type();
+  KernelDtype dtype;
   return logits.is_cuda() && logits.dim() == 2 && logits.stride(1) == 1 &&
-         (t == at::kFloat || t == at::kBFloat16 || t == at::kHalf) && logits.size(0) <= std::numeric_limits<int>::max() &&
+         KernelDtypeOf(logits.scalar_type(), &dtype) && logits.size(0) <= std::numeric_limits<int>::max() &&
          logits.size(1) > 0 && logits.size(1) <= std::numeric_limits<int>::max();
 }
 
@@ -32,9 +33,7 @@ at::Tensor SampleTokens(const at::Tensor& logits, double temperature, bool greed
   at::Tensor tokens = at::empty({rows}, logits.options().dtype(at::kLong));
   at::Tensor lp = at::empty({rows}, logits.options().dtype(at::kFloat));
   SampleArgs a;
-  a.dtype = logits.scalar_type() == at::kFloat      ? AttnDtype::kFloat32
-            : logits.scalar_type() == at::kBFloat16 ? AttnDtype::kBFloat16
-                                                    : AttnDtype::kFloat16;
+  KernelDtypeOf(logits.scalar_type(), &a.dtype);
   a.logits = logits.data_ptr();
   a.row_stride = logits.stride(0);
   a.uniforms = greedy ? nullptr : u.data_ptr<double>();

@@ -7,16 +7,13 @@
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
+#include "worker/kernels/dtype.cuh"
 #include "worker/kernels/sampling_kernel.h"
 
 namespace verl::kernels {
 namespace {
 
 constexpr int kThreads = 512;
-
-__device__ __forceinline__ float ToFloat(float x) { return x; }
-__device__ __forceinline__ float ToFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float ToFloat(__half x) { return __half2float(x); }
 
 // The elements of one 32-bit word as floats (bit operations: the words stay in registers).
 template <typename T>
@@ -180,13 +177,13 @@ cudaError_t LaunchSample(const SampleArgs& a, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   }
   switch (a.dtype) {
-    case AttnDtype::kFloat32:
+    case KernelDtype::kFloat32:
       SampleKernel<float><<<a.rows, kThreads, 0, stream>>>(a);
       break;
-    case AttnDtype::kBFloat16:
+    case KernelDtype::kBFloat16:
       SampleKernel<__nv_bfloat16><<<a.rows, kThreads, 0, stream>>>(a);
       break;
-    case AttnDtype::kFloat16:
+    case KernelDtype::kFloat16:
       SampleKernel<__half><<<a.rows, kThreads, 0, stream>>>(a);
       break;
   }

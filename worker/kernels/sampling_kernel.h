@@ -16,12 +16,12 @@
 
 #include <cstdint>
 
-#include "worker/kernels/decode_attention_kernel.h"  // AttnDtype
+#include "worker/kernels/kernel_dtype.h"
 
 namespace verl::kernels {
 
 struct SampleArgs {
-  AttnDtype dtype = AttnDtype::kFloat32;  // of the logits
+  KernelDtype dtype = KernelDtype::kFloat32;  // of the logits
   const void* logits = nullptr;           // [rows, vocab], row r at r * row_stride elements
   int64_t row_stride = 0;
   const double* uniforms = nullptr;  // [rows], draws in [0, 1); unused when greedy

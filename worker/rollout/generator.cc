@@ -183,17 +183,23 @@ int64_t KvSlotBytes(const DecoderConfig& config, at::ScalarType dtype, int64_t c
 
 namespace {
 
-// One slot-mode decoding step in the decode kernel over slots [0, B) of `slots`: row b feeds tokens[b] at position
-// pos[b] (int64 [B] on the model's device; its cache index too). Returns logits [B, V], in the model's dtype when
-// `keep_dtype` (for the fused sampler), float32 otherwise.
-at::Tensor DecodeSlotLogits(const DecoderModel& model, const KvCache& slots, int64_t B, const at::Tensor& tokens,
-                            const at::Tensor& pos, bool keep_dtype) {
+// Slots [0, B) of `slots`, for one decoding step (the caller sets slot_pos, and slot_len or attend).
+KvCache SlotView(const KvCache& slots, int64_t B) {
   KvCache view;
   for (size_t i = 0; i < slots.k.size(); ++i) {
     view.k.push_back(slots.k[i].narrow(0, 0, B));
     view.v.push_back(slots.v[i].narrow(0, 0, B));
   }
   view.capacity = slots.capacity;
+  return view;
+}
+
+// One slot-mode decoding step in the decode kernel over slots [0, B) of `slots`: row b feeds tokens[b] at position
+// pos[b] (int64 [B] on the model's device; its cache index too). Returns logits [B, V], in the model's dtype when
+// `keep_dtype` (for the fused sampler), float32 otherwise.
+at::Tensor DecodeSlotLogits(const DecoderModel& model, const KvCache& slots, int64_t B, const at::Tensor& tokens,
+                            const at::Tensor& pos, bool keep_dtype) {
+  KvCache view = SlotView(slots, B);
   view.slot_pos = pos;
   view.slot_len = (pos + 1).to(at::kInt);
   at::Tensor hidden = model.Forward(tokens.unsqueeze(1), pos.unsqueeze(1), at::Tensor(), &view);
@@ -208,9 +214,9 @@ std::pair<at::Tensor, at::Tensor> DecodeAndSample(const DecoderModel& model, con
   // The fused sampler reads bf16/fp16 logits itself (exactly their float32 values); ATen's composition wants float32.
   const bool fused = model.device().is_cuda() && Unfiltered(options, model.config().vocab_size);
   at::Tensor logits = DecodeSlotLogits(model, slots, B, in[0], in[1], fused);
-  at::Tensor lp;
+  at::Tensor lp;  // float32 on either sampling path
   at::Tensor tok = SampleNextTokens(logits, options, uniforms, &lp);
-  return {tok, lp.to(at::kFloat)};
+  return {tok, lp};
 }
 
 // The rows a decoding step in the decode kernel runs when slots [0, high) hold the running sequences: the smallest
@@ -526,12 +532,7 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
     at::Tensor dev_tokens = host_in[0].narrow(0, 0, high).to(device);
     at::Tensor dev_pos = host_in[1].narrow(0, 0, high).to(device);
     at::Tensor mask = at::arange(attend, dev_long).view({1, attend}).le(dev_pos.view({high, 1}));
-    KvCache view;
-    for (size_t i = 0; i < slots.k.size(); ++i) {
-      view.k.push_back(slots.k[i].narrow(0, 0, high));
-      view.v.push_back(slots.v[i].narrow(0, 0, high));
-    }
-    view.capacity = slots.capacity;
+    KvCache view = SlotView(slots, high);
     view.slot_pos = dev_pos;
     view.attend = attend;
     at::Tensor hidden =

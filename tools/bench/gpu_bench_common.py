@@ -1,0 +1,30 @@
+"""What the GPU benchmarks B1-B3 (b1_rollout.py, b2_update.py, b3_grpo.py) share: the bench-0.5b model of
+BENCHMARKS.md, and the commit and machine a result file records."""
+import os
+import platform
+import subprocess
+
+
+def make_bench_model(bin_dir, out_dir):
+    """bench-0.5b: the Qwen2.5-0.5B shape (hidden 896, 24 layers, 14 query / 2 KV heads, intermediate 4864, vocab
+    151936, rope theta 1e6, tied embeddings) with random weights, written by verl-make-tiny-model as an HF directory
+    (with its small byte-level tokenizer). Returns out_dir."""
+    subprocess.run([os.path.join(bin_dir, "verl-make-tiny-model"), "--out-dir", out_dir, "--hidden", "896", "--layers",
+                    "24", "--heads", "14", "--kv-heads", "2", "--intermediate", "4864", "--vocab-size", "151936",
+                    "--rope-theta", "1000000"], check=True, stdout=subprocess.DEVNULL)
+    return out_dir
+
+
+def commit():
+    """VERL_COMMIT when set (pass the hash taken on your machine: the device copy's .git may be stale), else HEAD."""
+    return os.environ.get("VERL_COMMIT") or subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
+                                                           text=True).stdout.strip()
+
+
+def machine():
+    try:
+        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True).stdout.strip().splitlines()
+    except FileNotFoundError:  # no NVIDIA driver here
+        gpu = []
+    return {"gpu": gpu[:1], "cpus": os.cpu_count(), "platform": platform.platform()}

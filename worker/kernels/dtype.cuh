@@ -1,0 +1,32 @@
+#ifndef VERL_WORKER_KERNELS_DTYPE_CUH_
+#define VERL_WORKER_KERNELS_DTYPE_CUH_
+
+// Device-side conversions shared by the .cu kernels: each computes in float32 and stores in the tensor's dtype.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace verl::kernels {
+
+__device__ __forceinline__ float ToFloat(float x) { return x; }
+__device__ __forceinline__ float ToFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float ToFloat(__half x) { return __half2float(x); }
+
+template <typename T>
+__device__ __forceinline__ T FromFloat(float x);
+template <>
+__device__ __forceinline__ float FromFloat<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
+template <>
+__device__ __forceinline__ __half FromFloat<__half>(float x) { return __float2half(x); }
+
+// x rounded to T, as float: what an ATen op computing in float32 and storing T keeps.
+template <typename T>
+__device__ __forceinline__ float Round(float x) {
+  return ToFloat(FromFloat<T>(x));
+}
+
+}  // namespace verl::kernels
+
+#endif  // VERL_WORKER_KERNELS_DTYPE_CUH_
