@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs THERE (the GPU machine): the CUDA build, the [gpu] tests of the rollout engine (decode kernel, CUDA graphs) and
-# of the rank, then the benchmarks of BENCHMARKS.md on one GPU: B1 (rollout against HF generate), B2 (actor update
+# Runs THERE (the GPU machine): the CUDA build, the [gpu] tests of the rollout engine (decode kernel, CUDA graphs), of
+# the trainer's kernels and of the rank, then the benchmarks of BENCHMARKS.md on one GPU: B1 (rollout against HF generate), B2 (actor update
 # against PyTorch eager), B3 (a GRPO step against TRL's GRPOTrainer; TRL's wheels carried in .device-wheels/, see
 # tools/device/fetch_wheels.sh). Results in $OUT: summary.json, build.log, tests.log, b1.json, b2.json, b3.json, b*.log.
 #
@@ -24,7 +24,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 { nvidia-smi -L; nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv; } > "$OUT/build.log" 2>&1
 . "$ROOT/tools/device/build.sh" --env-only
 set +e
-"$ROOT/tools/device/build.sh" gpu_decode_test gpu_rank_test verl-bench-rollout verl-bench-update verl-make-tiny-model \
+"$ROOT/tools/device/build.sh" gpu_decode_test gpu_rank_test gpu_train_kernels_test verl-bench-rollout verl-bench-update verl-make-tiny-model \
   verl-controller verl-worker verl-make-dataset >> "$OUT/build.log" 2>&1
 build_rc=$?
 build_s=$(secs)
@@ -35,6 +35,8 @@ if [ $build_rc = 0 ]; then
     timeout 240 "$BUILD_DIR/bin/gpu_decode_test" --durations yes > "$OUT/tests.log" 2>&1
     tests_rc=$?
     timeout 240 "$BUILD_DIR/bin/gpu_rank_test" --durations yes >> "$OUT/tests.log" 2>&1
+    tests_rc=$(( tests_rc + $? ))
+    timeout 240 "$BUILD_DIR/bin/gpu_train_kernels_test" --durations yes >> "$OUT/tests.log" 2>&1
     tests_rc=$(( tests_rc + $? ))
   fi
   if [ "$B1" = 1 ]; then

@@ -1,8 +1,10 @@
 #include "worker/kernels/fused_ops.h"
 
+#include <ATen/core/grad_mode.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include <limits>
 
@@ -10,6 +12,172 @@
 #include "worker/kernels/fused_ops_kernel.h"
 
 namespace verl::kernels {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+bool NeedsGrad(std::initializer_list<const at::Tensor*> inputs) {
+  if (!at::GradMode::is_enabled()) return false;
+  for (const at::Tensor* t : inputs) {
+    if (t->requires_grad()) return true;
+  }
+  return false;
+}
+
+KernelDtype DtypeOf(const at::Tensor& t) {
+  KernelDtype d = KernelDtype::kFloat32;
+  TORCH_CHECK(KernelDtypeOf(t.scalar_type(), &d), "fused ops: unsupported dtype ", t.scalar_type());
+  return d;
+}
+
+// A gradient in the forward input's dtype and contiguous (what the backward kernels read).
+at::Tensor DenseGrad(const at::Tensor& g, const at::Tensor& like) {
+  return g.to(like.scalar_type()).contiguous();
+}
+
+at::Tensor RmsNormForward(const at::Tensor& x, const at::Tensor& weight, double eps, at::Tensor* rstd) {
+  TORCH_CHECK(RmsNormSupported(x, weight), "fused RmsNorm: unsupported input ", x.sizes(), " ", x.scalar_type());
+  const c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
+  RmsNormArgs a;
+  a.dtype = DtypeOf(x);
+  a.x = x.data_ptr();
+  a.weight = weight.data_ptr();
+  a.y = y.data_ptr();
+  a.hidden = static_cast<int>(x.size(-1));
+  a.rows = x.numel() / x.size(-1);
+  a.eps = static_cast<float>(eps);
+  if (rstd != nullptr) {
+    *rstd = at::empty({a.rows}, x.options().dtype(at::kFloat));
+    a.rstd = rstd->data_ptr<float>();
+  }
+  C10_CUDA_CHECK(LaunchRmsNorm(a, c10::cuda::getCurrentCUDAStream()));
+  return y;
+}
+
+class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight, double eps) {
+    at::Tensor rstd;
+    at::Tensor y = RmsNormForward(x, weight, eps, &rstd);
+    ctx->save_for_backward({x, weight, rstd});
+    return y;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor& x = saved[0];
+    const at::Tensor& weight = saved[1];
+    const at::Tensor& rstd = saved[2];
+    const at::Tensor dy = DenseGrad(grads[0], x);
+    const c10::cuda::CUDAGuard guard(x.device());
+    RmsNormBackwardArgs a;
+    a.dtype = DtypeOf(x);
+    a.x = x.data_ptr();
+    a.weight = weight.data_ptr();
+    a.rstd = rstd.data_ptr<float>();
+    a.dy = dy.data_ptr();
+    a.hidden = static_cast<int>(x.size(-1));
+    a.rows = x.numel() / x.size(-1);
+    at::Tensor dx, partial;
+    if (ctx->needs_input_grad(0)) {
+      dx = at::empty_like(x, at::MemoryFormat::Contiguous);
+      a.dx = dx.data_ptr();
+    }
+    if (ctx->needs_input_grad(1)) {
+      partial = at::empty({RmsNormBackwardChunks(a.rows), a.hidden}, x.options().dtype(at::kFloat));
+      a.dweight_partial = partial.data_ptr<float>();
+    }
+    C10_CUDA_CHECK(LaunchRmsNormBackward(a, c10::cuda::getCurrentCUDAStream()));
+    at::Tensor dw = partial.defined() ? partial.sum(0).to(weight.scalar_type()) : at::Tensor();
+    return {dx, dw, at::Tensor()};
+  }
+};
+
+at::Tensor RopeForward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool negate_sin) {
+  TORCH_CHECK(RopeSupported(x, cos) && sin.sizes() == cos.sizes() && sin.is_contiguous() &&
+                  sin.scalar_type() == cos.scalar_type(),
+              "fused Rope: unsupported input ", x.sizes(), " ", x.scalar_type());
+  const c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor y = at::empty_like(x);  // x's strides (dense, non-overlapping)
+  TORCH_CHECK(y.strides() == x.strides(), "fused Rope: output strides differ from the input's");
+  RopeArgs a;
+  a.dtype = DtypeOf(x);
+  a.x = x.data_ptr();
+  a.cos = cos.data_ptr();
+  a.sin = sin.data_ptr();
+  a.y = y.data_ptr();
+  a.batch = static_cast<int>(x.size(0));
+  a.heads = static_cast<int>(x.size(1));
+  a.tokens = static_cast<int>(x.size(2));
+  a.head_dim = static_cast<int>(x.size(3));
+  a.stride_b = x.stride(0);
+  a.stride_h = x.stride(1);
+  a.stride_t = x.stride(2);
+  a.negate_sin = negate_sin;
+  C10_CUDA_CHECK(LaunchRope(a, c10::cuda::getCurrentCUDAStream()));
+  return y;
+}
+
+class RopeFunction : public torch::autograd::Function<RopeFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+    ctx->save_for_backward({cos, sin});
+    return RopeForward(x, cos, sin, /*negate_sin=*/false);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    at::Tensor dy = grads[0];
+    if (!RopeSupported(dy, saved[0])) dy = dy.contiguous();
+    // y = x * cos + rotate_half(x) * sin is a rotation of each (x[d], x[d + D/2]) pair by the angle whose cosine and
+    // sine are cos[d] and sin[d] (= sin[d + D/2]); its transpose rotates back: dx = rope(dy, cos, -sin).
+    return {RopeForward(dy, saved[0], saved[1], /*negate_sin=*/true), at::Tensor(), at::Tensor()};
+  }
+};
+
+at::Tensor SwiGluForward(const at::Tensor& gate, const at::Tensor& up) {
+  TORCH_CHECK(SwiGluSupported(gate, up), "fused SwiGLU: unsupported input ", gate.sizes(), " ", gate.scalar_type());
+  const c10::cuda::CUDAGuard guard(gate.device());
+  at::Tensor y = at::empty_like(gate, at::MemoryFormat::Contiguous);
+  SwiGluArgs a;
+  a.dtype = DtypeOf(gate);
+  a.gate = gate.data_ptr();
+  a.up = up.data_ptr();
+  a.y = y.data_ptr();
+  a.n = gate.numel();
+  C10_CUDA_CHECK(LaunchSwiGlu(a, c10::cuda::getCurrentCUDAStream()));
+  return y;
+}
+
+class SwiGluFunction : public torch::autograd::Function<SwiGluFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up) {
+    ctx->save_for_backward({gate, up});
+    return SwiGluForward(gate, up);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor& gate = saved[0];
+    const at::Tensor& up = saved[1];
+    const at::Tensor dy = DenseGrad(grads[0], gate);
+    const c10::cuda::CUDAGuard guard(gate.device());
+    at::Tensor dgate = at::empty_like(gate, at::MemoryFormat::Contiguous);
+    at::Tensor dup = at::empty_like(up, at::MemoryFormat::Contiguous);
+    SwiGluBackwardArgs a;
+    a.dtype = DtypeOf(gate);
+    a.gate = gate.data_ptr();
+    a.up = up.data_ptr();
+    a.dy = dy.data_ptr();
+    a.dgate = dgate.data_ptr();
+    a.dup = dup.data_ptr();
+    a.n = gate.numel();
+    C10_CUDA_CHECK(LaunchSwiGluBackward(a, c10::cuda::getCurrentCUDAStream()));
+    return {dgate, dup};
+  }
+};
+
+}  // namespace
+
 bool RmsNormSupported(const at::Tensor& x, const at::Tensor& weight) {
   KernelDtype dtype;
   return x.is_cuda() && weight.device() == x.device() && x.scalar_type() == weight.scalar_type() &&
@@ -19,19 +187,8 @@ bool RmsNormSupported(const at::Tensor& x, const at::Tensor& weight) {
 }
 
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  TORCH_CHECK(RmsNormSupported(x, weight), "fused RmsNorm: unsupported input ", x.sizes(), " ", x.scalar_type());
-  const c10::cuda::CUDAGuard guard(x.device());
-  at::Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
-  RmsNormArgs a;
-  KernelDtypeOf(x.scalar_type(), &a.dtype);
-  a.x = x.data_ptr();
-  a.weight = weight.data_ptr();
-  a.y = y.data_ptr();
-  a.hidden = static_cast<int>(x.size(-1));
-  a.rows = x.numel() / x.size(-1);
-  a.eps = static_cast<float>(eps);
-  C10_CUDA_CHECK(LaunchRmsNorm(a, c10::cuda::getCurrentCUDAStream()));
-  return y;
+  if (!NeedsGrad({&x, &weight})) return RmsNormForward(x, weight, eps, nullptr);
+  return RmsNormFunction::apply(x, weight, eps);
 }
 
 bool RopeSupported(const at::Tensor& x, const at::Tensor& cos) {
@@ -44,27 +201,21 @@ bool RopeSupported(const at::Tensor& x, const at::Tensor& cos) {
 }
 
 at::Tensor Rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  TORCH_CHECK(RopeSupported(x, cos) && sin.sizes() == cos.sizes() && sin.is_contiguous() &&
-                  sin.scalar_type() == cos.scalar_type(),
-              "fused Rope: unsupported input ", x.sizes(), " ", x.scalar_type());
-  const c10::cuda::CUDAGuard guard(x.device());
-  at::Tensor y = at::empty_like(x);  // x's strides (dense, non-overlapping)
-  TORCH_CHECK(y.strides() == x.strides(), "fused Rope: output strides differ from the input's");
-  RopeArgs a;
-  KernelDtypeOf(x.scalar_type(), &a.dtype);
-  a.x = x.data_ptr();
-  a.cos = cos.data_ptr();
-  a.sin = sin.data_ptr();
-  a.y = y.data_ptr();
-  a.batch = static_cast<int>(x.size(0));
-  a.heads = static_cast<int>(x.size(1));
-  a.tokens = static_cast<int>(x.size(2));
-  a.head_dim = static_cast<int>(x.size(3));
-  a.stride_b = x.stride(0);
-  a.stride_h = x.stride(1);
-  a.stride_t = x.stride(2);
-  C10_CUDA_CHECK(LaunchRope(a, c10::cuda::getCurrentCUDAStream()));
-  return y;
+  if (!NeedsGrad({&x})) return RopeForward(x, cos, sin, /*negate_sin=*/false);
+  TORCH_CHECK(!cos.requires_grad() && !sin.requires_grad(), "fused Rope: no gradient flows into cos and sin");
+  return RopeFunction::apply(x, cos, sin);
+}
+
+bool SwiGluSupported(const at::Tensor& gate, const at::Tensor& up) {
+  KernelDtype dtype;
+  return gate.is_cuda() && up.device() == gate.device() && up.scalar_type() == gate.scalar_type() &&
+         KernelDtypeOf(gate.scalar_type(), &dtype) && gate.sizes() == up.sizes() && gate.is_contiguous() &&
+         up.is_contiguous();
+}
+
+at::Tensor SwiGlu(const at::Tensor& gate, const at::Tensor& up) {
+  if (!NeedsGrad({&gate, &up})) return SwiGluForward(gate, up);
+  return SwiGluFunction::apply(gate, up);
 }
 
 }  // namespace verl::kernels

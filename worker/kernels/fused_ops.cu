@@ -1,19 +1,62 @@
-// Fused RMSNorm and RoPE for the rollout (inference mode) (fused_ops_kernel.h).
+// Fused RMSNorm, RoPE and SwiGLU of the decoder layers, forward and backward (fused_ops_kernel.h).
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+#include <type_traits>
 
 #include "worker/kernels/dtype.cuh"
 #include "worker/kernels/fused_ops_kernel.h"
+#include "worker/kernels/vec_load.cuh"
 
 namespace verl::kernels {
 namespace {
 
 constexpr int kNormThreads = 256;  // one warp per row
+constexpr int kNormChunks = 256;   // row chunks of the weight gradient's partial sums
 
-template <typename T>
+__device__ __forceinline__ float WarpSum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// f(i, x[i], ...) over a row of n elements by the 32 lanes of a warp: 16-byte loads (kVec: n a multiple of the
+// vector width, rows aligned) or single elements.
+template <typename T, bool kVec, typename F>
+__device__ __forceinline__ void WarpRow(int n, int lane, F&& f) {
+  if constexpr (kVec) {
+    constexpr int kN = Vec<T>::kN;
+    for (int v = lane; v < n / kN; v += 32) f(v * kN, std::integral_constant<int, kN>());
+  } else {
+    for (int i = lane; i < n; i += 32) f(i, std::integral_constant<int, 1>());
+  }
+}
+
+template <typename T, int N>
+__device__ __forceinline__ void LoadN(const T* p, float (&out)[N]) {
+  if constexpr (N == 1) {
+    out[0] = ToFloat(*p);
+  } else {
+    Vec<T>::Load(p, out);
+  }
+}
+
+template <typename T, int N>
+__device__ __forceinline__ void StoreN(T* p, const float (&in)[N]) {
+  if constexpr (N == 1) {
+    *p = FromFloat<T>(in[0]);
+  } else {
+    Vec<T>::Store(p, in);
+  }
+}
+
+template <typename T, bool kVec>
 __global__ void __launch_bounds__(kNormThreads) RmsNormKernel(const RmsNormArgs a) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (kNormThreads / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -22,17 +65,76 @@ __global__ void __launch_bounds__(kNormThreads) RmsNormKernel(const RmsNormArgs 
   const T* w = static_cast<const T*>(a.weight);
   T* y = static_cast<T*>(a.y) + row * a.hidden;
   float ss = 0.f;
-  for (int i = lane; i < a.hidden; i += 32) {
-    const float v = ToFloat(x[i]);
-    ss = fmaf(v, v, ss);
-  }
+  WarpRow<T, kVec>(a.hidden, lane, [&](int i, auto n) {
+    float xv[n.value];
+    LoadN<T>(x + i, xv);
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    for (int j = 0; j < n.value; ++j) ss = fmaf(xv[j], xv[j], ss);
+  });
+  ss = WarpSum(ss);
   const float r = rsqrtf(ss / static_cast<float>(a.hidden) + a.eps);
-  for (int i = lane; i < a.hidden; i += 32) {
-    const float normed = Round<T>(__fmul_rn(ToFloat(x[i]), r));
-    y[i] = FromFloat<T>(__fmul_rn(ToFloat(w[i]), normed));
+  if (a.rstd != nullptr && lane == 0) a.rstd[row] = r;
+  WarpRow<T, kVec>(a.hidden, lane, [&](int i, auto n) {
+    float xv[n.value], wv[n.value];
+    LoadN<T>(x + i, xv);
+    LoadN<T>(w + i, wv);
+#pragma unroll
+    for (int j = 0; j < n.value; ++j) {
+      // to_dtype(x * r), then weight * that rounded again: the two roundings of the ATen composition.
+      xv[j] = __fmul_rn(wv[j], Round<T>(__fmul_rn(xv[j], r)));
+    }
+    StoreN<T>(y + i, xv);
+  });
+}
+
+template <typename T, bool kVec>
+__global__ void __launch_bounds__(kNormThreads) RmsNormInputGradKernel(const RmsNormBackwardArgs a) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (kNormThreads / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= a.rows) return;
+  const T* x = static_cast<const T*>(a.x) + row * a.hidden;
+  const T* w = static_cast<const T*>(a.weight);
+  const T* dy = static_cast<const T*>(a.dy) + row * a.hidden;
+  T* dx = static_cast<T*>(a.dx) + row * a.hidden;
+  const float r = a.rstd[row];
+  float dot = 0.f;  // sum(g * x), g = dy * weight
+  WarpRow<T, kVec>(a.hidden, lane, [&](int i, auto n) {
+    float xv[n.value], wv[n.value], gv[n.value];
+    LoadN<T>(x + i, xv);
+    LoadN<T>(w + i, wv);
+    LoadN<T>(dy + i, gv);
+#pragma unroll
+    for (int j = 0; j < n.value; ++j) dot = fmaf(gv[j] * wv[j], xv[j], dot);
+  });
+  dot = WarpSum(dot);
+  // dx = r * g - x * r^3 * sum(g * x) / hidden
+  const float c = dot * r * r * r / static_cast<float>(a.hidden);
+  WarpRow<T, kVec>(a.hidden, lane, [&](int i, auto n) {
+    float xv[n.value], wv[n.value], gv[n.value];
+    LoadN<T>(x + i, xv);
+    LoadN<T>(w + i, wv);
+    LoadN<T>(dy + i, gv);
+#pragma unroll
+    for (int j = 0; j < n.value; ++j) xv[j] = r * gv[j] * wv[j] - xv[j] * c;
+    StoreN<T>(dx + i, xv);
+  });
+}
+
+// Block (column tile, row chunk): each thread sums dy * to_dtype(x * r) over its column's rows of the chunk.
+template <typename T>
+__global__ void RmsNormWeightGradKernel(const RmsNormBackwardArgs a, int64_t rows_per_chunk) {
+  const int col = blockIdx.x * blockDim.x + threadIdx.x;
+  if (col >= a.hidden) return;
+  const T* x = static_cast<const T*>(a.x);
+  const T* dy = static_cast<const T*>(a.dy);
+  const int64_t begin = static_cast<int64_t>(blockIdx.y) * rows_per_chunk;
+  const int64_t end = min(a.rows, begin + rows_per_chunk);
+  float acc = 0.f;
+  for (int64_t row = begin; row < end; ++row) {
+    const int64_t at = row * a.hidden + col;
+    acc = fmaf(ToFloat(dy[at]), Round<T>(__fmul_rn(ToFloat(x[at]), a.rstd[row])), acc);
   }
+  a.dweight_partial[static_cast<int64_t>(blockIdx.y) * a.hidden + col] = acc;
 }
 
 template <typename T>
@@ -55,30 +157,171 @@ __global__ void RopeKernel(const RopeArgs a) {
     T* y = static_cast<T*>(a.y) + at;
     const float x1 = ToFloat(x[d]);
     const float x2 = ToFloat(x[d + half]);
+    const float s1 = a.negate_sin ? -ToFloat(s[d]) : ToFloat(s[d]);
+    const float s2 = a.negate_sin ? -ToFloat(s[d + half]) : ToFloat(s[d + half]);
     // rotate_half(x) = cat(-x2, x1); each product and the sum rounded to T, as the ATen ops store them.
     // (_rn intrinsics: never contracted into an FMA, which would round once instead of twice.)
-    y[d] = FromFloat<T>(__fadd_rn(Round<T>(__fmul_rn(x1, ToFloat(c[d]))), Round<T>(__fmul_rn(-x2, ToFloat(s[d])))));
-    y[d + half] = FromFloat<T>(
-        __fadd_rn(Round<T>(__fmul_rn(x2, ToFloat(c[d + half]))), Round<T>(__fmul_rn(x1, ToFloat(s[d + half])))));
+    y[d] = FromFloat<T>(__fadd_rn(Round<T>(__fmul_rn(x1, ToFloat(c[d]))), Round<T>(__fmul_rn(-x2, s1))));
+    y[d + half] = FromFloat<T>(__fadd_rn(Round<T>(__fmul_rn(x2, ToFloat(c[d + half]))), Round<T>(__fmul_rn(x1, s2))));
   }
 }
+
+// As ATen's CUDA silu and silu_backward compute in float32.
+__device__ __forceinline__ float Silu(float g) { return g / (1.0f + expf(-g)); }
+__device__ __forceinline__ float SiluGrad(float dy, float g) {
+  const float sg = 1.0f / (1.0f + expf(-g));
+  return dy * sg * (1.0f + g * (1.0f - sg));
+}
+
+// f(i, width) over n elements, 16-byte vectors where kVec.
+template <typename T, bool kVec, typename F>
+__device__ __forceinline__ void GridElements(int64_t n, F&& f) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if constexpr (kVec) {
+    constexpr int kN = Vec<T>::kN;
+    for (int64_t v = first; v < n / kN; v += stride) f(v * kN, std::integral_constant<int, kN>());
+  } else {
+    for (int64_t i = first; i < n; i += stride) f(i, std::integral_constant<int, 1>());
+  }
+}
+
+template <typename T, bool kVec>
+__global__ void SwiGluKernel(const SwiGluArgs a) {
+  const T* g = static_cast<const T*>(a.gate);
+  const T* u = static_cast<const T*>(a.up);
+  T* y = static_cast<T*>(a.y);
+  GridElements<T, kVec>(a.n, [&](int64_t i, auto n) {
+    float gv[n.value], uv[n.value];
+    LoadN<T>(g + i, gv);
+    LoadN<T>(u + i, uv);
+#pragma unroll
+    for (int j = 0; j < n.value; ++j) gv[j] = __fmul_rn(Round<T>(Silu(gv[j])), uv[j]);
+    StoreN<T>(y + i, gv);
+  });
+}
+
+template <typename T, bool kVec>
+__global__ void SwiGluBackwardKernel(const SwiGluBackwardArgs a) {
+  const T* g = static_cast<const T*>(a.gate);
+  const T* u = static_cast<const T*>(a.up);
+  const T* dy = static_cast<const T*>(a.dy);
+  T* dg = static_cast<T*>(a.dgate);
+  T* du = static_cast<T*>(a.dup);
+  GridElements<T, kVec>(a.n, [&](int64_t i, auto n) {
+    float gv[n.value], uv[n.value], dv[n.value];
+    LoadN<T>(g + i, gv);
+    LoadN<T>(u + i, uv);
+    LoadN<T>(dy + i, dv);
+#pragma unroll
+    for (int j = 0; j < n.value; ++j) {
+      // Autograd of to_dtype(silu(gate)) * up: dup = dy * s and ds = dy * up, each stored in T; then silu_backward.
+      const float s = Round<T>(Silu(gv[j]));
+      const float ds = Round<T>(__fmul_rn(dv[j], uv[j]));
+      uv[j] = __fmul_rn(dv[j], s);
+      gv[j] = SiluGrad(ds, gv[j]);
+    }
+    StoreN<T>(du + i, uv);
+    StoreN<T>(dg + i, gv);
+  });
+}
+
+// Launches kernel<T, kVec> for the dtype: kVec where every pointer is 16-byte aligned and `n` a multiple of T's vector.
+template <template <typename, bool> class L, typename Args>
+cudaError_t DispatchVec(const Args& a, int64_t n, std::initializer_list<const void*> ptrs, cudaStream_t stream) {
+  bool aligned = true;
+  for (const void* p : ptrs) aligned = aligned && (p == nullptr || Aligned16(p));
+  switch (a.dtype) {
+    case KernelDtype::kFloat32:
+      if (aligned && n % Vec<float>::kN == 0) {
+        L<float, true>::Launch(a, stream);
+      } else {
+        L<float, false>::Launch(a, stream);
+      }
+      break;
+    case KernelDtype::kBFloat16:
+      if (aligned && n % Vec<__nv_bfloat16>::kN == 0) {
+        L<__nv_bfloat16, true>::Launch(a, stream);
+      } else {
+        L<__nv_bfloat16, false>::Launch(a, stream);
+      }
+      break;
+    case KernelDtype::kFloat16:
+      if (aligned && n % Vec<__half>::kN == 0) {
+        L<__half, true>::Launch(a, stream);
+      } else {
+        L<__half, false>::Launch(a, stream);
+      }
+      break;
+  }
+  return cudaGetLastError();
+}
+
+unsigned NormBlocks(int64_t rows) {
+  const int per_block = kNormThreads / 32;
+  return static_cast<unsigned>((rows + per_block - 1) / per_block);
+}
+
+unsigned ElementBlocks(int64_t work) {
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((work + 255) / 256, 132LL * 16)));
+}
+
+template <typename T, bool kVec>
+struct NormLaunch {
+  static void Launch(const RmsNormArgs& a, cudaStream_t s) {
+    RmsNormKernel<T, kVec><<<NormBlocks(a.rows), kNormThreads, 0, s>>>(a);
+  }
+};
+template <typename T, bool kVec>
+struct NormInputGradLaunch {
+  static void Launch(const RmsNormBackwardArgs& a, cudaStream_t s) {
+    RmsNormInputGradKernel<T, kVec><<<NormBlocks(a.rows), kNormThreads, 0, s>>>(a);
+  }
+};
+template <typename T, bool kVec>
+struct SwiGluLaunch {
+  static void Launch(const SwiGluArgs& a, cudaStream_t s) {
+    SwiGluKernel<T, kVec><<<ElementBlocks(kVec ? a.n / Vec<T>::kN : a.n), 256, 0, s>>>(a);
+  }
+};
+template <typename T, bool kVec>
+struct SwiGluBackwardLaunch {
+  static void Launch(const SwiGluBackwardArgs& a, cudaStream_t s) {
+    SwiGluBackwardKernel<T, kVec><<<ElementBlocks(kVec ? a.n / Vec<T>::kN : a.n), 256, 0, s>>>(a);
+  }
+};
 
 }  // namespace
 
 cudaError_t LaunchRmsNorm(const RmsNormArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return cudaSuccess;
-  const int per_block = kNormThreads / 32;
-  const dim3 grid(static_cast<unsigned>((a.rows + per_block - 1) / per_block));
-  switch (a.dtype) {
-    case KernelDtype::kFloat32:
-      RmsNormKernel<float><<<grid, kNormThreads, 0, stream>>>(a);
-      break;
-    case KernelDtype::kBFloat16:
-      RmsNormKernel<__nv_bfloat16><<<grid, kNormThreads, 0, stream>>>(a);
-      break;
-    case KernelDtype::kFloat16:
-      RmsNormKernel<__half><<<grid, kNormThreads, 0, stream>>>(a);
-      break;
+  return DispatchVec<NormLaunch>(a, a.hidden, {a.x, a.weight, a.y}, stream);
+}
+
+int RmsNormBackwardChunks(int64_t rows) { return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(rows, kNormChunks))); }
+
+cudaError_t LaunchRmsNormBackward(const RmsNormBackwardArgs& a, cudaStream_t stream) {
+  if (a.rows == 0) return cudaSuccess;
+  if (a.rstd == nullptr) return cudaErrorInvalidValue;
+  if (a.dx != nullptr) {
+    const cudaError_t e = DispatchVec<NormInputGradLaunch>(a, a.hidden, {a.x, a.weight, a.dy, a.dx}, stream);
+    if (e != cudaSuccess) return e;
+  }
+  if (a.dweight_partial != nullptr) {
+    const int chunks = RmsNormBackwardChunks(a.rows);
+    const int64_t per_chunk = (a.rows + chunks - 1) / chunks;
+    const dim3 grid(static_cast<unsigned>((a.hidden + 255) / 256), static_cast<unsigned>(chunks));
+    switch (a.dtype) {
+      case KernelDtype::kFloat32:
+        RmsNormWeightGradKernel<float><<<grid, 256, 0, stream>>>(a, per_chunk);
+        break;
+      case KernelDtype::kBFloat16:
+        RmsNormWeightGradKernel<__nv_bfloat16><<<grid, 256, 0, stream>>>(a, per_chunk);
+        break;
+      case KernelDtype::kFloat16:
+        RmsNormWeightGradKernel<__half><<<grid, 256, 0, stream>>>(a, per_chunk);
+        break;
+    }
   }
   return cudaGetLastError();
 }
@@ -101,6 +344,17 @@ cudaError_t LaunchRope(const RopeArgs& a, cudaStream_t stream) {
       break;
   }
   return cudaGetLastError();
+}
+
+cudaError_t LaunchSwiGlu(const SwiGluArgs& a, cudaStream_t stream) {
+  if (a.n == 0) return cudaSuccess;
+  return DispatchVec<SwiGluLaunch>(a, a.n, {a.gate, a.up, a.y}, stream);
+}
+
+cudaError_t LaunchSwiGluBackward(const SwiGluBackwardArgs& a, cudaStream_t stream) {
+  if (a.n == 0) return cudaSuccess;
+  if (a.dgate == nullptr || a.dup == nullptr) return cudaErrorInvalidValue;
+  return DispatchVec<SwiGluBackwardLaunch>(a, a.n, {a.gate, a.up, a.dy, a.dgate, a.dup}, stream);
 }
 
 }  // namespace verl::kernels

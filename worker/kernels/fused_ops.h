@@ -1,8 +1,10 @@
 #ifndef VERL_WORKER_KERNELS_FUSED_OPS_H_
 #define VERL_WORKER_KERNELS_FUSED_OPS_H_
 
-// ATen face of the fused RMSNorm and RoPE kernels (fused_ops_kernel.h); built only with VERL_WITH_CUDA. No autograd:
-// the model uses them only under inference mode (the rollout).
+// ATen face of the fused RMSNorm, RoPE and SwiGLU kernels (fused_ops_kernel.h); built only with VERL_WITH_CUDA.
+// Each is differentiable (an autograd function whose backward runs the fused backward kernel) and runs the plain
+// forward kernel where no input needs a gradient, so that the rollout, the trainer's no-grad log-prob passes, its
+// training forward and a checkpointed layer's recompute all run the same forward kernels.
 
 #include <ATen/ATen.h>
 
@@ -15,8 +17,14 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
 // x [B, H, T, D] with contiguous rows of D (any other strides), cos and sin [B, 1, T, D] contiguous, one dtype.
 bool RopeSupported(const at::Tensor& x, const at::Tensor& cos);
-// x * cos + rotate_half(x) * sin, rounded as those ATen ops round; the result has x's strides.
+// x * cos + rotate_half(x) * sin, rounded as those ATen ops round; the result has x's strides. Differentiable in x
+// only (cos and sin are functions of positions); the backward assumes HF's cos/sin, whose two halves are equal.
 at::Tensor Rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
+// gate and up of one shape, contiguous, on one CUDA device in one of the three dtypes.
+bool SwiGluSupported(const at::Tensor& gate, const at::Tensor& up);
+// silu(gate) * up as the HF MLP computes it (each op rounded to the dtype).
+at::Tensor SwiGlu(const at::Tensor& gate, const at::Tensor& up);
 
 }  // namespace verl::kernels
 

@@ -1,9 +1,10 @@
 #ifndef VERL_WORKER_KERNELS_FUSED_OPS_KERNEL_H_
 #define VERL_WORKER_KERNELS_FUSED_OPS_KERNEL_H_
 
-// Launch interfaces of the fused element-wise kernels for the rollout (inference mode),
-// free of LibTorch (nvcc compiles only fused_ops.cu; the ATen-facing wrapper is fused_ops.h). Each computes exactly
-// the ATen composition it replaces in the same dtype, rounding where ATen rounds (one kernel instead of five to eight).
+// Launch interfaces of the fused element-wise kernels of the decoder layers (RMSNorm, RoPE, SwiGLU; forward and
+// backward), free of LibTorch (nvcc compiles only fused_ops.cu; the ATen-facing wrapper is fused_ops.h). Each forward
+// computes the ATen composition it replaces in the same dtype, rounding where ATen rounds (one kernel instead of two to
+// eight); the backwards compute in float32 and round once.
 
 #include <cuda_runtime.h>
 
@@ -19,11 +20,29 @@ struct RmsNormArgs {
   const void* x = nullptr;       // [rows, hidden], contiguous
   const void* weight = nullptr;  // [hidden]
   void* y = nullptr;             // [rows, hidden], contiguous
+  float* rstd = nullptr;         // [rows]: rsqrt(mean(x^2) + eps) kept for the backward, or null
   int64_t rows = 0;
   int hidden = 0;
   float eps = 1e-6f;
 };
 cudaError_t LaunchRmsNorm(const RmsNormArgs& args, cudaStream_t stream);
+
+// RMSNorm's backward (the cast to dtype passes gradients through, as in autograd), with r = rstd, xh = x * r,
+// g = dy * weight: dx = r * (g - xh * mean(g * xh)); weight's gradient sum_rows(dy * to_dtype(xh)) as float32
+// partial sums over row chunks, dweight_partial [RmsNormBackwardChunks(rows), hidden], which the caller sums.
+struct RmsNormBackwardArgs {
+  KernelDtype dtype = KernelDtype::kBFloat16;
+  const void* x = nullptr;       // [rows, hidden], contiguous
+  const void* weight = nullptr;  // [hidden]
+  const float* rstd = nullptr;   // [rows], from the forward
+  const void* dy = nullptr;      // [rows, hidden], contiguous
+  void* dx = nullptr;            // [rows, hidden], contiguous; null: no input gradient
+  float* dweight_partial = nullptr;  // null: no weight gradient
+  int64_t rows = 0;
+  int hidden = 0;
+};
+int RmsNormBackwardChunks(int64_t rows);
+cudaError_t LaunchRmsNormBackward(const RmsNormBackwardArgs& args, cudaStream_t stream);
 
 // RoPE as HF applies it: y = x * cos + rotate_half(x) * sin, for x [B, H, T, D] (element (b, h, t, d) at
 // b * stride_b + h * stride_h + t * stride_t + d, the same for y) and cos, sin [B, T, D] contiguous.
@@ -40,8 +59,33 @@ struct RopeArgs {
   int64_t stride_b = 0;
   int64_t stride_h = 0;
   int64_t stride_t = 0;
+  // Use -sin: the backward (with HF's cos and sin, whose halves repeat, dx = rope(dy, cos, -sin) exactly as autograd
+  // rounds the ATen composition's backward).
+  bool negate_sin = false;
 };
 cudaError_t LaunchRope(const RopeArgs& args, cudaStream_t stream);
+
+// SwiGLU as the HF MLP computes it: y = to_dtype(to_dtype(silu(gate)) * up), element-wise over n elements.
+struct SwiGluArgs {
+  KernelDtype dtype = KernelDtype::kBFloat16;
+  const void* gate = nullptr;
+  const void* up = nullptr;
+  void* y = nullptr;
+  int64_t n = 0;
+};
+cudaError_t LaunchSwiGlu(const SwiGluArgs& args, cudaStream_t stream);
+
+// Its backward: s = silu(gate), sg = sigmoid(gate); dup = dy * s, dgate = dy * up * sg * (1 + gate * (1 - sg)).
+struct SwiGluBackwardArgs {
+  KernelDtype dtype = KernelDtype::kBFloat16;
+  const void* gate = nullptr;
+  const void* up = nullptr;
+  const void* dy = nullptr;
+  void* dgate = nullptr;
+  void* dup = nullptr;
+  int64_t n = 0;
+};
+cudaError_t LaunchSwiGluBackward(const SwiGluBackwardArgs& args, cudaStream_t stream);
 
 }  // namespace verl::kernels
 

@@ -9,53 +9,12 @@
 
 #include "worker/kernels/dtype.cuh"
 #include "worker/kernels/sampling_kernel.h"
+#include "worker/kernels/vec_load.cuh"
 
 namespace verl::kernels {
 namespace {
 
 constexpr int kThreads = 512;
-
-// The elements of one 32-bit word as floats (bit operations: the words stay in registers).
-template <typename T>
-struct Word;
-template <>
-struct Word<float> {
-  static constexpr int kPer = 1;
-  __device__ __forceinline__ static float Get(uint32_t w, int) { return __uint_as_float(w); }
-};
-template <>
-struct Word<__nv_bfloat16> {
-  static constexpr int kPer = 2;
-  __device__ __forceinline__ static float Get(uint32_t w, int j) {
-    return __uint_as_float(j == 0 ? (w << 16) : (w & 0xffff0000u));
-  }
-};
-template <>
-struct Word<__half> {
-  static constexpr int kPer = 2;
-  __device__ __forceinline__ static float Get(uint32_t w, int j) {
-    return __half2float(__ushort_as_half(static_cast<unsigned short>(j == 0 ? (w & 0xffffu) : (w >> 16))));
-  }
-};
-
-// f(i, value) for i in [begin, end) of `row`, with 16-byte loads where `vec` (row and begin 16-byte aligned).
-template <typename T, typename F>
-__device__ __forceinline__ void ForEach(const T* row, int begin, int end, bool vec, F&& f) {
-  constexpr int kPer = Word<T>::kPer;
-  int i = begin;
-  if (vec) {
-    for (; i + 4 * kPer <= end; i += 4 * kPer) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(row + i);
-      const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-#pragma unroll
-        for (int j = 0; j < kPer; ++j) f(i + q * kPer + j, Word<T>::Get(w[q], j));
-      }
-    }
-  }
-  for (; i < end; ++i) f(i, ToFloat(row[i]));
-}
 
 struct MaxAt {
   float value;

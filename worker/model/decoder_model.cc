@@ -2,7 +2,6 @@
 
 #include <ATen/TensorIndexing.h>
 #include <ATen/core/grad_mode.h>
-#include <c10/core/InferenceMode.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -34,15 +33,22 @@ at::Tensor RotateHalf(const at::Tensor& x) {
   return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
 }
 
-// x * cos + rotate_half(x) * sin; one fused kernel on a GPU under inference mode (the rollout; the same values).
-// Not merely without gradients: autograd functions run their forward without gradients too (checkpointed and
-// sharded layers), and their recompute in backward, the trainer's no-grad log-prob passes and its forward with
-// gradients must all run the same kernels.
+// x * cos + rotate_half(x) * sin; one fused kernel on a GPU (the same values), differentiable, in every mode: the
+// rollout, the trainer's no-grad log-prob passes, its forward with gradients and a checkpointed layer's recompute run
+// the same kernels, so their log-probs agree and a recompute reproduces its forward.
 at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
 #ifdef VERL_WITH_CUDA
-  if (c10::InferenceMode::is_enabled() && kernels::RopeSupported(x, cos)) return kernels::Rope(x, cos, sin);
+  if (kernels::RopeSupported(x, cos)) return kernels::Rope(x, cos, sin);
 #endif
   return x * cos + RotateHalf(x) * sin;
+}
+
+// The MLP's silu(gate) * up; one fused kernel on a GPU (see ApplyRope).
+at::Tensor SwiGlu(const at::Tensor& gate, const at::Tensor& up) {
+#ifdef VERL_WITH_CUDA
+  if (kernels::SwiGluSupported(gate, up)) return kernels::SwiGlu(gate, up);
+#endif
+  return at::silu(gate) * up;
 }
 
 }  // namespace
@@ -210,9 +216,9 @@ void DecoderModel::SetRequiresGrad(bool requires_grad) {
 
 at::Tensor DecoderModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight) const {
 #ifdef VERL_WITH_CUDA
-  // One fused kernel on a GPU under inference mode (the rollout; see ApplyRope), the same values to float rounding of
-  // the mean.
-  if (c10::InferenceMode::is_enabled() && kernels::RmsNormSupported(x, weight)) {
+  // One fused kernel on a GPU in every mode (see ApplyRope), the same values to float rounding of the mean; its
+  // backward is one kernel too.
+  if (kernels::RmsNormSupported(x, weight)) {
     return kernels::RmsNorm(x, weight, config_.rms_norm_eps);
   }
 #endif
@@ -366,7 +372,7 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
   attn = attn.transpose(1, 2).reshape({h_in.size(0), T, heads * hd});
   at::Tensor h = h_in + at::linear(attn, L.o_w, L.o_b);
   x = RmsNorm(h, L.post_norm);
-  return h + at::linear(at::silu(at::linear(x, L.gate_w)) * at::linear(x, L.up_w), L.down_w);
+  return h + at::linear(SwiGlu(at::linear(x, L.gate_w), at::linear(x, L.up_w)), L.down_w);
 }
 
 namespace {

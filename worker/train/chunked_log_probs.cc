@@ -4,6 +4,10 @@
 
 #include <algorithm>
 
+#ifdef VERL_WITH_CUDA
+#include "worker/kernels/log_probs.h"
+#endif
+
 namespace verl {
 namespace {
 
@@ -23,6 +27,30 @@ class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbs
     const int64_t N = h2d.size(0);
     at::Tensor log_probs = at::empty({N}, h2d.options().dtype(at::kFloat));
     at::Tensor entropy = at::zeros({N}, h2d.options().dtype(at::kFloat));
+    ctx->saved_data["temperature"] = temperature;
+    ctx->saved_data["with_entropy"] = with_entropy;
+    ctx->saved_data["chunk"] = chunk;
+    if (!with_entropy) ctx->mark_non_differentiable({entropy});
+#ifdef VERL_WITH_CUDA
+    if (h2d.is_cuda()) {
+      // The fused kernels read each chunk's logits once in their dtype (the ATen loop below makes float32 copies and
+      // runs a dozen passes over them); they keep each row's logsumexp and mean logit for the backward.
+      at::Tensor lse = at::empty({N}, log_probs.options());
+      at::Tensor mean_z = at::empty({N}, log_probs.options());
+      for (int64_t b = 0; b < N; b += chunk) {
+        const int64_t n = std::min(chunk, N - b);
+        const at::Tensor logits = at::linear(h2d.narrow(0, b, n), weight);
+        const kernels::TokenLogProbsResult r =
+            kernels::TokenLogProbs(logits, targets.narrow(0, b, n), temperature, with_entropy);
+        log_probs.narrow(0, b, n).copy_(r.log_probs);
+        if (with_entropy) entropy.narrow(0, b, n).copy_(r.entropy);
+        lse.narrow(0, b, n).copy_(r.lse);
+        mean_z.narrow(0, b, n).copy_(r.mean_z);
+      }
+      ctx->save_for_backward({h2d, weight, targets, lse, mean_z});
+      return {log_probs, entropy};
+    }
+#endif
     for (int64_t b = 0; b < N; b += chunk) {
       const int64_t n = std::min(chunk, N - b);
       const at::Tensor z = ChunkLogits(h2d, weight, b, n, temperature);
@@ -31,10 +59,6 @@ class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbs
       if (with_entropy) entropy.narrow(0, b, n).copy_(lse - (z.softmax(-1) * z).sum(-1));
     }
     ctx->save_for_backward({h2d, weight, targets});
-    ctx->saved_data["temperature"] = temperature;
-    ctx->saved_data["with_entropy"] = with_entropy;
-    ctx->saved_data["chunk"] = chunk;
-    if (!with_entropy) ctx->mark_non_differentiable({entropy});
     return {log_probs, entropy};
   }
 
@@ -49,6 +73,25 @@ class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbs
     const at::Tensor& g_lp = grads[0];
     const at::Tensor g_ent = with_entropy ? grads[1] : at::Tensor();
     const int64_t N = h2d.size(0);
+#ifdef VERL_WITH_CUDA
+    if (saved.size() == 5) {  // the fused forward's lse and mean_z
+      const at::Tensor& lse = saved[3];
+      const at::Tensor& mean_z = saved[4];
+      at::Tensor grad_h = at::empty_like(h2d, at::MemoryFormat::Contiguous);
+      at::Tensor grad_w = at::zeros(weight.sizes(), weight.options().dtype(at::kFloat));
+      for (int64_t b = 0; b < N; b += chunk) {
+        const int64_t n = std::min(chunk, N - b);
+        at::Tensor logits = at::linear(h2d.narrow(0, b, n), weight);
+        kernels::TokenLogProbsBackwardInPlace(logits, targets.narrow(0, b, n), lse.narrow(0, b, n),
+                                              mean_z.narrow(0, b, n), g_lp.defined() ? g_lp.narrow(0, b, n) : g_lp,
+                                              g_ent.defined() ? g_ent.narrow(0, b, n) : g_ent, temperature);
+        at::Tensor gh = grad_h.narrow(0, b, n);
+        at::mm_out(gh, logits, weight);
+        grad_w.add_(at::mm(logits.t(), h2d.narrow(0, b, n)));
+      }
+      return {grad_h, grad_w.to(weight.scalar_type()), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    }
+#endif
     at::Tensor grad_h = at::zeros_like(h2d);
     at::Tensor grad_w = at::zeros(weight.sizes(), weight.options().dtype(at::kFloat));  // summed over chunks
     for (int64_t b = 0; b < N; b += chunk) {

@@ -1,0 +1,257 @@
+// The trainer's CUDA kernels against plain ATen: fused RMSNorm, RoPE and SwiGLU (values and gradients), the fused
+// token log-prob / entropy kernels inside ChunkedLogProbs (values and gradients), and a whole decoder's training
+// forward and backward on the GPU (all of them together, with and without gradient checkpointing) against the CPU.
+// Tagged [gpu]: each case skips with a warning where the build has no CUDA or no GPU is visible.
+
+#include <torch/csrc/autograd/autograd.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "tests/test_dir.h"
+#include "tests/worker/torch_catch.h"
+#include "tests/worker/tiny_model.h"
+#include "worker/train/chunked_log_probs.h"
+#ifdef VERL_WITH_CUDA
+#include "worker/kernels/fused_ops.h"
+#endif
+
+namespace verl {
+namespace {
+
+using testing::TestDir;
+
+bool SkipWithoutGpu() {
+#ifndef VERL_WITH_CUDA
+  WARN("skipped: built without CUDA (VERL_WITH_CUDA=OFF)");
+  return true;
+#else
+  if (!at::hasCUDA()) {
+    WARN("skipped: no CUDA device visible");
+    return true;
+  }
+  return false;
+#endif
+}
+
+double MaxErr(const at::Tensor& got, const at::Tensor& want) {
+  return (got.to(at::kDouble) - want.to(at::kDouble)).abs().max().item<double>();
+}
+double MaxAbs(const at::Tensor& t) { return t.to(at::kDouble).abs().max().item<double>(); }
+
+// One rounding step of the dtype, relative.
+double Ulp(at::ScalarType dtype) {
+  return dtype == at::kBFloat16 ? 1.0 / 128 : dtype == at::kHalf ? 1.0 / 1024 : 1.0 / (1 << 23);
+}
+
+// d(sum(out * g_out)) / d inputs.
+std::vector<at::Tensor> Grads(const at::Tensor& out, const at::Tensor& g_out, const std::vector<at::Tensor>& inputs) {
+  return torch::autograd::grad({out}, inputs, {g_out}, /*retain_graph=*/false, /*create_graph=*/false,
+                               /*allow_unused=*/true);
+}
+
+#ifdef VERL_WITH_CUDA
+// The ATen compositions the kernels replace, as DecoderModel writes them.
+at::Tensor AtenRmsNorm(const at::Tensor& x, const at::Tensor& w, double eps) {
+  at::Tensor xf = x.to(at::kFloat);
+  return w * (xf * at::rsqrt(xf.pow(2).mean(-1, true) + eps)).to(x.scalar_type());
+}
+at::Tensor AtenRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  return x * cos + at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1) * sin;
+}
+#endif
+
+TEST_CASE("fused RMSNorm, RoPE and SwiGLU give the ATen composition's values and gradients", "[worker][train][gpu]") {
+  if (SkipWithoutGpu()) return;
+#ifdef VERL_WITH_CUDA
+  at::manual_seed(11);
+  const auto opts = at::TensorOptions().device(at::kCUDA);
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    INFO(c10::toString(dtype));
+    const double ulp = Ulp(dtype);
+    SECTION("RMSNorm") {
+      for (int64_t hidden : {896, 37}) {  // vectorised rows and single elements
+        CAPTURE(hidden);
+        const double eps = 1e-6;
+        const at::Tensor x0 = (at::randn({6, 50, hidden}, opts) * 3).to(dtype);
+        const at::Tensor w0 = (at::rand({hidden}, opts) + 0.5).to(dtype);
+        const at::Tensor gy = at::randn({6, 50, hidden}, opts).to(dtype);
+        // Ours and ATen's in the dtype, and the float64 truth from the same rounded inputs.
+        at::Tensor x = x0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
+        at::Tensor y = kernels::RmsNorm(x, w, eps);
+        const std::vector<at::Tensor> g = Grads(y, gy, {x, w});
+        at::Tensor xa = x0.clone().requires_grad_(true), wa = w0.clone().requires_grad_(true);
+        at::Tensor ya = AtenRmsNorm(xa, wa, eps);
+        const std::vector<at::Tensor> ga = Grads(ya, gy, {xa, wa});
+        at::Tensor xd = x0.to(at::kDouble).requires_grad_(true), wd = w0.to(at::kDouble).requires_grad_(true);
+        at::Tensor yd = wd * (xd * at::rsqrt(xd.pow(2).mean(-1, true) + eps));
+        const std::vector<at::Tensor> gd = Grads(yd, gy.to(at::kDouble), {xd, wd});
+        // Values: one rounding step of ATen's (the mean is summed in another order).
+        CHECK((y.to(at::kFloat) - ya.to(at::kFloat)).abs().le(ya.to(at::kFloat).abs() * ulp * 1.01 + 1e-6)
+                  .all()
+                  .item<bool>());
+        // Gradients: ours computes in float32 and rounds once, so it is no further from the truth than ATen's
+        // composition (which rounds after every op), and close to it in absolute terms.
+        for (int i = 0; i < 2; ++i) {
+          INFO((i == 0 ? "dx" : "dweight"));
+          const double ours = MaxErr(g[i], gd[i]), aten = MaxErr(ga[i], gd[i]);
+          CAPTURE(ours, aten, MaxAbs(gd[i]));
+          CHECK(ours <= aten * 1.05 + 1e-5 * MaxAbs(gd[i]));
+          CHECK(ours <= 4 * ulp * MaxAbs(gd[i]));
+        }
+      }
+    }
+    SECTION("RoPE") {
+      for (int64_t D : {64, 128, 8}) {
+        CAPTURE(D);
+        const int64_t B = 2, T = 33, H = 5;
+        const at::Tensor pos = at::arange(T, opts.dtype(at::kFloat)).repeat({B, 1}).unsqueeze(-1) * 1.7;
+        const at::Tensor freqs = pos * at::rand({D / 2}, opts);
+        const at::Tensor emb = at::cat({freqs, freqs}, -1).unsqueeze(1);
+        const at::Tensor cos = emb.cos().to(dtype), sin = emb.sin().to(dtype);
+        const at::Tensor x0 = at::randn({B, T, H, D}, opts).to(dtype);
+        const at::Tensor gy = at::randn({B, H, T, D}, opts).to(dtype);
+        // The transposed [B, H, T, D] view the attention makes of the projection.
+        at::Tensor x = x0.clone().requires_grad_(true);
+        at::Tensor y = kernels::Rope(x.transpose(1, 2), cos, sin);
+        at::Tensor xa = x0.clone().requires_grad_(true);
+        at::Tensor ya = AtenRope(xa.transpose(1, 2), cos, sin);
+        CHECK(at::equal(y, ya));
+        // The backward rotates back with -sin: the same roundings as autograd through the composition.
+        const at::Tensor dx = Grads(y, gy, {x})[0];
+        const at::Tensor dxa = Grads(ya, gy, {xa})[0];
+        CAPTURE(MaxErr(dx, dxa));
+        CHECK(at::equal(dx, dxa));
+      }
+    }
+    SECTION("SwiGLU") {
+      for (int64_t n : {4864, 999}) {  // vectorised and single elements
+        CAPTURE(n);
+        const at::Tensor g0 = (at::randn({7, n}, opts) * 4).to(dtype);
+        const at::Tensor u0 = at::randn({7, n}, opts).to(dtype);
+        const at::Tensor gy = at::randn({7, n}, opts).to(dtype);
+        at::Tensor g = g0.clone().requires_grad_(true), u = u0.clone().requires_grad_(true);
+        at::Tensor y = kernels::SwiGlu(g, u);
+        const std::vector<at::Tensor> gr = Grads(y, gy, {g, u});
+        at::Tensor ga = g0.clone().requires_grad_(true), ua = u0.clone().requires_grad_(true);
+        at::Tensor ya = at::silu(ga) * ua;
+        const std::vector<at::Tensor> gra = Grads(ya, gy, {ga, ua});
+        // The same float32 formulas and roundings as ATen's silu, mul and silu_backward kernels: at most one
+        // rounding step apart where the compiler contracts differently.
+        auto close = [&](const at::Tensor& a, const at::Tensor& b) {
+          const at::Tensor bf = b.to(at::kFloat);
+          return (a.to(at::kFloat) - bf).abs().le(bf.abs() * ulp * 1.01 + 1e-30).all().item<bool>();
+        };
+        CHECK(close(y, ya));
+        CHECK(close(gr[0], gra[0]));
+        CHECK(close(gr[1], gra[1]));
+      }
+    }
+  }
+#endif
+}
+
+// Runs ChunkedLogProbs on fresh leaves and backpropagates g_lp . log_probs + g_ent . entropy.
+struct LogProbRun {
+  at::Tensor log_probs, entropy, grad_hidden, grad_weight;
+};
+LogProbRun RunChunked(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets, double temperature,
+                      const at::Tensor& g_lp, const at::Tensor& g_ent, int64_t chunk) {
+  at::Tensor h = hidden.clone().requires_grad_(true);
+  at::Tensor w = weight.clone().requires_grad_(true);
+  ChunkedLogProbsResult r = ChunkedLogProbs(h, w, targets, temperature, /*with_entropy=*/true, chunk);
+  at::Tensor loss = (r.log_probs * g_lp).sum() + (r.entropy * g_ent).sum();
+  loss.backward();
+  return {r.log_probs.detach(), r.entropy.detach(), h.grad(), w.grad()};
+}
+
+TEST_CASE("the fused log-prob kernels give the ATen path's log-probs, entropy and gradients", "[worker][train][gpu]") {
+  if (SkipWithoutGpu()) return;
+  at::manual_seed(5);
+  const int64_t N = 45, H = 64;
+  for (int64_t V : {151936, 1001}) {  // Qwen's vocabulary (16-byte rows) and rows the vectors do not fit
+    CAPTURE(V);
+    const at::Tensor hidden = at::randn({N, H});
+    const at::Tensor weight = at::randn({V, H}) * 0.4;
+    at::Tensor targets = at::randint(0, V, {N}, at::kLong);
+    const at::Tensor g_lp = at::randn({N});
+    const at::Tensor g_ent = at::randn({N});
+    for (double temperature : {1.0, 0.7}) {
+      CAPTURE(temperature);
+      // float32: the fused kernels (GPU) against the ATen composition (CPU) on the same numbers; 16-token chunks.
+      const LogProbRun cpu = RunChunked(hidden, weight, targets, temperature, g_lp, g_ent, 16);
+      const auto dev = [](const at::Tensor& t) { return t.to(at::kCUDA); };
+      const LogProbRun gpu =
+          RunChunked(dev(hidden), dev(weight), dev(targets), temperature, dev(g_lp), dev(g_ent), 16);
+      CHECK(MaxErr(gpu.log_probs.cpu(), cpu.log_probs) <= 2e-4 * (1 + MaxAbs(cpu.log_probs)));
+      CHECK(MaxErr(gpu.entropy.cpu(), cpu.entropy) <= 2e-4 * (1 + MaxAbs(cpu.entropy)));
+      CHECK(MaxErr(gpu.grad_hidden.cpu(), cpu.grad_hidden) <= 1e-4 * MaxAbs(cpu.grad_hidden));
+      CHECK(MaxErr(gpu.grad_weight.cpu(), cpu.grad_weight) <= 1e-4 * MaxAbs(cpu.grad_weight));
+      // bfloat16: against the float64 truth from the same rounded inputs, as close as one bf16 rounding of the
+      // logits and gradients allows.
+      const at::Tensor hb = dev(hidden).to(at::kBFloat16), wb = dev(weight).to(at::kBFloat16);
+      const LogProbRun bf = RunChunked(hb, wb, dev(targets), temperature, dev(g_lp), dev(g_ent), 0);
+      const LogProbRun truth = RunChunked(hb.to(at::kDouble).cpu(), wb.to(at::kDouble).cpu(), targets, temperature,
+                                          g_lp.to(at::kDouble), g_ent.to(at::kDouble), 16);
+      const double logit_scale = MaxAbs(at::linear(hidden, weight)) / temperature;
+      CAPTURE(logit_scale, MaxErr(bf.log_probs.cpu(), truth.log_probs));
+      CHECK(MaxErr(bf.log_probs.cpu(), truth.log_probs) <= 2 * Ulp(at::kBFloat16) * logit_scale);
+      CHECK(MaxErr(bf.entropy.cpu(), truth.entropy) <= 2 * Ulp(at::kBFloat16) * logit_scale);
+      CHECK(MaxErr(bf.grad_hidden.cpu(), truth.grad_hidden) <= 4 * Ulp(at::kBFloat16) * MaxAbs(truth.grad_hidden));
+      CHECK(MaxErr(bf.grad_weight.cpu(), truth.grad_weight) <= 4 * Ulp(at::kBFloat16) * MaxAbs(truth.grad_weight));
+    }
+  }
+}
+
+// Log-probs of the next token and the gradients of every parameter for sum(log_probs * g), on `device`.
+struct StepResult {
+  at::Tensor log_probs;
+  std::vector<at::Tensor> grads;
+};
+StepResult TrainingStep(const std::string& dir, at::Device device, bool checkpointing, const at::Tensor& ids,
+                        const at::Tensor& g) {
+  auto loaded = DecoderModel::Load(dir, at::kFloat, device);
+  INFO(loaded.status().ToString());
+  REQUIRE(loaded.ok());
+  DecoderModel& model = **loaded;
+  model.SetRequiresGrad(true);
+  model.SetGradientCheckpointing(checkpointing);
+  const int64_t B = ids.size(0), T = ids.size(1);
+  const at::Tensor input = ids.to(device);
+  const at::Tensor pos = at::arange(T, input.options()).repeat({B, 1});
+  const at::Tensor mask = at::ones({T, T}, input.options().dtype(at::kBool)).tril().view({1, 1, T, T}).expand({B, 1, T, T});
+  const at::Tensor hidden = model.Forward(input, pos, mask, nullptr);
+  ChunkedLogProbsResult r = ChunkedLogProbs(hidden.narrow(1, 0, T - 1), model.LmHeadWeight(),
+                                            input.narrow(1, 1, T - 1), 1.0, /*with_entropy=*/false, 8);
+  (r.log_probs * g.to(device)).sum().backward();
+  StepResult out{r.log_probs.detach().cpu(), {}};
+  for (const at::Tensor& p : model.parameters()) out.grads.push_back(p.grad().defined() ? p.grad().cpu() : at::Tensor());
+  return out;
+}
+
+TEST_CASE("a decoder's training forward and backward on the GPU (fused kernels) equal the CPU's", "[worker][train][gpu]") {
+  if (SkipWithoutGpu()) return;
+  TestDir dir;
+  testing::WriteTinyModel(dir.path(), testing::TinyDecoderConfig());
+  at::manual_seed(3);
+  const at::Tensor ids = at::randint(0, 50, {3, 12}, at::kLong);
+  const at::Tensor g = at::randn({3, 11});
+  for (bool checkpointing : {false, true}) {
+    CAPTURE(checkpointing);
+    const StepResult cpu = TrainingStep(dir.path(), at::kCPU, checkpointing, ids, g);
+    const StepResult gpu = TrainingStep(dir.path(), at::kCUDA, checkpointing, ids, g);
+    CHECK(MaxErr(gpu.log_probs, cpu.log_probs) <= 1e-4);
+    REQUIRE(gpu.grads.size() == cpu.grads.size());
+    for (size_t i = 0; i < cpu.grads.size(); ++i) {
+      CAPTURE(i);
+      REQUIRE(cpu.grads[i].defined());
+      REQUIRE(gpu.grads[i].defined());
+      CHECK(MaxErr(gpu.grads[i], cpu.grads[i]) <= 1e-4 * (1 + MaxAbs(cpu.grads[i])));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace verl

@@ -1,0 +1,91 @@
+#include "worker/kernels/log_probs.h"
+
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <limits>
+
+#include "worker/kernels/aten_dtype.h"
+#include "worker/kernels/log_probs_kernel.h"
+
+namespace verl::kernels {
+namespace {
+
+// A [rows] float32 contiguous tensor on logits' device, or undefined.
+at::Tensor RowFloats(const at::Tensor& t, const at::Tensor& logits, const char* what) {
+  if (!t.defined()) return t;
+  TORCH_CHECK(t.numel() == logits.size(0), "fused log-probs: ", what, " has ", t.numel(), " elements for ",
+              logits.size(0), " rows");
+  return t.to(logits.device(), at::kFloat).contiguous();
+}
+
+}  // namespace
+
+bool TokenLogProbsSupported(const at::Tensor& logits) {
+  KernelDtype dtype;
+  return logits.is_cuda() && KernelDtypeOf(logits.scalar_type(), &dtype) && logits.dim() == 2 &&
+         logits.is_contiguous() && logits.size(1) > 0 && logits.size(1) <= std::numeric_limits<int>::max() &&
+         logits.size(0) <= std::numeric_limits<int>::max();
+}
+
+TokenLogProbsResult TokenLogProbs(const at::Tensor& logits, const at::Tensor& targets, double temperature,
+                                  bool with_entropy) {
+  TORCH_CHECK(TokenLogProbsSupported(logits), "fused log-probs: unsupported logits ", logits.sizes(), " ",
+              logits.scalar_type());
+  TORCH_CHECK(targets.numel() == logits.size(0), "fused log-probs: ", targets.numel(), " targets for ",
+              logits.size(0), " rows");
+  const c10::cuda::CUDAGuard guard(logits.device());
+  const at::Tensor tgt = targets.to(logits.device(), at::kLong).contiguous();
+  const auto opts = logits.options().dtype(at::kFloat);
+  const int64_t rows = logits.size(0);
+  TokenLogProbsResult r;
+  r.log_probs = at::empty({rows}, opts);
+  if (with_entropy) r.entropy = at::empty({rows}, opts);
+  r.lse = at::empty({rows}, opts);
+  r.mean_z = at::empty({rows}, opts);
+  TokenLogProbsArgs a;
+  KernelDtypeOf(logits.scalar_type(), &a.dtype);
+  a.logits = logits.data_ptr();
+  a.targets = tgt.data_ptr<int64_t>();
+  a.log_probs = r.log_probs.data_ptr<float>();
+  a.entropy = with_entropy ? r.entropy.data_ptr<float>() : nullptr;
+  a.lse = r.lse.data_ptr<float>();
+  a.mean_z = r.mean_z.data_ptr<float>();
+  a.rows = static_cast<int>(rows);
+  a.vocab = static_cast<int>(logits.size(1));
+  a.temperature = static_cast<float>(temperature);
+  C10_CUDA_CHECK(LaunchTokenLogProbs(a, c10::cuda::getCurrentCUDAStream()));
+  return r;
+}
+
+void TokenLogProbsBackwardInPlace(at::Tensor& logits, const at::Tensor& targets, const at::Tensor& lse,
+                                  const at::Tensor& mean_z, const at::Tensor& grad_log_probs,
+                                  const at::Tensor& grad_entropy, double temperature) {
+  TORCH_CHECK(TokenLogProbsSupported(logits), "fused log-probs: unsupported logits ", logits.sizes(), " ",
+              logits.scalar_type());
+  TORCH_CHECK(targets.numel() == logits.size(0), "fused log-probs: ", targets.numel(), " targets for ",
+              logits.size(0), " rows");
+  const c10::cuda::CUDAGuard guard(logits.device());
+  const at::Tensor tgt = targets.to(logits.device(), at::kLong).contiguous();
+  const at::Tensor l = RowFloats(lse, logits, "lse");
+  const at::Tensor mz = RowFloats(mean_z, logits, "mean_z");
+  const at::Tensor glp = RowFloats(grad_log_probs, logits, "grad_log_probs");
+  const at::Tensor gent = RowFloats(grad_entropy, logits, "grad_entropy");
+  TORCH_CHECK(l.defined() && mz.defined(), "fused log-probs: the backward needs the forward's lse and mean_z");
+  TokenLogProbsBackwardArgs a;
+  KernelDtypeOf(logits.scalar_type(), &a.dtype);
+  a.logits = logits.data_ptr();
+  a.targets = tgt.data_ptr<int64_t>();
+  a.lse = l.data_ptr<float>();
+  a.mean_z = mz.data_ptr<float>();
+  a.grad_log_probs = glp.defined() ? glp.data_ptr<float>() : nullptr;
+  a.grad_entropy = gent.defined() ? gent.data_ptr<float>() : nullptr;
+  a.grad_logits = logits.data_ptr();
+  a.rows = static_cast<int>(logits.size(0));
+  a.vocab = static_cast<int>(logits.size(1));
+  a.temperature = static_cast<float>(temperature);
+  C10_CUDA_CHECK(LaunchTokenLogProbsBackward(a, c10::cuda::getCurrentCUDAStream()));
+}
+
+}  // namespace verl::kernels

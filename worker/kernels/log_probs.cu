@@ -1,0 +1,193 @@
+// Token log-probs and entropy from the LM head's logits, forward and backward (log_probs_kernel.h).
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+#include "worker/kernels/dtype.cuh"
+#include "worker/kernels/log_probs_kernel.h"
+#include "worker/kernels/vec_load.cuh"
+
+namespace verl::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+
+// Running softmax statistics of a set of z: max m, s = sum exp(z - m), t = sum exp(z - m) * z.
+struct Stats {
+  float m = -INFINITY;
+  float s = 0.f;
+  float t = 0.f;
+};
+
+__device__ __forceinline__ Stats Merge(const Stats& a, const Stats& b) {
+  if (a.m == -INFINITY) return b;
+  if (b.m == -INFINITY) return a;
+  const float m = fmaxf(a.m, b.m);
+  const float ea = expf(a.m - m);
+  const float eb = expf(b.m - m);
+  return {m, a.s * ea + b.s * eb, a.t * ea + b.t * eb};
+}
+
+// Adds n values (already scaled) to st, rescaling once for the group's maximum.
+template <int N>
+__device__ __forceinline__ void Accumulate(Stats& st, const float (&z)[N]) {
+  float lm = z[0];
+#pragma unroll
+  for (int j = 1; j < N; ++j) lm = fmaxf(lm, z[j]);
+  if (lm == -INFINITY) return;  // nothing of positive mass
+  if (lm > st.m) {
+    const float r = st.m == -INFINITY ? 0.f : expf(st.m - lm);
+    st.s *= r;
+    st.t *= r;
+    st.m = lm;
+  }
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    const float e = expf(z[j] - st.m);
+    st.s += e;
+    if (e > 0.f) st.t = fmaf(e, z[j], st.t);  // e = 0 for z = -inf: no 0 * inf
+  }
+}
+
+// The block's merged statistics, in every thread.
+__device__ Stats BlockMerge(Stats st) {
+  __shared__ Stats warp_stats[kThreads / 32];
+  __shared__ Stats total;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    Stats other{__shfl_xor_sync(0xffffffffu, st.m, o), __shfl_xor_sync(0xffffffffu, st.s, o),
+                __shfl_xor_sync(0xffffffffu, st.t, o)};
+    st = Merge(st, other);
+  }
+  if (threadIdx.x % 32 == 0) warp_stats[threadIdx.x / 32] = st;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    Stats all = warp_stats[0];
+    for (int w = 1; w < kThreads / 32; ++w) all = Merge(all, warp_stats[w]);
+    total = all;
+  }
+  __syncthreads();
+  return total;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) TokenLogProbsKernel(const TokenLogProbsArgs a) {
+  constexpr int kN = Vec<T>::kN;
+  const int r = blockIdx.x;
+  const int V = a.vocab;
+  const T* row = static_cast<const T*>(a.logits) + static_cast<int64_t>(r) * V;
+  const float inv_t = 1.0f / a.temperature;
+  Stats st;
+  int tail = 0;
+  if (reinterpret_cast<uintptr_t>(row) % 16 == 0) {
+    const int vecs = V / kN;
+    for (int v = threadIdx.x; v < vecs; v += kThreads) {
+      float z[kN];
+      Vec<T>::Load(row + v * kN, z);
+#pragma unroll
+      for (int j = 0; j < kN; ++j) z[j] *= inv_t;
+      Accumulate(st, z);
+    }
+    tail = vecs * kN;
+  }
+  for (int i = tail + threadIdx.x; i < V; i += kThreads) {
+    const float z[1] = {ToFloat(row[i]) * inv_t};
+    Accumulate(st, z);
+  }
+  const Stats all = BlockMerge(st);
+  if (threadIdx.x == 0) {
+    const float lse = all.m + logf(all.s);
+    const float mean_z = all.t / all.s;
+    const int64_t tgt = a.targets[r];
+    a.log_probs[r] = (tgt >= 0 && tgt < V) ? ToFloat(row[tgt]) * inv_t - lse : NAN;
+    if (a.entropy != nullptr) a.entropy[r] = lse - mean_z;
+    a.lse[r] = lse;
+    a.mean_z[r] = mean_z;
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) TokenLogProbsBackwardKernel(const TokenLogProbsBackwardArgs a) {
+  constexpr int kN = Vec<T>::kN;
+  const int r = blockIdx.x;
+  const int V = a.vocab;
+  const int64_t offset = static_cast<int64_t>(r) * V;
+  const T* row = static_cast<const T*>(a.logits) + offset;
+  T* out = static_cast<T*>(a.grad_logits) + offset;
+  const float inv_t = 1.0f / a.temperature;
+  const float lse = a.lse[r];
+  const float mean_z = a.mean_z[r];
+  const float g_lp = a.grad_log_probs != nullptr ? a.grad_log_probs[r] : 0.f;
+  const float g_ent = a.grad_entropy != nullptr ? a.grad_entropy[r] : 0.f;
+  const int64_t tgt = a.targets[r];
+  // d log_prob / dz = onehot(target) - p;  d entropy / dz = -p * (z - mean_z);  dz / dlogits = 1 / temperature.
+  auto grad = [&](int i, float v) {
+    const float z = v * inv_t;
+    const float p = expf(z - lse);
+    float g = -g_lp * p - g_ent * p * (z - mean_z);
+    if (i == tgt) g += g_lp;
+    return g * inv_t;
+  };
+  int tail = 0;
+  if (reinterpret_cast<uintptr_t>(row) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0) {
+    const int vecs = V / kN;
+    for (int v = threadIdx.x; v < vecs; v += kThreads) {
+      float x[kN];
+      Vec<T>::Load(row + v * kN, x);
+#pragma unroll
+      for (int j = 0; j < kN; ++j) x[j] = grad(v * kN + j, x[j]);
+      Vec<T>::Store(out + v * kN, x);
+    }
+    tail = vecs * kN;
+  }
+  for (int i = tail + threadIdx.x; i < V; i += kThreads) out[i] = FromFloat<T>(grad(i, ToFloat(row[i])));
+}
+
+template <template <typename> class K, typename Args>
+cudaError_t Dispatch(const Args& a, cudaStream_t stream) {
+  if (a.rows == 0) return cudaSuccess;
+  if (a.vocab <= 0 || !(a.temperature > 0.f)) return cudaErrorInvalidValue;
+  switch (a.dtype) {
+    case KernelDtype::kFloat32:
+      K<float>::Launch(a, stream);
+      break;
+    case KernelDtype::kBFloat16:
+      K<__nv_bfloat16>::Launch(a, stream);
+      break;
+    case KernelDtype::kFloat16:
+      K<__half>::Launch(a, stream);
+      break;
+  }
+  return cudaGetLastError();
+}
+
+template <typename T>
+struct Forward {
+  static void Launch(const TokenLogProbsArgs& a, cudaStream_t s) { TokenLogProbsKernel<T><<<a.rows, kThreads, 0, s>>>(a); }
+};
+template <typename T>
+struct Backward {
+  static void Launch(const TokenLogProbsBackwardArgs& a, cudaStream_t s) {
+    TokenLogProbsBackwardKernel<T><<<a.rows, kThreads, 0, s>>>(a);
+  }
+};
+
+}  // namespace
+
+cudaError_t LaunchTokenLogProbs(const TokenLogProbsArgs& a, cudaStream_t stream) {
+  if (a.targets == nullptr || a.log_probs == nullptr || a.lse == nullptr || a.mean_z == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  return Dispatch<Forward>(a, stream);
+}
+
+cudaError_t LaunchTokenLogProbsBackward(const TokenLogProbsBackwardArgs& a, cudaStream_t stream) {
+  if (a.targets == nullptr || a.lse == nullptr || a.mean_z == nullptr || a.grad_logits == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  return Dispatch<Backward>(a, stream);
+}
+
+}  // namespace verl::kernels

@@ -1,0 +1,32 @@
+#ifndef VERL_WORKER_KERNELS_LOG_PROBS_H_
+#define VERL_WORKER_KERNELS_LOG_PROBS_H_
+
+// ATen face of the token log-prob / entropy kernels (log_probs_kernel.h); built only with VERL_WITH_CUDA. Used by
+// ChunkedLogProbs on each chunk of the LM head's logits; no autograd of its own (ChunkedLogProbs is the function).
+
+#include <ATen/ATen.h>
+
+namespace verl::kernels {
+
+// logits [rows, vocab] contiguous on a CUDA device in float32, bfloat16 or float16.
+bool TokenLogProbsSupported(const at::Tensor& logits);
+
+struct TokenLogProbsResult {
+  at::Tensor log_probs;  // [rows] float32
+  at::Tensor entropy;    // [rows] float32 (undefined without with_entropy)
+  at::Tensor lse;        // [rows] float32: logsumexp(logits / temperature)
+  at::Tensor mean_z;     // [rows] float32: sum(softmax * logits / temperature)
+};
+// targets [rows] int64.
+TokenLogProbsResult TokenLogProbs(const at::Tensor& logits, const at::Tensor& targets, double temperature,
+                                  bool with_entropy);
+
+// The gradient w.r.t. the logits, in their dtype, written over `logits` (which the caller no longer needs).
+// grad_log_probs and grad_entropy [rows] (either may be undefined: no gradient).
+void TokenLogProbsBackwardInPlace(at::Tensor& logits, const at::Tensor& targets, const at::Tensor& lse,
+                                  const at::Tensor& mean_z, const at::Tensor& grad_log_probs,
+                                  const at::Tensor& grad_entropy, double temperature);
+
+}  // namespace verl::kernels
+
+#endif  // VERL_WORKER_KERNELS_LOG_PROBS_H_
