@@ -29,8 +29,7 @@ bool TokenLogProbsSupported(const at::Tensor& logits) {
          logits.size(0) <= std::numeric_limits<int>::max();
 }
 
-TokenLogProbsResult TokenLogProbs(const at::Tensor& logits, const at::Tensor& targets, double temperature,
-                                  bool with_entropy) {
+TokenLogProbsResult TokenLogProbs(const at::Tensor& logits, const at::Tensor& targets, double temperature) {
   TORCH_CHECK(TokenLogProbsSupported(logits), "fused log-probs: unsupported logits ", logits.sizes(), " ",
               logits.scalar_type());
   TORCH_CHECK(targets.numel() == logits.size(0), "fused log-probs: ", targets.numel(), " targets for ",
@@ -41,17 +40,15 @@ TokenLogProbsResult TokenLogProbs(const at::Tensor& logits, const at::Tensor& ta
   const int64_t rows = logits.size(0);
   TokenLogProbsResult r;
   r.log_probs = at::empty({rows}, opts);
-  if (with_entropy) r.entropy = at::empty({rows}, opts);
+  r.entropy = at::empty({rows}, opts);
   r.lse = at::empty({rows}, opts);
-  r.mean_z = at::empty({rows}, opts);
   TokenLogProbsArgs a;
   KernelDtypeOf(logits.scalar_type(), &a.dtype);
   a.logits = logits.data_ptr();
   a.targets = tgt.data_ptr<int64_t>();
   a.log_probs = r.log_probs.data_ptr<float>();
-  a.entropy = with_entropy ? r.entropy.data_ptr<float>() : nullptr;
+  a.entropy = r.entropy.data_ptr<float>();
   a.lse = r.lse.data_ptr<float>();
-  a.mean_z = r.mean_z.data_ptr<float>();
   a.rows = static_cast<int>(rows);
   a.vocab = static_cast<int>(logits.size(1));
   a.temperature = static_cast<float>(temperature);
@@ -60,7 +57,7 @@ TokenLogProbsResult TokenLogProbs(const at::Tensor& logits, const at::Tensor& ta
 }
 
 void TokenLogProbsBackwardInPlace(at::Tensor& logits, const at::Tensor& targets, const at::Tensor& lse,
-                                  const at::Tensor& mean_z, const at::Tensor& grad_log_probs,
+                                  const at::Tensor& entropy, const at::Tensor& grad_log_probs,
                                   const at::Tensor& grad_entropy, double temperature) {
   TORCH_CHECK(TokenLogProbsSupported(logits), "fused log-probs: unsupported logits ", logits.sizes(), " ",
               logits.scalar_type());
@@ -69,16 +66,16 @@ void TokenLogProbsBackwardInPlace(at::Tensor& logits, const at::Tensor& targets,
   const c10::cuda::CUDAGuard guard(logits.device());
   const at::Tensor tgt = targets.to(logits.device(), at::kLong).contiguous();
   const at::Tensor l = RowFloats(lse, logits, "lse");
-  const at::Tensor mz = RowFloats(mean_z, logits, "mean_z");
+  const at::Tensor ent = RowFloats(entropy, logits, "entropy");
   const at::Tensor glp = RowFloats(grad_log_probs, logits, "grad_log_probs");
   const at::Tensor gent = RowFloats(grad_entropy, logits, "grad_entropy");
-  TORCH_CHECK(l.defined() && mz.defined(), "fused log-probs: the backward needs the forward's lse and mean_z");
+  TORCH_CHECK(l.defined() && ent.defined(), "fused log-probs: the backward needs the forward's lse and entropy");
   TokenLogProbsBackwardArgs a;
   KernelDtypeOf(logits.scalar_type(), &a.dtype);
   a.logits = logits.data_ptr();
   a.targets = tgt.data_ptr<int64_t>();
   a.lse = l.data_ptr<float>();
-  a.mean_z = mz.data_ptr<float>();
+  a.entropy = ent.data_ptr<float>();
   a.grad_log_probs = glp.defined() ? glp.data_ptr<float>() : nullptr;
   a.grad_entropy = gent.defined() ? gent.data_ptr<float>() : nullptr;
   a.grad_logits = logits.data_ptr();

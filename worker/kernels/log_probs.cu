@@ -14,7 +14,7 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// Running softmax statistics of a set of z: max m, s = sum exp(z - m), t = sum exp(z - m) * z.
+// Running softmax statistics of a set of z: max m, s = sum exp(z - m), t = sum exp(z - m) * (z - m).
 struct Stats {
   float m = -INFINITY;
   float s = 0.f;
@@ -24,10 +24,11 @@ struct Stats {
 __device__ __forceinline__ Stats Merge(const Stats& a, const Stats& b) {
   if (a.m == -INFINITY) return b;
   if (b.m == -INFINITY) return a;
+  // Moving a set's statistics to the new maximum: s' = s * e, t' = e * (t + (m_old - m) * s), e = exp(m_old - m).
   const float m = fmaxf(a.m, b.m);
   const float ea = expf(a.m - m);
   const float eb = expf(b.m - m);
-  return {m, a.s * ea + b.s * eb, a.t * ea + b.t * eb};
+  return {m, a.s * ea + b.s * eb, ea * fmaf(a.m - m, a.s, a.t) + eb * fmaf(b.m - m, b.s, b.t)};
 }
 
 // Adds n values (already scaled) to st, rescaling once for the group's maximum.
@@ -38,16 +39,22 @@ __device__ __forceinline__ void Accumulate(Stats& st, const float (&z)[N]) {
   for (int j = 1; j < N; ++j) lm = fmaxf(lm, z[j]);
   if (lm == -INFINITY) return;  // nothing of positive mass
   if (lm > st.m) {
-    const float r = st.m == -INFINITY ? 0.f : expf(st.m - lm);
-    st.s *= r;
-    st.t *= r;
+    if (st.m == -INFINITY) {
+      st.s = 0.f;
+      st.t = 0.f;
+    } else {
+      const float r = expf(st.m - lm);
+      st.t = r * fmaf(st.m - lm, st.s, st.t);
+      st.s *= r;
+    }
     st.m = lm;
   }
 #pragma unroll
   for (int j = 0; j < N; ++j) {
-    const float e = expf(z[j] - st.m);
+    const float d = z[j] - st.m;
+    const float e = expf(d);
     st.s += e;
-    if (e > 0.f) st.t = fmaf(e, z[j], st.t);  // e = 0 for z = -inf: no 0 * inf
+    if (e > 0.f) st.t = fmaf(e, d, st.t);  // e = 0 for z = -inf: no 0 * inf
   }
 }
 
@@ -98,13 +105,12 @@ __global__ void __launch_bounds__(kThreads) TokenLogProbsKernel(const TokenLogPr
   }
   const Stats all = BlockMerge(st);
   if (threadIdx.x == 0) {
-    const float lse = all.m + logf(all.s);
-    const float mean_z = all.t / all.s;
+    const float log_s = logf(all.s);
+    const float lse = all.m + log_s;
     const int64_t tgt = a.targets[r];
     a.log_probs[r] = (tgt >= 0 && tgt < V) ? ToFloat(row[tgt]) * inv_t - lse : NAN;
-    if (a.entropy != nullptr) a.entropy[r] = lse - mean_z;
+    a.entropy[r] = log_s - all.t / all.s;  // lse - sum(p * z) = log s - sum(p * (z - m))
     a.lse[r] = lse;
-    a.mean_z[r] = mean_z;
   }
 }
 
@@ -118,15 +124,16 @@ __global__ void __launch_bounds__(kThreads) TokenLogProbsBackwardKernel(const To
   T* out = static_cast<T*>(a.grad_logits) + offset;
   const float inv_t = 1.0f / a.temperature;
   const float lse = a.lse[r];
-  const float mean_z = a.mean_z[r];
+  const float entropy = a.entropy[r];
   const float g_lp = a.grad_log_probs != nullptr ? a.grad_log_probs[r] : 0.f;
   const float g_ent = a.grad_entropy != nullptr ? a.grad_entropy[r] : 0.f;
   const int64_t tgt = a.targets[r];
-  // d log_prob / dz = onehot(target) - p;  d entropy / dz = -p * (z - mean_z);  dz / dlogits = 1 / temperature.
+  // d log_prob / dz = onehot(target) - p;  d entropy / dz = -p * (z - sum(p * z)) = -p * (log p + entropy);
+  // dz / dlogits = 1 / temperature.
   auto grad = [&](int i, float v) {
-    const float z = v * inv_t;
-    const float p = expf(z - lse);
-    float g = -g_lp * p - g_ent * p * (z - mean_z);
+    const float log_p = v * inv_t - lse;
+    const float p = expf(log_p);
+    float g = -g_lp * p - g_ent * p * (log_p + entropy);
     if (i == tgt) g += g_lp;
     return g * inv_t;
   };
@@ -177,14 +184,14 @@ struct Backward {
 }  // namespace
 
 cudaError_t LaunchTokenLogProbs(const TokenLogProbsArgs& a, cudaStream_t stream) {
-  if (a.targets == nullptr || a.log_probs == nullptr || a.lse == nullptr || a.mean_z == nullptr) {
+  if (a.targets == nullptr || a.log_probs == nullptr || a.entropy == nullptr || a.lse == nullptr) {
     return cudaErrorInvalidValue;
   }
   return Dispatch<Forward>(a, stream);
 }
 
 cudaError_t LaunchTokenLogProbsBackward(const TokenLogProbsBackwardArgs& a, cudaStream_t stream) {
-  if (a.targets == nullptr || a.lse == nullptr || a.mean_z == nullptr || a.grad_logits == nullptr) {
+  if (a.targets == nullptr || a.lse == nullptr || a.entropy == nullptr || a.grad_logits == nullptr) {
     return cudaErrorInvalidValue;
   }
   return Dispatch<Backward>(a, stream);

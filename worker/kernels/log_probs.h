@@ -13,18 +13,17 @@ bool TokenLogProbsSupported(const at::Tensor& logits);
 
 struct TokenLogProbsResult {
   at::Tensor log_probs;  // [rows] float32
-  at::Tensor entropy;    // [rows] float32 (undefined without with_entropy)
+  at::Tensor entropy;    // [rows] float32
   at::Tensor lse;        // [rows] float32: logsumexp(logits / temperature)
-  at::Tensor mean_z;     // [rows] float32: sum(softmax * logits / temperature)
 };
 // targets [rows] int64.
-TokenLogProbsResult TokenLogProbs(const at::Tensor& logits, const at::Tensor& targets, double temperature,
-                                  bool with_entropy);
+TokenLogProbsResult TokenLogProbs(const at::Tensor& logits, const at::Tensor& targets, double temperature);
 
 // The gradient w.r.t. the logits, in their dtype, written over `logits` (which the caller no longer needs).
-// grad_log_probs and grad_entropy [rows] (either may be undefined: no gradient).
+// lse and entropy from the forward; grad_log_probs and grad_entropy [rows] (either may be
+// undefined: no gradient).
 void TokenLogProbsBackwardInPlace(at::Tensor& logits, const at::Tensor& targets, const at::Tensor& lse,
-                                  const at::Tensor& mean_z, const at::Tensor& grad_log_probs,
+                                  const at::Tensor& entropy, const at::Tensor& grad_log_probs,
                                   const at::Tensor& grad_entropy, double temperature);
 
 }  // namespace verl::kernels

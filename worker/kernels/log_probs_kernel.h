@@ -6,9 +6,11 @@
 // ATen composition casts them to float32 and runs eight to twelve passes over [rows, vocab] float32 tensors.
 //
 // With z = float(logits) * (1 / temperature) (ATen's CUDA division by a scalar multiplies by its float reciprocal),
-// p = softmax(z), lse = logsumexp(z), mean_z = sum(p * z):
-//   forward:  log_prob = z[target] - lse, entropy = lse - mean_z (also storing lse and mean_z for the backward);
-//   backward: d logits = to_dtype((g_lp * (onehot(target) - p) - g_ent * p * (z - mean_z)) * (1 / temperature)).
+// p = softmax(z), lse = logsumexp(z):
+//   forward:  log_prob = z[target] - lse, entropy = lse - sum(p * z) (storing lse and entropy for the backward);
+//   backward: d logits = to_dtype((g_lp * (onehot(target) - p) - g_ent * p * (z - lse + entropy)) / temperature).
+// The entropy is summed relative to the row's maximum (sum p * (z - max)), not as lse - sum(p * z) of two numbers near
+// the maximum logit: a peaked row then keeps its small entropy, and the backward's z - sum(p * z), to float precision.
 
 #include <cuda_runtime.h>
 
@@ -23,9 +25,8 @@ struct TokenLogProbsArgs {
   const void* logits = nullptr;     // [rows, vocab], contiguous
   const int64_t* targets = nullptr;  // [rows]
   float* log_probs = nullptr;        // [rows]; NaN where the target is outside the vocabulary
-  float* entropy = nullptr;          // [rows], or null
+  float* entropy = nullptr;          // [rows]
   float* lse = nullptr;              // [rows]
-  float* mean_z = nullptr;           // [rows]
   int rows = 0;
   int vocab = 0;
   float temperature = 1.0f;
@@ -37,7 +38,7 @@ struct TokenLogProbsBackwardArgs {
   const void* logits = nullptr;     // [rows, vocab], contiguous
   const int64_t* targets = nullptr;  // [rows]
   const float* lse = nullptr;        // [rows], from the forward
-  const float* mean_z = nullptr;     // [rows], from the forward
+  const float* entropy = nullptr;    // [rows], from the forward
   const float* grad_log_probs = nullptr;  // [rows], or null (no gradient)
   const float* grad_entropy = nullptr;    // [rows], or null (no gradient)
   void* grad_logits = nullptr;  // [rows, vocab] in the logits' dtype; may be `logits` itself (read before written)

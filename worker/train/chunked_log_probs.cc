@@ -34,20 +34,19 @@ class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbs
 #ifdef VERL_WITH_CUDA
     if (h2d.is_cuda()) {
       // The fused kernels read each chunk's logits once in their dtype (the ATen loop below makes float32 copies and
-      // runs a dozen passes over them); they keep each row's logsumexp and mean logit for the backward.
+      // runs a dozen passes over them); they keep each row's logsumexp and entropy for the backward.
       at::Tensor lse = at::empty({N}, log_probs.options());
-      at::Tensor mean_z = at::empty({N}, log_probs.options());
+      at::Tensor ent = at::empty({N}, log_probs.options());
       for (int64_t b = 0; b < N; b += chunk) {
         const int64_t n = std::min(chunk, N - b);
         const at::Tensor logits = at::linear(h2d.narrow(0, b, n), weight);
-        const kernels::TokenLogProbsResult r =
-            kernels::TokenLogProbs(logits, targets.narrow(0, b, n), temperature, with_entropy);
+        const kernels::TokenLogProbsResult r = kernels::TokenLogProbs(logits, targets.narrow(0, b, n), temperature);
         log_probs.narrow(0, b, n).copy_(r.log_probs);
-        if (with_entropy) entropy.narrow(0, b, n).copy_(r.entropy);
         lse.narrow(0, b, n).copy_(r.lse);
-        mean_z.narrow(0, b, n).copy_(r.mean_z);
+        ent.narrow(0, b, n).copy_(r.entropy);
       }
-      ctx->save_for_backward({h2d, weight, targets, lse, mean_z});
+      if (with_entropy) entropy.copy_(ent);
+      ctx->save_for_backward({h2d, weight, targets, lse, ent});
       return {log_probs, entropy};
     }
 #endif
@@ -74,16 +73,16 @@ class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbs
     const at::Tensor g_ent = with_entropy ? grads[1] : at::Tensor();
     const int64_t N = h2d.size(0);
 #ifdef VERL_WITH_CUDA
-    if (saved.size() == 5) {  // the fused forward's lse and mean_z
+    if (saved.size() == 5) {  // the fused forward's lse and entropy
       const at::Tensor& lse = saved[3];
-      const at::Tensor& mean_z = saved[4];
+      const at::Tensor& ent = saved[4];
       at::Tensor grad_h = at::empty_like(h2d, at::MemoryFormat::Contiguous);
       at::Tensor grad_w = at::zeros(weight.sizes(), weight.options().dtype(at::kFloat));
       for (int64_t b = 0; b < N; b += chunk) {
         const int64_t n = std::min(chunk, N - b);
         at::Tensor logits = at::linear(h2d.narrow(0, b, n), weight);
         kernels::TokenLogProbsBackwardInPlace(logits, targets.narrow(0, b, n), lse.narrow(0, b, n),
-                                              mean_z.narrow(0, b, n), g_lp.defined() ? g_lp.narrow(0, b, n) : g_lp,
+                                              ent.narrow(0, b, n), g_lp.defined() ? g_lp.narrow(0, b, n) : g_lp,
                                               g_ent.defined() ? g_ent.narrow(0, b, n) : g_ent, temperature);
         at::Tensor gh = grad_h.narrow(0, b, n);
         at::mm_out(gh, logits, weight);

@@ -267,11 +267,16 @@ TEST_CASE("fused sampling on the GPU draws what ATen's composition draws", "[wor
       at::Tensor tok = SampleNextTokens(logits.to(at::kCUDA), o, uniforms.to(at::kCUDA), &lp);
       tok = tok.cpu();
       lp = lp.cpu();
-      const double agree = tok.eq(ref).to(at::kDouble).mean().item<double>();
+      // Row 1 (u at the very end of the CDF) sits within rounding of the last steps by construction: it is left out
+      // of the agreement, and its draw must come from the CDF's top (any token of positive mass past 90 % of the row).
+      at::Tensor rows = at::ones({c.rows}, at::kBool);
+      if (sample) rows[1] = false;
+      const double agree = tok.eq(ref).masked_select(rows).to(at::kDouble).mean().item<double>();
       CAPTURE(agree);
       // Greedy must agree everywhere; a draw may differ only where u falls within rounding of a CDF step (float sums
       // within segments against float64 cumsum), which these draws practically never do.
       CHECK(agree >= (sample ? 0.995 : 1.0));
+      if (sample && c.temperature > 0) CHECK(tok[1].item<int64_t>() >= static_cast<int64_t>(0.9 * c.vocab));
       if (!sample) CHECK(tok[2].item<int64_t>() == 5);
       CHECK(tok[3].item<int64_t>() >= c.vocab - 7);
       at::Tensor same = tok.eq(ref);
