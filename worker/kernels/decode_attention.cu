@@ -1,12 +1,10 @@
 // The GQA flash-decoding kernel (decode_attention_kernel.h).
 //
 // Block (b, g, s) reduces the positions of range s of slot b against the G query heads that share KV head g, kChunk
-// positions at a time. Rows are read in 16-byte pieces, D * sizeof(T) / 16 lanes per row (8 for bf16 and D = 64), so
-// a warp reads several whole rows per load and keeps up to 8 loads in flight per lane. Each lane scores its piece of a
-// key row against the same piece of the G (pre-scaled, base-2) queries in shared memory, and the row's lanes sum their
-// pieces with shuffles; one warp per head updates that head's running max and sum; then each lane
-// accumulates its piece of the value rows of the same positions, weighted per head. At the end the rows' lanes and
-// the warps' partial outputs are summed (shuffles, shared memory). With one range
+// positions at a time: each thread scores one position against the G queries (16-byte loads of the key row), one
+// warp per head updates that head's running max and sum (base-2 exponentials: the queries are pre-scaled by
+// log2(e)), then each warp accumulates the value rows of every kWarps-th position with the lanes spanning the head
+// dimension (coalesced rows). The warps' partial outputs are summed through shared memory at the end. With one range
 // the block writes the normalised output; with more it writes (unnormalised output, max, sum) per range and
 // MergeSplitsKernel combines them.
 
@@ -27,6 +25,15 @@ constexpr int kChunk = kThreads;  // positions scored at once, one per thread
 constexpr int kMaxGroup = 8;      // query heads per KV head
 constexpr float kLog2e = 1.4426950408889634f;
 
+// 16 bytes at p (16-byte aligned) as floats.
+template <typename T>
+__device__ __forceinline__ void Load16(const T* p, float* out) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < static_cast<int>(16 / sizeof(T)); ++i) out[i] = ToFloat(e[i]);
+}
+
 __device__ __forceinline__ float WarpMax(float x) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
@@ -44,22 +51,10 @@ __host__ __device__ inline int RangeLength(int capacity, int splits) {
   return ((capacity + splits - 1) / splits + kChunk - 1) / kChunk * kChunk;
 }
 
-// The 16-byte pieces of rows: kLanesPerRow lanes span one K or V row, so a warp covers kRowsPerStep rows per step.
-template <typename T, int D>
-struct RowPieces {
-  static constexpr int kPer16 = static_cast<int>(16 / sizeof(T));  // elements per 16-byte load
-  static constexpr int kLanesPerRow = D / kPer16;
-  static constexpr int kRowsPerStep = 32 / kLanesPerRow;
-  static constexpr int kSteps = kChunk / kWarps / kRowsPerStep;  // steps for a warp's share of a chunk
-  static constexpr int kBatch = kSteps < 8 ? kSteps : 8;         // loads issued before their first use
-  static_assert(kLanesPerRow <= 32 && 32 % kLanesPerRow == 0 && kSteps % kBatch == 0, "row layout");
-};
-
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const DecodeAttentionArgs a) {
-  using R = RowPieces<T, D>;
-  constexpr int kPer16 = R::kPer16;
-  constexpr int kPerWarp = kChunk / kWarps;  // positions of a chunk each warp scores and accumulates
+  constexpr int kVec = D / 32;                            // output dims per lane
+  constexpr int kPer16 = static_cast<int>(16 / sizeof(T));  // elements per 16-byte load
   const int b = blockIdx.x;
   const int kvh = blockIdx.y;
   const int split = blockIdx.z;
@@ -67,9 +62,8 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const DecodeAt
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
-  const int piece = lane % R::kLanesPerRow;  // this lane's 16 bytes of a row: dims [piece * kPer16, + kPer16)
-  const int row_in_step = lane / R::kLanesPerRow;
 
+  __shared__ float qs[kMaxGroup][D];
   __shared__ float p[kMaxGroup][kChunk];
   __shared__ float m_s[kMaxGroup];
   __shared__ float l_s[kMaxGroup];
@@ -80,8 +74,6 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const DecodeAt
   const int begin = split * RangeLength(a.capacity, a.splits);
   const int end = min(len, begin + RangeLength(a.capacity, a.splits));
 
-  // The G queries of the group, pre-scaled (base-2 exponentials); each lane reads its piece as float4s.
-  __shared__ __align__(16) float qs[kMaxGroup][D];
   const T* q = static_cast<const T*>(a.q) + (static_cast<int64_t>(b) * a.q_heads + kvh * G) * D;
   const float qscale = a.scale * kLog2e;
   for (int i = tid; i < G * D; i += kThreads) qs[i / D][i % D] = ToFloat(q[i]) * qscale;
@@ -91,62 +83,39 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const DecodeAt
     alpha_s[tid] = 1.f;
   }
   const int64_t kv_offset = static_cast<int64_t>(b) * a.kv_stride_b + static_cast<int64_t>(kvh) * a.kv_stride_h;
-  const T* kbase = static_cast<const T*>(a.k) + kv_offset + piece * kPer16;
-  const T* vbase = static_cast<const T*>(a.v) + kv_offset + piece * kPer16;
-  float acc[kMaxGroup][kPer16];
+  const T* kbase = static_cast<const T*>(a.k) + kv_offset;
+  const T* vbase = static_cast<const T*>(a.v) + kv_offset;
+  float acc[kMaxGroup][kVec];
 #pragma unroll
   for (int g = 0; g < kMaxGroup; ++g) {
 #pragma unroll
-    for (int j = 0; j < kPer16; ++j) acc[g][j] = 0.f;
+    for (int j = 0; j < kVec; ++j) acc[g][j] = 0.f;
   }
   __syncthreads();
 
   for (int c0 = begin; c0 < end; c0 += kChunk) {
     const int n = min(kChunk, end - c0);
-    // 1. Scores (base 2) of the warp's positions: each row's lanes take a piece of the dot products, then sum them.
-    for (int s0 = 0; s0 < R::kSteps; s0 += R::kBatch) {
-      uint4 raw[R::kBatch];
+    // 1. Scores of position c0 + tid (base 2).
+    if (tid < n) {
+      const T* krow = kbase + static_cast<int64_t>(c0 + tid) * D;
+      float s[kMaxGroup];
 #pragma unroll
-      for (int j = 0; j < R::kBatch; ++j) {
-        const int i = warp * kPerWarp + (s0 + j) * R::kRowsPerStep + row_in_step;
-        raw[j] = i < n ? *reinterpret_cast<const uint4*>(kbase + static_cast<int64_t>(c0 + i) * D)
-                       : make_uint4(0u, 0u, 0u, 0u);
+      for (int g = 0; g < kMaxGroup; ++g) s[g] = 0.f;
+#pragma unroll
+      for (int d0 = 0; d0 < D; d0 += kPer16) {
+        float kv[kPer16];
+        Load16(krow + d0, kv);
+#pragma unroll
+        for (int g = 0; g < kMaxGroup; ++g) {
+          if (g < G) {
+#pragma unroll
+            for (int i = 0; i < kPer16; ++i) s[g] = fmaf(qs[g][d0 + i], kv[i], s[g]);
+          }
+        }
       }
 #pragma unroll
-      for (int j = 0; j < R::kBatch; ++j) {
-        const int i = warp * kPerWarp + (s0 + j) * R::kRowsPerStep + row_in_step;
-        const T* e = reinterpret_cast<const T*>(&raw[j]);
-        float kf[kPer16];
-#pragma unroll
-        for (int k = 0; k < kPer16; ++k) kf[k] = ToFloat(e[k]);
-        float sc[kMaxGroup];
-#pragma unroll
-        for (int g = 0; g < kMaxGroup; ++g) {
-          sc[g] = 0.f;
-          if (g < G) {
-            const float4* qv = reinterpret_cast<const float4*>(&qs[g][piece * kPer16]);
-#pragma unroll
-            for (int k4 = 0; k4 < kPer16 / 4; ++k4) {
-              const float4 qq = qv[k4];
-              sc[g] = fmaf(qq.x, kf[4 * k4], sc[g]);
-              sc[g] = fmaf(qq.y, kf[4 * k4 + 1], sc[g]);
-              sc[g] = fmaf(qq.z, kf[4 * k4 + 2], sc[g]);
-              sc[g] = fmaf(qq.w, kf[4 * k4 + 3], sc[g]);
-            }
-          }
-        }
-#pragma unroll
-        for (int o = R::kLanesPerRow / 2; o > 0; o >>= 1) {
-#pragma unroll
-          for (int g = 0; g < kMaxGroup; ++g) {
-            if (g < G) sc[g] += __shfl_xor_sync(0xffffffffu, sc[g], o);
-          }
-        }
-        // Lane `piece` of the row stores head `piece` (kLanesPerRow >= 8 >= G).
-#pragma unroll
-        for (int g = 0; g < kMaxGroup; ++g) {
-          if (g < G && g == piece && i < n) p[g][i] = sc[g];
-        }
+      for (int g = 0; g < kMaxGroup; ++g) {
+        if (g < G) p[g][tid] = s[g];
       }
     }
     __syncthreads();
@@ -171,58 +140,38 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const DecodeAt
       }
     }
     __syncthreads();
-    // 3. Weighted value rows over the same positions: each lane accumulates its piece of the head dimension.
+    // 3. Weighted value rows: warp w takes positions w, w + kWarps, ...; lane takes dims [lane * kVec, + kVec).
 #pragma unroll
     for (int g = 0; g < kMaxGroup; ++g) {
       if (g < G) {
         const float alpha = alpha_s[g];
 #pragma unroll
-        for (int j = 0; j < kPer16; ++j) acc[g][j] *= alpha;
+        for (int j = 0; j < kVec; ++j) acc[g][j] *= alpha;
       }
     }
-    for (int s0 = 0; s0 < R::kSteps; s0 += R::kBatch) {
-      uint4 raw[R::kBatch];
+    for (int i = warp; i < n; i += kWarps) {
+      const T* vrow = vbase + static_cast<int64_t>(c0 + i) * D + lane * kVec;
+      float vv[kVec];
 #pragma unroll
-      for (int j = 0; j < R::kBatch; ++j) {
-        const int i = warp * kPerWarp + (s0 + j) * R::kRowsPerStep + row_in_step;
-        raw[j] = i < n ? *reinterpret_cast<const uint4*>(vbase + static_cast<int64_t>(c0 + i) * D)
-                       : make_uint4(0u, 0u, 0u, 0u);
-      }
+      for (int j = 0; j < kVec; ++j) vv[j] = ToFloat(vrow[j]);
 #pragma unroll
-      for (int j = 0; j < R::kBatch; ++j) {
-        const int i = warp * kPerWarp + (s0 + j) * R::kRowsPerStep + row_in_step;
-        if (i < n) {  // rows past n may hold anything (NaN): skipped, not weighted by 0
-          const T* e = reinterpret_cast<const T*>(&raw[j]);
+      for (int g = 0; g < kMaxGroup; ++g) {
+        if (g < G) {
+          const float w = p[g][i];
 #pragma unroll
-          for (int g = 0; g < kMaxGroup; ++g) {
-            if (g < G) {
-              const float w = p[g][i];
-#pragma unroll
-              for (int k = 0; k < kPer16; ++k) acc[g][k] = fmaf(w, ToFloat(e[k]), acc[g][k]);
-            }
-          }
+          for (int j = 0; j < kVec; ++j) acc[g][j] = fmaf(w, vv[j], acc[g][j]);
         }
       }
     }
     __syncthreads();  // p and alpha_s are rewritten by the next chunk
   }
 
-  // 4. Sum the rows of each step within the warp (lanes with the same piece), then the warps' partial outputs.
+  // 4. Sum the warps' partial outputs.
 #pragma unroll
-  for (int o = R::kLanesPerRow; o < 32; o <<= 1) {
+  for (int g = 0; g < kMaxGroup; ++g) {
+    if (g < G) {
 #pragma unroll
-    for (int g = 0; g < kMaxGroup; ++g) {
-#pragma unroll
-      for (int j = 0; j < kPer16; ++j) acc[g][j] += __shfl_xor_sync(0xffffffffu, acc[g][j], o);
-    }
-  }
-  if (row_in_step == 0) {
-#pragma unroll
-    for (int g = 0; g < kMaxGroup; ++g) {
-      if (g < G) {
-#pragma unroll
-        for (int j = 0; j < kPer16; ++j) red[warp][g][piece * kPer16 + j] = acc[g][j];
-      }
+      for (int j = 0; j < kVec; ++j) red[warp][g][lane * kVec + j] = acc[g][j];
     }
   }
   __syncthreads();
