@@ -24,7 +24,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 { nvidia-smi -L; nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv; } > "$OUT/build.log" 2>&1
 . "$ROOT/tools/device/build.sh" --env-only
 set +e
-"$ROOT/tools/device/build.sh" gpu_decode_test gpu_rank_test gpu_train_kernels_test verl-bench-rollout verl-bench-update verl-make-tiny-model \
+"$ROOT/tools/device/build.sh" gpu_decode_test gpu_rank_test gpu_train_kernels_test verl-bench-decode-attention verl-bench-rollout verl-bench-update verl-make-tiny-model \
   verl-controller verl-worker verl-make-dataset >> "$OUT/build.log" 2>&1
 build_rc=$?
 build_s=$(secs)
@@ -40,6 +40,10 @@ if [ $build_rc = 0 ]; then
     tests_rc=$(( tests_rc + $? ))
   fi
   if [ "$B1" = 1 ]; then
+    # The decode attention kernel alone at B1's mean decode shape (512 slots of 512 positions) and spread lengths.
+    for dab in "" "--min-len 256 --max-len 768"; do
+      timeout 60 "$BUILD_DIR/bin/verl-bench-decode-attention" $dab --iters 100
+    done > "$OUT/decode_attention.jsonl" 2>&1
     eval timeout 400 python3 "$ROOT/tools/bench/b1_rollout.py" --build-dir "$BUILD_DIR" --out "$OUT/b1.json" \
       "${B1_ARGS:-}" > "$OUT/b1.log" 2>&1
     b1_rc=$?

@@ -3,8 +3,9 @@
 // Block (b, g, s) reduces the positions of range s of slot b against the G query heads that share KV head g, kChunk
 // positions at a time: each thread scores one position against the G queries (16-byte loads of the key row), one
 // warp per head updates that head's running max and sum (base-2 exponentials: the queries are pre-scaled by
-// log2(e)), then each warp accumulates the value rows of every kWarps-th position with the lanes spanning the head
-// dimension (coalesced rows). The warps' partial outputs are summed through shared memory at the end. With one range
+// log2(e)) and stores the weights position-major, then each warp accumulates the value rows of every kWarps-th
+// position with the lanes spanning the head dimension (coalesced rows; the loads of kVBatch rows issued together, the
+// weights of a row read as two float4). The warps' partial outputs are summed through shared memory at the end. With one range
 // the block writes the normalised output; with more it writes (unnormalised output, max, sum) per range and
 // MergeSplitsKernel combines them.
 
@@ -12,6 +13,8 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <type_traits>
 
 #include "worker/kernels/dtype.cuh"
 #include "worker/kernels/decode_attention_kernel.h"
@@ -46,6 +49,22 @@ __device__ __forceinline__ float WarpSum(float x) {
   return x;
 }
 
+// N consecutive elements at p (aligned to their size) in one load where that is 4, 8 or 16 bytes.
+template <typename T, int N>
+__device__ __forceinline__ void LoadSmall(const T* p, float (&out)[N]) {
+  constexpr int kBytes = N * static_cast<int>(sizeof(T));
+  if constexpr (kBytes == 4 || kBytes == 8 || kBytes == 16) {
+    using Word = std::conditional_t<kBytes == 4, uint32_t, std::conditional_t<kBytes == 8, uint2, uint4>>;
+    const Word raw = *reinterpret_cast<const Word*>(p);
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int j = 0; j < N; ++j) out[j] = ToFloat(e[j]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < N; ++j) out[j] = ToFloat(p[j]);
+  }
+}
+
 // Positions per range: the capacity cut into `splits` ranges, rounded up to whole chunks.
 __host__ __device__ inline int RangeLength(int capacity, int splits) {
   return ((capacity + splits - 1) / splits + kChunk - 1) / kChunk * kChunk;
@@ -54,6 +73,10 @@ __host__ __device__ inline int RangeLength(int capacity, int splits) {
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const DecodeAttentionArgs a) {
   constexpr int kVec = D / 32;                            // output dims per lane
+  // Value rows whose loads a warp issues before using the first: one row at a time exposed the memory latency per row
+  // (B1's shapes on the H200, tools/bench/decode_attention_bench: 8 rows took D = 64 from 105 to 77 us per launch;
+  // 16 rows were slower there, faster for D = 128).
+  constexpr int kVBatch = D == 64 ? 8 : 16;
   constexpr int kPer16 = static_cast<int>(16 / sizeof(T));  // elements per 16-byte load
   const int b = blockIdx.x;
   const int kvh = blockIdx.y;
@@ -63,8 +86,9 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const DecodeAt
   const int lane = tid & 31;
   const int warp = tid >> 5;
 
-  __shared__ float qs[kMaxGroup][D];
-  __shared__ float p[kMaxGroup][kChunk];
+  __shared__ __align__(16) float qs[kMaxGroup][D];
+  __shared__ float p[kMaxGroup][kChunk];              // scores, head-major (the softmax's warp per head reads a row)
+  __shared__ __align__(16) float pt[kChunk][kMaxGroup];  // weights, position-major (two float4 per value row)
   __shared__ float m_s[kMaxGroup];
   __shared__ float l_s[kMaxGroup];
   __shared__ float alpha_s[kMaxGroup];
@@ -128,7 +152,7 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const DecodeAt
       float sum = 0.f;
       for (int i = lane; i < n; i += 32) {
         const float e = exp2f(p[g][i] - m_new);
-        p[g][i] = e;
+        pt[i][g] = e;
         sum += e;
       }
       sum = WarpSum(sum);
@@ -149,17 +173,33 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const DecodeAt
         for (int j = 0; j < kVec; ++j) acc[g][j] *= alpha;
       }
     }
-    for (int i = warp; i < n; i += kWarps) {
-      const T* vrow = vbase + static_cast<int64_t>(c0 + i) * D + lane * kVec;
-      float vv[kVec];
+    // Warp w takes positions w, w + kWarps, ...; lane takes dims [lane * kVec, + kVec).
+    for (int i0 = warp; i0 < n; i0 += kWarps * kVBatch) {
+      float vv[kVBatch][kVec];
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) vv[j] = ToFloat(vrow[j]);
+      for (int r = 0; r < kVBatch; ++r) {
+        const int i = i0 + r * kWarps;
+        if (i < n) {
+          LoadSmall<T, kVec>(vbase + static_cast<int64_t>(c0 + i) * D + lane * kVec, vv[r]);
+        } else {
 #pragma unroll
-      for (int g = 0; g < kMaxGroup; ++g) {
-        if (g < G) {
-          const float w = p[g][i];
+          for (int j = 0; j < kVec; ++j) vv[r][j] = 0.f;
+        }
+      }
 #pragma unroll
-          for (int j = 0; j < kVec; ++j) acc[g][j] = fmaf(w, vv[j], acc[g][j]);
+      for (int r = 0; r < kVBatch; ++r) {
+        const int i = i0 + r * kWarps;
+        if (i < n) {  // rows past n may hold anything (NaN): skipped, not weighted by 0
+          const float4* w4 = reinterpret_cast<const float4*>(&pt[i][0]);
+          const float4 lo = w4[0], hi = w4[1];
+          const float w[kMaxGroup] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+          for (int g = 0; g < kMaxGroup; ++g) {
+            if (g < G) {
+#pragma unroll
+              for (int j = 0; j < kVec; ++j) acc[g][j] = fmaf(w[g], vv[r][j], acc[g][j]);
+            }
+          }
         }
       }
     }

@@ -1,0 +1,131 @@
+// The CUDA decode attention kernel alone on B1's decode shapes (BENCHMARKS.md): microseconds per launch and the
+// bytes of keys and values it reads per second (against the H200's ~4.8 TB/s). Torch-free (CUDA runtime only); for
+// comparing kernel changes quickly (a build of this target alone takes seconds). Prints one JSON object.
+//
+//   verl-bench-decode-attention [--batch 512] [--q-heads 14] [--kv-heads 2] [--head-dim 64] [--capacity 768]
+//                               [--min-len 512] [--max-len 512] [--iters 50] [--splits 0 (the kernel's choice)]
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "worker/kernels/decode_attention_kernel.h"
+
+namespace {
+
+#define CUDA_OK(expr)                                                                             \
+  do {                                                                                            \
+    const cudaError_t e = (expr);                                                                 \
+    if (e != cudaSuccess) {                                                                       \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e)); \
+      std::exit(1);                                                                               \
+    }                                                                                             \
+  } while (0)
+
+// Deterministic pseudo-random bf16 values in [-2, 2).
+__global__ void Fill(__nv_bfloat16* x, int64_t n, uint64_t seed) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    uint64_t h = (static_cast<uint64_t>(i) + seed) * 0x9E3779B97F4A7C15ull;
+    h ^= h >> 31;
+    h *= 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 29;
+    x[i] = __float2bfloat16(static_cast<float>(h >> 40) / static_cast<float>(1 << 24) * 4.0f - 2.0f);
+  }
+}
+
+int Flag(int argc, char** argv, const std::string& name, int def) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (name == argv[i]) return std::atoi(argv[i + 1]);
+  }
+  return def;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using verl::kernels::DecodeAttentionArgs;
+  const int B = Flag(argc, argv, "--batch", 512);
+  const int Hq = Flag(argc, argv, "--q-heads", 14);
+  const int Hkv = Flag(argc, argv, "--kv-heads", 2);
+  const int D = Flag(argc, argv, "--head-dim", 64);
+  const int C = Flag(argc, argv, "--capacity", 768);
+  const int min_len = Flag(argc, argv, "--min-len", 512);
+  const int max_len = std::max(min_len, Flag(argc, argv, "--max-len", 512));
+  const int iters = std::max(1, Flag(argc, argv, "--iters", 50));
+  int splits = Flag(argc, argv, "--splits", 0);
+  if (!verl::kernels::DecodeAttentionShapeSupported(Hq, Hkv, D) || max_len > C) {
+    std::fprintf(stderr, "unsupported shape\n");
+    return 2;
+  }
+  int sms = 0;
+  CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  if (splits <= 0) splits = verl::kernels::DecodeAttentionSplits(B, Hkv, C, sms);
+
+  const int64_t kv_elems = static_cast<int64_t>(B) * Hkv * C * D;
+  const int64_t q_elems = static_cast<int64_t>(B) * Hq * D;
+  __nv_bfloat16 *q, *k, *v, *out;
+  float* partial = nullptr;
+  int32_t* lengths;
+  CUDA_OK(cudaMalloc(&q, q_elems * 2));
+  CUDA_OK(cudaMalloc(&k, kv_elems * 2));
+  CUDA_OK(cudaMalloc(&v, kv_elems * 2));
+  CUDA_OK(cudaMalloc(&out, q_elems * 2));
+  CUDA_OK(cudaMalloc(&lengths, B * sizeof(int32_t)));
+  if (splits > 1) CUDA_OK(cudaMalloc(&partial, static_cast<int64_t>(B) * Hq * splits * (D + 2) * sizeof(float)));
+  Fill<<<1024, 256>>>(q, q_elems, 1);
+  Fill<<<1024, 256>>>(k, kv_elems, 2);
+  Fill<<<1024, 256>>>(v, kv_elems, 3);
+  std::mt19937 rng(5);
+  std::vector<int32_t> len(B);
+  int64_t positions = 0;
+  for (int b = 0; b < B; ++b) {
+    len[b] = min_len + static_cast<int>(rng() % static_cast<unsigned>(max_len - min_len + 1));
+    positions += len[b];
+  }
+  CUDA_OK(cudaMemcpy(lengths, len.data(), B * sizeof(int32_t), cudaMemcpyHostToDevice));
+
+  DecodeAttentionArgs a;
+  a.dtype = verl::kernels::KernelDtype::kBFloat16;
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  a.kv_stride_b = static_cast<int64_t>(Hkv) * C * D;
+  a.kv_stride_h = static_cast<int64_t>(C) * D;
+  a.lengths = lengths;
+  a.out = out;
+  a.partial = partial;
+  a.batch = B;
+  a.q_heads = Hq;
+  a.kv_heads = Hkv;
+  a.head_dim = D;
+  a.capacity = C;
+  a.splits = splits;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const double bytes = static_cast<double>(positions) * Hkv * D * 2 /*K, V*/ * 2 /*bf16*/ + 2.0 * q_elems * 2;
+
+  cudaEvent_t start, stop;
+  CUDA_OK(cudaEventCreate(&start));
+  CUDA_OK(cudaEventCreate(&stop));
+  for (int w = 0; w < 3; ++w) CUDA_OK(verl::kernels::LaunchDecodeAttention(a, nullptr));
+  CUDA_OK(cudaEventRecord(start));
+  for (int i = 0; i < iters; ++i) CUDA_OK(verl::kernels::LaunchDecodeAttention(a, nullptr));
+  CUDA_OK(cudaEventRecord(stop));
+  CUDA_OK(cudaEventSynchronize(stop));
+  float ms = 0.f;
+  CUDA_OK(cudaEventElapsedTime(&ms, start, stop));
+  const double us = 1000.0 * ms / iters;
+  std::printf("{\"benchmark\": \"decode_attention\", \"batch\": %d, \"q_heads\": %d, \"kv_heads\": %d, "
+              "\"head_dim\": %d, \"capacity\": %d, \"min_len\": %d, \"max_len\": %d, \"splits\": %d, "
+              "\"iters\": %d, \"kv_bytes_per_launch\": %.0f, \"us_per_launch\": %.2f, \"gb_per_s\": %.1f}\n",
+              B, Hq, Hkv, D, C, min_len, max_len, splits, iters, bytes, us, bytes / (us * 1e-6) / 1e9);
+  return 0;
+}
