@@ -10,6 +10,9 @@
 //
 // The numbers are those of the plain path: logits = linear(hidden, weight) in the weight's dtype, then float32,
 // divided by the temperature; log_prob = logit[target] - logsumexp; entropy = logsumexp - sum(softmax * logits).
+// On a GPU (VERL_WITH_CUDA) the softmax statistics and the gradient w.r.t. the logits come from fused kernels
+// (worker/kernels/log_probs.h) that read each chunk's logits in their dtype; the entropy is summed there relative to
+// the row's maximum, which keeps a peaked row's small entropy to float precision.
 
 #include <ATen/ATen.h>
 

@@ -201,8 +201,8 @@ TEST_CASE("the fused log-prob kernels give the ATen path's log-probs, entropy an
       close("entropy", gpu.entropy, cpu.entropy);
       close("grad_hidden", gpu.grad_hidden, cpu.grad_hidden);
       close("grad_weight", gpu.grad_weight, cpu.grad_weight);
-      // bfloat16: against the float64 truth from the same rounded inputs, as close as one bf16 rounding of the
-      // logits and gradients allows.
+      // bfloat16: against the ATen path on float64 copies of the same rounded inputs (its logits are rounded to
+      // float32, far below bf16's steps), as close as one bf16 rounding of the logits and gradients allows.
       const at::Tensor hb = dev(hidden).to(at::kBFloat16), wb = dev(weight).to(at::kBFloat16);
       const LogProbRun bf = RunChunked(hb, wb, dev(targets), temperature, dev(g_lp), dev(g_ent), 0);
       const LogProbRun truth = RunChunked(hb.to(at::kDouble).cpu(), wb.to(at::kDouble).cpu(), targets, temperature,
