@@ -20,6 +20,15 @@ at::Tensor RowFloats(const at::Tensor& t, const at::Tensor& logits, const char* 
   return t.to(logits.device(), at::kFloat).contiguous();
 }
 
+// The int64 targets on the logits' device, after checking both.
+at::Tensor CheckedTargets(const at::Tensor& logits, const at::Tensor& targets) {
+  TORCH_CHECK(TokenLogProbsSupported(logits), "fused log-probs: unsupported logits ", logits.sizes(), " ",
+              logits.scalar_type());
+  TORCH_CHECK(targets.numel() == logits.size(0), "fused log-probs: ", targets.numel(), " targets for ",
+              logits.size(0), " rows");
+  return targets.to(logits.device(), at::kLong).contiguous();
+}
+
 }  // namespace
 
 bool TokenLogProbsSupported(const at::Tensor& logits) {
@@ -30,12 +39,8 @@ bool TokenLogProbsSupported(const at::Tensor& logits) {
 }
 
 TokenLogProbsResult TokenLogProbs(const at::Tensor& logits, const at::Tensor& targets, double temperature) {
-  TORCH_CHECK(TokenLogProbsSupported(logits), "fused log-probs: unsupported logits ", logits.sizes(), " ",
-              logits.scalar_type());
-  TORCH_CHECK(targets.numel() == logits.size(0), "fused log-probs: ", targets.numel(), " targets for ",
-              logits.size(0), " rows");
+  const at::Tensor tgt = CheckedTargets(logits, targets);
   const c10::cuda::CUDAGuard guard(logits.device());
-  const at::Tensor tgt = targets.to(logits.device(), at::kLong).contiguous();
   const auto opts = logits.options().dtype(at::kFloat);
   const int64_t rows = logits.size(0);
   TokenLogProbsResult r;
@@ -59,12 +64,8 @@ TokenLogProbsResult TokenLogProbs(const at::Tensor& logits, const at::Tensor& ta
 void TokenLogProbsBackwardInPlace(at::Tensor& logits, const at::Tensor& targets, const at::Tensor& lse,
                                   const at::Tensor& entropy, const at::Tensor& grad_log_probs,
                                   const at::Tensor& grad_entropy, double temperature) {
-  TORCH_CHECK(TokenLogProbsSupported(logits), "fused log-probs: unsupported logits ", logits.sizes(), " ",
-              logits.scalar_type());
-  TORCH_CHECK(targets.numel() == logits.size(0), "fused log-probs: ", targets.numel(), " targets for ",
-              logits.size(0), " rows");
+  const at::Tensor tgt = CheckedTargets(logits, targets);
   const c10::cuda::CUDAGuard guard(logits.device());
-  const at::Tensor tgt = targets.to(logits.device(), at::kLong).contiguous();
   const at::Tensor l = RowFloats(lse, logits, "lse");
   const at::Tensor ent = RowFloats(entropy, logits, "entropy");
   const at::Tensor glp = RowFloats(grad_log_probs, logits, "grad_log_probs");

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tests/worker/torch_catch.h"
+#include "tests/worker/gpu_skip.h"
 #include "tests/test_dir.h"
 #include "tests/worker/tiny_model.h"
 #include "worker/rollout/generator.h"
@@ -22,20 +23,8 @@
 namespace verl {
 namespace {
 
+using testing::SkipWithoutGpu;
 using testing::TestDir;
-
-bool SkipWithoutGpu() {
-#ifndef VERL_WITH_CUDA
-  WARN("skipped: built without CUDA (VERL_WITH_CUDA=OFF)");
-  return true;
-#else
-  if (!at::hasCUDA()) {
-    WARN("skipped: no CUDA device visible");
-    return true;
-  }
-  return false;
-#endif
-}
 
 // softmax(q k^T * scale) v over positions [0, lengths[b]) in float32 from the same (rounded) inputs; zeros for length 0.
 at::Tensor ReferenceAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& lengths,

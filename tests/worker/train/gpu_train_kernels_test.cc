@@ -12,6 +12,7 @@
 
 #include "tests/test_dir.h"
 #include "tests/worker/torch_catch.h"
+#include "tests/worker/gpu_skip.h"
 #include "tests/worker/tiny_model.h"
 #include "worker/train/chunked_log_probs.h"
 #ifdef VERL_WITH_CUDA
@@ -22,20 +23,8 @@
 namespace verl {
 namespace {
 
+using testing::SkipWithoutGpu;
 using testing::TestDir;
-
-bool SkipWithoutGpu() {
-#ifndef VERL_WITH_CUDA
-  WARN("skipped: built without CUDA (VERL_WITH_CUDA=OFF)");
-  return true;
-#else
-  if (!at::hasCUDA()) {
-    WARN("skipped: no CUDA device visible");
-    return true;
-  }
-  return false;
-#endif
-}
 
 double MaxErr(const at::Tensor& got, const at::Tensor& want) {
   return (got.to(at::kDouble) - want.to(at::kDouble)).abs().max().item<double>();
