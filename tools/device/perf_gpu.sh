@@ -2,8 +2,8 @@
 # Runs THERE (the GPU machine): the CUDA build, the [gpu] tests of the rollout engine (decode kernel, CUDA graphs), of
 # the trainer's kernels and of the rank, then the benchmarks of BENCHMARKS.md on one GPU: B1 (rollout against HF
 # generate; with the decode attention kernel alone), B2 (actor update against PyTorch eager), B3 (a GRPO step against
-# TRL's GRPOTrainer; TRL's wheels carried in .device-wheels/, see tools/device/fetch_wheels.sh). Results in $OUT: summary.json, build.log, tests.log, decode_attention.jsonl, b1.json,
-# b2.json, b3.json, b*.log.
+# TRL's GRPOTrainer; TRL's wheels carried in .device-wheels/, see tools/device/fetch_wheels.sh). Results in $OUT:
+# summary.json, build.log, tests.log, decode_attention.jsonl, b1.json, b2.json, b3.json, b*.log.
 #
 #   VERL_COMMIT=<hash> tools/device/perf_gpu.sh      # TESTS=1 B1=1 B2=1 B3=1
 # Pass the commit's hash as a literal (taken on your machine): the device copy's .git can be stale.
