@@ -85,7 +85,8 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
       a.dx = dx.data_ptr();
     }
     if (ctx->needs_input_grad(1)) {
-      partial = at::empty({RmsNormBackwardChunks(a.rows), a.hidden}, x.options().dtype(at::kFloat));
+      // Zeros: no rows (an empty batch) launch nothing, and the weight's gradient is then 0.
+      partial = at::zeros({RmsNormBackwardChunks(a.rows), a.hidden}, x.options().dtype(at::kFloat));
       a.dweight_partial = partial.data_ptr<float>();
     }
     C10_CUDA_CHECK(LaunchRmsNormBackward(a, c10::cuda::getCurrentCUDAStream()));

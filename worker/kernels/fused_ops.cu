@@ -24,7 +24,7 @@ __device__ __forceinline__ float WarpSum(float v) {
   return v;
 }
 
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+__host__ __device__ __forceinline__ bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // f(i, x[i], ...) over a row of n elements by the 32 lanes of a warp: 16-byte loads (kVec: n a multiple of the
 // vector width, rows aligned) or single elements.
@@ -56,6 +56,28 @@ __device__ __forceinline__ void StoreN(T* p, const float (&in)[N]) {
   }
 }
 
+// N elements at p: one 16-byte access where `vec` (p aligned), else one element at a time. The norms' rows are cut
+// into lanes by the row length alone (kVec: a multiple of the vector width), so that a pointer's alignment (a view,
+// e.g. ZeRO-3's, may have any) never changes how a row is summed, only how it is loaded.
+template <typename T, int N>
+__device__ __forceinline__ void LoadAt(const T* p, bool vec, float (&out)[N]) {
+  if (N > 1 && vec) {
+    LoadN<T>(p, out);
+  } else {
+#pragma unroll
+    for (int j = 0; j < N; ++j) out[j] = ToFloat(p[j]);
+  }
+}
+template <typename T, int N>
+__device__ __forceinline__ void StoreAt(T* p, bool vec, const float (&in)[N]) {
+  if (N > 1 && vec) {
+    StoreN<T>(p, in);
+  } else {
+#pragma unroll
+    for (int j = 0; j < N; ++j) p[j] = FromFloat<T>(in[j]);
+  }
+}
+
 template <typename T, bool kVec>
 __global__ void __launch_bounds__(kNormThreads) RmsNormKernel(const RmsNormArgs a) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (kNormThreads / 32) + threadIdx.x / 32;
@@ -64,10 +86,11 @@ __global__ void __launch_bounds__(kNormThreads) RmsNormKernel(const RmsNormArgs 
   const T* x = static_cast<const T*>(a.x) + row * a.hidden;
   const T* w = static_cast<const T*>(a.weight);
   T* y = static_cast<T*>(a.y) + row * a.hidden;
+  const bool x_vec = Aligned16(x), w_vec = Aligned16(w), y_vec = Aligned16(y);
   float ss = 0.f;
   WarpRow<T, kVec>(a.hidden, lane, [&](int i, auto n) {
     float xv[n.value];
-    LoadN<T>(x + i, xv);
+    LoadAt<T>(x + i, x_vec, xv);
 #pragma unroll
     for (int j = 0; j < n.value; ++j) ss = fmaf(xv[j], xv[j], ss);
   });
@@ -76,14 +99,14 @@ __global__ void __launch_bounds__(kNormThreads) RmsNormKernel(const RmsNormArgs 
   if (a.rstd != nullptr && lane == 0) a.rstd[row] = r;
   WarpRow<T, kVec>(a.hidden, lane, [&](int i, auto n) {
     float xv[n.value], wv[n.value];
-    LoadN<T>(x + i, xv);
-    LoadN<T>(w + i, wv);
+    LoadAt<T>(x + i, x_vec, xv);
+    LoadAt<T>(w + i, w_vec, wv);
 #pragma unroll
     for (int j = 0; j < n.value; ++j) {
       // to_dtype(x * r), then weight * that rounded again: the two roundings of the ATen composition.
       xv[j] = __fmul_rn(wv[j], Round<T>(__fmul_rn(xv[j], r)));
     }
-    StoreN<T>(y + i, xv);
+    StoreAt<T>(y + i, y_vec, xv);
   });
 }
 
@@ -97,12 +120,13 @@ __global__ void __launch_bounds__(kNormThreads) RmsNormInputGradKernel(const Rms
   const T* dy = static_cast<const T*>(a.dy) + row * a.hidden;
   T* dx = static_cast<T*>(a.dx) + row * a.hidden;
   const float r = a.rstd[row];
+  const bool x_vec = Aligned16(x), w_vec = Aligned16(w), dy_vec = Aligned16(dy), dx_vec = Aligned16(dx);
   float dot = 0.f;  // sum(g * x), g = dy * weight
   WarpRow<T, kVec>(a.hidden, lane, [&](int i, auto n) {
     float xv[n.value], wv[n.value], gv[n.value];
-    LoadN<T>(x + i, xv);
-    LoadN<T>(w + i, wv);
-    LoadN<T>(dy + i, gv);
+    LoadAt<T>(x + i, x_vec, xv);
+    LoadAt<T>(w + i, w_vec, wv);
+    LoadAt<T>(dy + i, dy_vec, gv);
 #pragma unroll
     for (int j = 0; j < n.value; ++j) dot = fmaf(gv[j] * wv[j], xv[j], dot);
   });
@@ -111,12 +135,12 @@ __global__ void __launch_bounds__(kNormThreads) RmsNormInputGradKernel(const Rms
   const float c = dot * r * r * r / static_cast<float>(a.hidden);
   WarpRow<T, kVec>(a.hidden, lane, [&](int i, auto n) {
     float xv[n.value], wv[n.value], gv[n.value];
-    LoadN<T>(x + i, xv);
-    LoadN<T>(w + i, wv);
-    LoadN<T>(dy + i, gv);
+    LoadAt<T>(x + i, x_vec, xv);
+    LoadAt<T>(w + i, w_vec, wv);
+    LoadAt<T>(dy + i, dy_vec, gv);
 #pragma unroll
     for (int j = 0; j < n.value; ++j) xv[j] = r * gv[j] * wv[j] - xv[j] * c;
-    StoreN<T>(dx + i, xv);
+    StoreAt<T>(dx + i, dx_vec, xv);
   });
 }
 
@@ -295,7 +319,7 @@ struct SwiGluBackwardLaunch {
 
 cudaError_t LaunchRmsNorm(const RmsNormArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return cudaSuccess;
-  return DispatchVec<NormLaunch>(a, a.hidden, {a.x, a.weight, a.y}, stream);
+  return DispatchVec<NormLaunch>(a, a.hidden, {}, stream);  // the row length alone picks the layout: see LoadAt
 }
 
 int RmsNormBackwardChunks(int64_t rows) { return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(rows, kNormChunks))); }
@@ -304,7 +328,7 @@ cudaError_t LaunchRmsNormBackward(const RmsNormBackwardArgs& a, cudaStream_t str
   if (a.rows == 0) return cudaSuccess;
   if (a.rstd == nullptr) return cudaErrorInvalidValue;
   if (a.dx != nullptr) {
-    const cudaError_t e = DispatchVec<NormInputGradLaunch>(a, a.hidden, {a.x, a.weight, a.dy, a.dx}, stream);
+    const cudaError_t e = DispatchVec<NormInputGradLaunch>(a, a.hidden, {}, stream);
     if (e != cudaSuccess) return e;
   }
   if (a.dweight_partial != nullptr) {

@@ -133,7 +133,8 @@ __global__ void __launch_bounds__(kThreads) TokenLogProbsBackwardKernel(const To
   auto grad = [&](int i, float v) {
     const float log_p = v * inv_t - lse;
     const float p = expf(log_p);
-    float g = -g_lp * p - g_ent * p * (log_p + entropy);
+    float g = -g_lp * p;
+    if (p > 0.f) g -= g_ent * p * (log_p + entropy);  // a -inf logit: p = 0 and no 0 * inf
     if (i == tgt) g += g_lp;
     return g * inv_t;
   };

@@ -19,6 +19,14 @@ at::Tensor ChunkLogits(const at::Tensor& h2d, const at::Tensor& weight, int64_t 
   return at::linear(h2d.narrow(0, begin, n), weight).to(at::kFloat) / temperature;
 }
 
+#ifdef VERL_WITH_CUDA
+// The fused log-prob kernels take the LM head's output on a GPU in float32, bfloat16 or float16.
+bool FusedKernelsApply(const at::Tensor& h2d) {
+  const at::ScalarType t = h2d.scalar_type();
+  return h2d.is_cuda() && (t == at::kFloat || t == at::kBFloat16 || t == at::kHalf);
+}
+#endif
+
 class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbsFunction> {
  public:
   // h2d [N, H], weight [V, H], targets [N] -> {log_probs [N], entropy [N] (zeros without with_entropy)}.
@@ -32,7 +40,7 @@ class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbs
     ctx->saved_data["chunk"] = chunk;
     if (!with_entropy) ctx->mark_non_differentiable({entropy});
 #ifdef VERL_WITH_CUDA
-    if (h2d.is_cuda()) {
+    if (FusedKernelsApply(h2d)) {
       // The fused kernels read each chunk's logits once in their dtype (the ATen loop below makes float32 copies and
       // runs a dozen passes over them); they keep each row's logsumexp and entropy for the backward.
       at::Tensor lse = at::empty({N}, log_probs.options());
