@@ -60,13 +60,13 @@ at::Tensor AtenRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor
 const at::ScalarType kDtypes[] = {at::kFloat, at::kBFloat16, at::kHalf};
 
 // `ours` no further from the float64 truth than ATen's composition (which rounds after every op, where the fused
-// backward computes in float32 and rounds once) beyond a quarter, or than one rounding step of the scale; and within
-// a few rounding steps of the scale in any case.
+// backward computes in float32 and rounds once) beyond a quarter, or than two rounding steps of the scale (float32
+// sums of 300 rows in another order differ by that much); and within a few rounding steps of the scale in any case.
 void CheckGradNoWorse(const char* what, const at::Tensor& ours, const at::Tensor& aten, const at::Tensor& truth,
                       double ulp) {
   const double e_ours = MaxErr(ours, truth), e_aten = MaxErr(aten, truth), scale = MaxAbs(truth);
   INFO(what << ": ours " << e_ours << ", ATen " << e_aten << ", scale " << scale);
-  CHECK(e_ours <= std::max(1.25 * e_aten, ulp * scale));
+  CHECK(e_ours <= std::max(1.25 * e_aten, 2 * ulp * scale));
   CHECK(e_ours <= 4 * ulp * scale);
 }
 
@@ -148,17 +148,12 @@ TEST_CASE("fused RoPE gives the ATen composition's values and gradients", "[work
       at::Tensor xa = x0.clone().requires_grad_(true);
       at::Tensor ya = AtenRope(xa.transpose(1, 2), cos, sin);
       CHECK(at::equal(y, ya));
-      // The backward rotates back with -sin, with the roundings of autograd through the composition; where
-      // autograd adds the two terms in the other order a sum may round one step apart.
+      // The backward rotates back with -sin: the same products and sums, rounded where autograd through the
+      // composition rounds them.
       const at::Tensor dx = Grads(y, gy, {x})[0];
       const at::Tensor dxa = Grads(ya, gy, {xa})[0];
-      const at::Tensor ref = dxa.to(at::kFloat);
-      const at::Tensor diff = (dx.to(at::kFloat) - ref).abs();
-      CAPTURE(diff.max().item<double>());
-      CHECK(diff.le(ref.abs() * Ulp(dtype) * 1.01).all().item<bool>());
-      if (dtype == at::kFloat) CHECK(at::equal(dx, dxa));
-      const int64_t differing = diff.gt(0).sum().item<int64_t>();
-      if (differing > 0) WARN(differing << " of " << diff.numel() << " RoPE gradients one rounding step from ATen's");
+      CAPTURE((dx.to(at::kFloat) - dxa.to(at::kFloat)).abs().max().item<double>());
+      CHECK(at::equal(dx, dxa));
     }
   }
 #endif
