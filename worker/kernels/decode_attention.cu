@@ -268,11 +268,6 @@ cudaError_t Launch(const DecodeAttentionArgs& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-template <typename T>
-cudaError_t LaunchDim(const DecodeAttentionArgs& a, cudaStream_t stream) {
-  return a.head_dim == 64 ? Launch<T, 64>(a, stream) : Launch<T, 128>(a, stream);
-}
-
 }  // namespace
 
 bool DecodeAttentionShapeSupported(int q_heads, int kv_heads, int head_dim) {
@@ -293,15 +288,12 @@ cudaError_t LaunchDecodeAttention(const DecodeAttentionArgs& a, cudaStream_t str
     return cudaErrorInvalidValue;
   }
   if (a.batch == 0) return cudaSuccess;
-  switch (a.dtype) {
-    case KernelDtype::kFloat32:
-      return LaunchDim<float>(a, stream);
-    case KernelDtype::kBFloat16:
-      return LaunchDim<__nv_bfloat16>(a, stream);
-    case KernelDtype::kFloat16:
-      return LaunchDim<__half>(a, stream);
-  }
-  return cudaErrorInvalidValue;
+  cudaError_t err = cudaSuccess;
+  WithElementType(a.dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    err = a.head_dim == 64 ? Launch<T, 64>(a, stream) : Launch<T, 128>(a, stream);
+  });
+  return err;
 }
 
 }  // namespace verl::kernels

@@ -6,7 +6,31 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "worker/kernels/kernel_dtype.h"
+
 namespace verl::kernels {
+
+// A type as a value, for the launch sites' generic lambdas: `using T = typename decltype(t)::type;`.
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+// Host side: f(TypeTag<T>{}) for the element type T of `dtype` (the one switch over the kernels' dtypes).
+template <typename F>
+void WithElementType(KernelDtype dtype, F&& f) {
+  switch (dtype) {
+    case KernelDtype::kFloat32:
+      f(TypeTag<float>{});
+      break;
+    case KernelDtype::kBFloat16:
+      f(TypeTag<__nv_bfloat16>{});
+      break;
+    case KernelDtype::kFloat16:
+      f(TypeTag<__half>{});
+      break;
+  }
+}
 
 __device__ __forceinline__ float ToFloat(float x) { return x; }
 __device__ __forceinline__ float ToFloat(__nv_bfloat16 x) { return __bfloat162float(x); }

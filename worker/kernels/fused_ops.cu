@@ -250,35 +250,26 @@ __global__ void SwiGluBackwardKernel(const SwiGluBackwardArgs a) {
   });
 }
 
-// Launches kernel<T, kVec> for the dtype: kVec where every pointer is 16-byte aligned and `n` a multiple of T's vector.
-template <template <typename, bool> class L, typename Args>
-cudaError_t DispatchVec(const Args& a, int64_t n, std::initializer_list<const void*> ptrs, cudaStream_t stream) {
-  bool aligned = true;
-  for (const void* p : ptrs) aligned = aligned && (p == nullptr || Aligned16(p));
-  switch (a.dtype) {
-    case KernelDtype::kFloat32:
-      if (aligned && n % Vec<float>::kN == 0) {
-        L<float, true>::Launch(a, stream);
-      } else {
-        L<float, false>::Launch(a, stream);
-      }
-      break;
-    case KernelDtype::kBFloat16:
-      if (aligned && n % Vec<__nv_bfloat16>::kN == 0) {
-        L<__nv_bfloat16, true>::Launch(a, stream);
-      } else {
-        L<__nv_bfloat16, false>::Launch(a, stream);
-      }
-      break;
-    case KernelDtype::kFloat16:
-      if (aligned && n % Vec<__half>::kN == 0) {
-        L<__half, true>::Launch(a, stream);
-      } else {
-        L<__half, false>::Launch(a, stream);
-      }
-      break;
-  }
+// launch(TypeTag<T>, std::bool_constant<kVec>) for the dtype's T: kVec where `aligned` and `n` is a multiple of T's
+// vector width.
+template <typename F>
+cudaError_t DispatchVec(KernelDtype dtype, int64_t n, bool aligned, F&& launch) {
+  WithElementType(dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    if (aligned && n % Vec<T>::kN == 0) {
+      launch(t, std::true_type{});
+    } else {
+      launch(t, std::false_type{});
+    }
+  });
   return cudaGetLastError();
+}
+
+bool AllAligned(std::initializer_list<const void*> ptrs) {
+  for (const void* p : ptrs) {
+    if (!Aligned16(p)) return false;
+  }
+  return true;
 }
 
 unsigned NormBlocks(int64_t rows) {
@@ -286,66 +277,42 @@ unsigned NormBlocks(int64_t rows) {
   return static_cast<unsigned>((rows + per_block - 1) / per_block);
 }
 
+// Grid-stride element-wise kernels: enough blocks of 256 threads to fill a large GPU (16 per SM of an H100/H200),
+// fewer for small tensors.
 unsigned ElementBlocks(int64_t work) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((work + 255) / 256, 132LL * 16)));
 }
-
-template <typename T, bool kVec>
-struct NormLaunch {
-  static void Launch(const RmsNormArgs& a, cudaStream_t s) {
-    RmsNormKernel<T, kVec><<<NormBlocks(a.rows), kNormThreads, 0, s>>>(a);
-  }
-};
-template <typename T, bool kVec>
-struct NormInputGradLaunch {
-  static void Launch(const RmsNormBackwardArgs& a, cudaStream_t s) {
-    RmsNormInputGradKernel<T, kVec><<<NormBlocks(a.rows), kNormThreads, 0, s>>>(a);
-  }
-};
-template <typename T, bool kVec>
-struct SwiGluLaunch {
-  static void Launch(const SwiGluArgs& a, cudaStream_t s) {
-    SwiGluKernel<T, kVec><<<ElementBlocks(kVec ? a.n / Vec<T>::kN : a.n), 256, 0, s>>>(a);
-  }
-};
-template <typename T, bool kVec>
-struct SwiGluBackwardLaunch {
-  static void Launch(const SwiGluBackwardArgs& a, cudaStream_t s) {
-    SwiGluBackwardKernel<T, kVec><<<ElementBlocks(kVec ? a.n / Vec<T>::kN : a.n), 256, 0, s>>>(a);
-  }
-};
 
 }  // namespace
 
 cudaError_t LaunchRmsNorm(const RmsNormArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return cudaSuccess;
-  return DispatchVec<NormLaunch>(a, a.hidden, {}, stream);  // the row length alone picks the layout: see LoadAt
+  // The row length alone picks the layout (not the pointers' alignment: see LoadAt).
+  return DispatchVec(a.dtype, a.hidden, true, [&](auto t, auto vec) {
+    RmsNormKernel<typename decltype(t)::type, vec><<<NormBlocks(a.rows), kNormThreads, 0, stream>>>(a);
+  });
 }
 
-int RmsNormBackwardChunks(int64_t rows) { return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(rows, kNormChunks))); }
+int RmsNormBackwardChunks(int64_t rows) {
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(rows, kNormChunks)));
+}
 
 cudaError_t LaunchRmsNormBackward(const RmsNormBackwardArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return cudaSuccess;
   if (a.rstd == nullptr) return cudaErrorInvalidValue;
   if (a.dx != nullptr) {
-    const cudaError_t e = DispatchVec<NormInputGradLaunch>(a, a.hidden, {}, stream);
+    const cudaError_t e = DispatchVec(a.dtype, a.hidden, true, [&](auto t, auto vec) {
+      RmsNormInputGradKernel<typename decltype(t)::type, vec><<<NormBlocks(a.rows), kNormThreads, 0, stream>>>(a);
+    });
     if (e != cudaSuccess) return e;
   }
   if (a.dweight_partial != nullptr) {
     const int chunks = RmsNormBackwardChunks(a.rows);
     const int64_t per_chunk = (a.rows + chunks - 1) / chunks;
     const dim3 grid(static_cast<unsigned>((a.hidden + 255) / 256), static_cast<unsigned>(chunks));
-    switch (a.dtype) {
-      case KernelDtype::kFloat32:
-        RmsNormWeightGradKernel<float><<<grid, 256, 0, stream>>>(a, per_chunk);
-        break;
-      case KernelDtype::kBFloat16:
-        RmsNormWeightGradKernel<__nv_bfloat16><<<grid, 256, 0, stream>>>(a, per_chunk);
-        break;
-      case KernelDtype::kFloat16:
-        RmsNormWeightGradKernel<__half><<<grid, 256, 0, stream>>>(a, per_chunk);
-        break;
-    }
+    WithElementType(a.dtype, [&](auto t) {
+      RmsNormWeightGradKernel<typename decltype(t)::type><<<grid, 256, 0, stream>>>(a, per_chunk);
+    });
   }
   return cudaGetLastError();
 }
@@ -356,29 +323,27 @@ cudaError_t LaunchRope(const RopeArgs& a, cudaStream_t stream) {
   if (total == 0) return cudaSuccess;
   const int threads = 256;
   const int64_t blocks = std::min<int64_t>((total + threads - 1) / threads, 65535LL * 8);
-  switch (a.dtype) {
-    case KernelDtype::kFloat32:
-      RopeKernel<float><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(a);
-      break;
-    case KernelDtype::kBFloat16:
-      RopeKernel<__nv_bfloat16><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(a);
-      break;
-    case KernelDtype::kFloat16:
-      RopeKernel<__half><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(a);
-      break;
-  }
+  WithElementType(a.dtype, [&](auto t) {
+    RopeKernel<typename decltype(t)::type><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(a);
+  });
   return cudaGetLastError();
 }
 
 cudaError_t LaunchSwiGlu(const SwiGluArgs& a, cudaStream_t stream) {
   if (a.n == 0) return cudaSuccess;
-  return DispatchVec<SwiGluLaunch>(a, a.n, {a.gate, a.up, a.y}, stream);
+  return DispatchVec(a.dtype, a.n, AllAligned({a.gate, a.up, a.y}), [&](auto t, auto vec) {
+    using T = typename decltype(t)::type;
+    SwiGluKernel<T, vec><<<ElementBlocks(vec ? a.n / Vec<T>::kN : a.n), 256, 0, stream>>>(a);
+  });
 }
 
 cudaError_t LaunchSwiGluBackward(const SwiGluBackwardArgs& a, cudaStream_t stream) {
   if (a.n == 0) return cudaSuccess;
   if (a.dgate == nullptr || a.dup == nullptr) return cudaErrorInvalidValue;
-  return DispatchVec<SwiGluBackwardLaunch>(a, a.n, {a.gate, a.up, a.dy, a.dgate, a.dup}, stream);
+  return DispatchVec(a.dtype, a.n, AllAligned({a.gate, a.up, a.dy, a.dgate, a.dup}), [&](auto t, auto vec) {
+    using T = typename decltype(t)::type;
+    SwiGluBackwardKernel<T, vec><<<ElementBlocks(vec ? a.n / Vec<T>::kN : a.n), 256, 0, stream>>>(a);
+  });
 }
 
 }  // namespace verl::kernels

@@ -38,26 +38,33 @@ bool TokenLogProbsSupported(const at::Tensor& logits) {
          logits.size(0) <= std::numeric_limits<int>::max();
 }
 
-TokenLogProbsResult TokenLogProbs(const at::Tensor& logits, const at::Tensor& targets, double temperature) {
+void TokenLogProbsInto(const at::Tensor& logits, const at::Tensor& targets, double temperature,
+                       const TokenLogProbsResult& out) {
   const at::Tensor tgt = CheckedTargets(logits, targets);
+  for (const at::Tensor* t : {&out.log_probs, &out.entropy, &out.lse}) {
+    TORCH_CHECK(t->scalar_type() == at::kFloat && t->is_contiguous() && t->numel() == logits.size(0) &&
+                    t->device() == logits.device(),
+                "fused log-probs: outputs must be float32 [", logits.size(0), "] contiguous on ", logits.device());
+  }
   const c10::cuda::CUDAGuard guard(logits.device());
-  const auto opts = logits.options().dtype(at::kFloat);
-  const int64_t rows = logits.size(0);
-  TokenLogProbsResult r;
-  r.log_probs = at::empty({rows}, opts);
-  r.entropy = at::empty({rows}, opts);
-  r.lse = at::empty({rows}, opts);
   TokenLogProbsArgs a;
   KernelDtypeOf(logits.scalar_type(), &a.dtype);
   a.logits = logits.data_ptr();
   a.targets = tgt.data_ptr<int64_t>();
-  a.log_probs = r.log_probs.data_ptr<float>();
-  a.entropy = r.entropy.data_ptr<float>();
-  a.lse = r.lse.data_ptr<float>();
-  a.rows = static_cast<int>(rows);
+  a.log_probs = out.log_probs.data_ptr<float>();
+  a.entropy = out.entropy.data_ptr<float>();
+  a.lse = out.lse.data_ptr<float>();
+  a.rows = static_cast<int>(logits.size(0));
   a.vocab = static_cast<int>(logits.size(1));
   a.temperature = static_cast<float>(temperature);
   C10_CUDA_CHECK(LaunchTokenLogProbs(a, c10::cuda::getCurrentCUDAStream()));
+}
+
+TokenLogProbsResult TokenLogProbs(const at::Tensor& logits, const at::Tensor& targets, double temperature) {
+  const auto opts = logits.options().dtype(at::kFloat);
+  const int64_t rows = logits.size(0);
+  TokenLogProbsResult r{at::empty({rows}, opts), at::empty({rows}, opts), at::empty({rows}, opts)};
+  TokenLogProbsInto(logits, targets, temperature, r);
   return r;
 }
 

@@ -153,34 +153,14 @@ __global__ void __launch_bounds__(kThreads) TokenLogProbsBackwardKernel(const To
   for (int i = tail + threadIdx.x; i < V; i += kThreads) out[i] = FromFloat<T>(grad(i, ToFloat(row[i])));
 }
 
-template <template <typename> class K, typename Args>
-cudaError_t Dispatch(const Args& a, cudaStream_t stream) {
+// Checks what both launches need, then launches kernel(T) for the dtype.
+template <typename Args, typename F>
+cudaError_t Dispatch(const Args& a, F&& launch) {
   if (a.rows == 0) return cudaSuccess;
   if (a.vocab <= 0 || !(a.temperature > 0.f)) return cudaErrorInvalidValue;
-  switch (a.dtype) {
-    case KernelDtype::kFloat32:
-      K<float>::Launch(a, stream);
-      break;
-    case KernelDtype::kBFloat16:
-      K<__nv_bfloat16>::Launch(a, stream);
-      break;
-    case KernelDtype::kFloat16:
-      K<__half>::Launch(a, stream);
-      break;
-  }
+  WithElementType(a.dtype, launch);
   return cudaGetLastError();
 }
-
-template <typename T>
-struct Forward {
-  static void Launch(const TokenLogProbsArgs& a, cudaStream_t s) { TokenLogProbsKernel<T><<<a.rows, kThreads, 0, s>>>(a); }
-};
-template <typename T>
-struct Backward {
-  static void Launch(const TokenLogProbsBackwardArgs& a, cudaStream_t s) {
-    TokenLogProbsBackwardKernel<T><<<a.rows, kThreads, 0, s>>>(a);
-  }
-};
 
 }  // namespace
 
@@ -188,14 +168,18 @@ cudaError_t LaunchTokenLogProbs(const TokenLogProbsArgs& a, cudaStream_t stream)
   if (a.targets == nullptr || a.log_probs == nullptr || a.entropy == nullptr || a.lse == nullptr) {
     return cudaErrorInvalidValue;
   }
-  return Dispatch<Forward>(a, stream);
+  return Dispatch(a, [&](auto t) {
+    TokenLogProbsKernel<typename decltype(t)::type><<<a.rows, kThreads, 0, stream>>>(a);
+  });
 }
 
 cudaError_t LaunchTokenLogProbsBackward(const TokenLogProbsBackwardArgs& a, cudaStream_t stream) {
   if (a.targets == nullptr || a.lse == nullptr || a.entropy == nullptr || a.grad_logits == nullptr) {
     return cudaErrorInvalidValue;
   }
-  return Dispatch<Backward>(a, stream);
+  return Dispatch(a, [&](auto t) {
+    TokenLogProbsBackwardKernel<typename decltype(t)::type><<<a.rows, kThreads, 0, stream>>>(a);
+  });
 }
 
 }  // namespace verl::kernels

@@ -18,6 +18,9 @@ struct TokenLogProbsResult {
 };
 // targets [rows] int64.
 TokenLogProbsResult TokenLogProbs(const at::Tensor& logits, const at::Tensor& targets, double temperature);
+// The same into given float32 [rows] contiguous tensors on the logits' device (e.g. slices of a whole batch's).
+void TokenLogProbsInto(const at::Tensor& logits, const at::Tensor& targets, double temperature,
+                       const TokenLogProbsResult& out);
 
 // The gradient w.r.t. the logits, in their dtype, written over `logits` (which the caller no longer needs).
 // lse and entropy from the forward; grad_log_probs and grad_entropy [rows] (either may be

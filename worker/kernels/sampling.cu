@@ -135,17 +135,9 @@ cudaError_t LaunchSample(const SampleArgs& a, cudaStream_t stream) {
   if (a.vocab <= 0 || a.tokens == nullptr || a.log_probs == nullptr || (!a.greedy && a.uniforms == nullptr)) {
     return cudaErrorInvalidValue;
   }
-  switch (a.dtype) {
-    case KernelDtype::kFloat32:
-      SampleKernel<float><<<a.rows, kThreads, 0, stream>>>(a);
-      break;
-    case KernelDtype::kBFloat16:
-      SampleKernel<__nv_bfloat16><<<a.rows, kThreads, 0, stream>>>(a);
-      break;
-    case KernelDtype::kFloat16:
-      SampleKernel<__half><<<a.rows, kThreads, 0, stream>>>(a);
-      break;
-  }
+  WithElementType(a.dtype, [&](auto t) {
+    SampleKernel<typename decltype(t)::type><<<a.rows, kThreads, 0, stream>>>(a);
+  });
   return cudaGetLastError();
 }
 

@@ -43,17 +43,14 @@ class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbs
     if (FusedKernelsApply(h2d)) {
       // The fused kernels read each chunk's logits once in their dtype (the ATen loop below makes float32 copies and
       // runs a dozen passes over them); they keep each row's logsumexp and entropy for the backward.
-      at::Tensor lse = at::empty({N}, log_probs.options());
-      at::Tensor ent = at::empty({N}, log_probs.options());
+      // The kernels write each chunk's rows in place; the entropy goes to the output when it is one.
+      const at::Tensor lse = at::empty({N}, log_probs.options());
+      const at::Tensor ent = with_entropy ? entropy : at::empty({N}, log_probs.options());
       for (int64_t b = 0; b < N; b += chunk) {
         const int64_t n = std::min(chunk, N - b);
-        const at::Tensor logits = at::linear(h2d.narrow(0, b, n), weight);
-        const kernels::TokenLogProbsResult r = kernels::TokenLogProbs(logits, targets.narrow(0, b, n), temperature);
-        log_probs.narrow(0, b, n).copy_(r.log_probs);
-        lse.narrow(0, b, n).copy_(r.lse);
-        ent.narrow(0, b, n).copy_(r.entropy);
+        kernels::TokenLogProbsInto(at::linear(h2d.narrow(0, b, n), weight), targets.narrow(0, b, n), temperature,
+                                   {log_probs.narrow(0, b, n), ent.narrow(0, b, n), lse.narrow(0, b, n)});
       }
-      if (with_entropy) entropy.copy_(ent);
       ctx->save_for_backward({h2d, weight, targets, lse, ent});
       return {log_probs, entropy};
     }

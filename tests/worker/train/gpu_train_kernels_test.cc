@@ -25,12 +25,10 @@
 namespace verl {
 namespace {
 
+using testing::MaxAbsDiff;
 using testing::SkipWithoutGpu;
 using testing::TestDir;
 
-double MaxErr(const at::Tensor& got, const at::Tensor& want) {
-  return (got.to(at::kDouble) - want.to(at::kDouble)).abs().max().item<double>();
-}
 double MaxAbs(const at::Tensor& t) { return t.to(at::kDouble).abs().max().item<double>(); }
 
 // One rounding step of the dtype, relative.
@@ -64,7 +62,7 @@ const at::ScalarType kDtypes[] = {at::kFloat, at::kBFloat16, at::kHalf};
 // sums of 300 rows in another order differ by that much); and within a few rounding steps of the scale in any case.
 void CheckGradNoWorse(const char* what, const at::Tensor& ours, const at::Tensor& aten, const at::Tensor& truth,
                       double ulp) {
-  const double e_ours = MaxErr(ours, truth), e_aten = MaxErr(aten, truth), scale = MaxAbs(truth);
+  const double e_ours = MaxAbsDiff(ours, truth), e_aten = MaxAbsDiff(aten, truth), scale = MaxAbs(truth);
   INFO(what << ": ours " << e_ours << ", ATen " << e_aten << ", scale " << scale);
   CHECK(e_ours <= std::max(1.25 * e_aten, 2 * ulp * scale));
   CHECK(e_ours <= 4 * ulp * scale);
@@ -228,9 +226,9 @@ TEST_CASE("the fused log-prob kernels give the ATen path's log-probs, entropy an
       const LogProbRun gpu =
           RunChunked(dev(hidden), dev(weight), dev(targets), temperature, dev(g_lp), dev(g_ent), 16);
       WARN("float32 logits, GPU against CPU: max |diff| "
-           << MaxErr(at::linear(dev(hidden), dev(weight)).cpu(), at::linear(hidden, weight)));
+           << MaxAbsDiff(at::linear(dev(hidden), dev(weight)).cpu(), at::linear(hidden, weight)));
       const auto close = [](const char* what, const at::Tensor& ours, const at::Tensor& aten) {
-        const double err = MaxErr(ours.cpu(), aten), scale = MaxAbs(aten);
+        const double err = MaxAbsDiff(ours.cpu(), aten), scale = MaxAbs(aten);
         INFO(what << ": max |diff| " << err << ", scale " << scale);
         CHECK(err <= 1e-3 * (1 + scale));
       };
@@ -245,11 +243,11 @@ TEST_CASE("the fused log-prob kernels give the ATen path's log-probs, entropy an
       const LogProbRun truth = RunChunked(hb.to(at::kDouble).cpu(), wb.to(at::kDouble).cpu(), targets, temperature,
                                           g_lp.to(at::kDouble), g_ent.to(at::kDouble), 16);
       const double logit_scale = MaxAbs(at::linear(hidden, weight)) / temperature;
-      CAPTURE(logit_scale, MaxErr(bf.log_probs.cpu(), truth.log_probs));
-      CHECK(MaxErr(bf.log_probs.cpu(), truth.log_probs) <= 2 * Ulp(at::kBFloat16) * logit_scale);
-      CHECK(MaxErr(bf.entropy.cpu(), truth.entropy) <= 2 * Ulp(at::kBFloat16) * logit_scale);
-      CHECK(MaxErr(bf.grad_hidden.cpu(), truth.grad_hidden) <= 4 * Ulp(at::kBFloat16) * MaxAbs(truth.grad_hidden));
-      CHECK(MaxErr(bf.grad_weight.cpu(), truth.grad_weight) <= 4 * Ulp(at::kBFloat16) * MaxAbs(truth.grad_weight));
+      CAPTURE(logit_scale, MaxAbsDiff(bf.log_probs.cpu(), truth.log_probs));
+      CHECK(MaxAbsDiff(bf.log_probs.cpu(), truth.log_probs) <= 2 * Ulp(at::kBFloat16) * logit_scale);
+      CHECK(MaxAbsDiff(bf.entropy.cpu(), truth.entropy) <= 2 * Ulp(at::kBFloat16) * logit_scale);
+      CHECK(MaxAbsDiff(bf.grad_hidden.cpu(), truth.grad_hidden) <= 4 * Ulp(at::kBFloat16) * MaxAbs(truth.grad_hidden));
+      CHECK(MaxAbsDiff(bf.grad_weight.cpu(), truth.grad_weight) <= 4 * Ulp(at::kBFloat16) * MaxAbs(truth.grad_weight));
     }
   }
 }
@@ -278,8 +276,8 @@ TEST_CASE("the token log-prob kernels agree with float64 math on the same logits
         const at::Tensor lp = log_p.gather(-1, targets.unsqueeze(-1)).squeeze(-1);
         const at::Tensor has_mass = p.gt(0);
         const at::Tensor ent = -at::where(has_mass, p * log_p, at::zeros_like(p)).sum(-1);
-        CHECK(MaxErr(r.log_probs, lp) <= 1e-6 * (1 + MaxAbs(lp)));
-        CHECK(MaxErr(r.lse, lse) <= 1e-6 * (1 + MaxAbs(lse)));
+        CHECK(MaxAbsDiff(r.log_probs, lp) <= 1e-6 * (1 + MaxAbs(lp)));
+        CHECK(MaxAbsDiff(r.lse, lse) <= 1e-6 * (1 + MaxAbs(lse)));
         const at::Tensor ent_err = (r.entropy.to(at::kDouble) - ent).abs();
         CAPTURE(ent_err.max().item<double>(), ent[0].item<double>());
         CHECK(ent_err.le(1e-5 * (1 + ent)).all().item<bool>());  // relative, also on the peaked row
@@ -366,13 +364,13 @@ TEST_CASE("a decoder's training forward and backward on the GPU (fused kernels) 
     CAPTURE(checkpointing);
     const StepResult cpu = TrainingStep(dir.path(), at::kCPU, checkpointing, ids, g);
     const StepResult gpu = TrainingStep(dir.path(), at::kCUDA, checkpointing, ids, g);
-    CHECK(MaxErr(gpu.log_probs, cpu.log_probs) <= 1e-4);
+    CHECK(MaxAbsDiff(gpu.log_probs, cpu.log_probs) <= 1e-4);
     REQUIRE(gpu.grads.size() == cpu.grads.size());
     for (size_t i = 0; i < cpu.grads.size(); ++i) {
       CAPTURE(i);
       REQUIRE(cpu.grads[i].defined());
       REQUIRE(gpu.grads[i].defined());
-      CHECK(MaxErr(gpu.grads[i], cpu.grads[i]) <= 1e-4 * (1 + MaxAbs(cpu.grads[i])));
+      CHECK(MaxAbsDiff(gpu.grads[i], cpu.grads[i]) <= 1e-4 * (1 + MaxAbs(cpu.grads[i])));
     }
   }
 }
