@@ -2,9 +2,11 @@
 #define VERL_TESTS_WORKER_GPU_SKIP_H_
 
 // For [gpu] test cases: true (with a warning, so the skip shows in the log) where the build has no CUDA or no GPU is
-// visible. Include after tests/worker/torch_catch.h; define VERL_WITH_CUDA for the test target in a CUDA build.
+// visible. Define VERL_WITH_CUDA for the test target in a CUDA build.
 
 #include <ATen/Context.h>
+
+#include "tests/worker/torch_catch.h"
 
 namespace verl::testing {
 

@@ -4,6 +4,9 @@
 //
 //   verl-bench-decode-attention [--batch 512] [--q-heads 14] [--kv-heads 2] [--head-dim 64] [--capacity 768]
 //                               [--min-len 512] [--max-len 512] [--iters 50] [--splits 0 (the kernel's choice)]
+//                               [--impl auto|simt|mma]
+// Also checks the output against a plain float32 computation from the same bf16 inputs (`max_abs_err`, and
+// `max_abs_ref` for scale).
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -21,13 +24,13 @@
 
 namespace {
 
-#define CUDA_OK(expr)                                                                             \
-  do {                                                                                            \
-    const cudaError_t e = (expr);                                                                 \
-    if (e != cudaSuccess) {                                                                       \
+#define CUDA_OK(expr)                                                                            \
+  do {                                                                                           \
+    const cudaError_t e = (expr);                                                                \
+    if (e != cudaSuccess) {                                                                      \
       std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e)); \
-      std::exit(1);                                                                               \
-    }                                                                                             \
+      std::exit(1);                                                                              \
+    }                                                                                            \
   } while (0)
 
 // Deterministic pseudo-random bf16 values in [-2, 2).
@@ -39,6 +42,52 @@ __global__ void Fill(__nv_bfloat16* x, int64_t n, uint64_t seed) {
     h *= 0xBF58476D1CE4E5B9ull;
     h ^= h >> 29;
     x[i] = __float2bfloat16(static_cast<float>(h >> 40) / static_cast<float>(1 << 24) * 4.0f - 2.0f);
+  }
+}
+
+// Plain softmax(q k^T * scale) v in float32, one block per (slot, query head); zeros for an empty slot.
+__global__ void Reference(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                          const int32_t* lengths, int Hq, int Hkv, int D, int C, float scale, float* out) {
+  extern __shared__ float p[];  // [C] weights, then [blockDim.x] for reductions
+  float* red = p + C;
+  const int b = blockIdx.x / Hq;
+  const int h = blockIdx.x % Hq;
+  const int kvh = h / (Hq / Hkv);
+  const int len = lengths[b];
+  const __nv_bfloat16* qr = q + (static_cast<int64_t>(b) * Hq + h) * D;
+  const __nv_bfloat16* kb = k + (static_cast<int64_t>(b) * Hkv + kvh) * C * D;
+  const __nv_bfloat16* vb = v + (static_cast<int64_t>(b) * Hkv + kvh) * C * D;
+  float mx = -INFINITY;
+  for (int i = threadIdx.x; i < len; i += blockDim.x) {
+    float s = 0.f;
+    for (int d = 0; d < D; ++d) s += __bfloat162float(qr[d]) * __bfloat162float(kb[static_cast<int64_t>(i) * D + d]);
+    p[i] = s * scale;
+    mx = fmaxf(mx, p[i]);
+  }
+  red[threadIdx.x] = mx;
+  __syncthreads();
+  for (int o = blockDim.x / 2; o > 0; o /= 2) {
+    if (threadIdx.x < o) red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + o]);
+    __syncthreads();
+  }
+  mx = red[0];
+  __syncthreads();
+  float sum = 0.f;
+  for (int i = threadIdx.x; i < len; i += blockDim.x) {
+    p[i] = expf(p[i] - mx);
+    sum += p[i];
+  }
+  red[threadIdx.x] = sum;
+  __syncthreads();
+  for (int o = blockDim.x / 2; o > 0; o /= 2) {
+    if (threadIdx.x < o) red[threadIdx.x] += red[threadIdx.x + o];
+    __syncthreads();
+  }
+  sum = red[0];
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float acc = 0.f;
+    for (int i = 0; i < len; ++i) acc += p[i] * __bfloat162float(vb[static_cast<int64_t>(i) * D + d]);
+    out[(static_cast<int64_t>(b) * Hq + h) * D + d] = len > 0 ? acc / sum : 0.f;
   }
 }
 
@@ -62,6 +111,10 @@ int main(int argc, char** argv) {
   const int max_len = std::max(min_len, Flag(argc, argv, "--max-len", 512));
   const int iters = std::max(1, Flag(argc, argv, "--iters", 50));
   int splits = Flag(argc, argv, "--splits", 0);
+  std::string impl = "auto";
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) == "--impl") impl = argv[i + 1];
+  }
   if (!verl::kernels::DecodeAttentionShapeSupported(Hq, Hkv, D) || max_len > C) {
     std::fprintf(stderr, "unsupported shape\n");
     return 2;
@@ -110,6 +163,9 @@ int main(int argc, char** argv) {
   a.capacity = C;
   a.splits = splits;
   a.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  a.impl = impl == "simt"  ? verl::kernels::DecodeAttentionImpl::kSimt
+           : impl == "mma" ? verl::kernels::DecodeAttentionImpl::kTensorCore
+                           : verl::kernels::DecodeAttentionImpl::kAuto;
   const double bytes = static_cast<double>(positions) * Hkv * D * 2 /*K, V*/ * 2 /*bf16*/ + 2.0 * q_elems * 2;
 
   cudaEvent_t start, stop;
@@ -123,9 +179,27 @@ int main(int argc, char** argv) {
   float ms = 0.f;
   CUDA_OK(cudaEventElapsedTime(&ms, start, stop));
   const double us = 1000.0 * ms / iters;
-  std::printf("{\"benchmark\": \"decode_attention\", \"batch\": %d, \"q_heads\": %d, \"kv_heads\": %d, "
-              "\"head_dim\": %d, \"capacity\": %d, \"min_len\": %d, \"max_len\": %d, \"splits\": %d, "
-              "\"iters\": %d, \"kv_bytes_per_launch\": %.0f, \"us_per_launch\": %.2f, \"gb_per_s\": %.1f}\n",
-              B, Hq, Hkv, D, C, min_len, max_len, splits, iters, bytes, us, bytes / (us * 1e-6) / 1e9);
+
+  float* ref;
+  CUDA_OK(cudaMalloc(&ref, q_elems * sizeof(float)));
+  Reference<<<B * Hq, 256, (C + 256) * sizeof(float)>>>(q, k, v, lengths, Hq, Hkv, D, C, a.scale, ref);
+  CUDA_OK(cudaGetLastError());
+  std::vector<__nv_bfloat16> got(q_elems);
+  std::vector<float> want(q_elems);
+  CUDA_OK(cudaMemcpy(got.data(), out, q_elems * 2, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(want.data(), ref, q_elems * sizeof(float), cudaMemcpyDeviceToHost));
+  double max_err = 0.0, max_ref = 0.0;
+  for (int64_t i = 0; i < q_elems; ++i) {
+    const double e = std::fabs(static_cast<double>(__bfloat162float(got[i])) - want[i]);
+    max_err = std::isnan(e) ? INFINITY : std::max(max_err, e);
+    max_ref = std::max(max_ref, std::fabs(static_cast<double>(want[i])));
+  }
+  std::printf(
+      "{\"benchmark\": \"decode_attention\", \"batch\": %d, \"q_heads\": %d, \"kv_heads\": %d, "
+      "\"head_dim\": %d, \"capacity\": %d, \"min_len\": %d, \"max_len\": %d, \"splits\": %d, "
+      "\"impl\": \"%s\", \"iters\": %d, \"kv_bytes_per_launch\": %.0f, \"us_per_launch\": %.2f, "
+      "\"gb_per_s\": %.1f, \"max_abs_err\": %.3g, \"max_abs_ref\": %.3g}\n",
+      B, Hq, Hkv, D, C, min_len, max_len, splits, impl.c_str(), iters, bytes, us, bytes / (us * 1e-6) / 1e9, max_err,
+      max_ref);
   return 0;
 }

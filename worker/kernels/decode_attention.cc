@@ -39,7 +39,7 @@ bool DecodeAttentionSupported(const at::Tensor& q, const at::Tensor& k_cache) {
 }
 
 at::Tensor DecodeAttention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                           const at::Tensor& lengths, double scale) {
+                           const at::Tensor& lengths, double scale, bool tensor_cores) {
   TORCH_CHECK(DecodeAttentionSupported(q, k_cache) && DecodeAttentionSupported(q, v_cache),
               "DecodeAttention: unsupported query ", q.sizes(), " ", q.scalar_type(), " or cache ", k_cache.sizes(),
               " (want CUDA float32/bfloat16/float16, head_dim 64 or 128, at most 8 query heads per KV head)");
@@ -47,9 +47,9 @@ at::Tensor DecodeAttention(const at::Tensor& q, const at::Tensor& k_cache, const
               "DecodeAttention: key and value caches differ in layout");
   const int64_t B = q.size(0);
   TORCH_CHECK(k_cache.size(0) >= B, "DecodeAttention: ", B, " queries but ", k_cache.size(0), " cache rows");
-  TORCH_CHECK(lengths.scalar_type() == at::kInt && lengths.dim() == 1 && lengths.size(0) == B &&
-                  lengths.device() == q.device(),
-              "DecodeAttention: lengths must be int32 [", B, "] on ", q.device());
+  TORCH_CHECK(
+      lengths.scalar_type() == at::kInt && lengths.dim() == 1 && lengths.size(0) == B && lengths.device() == q.device(),
+      "DecodeAttention: lengths must be int32 [", B, "] on ", q.device());
   const c10::cuda::CUDAGuard guard(q.device());
   at::Tensor qc = q.contiguous();
   at::Tensor lens = lengths.contiguous();
@@ -69,8 +69,8 @@ at::Tensor DecodeAttention(const at::Tensor& q, const at::Tensor& k_cache, const
   a.head_dim = static_cast<int>(q.size(2));
   a.capacity = static_cast<int>(k_cache.size(2));
   a.scale = static_cast<float>(scale);
-  a.splits = DecodeAttentionSplits(a.batch, a.kv_heads, a.capacity,
-                                   MultiProcessorCount(q.device().index()));
+  a.impl = tensor_cores ? DecodeAttentionImpl::kAuto : DecodeAttentionImpl::kSimt;
+  a.splits = DecodeAttentionSplits(a.batch, a.kv_heads, a.capacity, MultiProcessorCount(q.device().index()));
   at::Tensor partial;
   if (a.splits > 1) {
     partial = at::empty({B, q.size(1), a.splits, q.size(2) + 2}, q.options().dtype(at::kFloat));

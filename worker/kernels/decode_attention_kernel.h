@@ -18,8 +18,13 @@
 
 namespace verl::kernels {
 
+// Which kernel reduces the positions: kAuto takes the tensor-core kernel for bfloat16 / float16 and the SIMT kernel
+// for float32 (the only one that takes it); the others force one (the micro-benchmark compares them).
+enum class DecodeAttentionImpl { kAuto, kSimt, kTensorCore };
+
 struct DecodeAttentionArgs {
   KernelDtype dtype = KernelDtype::kBFloat16;
+  DecodeAttentionImpl impl = DecodeAttentionImpl::kAuto;
   const void* q = nullptr;  // [B, Hq, D], contiguous
   const void* k = nullptr;  // element (b, h, t, d) at b * kv_stride_b + h * kv_stride_h + t * D + d
   const void* v = nullptr;  // same layout as k
@@ -41,7 +46,7 @@ struct DecodeAttentionArgs {
 bool DecodeAttentionShapeSupported(int q_heads, int kv_heads, int head_dim);
 // The split count for a launch: enough blocks to fill `num_sms` twice over, at least 128 positions per range.
 int DecodeAttentionSplits(int batch, int kv_heads, int capacity, int num_sms);
-// Launches on `stream`; returns the launch error, if any.
+// Launches on `stream`; returns the launch error, if any (cudaErrorInvalidValue for a float32 tensor-core launch).
 cudaError_t LaunchDecodeAttention(const DecodeAttentionArgs& args, cudaStream_t stream);
 
 }  // namespace verl::kernels

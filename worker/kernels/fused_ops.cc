@@ -32,9 +32,7 @@ KernelDtype DtypeOf(const at::Tensor& t) {
 }
 
 // A gradient in the forward input's dtype and contiguous (what the backward kernels read).
-at::Tensor DenseGrad(const at::Tensor& g, const at::Tensor& like) {
-  return g.to(like.scalar_type()).contiguous();
-}
+at::Tensor DenseGrad(const at::Tensor& g, const at::Tensor& like) { return g.to(like.scalar_type()).contiguous(); }
 
 at::Tensor RmsNormForward(const at::Tensor& x, const at::Tensor& weight, double eps, at::Tensor* rstd) {
   TORCH_CHECK(RmsNormSupported(x, weight), "fused RmsNorm: unsupported input ", x.sizes(), " ", x.scalar_type());
@@ -205,6 +203,57 @@ at::Tensor Rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& si
   if (!NeedsGrad({&x})) return RopeForward(x, cos, sin, /*negate_sin=*/false);
   TORCH_CHECK(!cos.requires_grad() && !sin.requires_grad(), "fused Rope: no gradient flows into cos and sin");
   return RopeFunction::apply(x, cos, sin);
+}
+
+bool RopeAppendSupported(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos,
+                         const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& rows) {
+  KernelDtype dtype;
+  auto step_heads = [&](const at::Tensor& x) {  // [B, H, 1, D], heads of D contiguous
+    return x.dim() == 4 && x.device() == q.device() && x.scalar_type() == q.scalar_type() && x.size(0) == q.size(0) &&
+           x.size(2) == 1 && x.size(3) == q.size(3) && x.stride(3) == 1 && x.stride(1) == x.size(3);
+  };
+  auto cache = [&](const at::Tensor& c) {
+    return c.dim() == 4 && c.device() == q.device() && c.scalar_type() == q.scalar_type() && c.is_contiguous() &&
+           c.size(1) == k.size(1) && c.size(3) == q.size(3);
+  };
+  return q.is_cuda() && KernelDtypeOf(q.scalar_type(), &dtype) && q.size(3) % 2 == 0 && step_heads(q) &&
+         step_heads(k) && step_heads(v) && v.size(1) == k.size(1) && cos.device() == q.device() &&
+         cos.scalar_type() == q.scalar_type() && cos.is_contiguous() && cos.numel() == q.size(0) * q.size(3) &&
+         cache(k_cache) && cache(v_cache) && rows.device() == q.device() && rows.scalar_type() == at::kLong &&
+         rows.is_contiguous() && rows.numel() == q.size(0) * k.size(1) &&
+         q.numel() + k.numel() + v.numel() <= std::numeric_limits<int>::max();
+}
+
+at::Tensor RopeAppend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos,
+                      const at::Tensor& sin, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                      const at::Tensor& rows) {
+  TORCH_CHECK(RopeAppendSupported(q, k, v, cos, k_cache, v_cache, rows) && sin.sizes() == cos.sizes() &&
+                  sin.is_contiguous() && sin.scalar_type() == cos.scalar_type(),
+              "fused RopeAppend: unsupported input q ", q.sizes(), " k ", k.sizes(), " cache ", k_cache.sizes(), " ",
+              q.scalar_type());
+  TORCH_CHECK(!NeedsGrad({&q, &k, &v}), "fused RopeAppend: inputs that need a gradient (decoding takes none)");
+  const c10::cuda::CUDAGuard guard(q.device());
+  at::Tensor q_out = at::empty({q.size(0), q.size(1), q.size(3)}, q.options());
+  RopeAppendArgs a;
+  a.dtype = DtypeOf(q);
+  a.q = q.data_ptr();
+  a.k = k.data_ptr();
+  a.v = v.data_ptr();
+  a.q_stride_b = q.stride(0);
+  a.k_stride_b = k.stride(0);
+  a.v_stride_b = v.stride(0);
+  a.cos = cos.data_ptr();
+  a.sin = sin.data_ptr();
+  a.q_out = q_out.data_ptr();
+  a.k_cache = k_cache.data_ptr();
+  a.v_cache = v_cache.data_ptr();
+  a.rows = rows.data_ptr<int64_t>();
+  a.batch = static_cast<int>(q.size(0));
+  a.q_heads = static_cast<int>(q.size(1));
+  a.kv_heads = static_cast<int>(k.size(1));
+  a.head_dim = static_cast<int>(q.size(3));
+  C10_CUDA_CHECK(LaunchRopeAppend(a, c10::cuda::getCurrentCUDAStream()));
+  return q_out;
 }
 
 bool SwiGluSupported(const at::Tensor& gate, const at::Tensor& up) {

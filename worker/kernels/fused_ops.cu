@@ -161,6 +161,17 @@ __global__ void RmsNormWeightGradKernel(const RmsNormBackwardArgs a, int64_t row
   a.dweight_partial[static_cast<int64_t>(blockIdx.y) * a.hidden + col] = acc;
 }
 
+// One rotated pair: y1 = x1 c1 - x2 s1, y2 = x2 c2 + x1 s2 (rotate_half(x) = cat(-x2, x1)), each product and the sum
+// rounded to T as the ATen ops store them (_rn intrinsics: never contracted into an FMA, which would round once).
+template <typename T>
+__device__ __forceinline__ void RotatePair(const T* x1p, const T* x2p, float c1, float c2, float s1, float s2, T* y1,
+                                           T* y2) {
+  const float x1 = ToFloat(*x1p);
+  const float x2 = ToFloat(*x2p);
+  *y1 = FromFloat<T>(__fadd_rn(Round<T>(__fmul_rn(x1, c1)), Round<T>(__fmul_rn(-x2, s1))));
+  *y2 = FromFloat<T>(__fadd_rn(Round<T>(__fmul_rn(x2, c2)), Round<T>(__fmul_rn(x1, s2))));
+}
+
 template <typename T>
 __global__ void RopeKernel(const RopeArgs a) {
   const int half = a.head_dim / 2;
@@ -179,14 +190,48 @@ __global__ void RopeKernel(const RopeArgs a) {
     const T* c = static_cast<const T*>(a.cos) + ct;
     const T* s = static_cast<const T*>(a.sin) + ct;
     T* y = static_cast<T*>(a.y) + at;
-    const float x1 = ToFloat(x[d]);
-    const float x2 = ToFloat(x[d + half]);
     const float s1 = a.negate_sin ? -ToFloat(s[d]) : ToFloat(s[d]);
     const float s2 = a.negate_sin ? -ToFloat(s[d + half]) : ToFloat(s[d + half]);
-    // rotate_half(x) = cat(-x2, x1); each product and the sum rounded to T, as the ATen ops store them.
-    // (_rn intrinsics: never contracted into an FMA, which would round once instead of twice.)
-    y[d] = FromFloat<T>(__fadd_rn(Round<T>(__fmul_rn(x1, ToFloat(c[d]))), Round<T>(__fmul_rn(-x2, s1))));
-    y[d + half] = FromFloat<T>(__fadd_rn(Round<T>(__fmul_rn(x2, ToFloat(c[d + half]))), Round<T>(__fmul_rn(x1, s2))));
+    RotatePair(x + d, x + d + half, ToFloat(c[d]), ToFloat(c[d + half]), s1, s2, y + d, y + d + half);
+  }
+}
+
+// The RoPE kernel's outputs, the caches' rows and the v copies of one decoding step: thread (b, j, d) takes the
+// pair (d, d + D/2) of head j of q (j < Hq), of k (then Hkv heads) or of v (a copy).
+template <typename T>
+__global__ void RopeAppendKernel(const RopeAppendArgs a) {
+  const int half = a.head_dim / 2;
+  const int slots = a.q_heads + 2 * a.kv_heads;
+  const int64_t total = static_cast<int64_t>(a.batch) * slots * half;
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int d = static_cast<int>(idx % half);
+    const int j = static_cast<int>((idx / half) % slots);
+    const int b = static_cast<int>(idx / half / slots);
+    if (j < a.q_heads) {
+      const T* x = static_cast<const T*>(a.q) + b * a.q_stride_b + static_cast<int64_t>(j) * a.head_dim;
+      T* y = static_cast<T*>(a.q_out) + (static_cast<int64_t>(b) * a.q_heads + j) * a.head_dim;
+      const T* c = static_cast<const T*>(a.cos) + static_cast<int64_t>(b) * a.head_dim;
+      const T* s = static_cast<const T*>(a.sin) + static_cast<int64_t>(b) * a.head_dim;
+      RotatePair(x + d, x + d + half, ToFloat(c[d]), ToFloat(c[d + half]), ToFloat(s[d]), ToFloat(s[d + half]), y + d,
+                 y + d + half);
+      continue;
+    }
+    const int h = (j - a.q_heads) % a.kv_heads;
+    const int64_t row = a.rows[static_cast<int64_t>(b) * a.kv_heads + h] * a.head_dim;
+    if (j < a.q_heads + a.kv_heads) {
+      const T* x = static_cast<const T*>(a.k) + b * a.k_stride_b + static_cast<int64_t>(h) * a.head_dim;
+      T* y = static_cast<T*>(a.k_cache) + row;
+      const T* c = static_cast<const T*>(a.cos) + static_cast<int64_t>(b) * a.head_dim;
+      const T* s = static_cast<const T*>(a.sin) + static_cast<int64_t>(b) * a.head_dim;
+      RotatePair(x + d, x + d + half, ToFloat(c[d]), ToFloat(c[d + half]), ToFloat(s[d]), ToFloat(s[d + half]), y + d,
+                 y + d + half);
+    } else {
+      const T* x = static_cast<const T*>(a.v) + b * a.v_stride_b + static_cast<int64_t>(h) * a.head_dim;
+      T* y = static_cast<T*>(a.v_cache) + row;
+      y[d] = x[d];
+      y[d + half] = x[d + half];
+    }
   }
 }
 
@@ -325,6 +370,18 @@ cudaError_t LaunchRope(const RopeArgs& a, cudaStream_t stream) {
   const int64_t blocks = std::min<int64_t>((total + threads - 1) / threads, 65535LL * 8);
   WithElementType(a.dtype, [&](auto t) {
     RopeKernel<typename decltype(t)::type><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(a);
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRopeAppend(const RopeAppendArgs& a, cudaStream_t stream) {
+  if (a.head_dim % 2 != 0 || a.rows == nullptr) return cudaErrorInvalidValue;
+  const int64_t total = static_cast<int64_t>(a.batch) * (a.q_heads + 2 * a.kv_heads) * (a.head_dim / 2);
+  if (total == 0) return cudaSuccess;
+  const int threads = 256;
+  const int64_t blocks = std::min<int64_t>((total + threads - 1) / threads, 65535LL * 8);
+  WithElementType(a.dtype, [&](auto t) {
+    RopeAppendKernel<typename decltype(t)::type><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(a);
   });
   return cudaGetLastError();
 }

@@ -21,6 +21,16 @@ bool RopeSupported(const at::Tensor& x, const at::Tensor& cos);
 // only (cos and sin are functions of positions); the backward assumes HF's cos/sin, whose two halves are equal.
 at::Tensor Rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
+// One decoding step (one token per slot, no gradients): q, k, v [B, H, 1, D] with contiguous heads of D (the views of
+// the projections), cos and sin [B, 1, 1, D] contiguous, the caches [S, Hkv, C, D] contiguous, rows int64 [B * Hkv].
+bool RopeAppendSupported(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos,
+                         const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& rows);
+// Rope(q) as [B, Hq, D], with rows[b * Hkv + h] of the caches viewed as [-1, D] set to Rope(k)[b, h, 0] and v[b, h, 0]
+// - one kernel for what two Rope calls and two index_copy_ calls do, the same values bit for bit.
+at::Tensor RopeAppend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos,
+                      const at::Tensor& sin, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                      const at::Tensor& rows);
+
 // gate and up of one shape, contiguous, on one CUDA device in one of the three dtypes.
 bool SwiGluSupported(const at::Tensor& gate, const at::Tensor& up);
 // silu(gate) * up as the HF MLP computes it (each op rounded to the dtype).

@@ -32,11 +32,11 @@ cudaError_t LaunchRmsNorm(const RmsNormArgs& args, cudaStream_t stream);
 // partial sums over row chunks, dweight_partial [RmsNormBackwardChunks(rows), hidden], which the caller sums.
 struct RmsNormBackwardArgs {
   KernelDtype dtype = KernelDtype::kBFloat16;
-  const void* x = nullptr;       // [rows, hidden], contiguous
-  const void* weight = nullptr;  // [hidden]
-  const float* rstd = nullptr;   // [rows], from the forward
-  const void* dy = nullptr;      // [rows, hidden], contiguous
-  void* dx = nullptr;            // [rows, hidden], contiguous; null: no input gradient
+  const void* x = nullptr;           // [rows, hidden], contiguous
+  const void* weight = nullptr;      // [hidden]
+  const float* rstd = nullptr;       // [rows], from the forward
+  const void* dy = nullptr;          // [rows, hidden], contiguous
+  void* dx = nullptr;                // [rows, hidden], contiguous; null: no input gradient
   float* dweight_partial = nullptr;  // null: no weight gradient
   int64_t rows = 0;
   int hidden = 0;
@@ -64,6 +64,30 @@ struct RopeArgs {
   bool negate_sin = false;
 };
 cudaError_t LaunchRope(const RopeArgs& args, cudaStream_t stream);
+
+// One decoding step's RoPE and cache append in one launch: for one token per slot, q_out = rope(q) and the rows
+// `rows[b * kv_heads + h]` of the caches (viewed as [-1, D]) = rope(k) and v, the values LaunchRope computes. q, k, v:
+// element (b, h, d) at b * *_stride_b + h * D + d; cos, sin [B, D] contiguous; q_out [B, q_heads, D] contiguous.
+struct RopeAppendArgs {
+  KernelDtype dtype = KernelDtype::kBFloat16;
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  int64_t q_stride_b = 0;
+  int64_t k_stride_b = 0;
+  int64_t v_stride_b = 0;
+  const void* cos = nullptr;
+  const void* sin = nullptr;
+  void* q_out = nullptr;
+  void* k_cache = nullptr;
+  void* v_cache = nullptr;
+  const int64_t* rows = nullptr;
+  int batch = 0;
+  int q_heads = 0;
+  int kv_heads = 0;
+  int head_dim = 0;  // even
+};
+cudaError_t LaunchRopeAppend(const RopeAppendArgs& args, cudaStream_t stream);
 
 // SwiGLU as the HF MLP computes it: y = to_dtype(to_dtype(silu(gate)) * up), element-wise over n elements.
 struct SwiGluArgs {

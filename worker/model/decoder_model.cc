@@ -22,7 +22,6 @@
 namespace verl {
 namespace {
 
-
 // [B, T, heads * d] -> [B, heads, T, d]
 at::Tensor SplitHeads(const at::Tensor& x, int64_t heads, int64_t head_dim) {
   return x.view({x.size(0), x.size(1), heads, head_dim}).transpose(1, 2);
@@ -67,8 +66,8 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Load(const std::stri
                                                      FormatShape(view->shape), ", config.json implies ",
                                                      FormatShape(spec.shape)));
     }
-    at::Tensor t = at::from_blob(const_cast<void*>(view->data), view->shape,
-                                 at::TensorOptions().dtype(ToScalarType(view->dtype)));
+    at::Tensor t =
+        at::from_blob(const_cast<void*>(view->data), view->shape, at::TensorOptions().dtype(ToScalarType(view->dtype)));
     loaded[spec.name] = t.to(device, dtype, /*non_blocking=*/false, /*copy=*/true);
     model->params_.emplace_back(spec.name, loaded[spec.name]);
   }
@@ -228,8 +227,7 @@ at::Tensor DecoderModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight) 
   return weight * (xf * at::rsqrt(var + config_.rms_norm_eps)).to(x.scalar_type());
 }
 
-std::pair<at::Tensor, at::Tensor> DecoderModel::RopeCosSin(const at::Tensor& position_ids,
-                                                            at::ScalarType dtype) const {
+std::pair<at::Tensor, at::Tensor> DecoderModel::RopeCosSin(const at::Tensor& position_ids, at::ScalarType dtype) const {
   // freqs [B, T, d/2] -> emb [B, 1, T, d]
   at::Tensor freqs = position_ids.to(at::kFloat).unsqueeze(-1) * inv_freq_;
   at::Tensor emb = at::cat({freqs, freqs}, -1).unsqueeze(1);
@@ -281,8 +279,8 @@ at::Tensor PackedAttention(const at::Tensor& q, const at::Tensor& k, const at::T
     const int64_t start = packed.offsets[b], len = packed.offsets[b + 1] - packed.offsets[b];
     if (len == 0) continue;
     parts.push_back(at::scaled_dot_product_attention(q.narrow(2, start, len), k.narrow(2, start, len),
-                                                     v.narrow(2, start, len), {}, 0.0, /*is_causal=*/true,
-                                                     std::nullopt, gqa));
+                                                     v.narrow(2, start, len), {}, 0.0, /*is_causal=*/true, std::nullopt,
+                                                     gqa));
   }
   return at::cat(parts, 2);
 }
@@ -325,8 +323,8 @@ PackedBatch PackBatch(const at::Tensor& input_ids, const at::Tensor& attention_m
 }
 
 at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, const at::Tensor& cos,
-                                      const at::Tensor& sin, const at::Tensor& attn_mask, KvCache* cache,
-                                      size_t i, const PackedSequences* packed) const {
+                                      const at::Tensor& sin, const at::Tensor& attn_mask, KvCache* cache, size_t i,
+                                      const PackedSequences* packed) const {
   const int64_t heads = config_.num_attention_heads;
   const int64_t kv_heads = config_.num_key_value_heads;
   const int64_t hd = config_.head_dim;
@@ -336,35 +334,43 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
   at::Tensor q = SplitHeads(at::linear(x, L.q_w, L.q_b), heads, hd);
   at::Tensor k = SplitHeads(at::linear(x, L.k_w, L.k_b), kv_heads, hd);
   at::Tensor v = SplitHeads(at::linear(x, L.v_w, L.v_b), kv_heads, hd);
-  q = ApplyRope(q, cos, sin);
-  k = ApplyRope(k, cos, sin);
   at::Tensor attn;
   if (cache && cache->slot_len.defined()) {
     TORCH_CHECK(T == 1, "a slot cache takes one token per row, got ", T);
 #ifdef VERL_WITH_CUDA
-    cache->k[i].view({-1, hd}).index_copy_(0, cache->slot_index, k.select(2, 0).reshape({-1, hd}));
-    cache->v[i].view({-1, hd}).index_copy_(0, cache->slot_index, v.select(2, 0).reshape({-1, hd}));
-    attn = kernels::DecodeAttention(q.select(2, 0), cache->k[i], cache->v[i], cache->slot_len,
+    at::Tensor q_step;
+    if (kernels::RopeAppendSupported(q, k, v, cos, cache->k[i], cache->v[i], cache->slot_index)) {
+      // RoPE of q and k and both cache writes in one kernel (ApplyRope's values bit for bit).
+      q_step = kernels::RopeAppend(q, k, v, cos, sin, cache->k[i], cache->v[i], cache->slot_index);
+    } else {
+      q_step = ApplyRope(q, cos, sin).select(2, 0);
+      cache->k[i].view({-1, hd}).index_copy_(0, cache->slot_index,
+                                             ApplyRope(k, cos, sin).select(2, 0).reshape({-1, hd}));
+      cache->v[i].view({-1, hd}).index_copy_(0, cache->slot_index, v.select(2, 0).reshape({-1, hd}));
+    }
+    attn = kernels::DecodeAttention(q_step, cache->k[i], cache->v[i], cache->slot_len,
                                     1.0 / std::sqrt(static_cast<double>(hd)))
                .unsqueeze(2);
 #else
     TORCH_CHECK(false, "KvCache::slot_len needs the CUDA decode kernel (a VERL_WITH_CUDA build)");
 #endif
-  } else if (cache && cache->slot_pos.defined()) {
-    TORCH_CHECK(T == 1, "a slot cache takes one token per row, got ", T);
-    using at::indexing::Slice;
-    const at::Tensor rows = at::arange(h_in.size(0), cache->slot_pos.options());
-    cache->k[i].index_put_({rows, Slice(), cache->slot_pos}, k.select(2, 0));
-    cache->v[i].index_put_({rows, Slice(), cache->slot_pos}, v.select(2, 0));
-    k = cache->k[i].narrow(2, 0, cache->attend);
-    v = cache->v[i].narrow(2, 0, cache->attend);
-  } else if (cache) {
-    cache->k[i].narrow(2, start, T).copy_(k);
-    cache->v[i].narrow(2, start, T).copy_(v);
-    k = cache->k[i].narrow(2, 0, start + T);
-    v = cache->v[i].narrow(2, 0, start + T);
-  }
-  if (!attn.defined()) {
+  } else {
+    q = ApplyRope(q, cos, sin);
+    k = ApplyRope(k, cos, sin);
+    if (cache && cache->slot_pos.defined()) {
+      TORCH_CHECK(T == 1, "a slot cache takes one token per row, got ", T);
+      using at::indexing::Slice;
+      const at::Tensor rows = at::arange(h_in.size(0), cache->slot_pos.options());
+      cache->k[i].index_put_({rows, Slice(), cache->slot_pos}, k.select(2, 0));
+      cache->v[i].index_put_({rows, Slice(), cache->slot_pos}, v.select(2, 0));
+      k = cache->k[i].narrow(2, 0, cache->attend);
+      v = cache->v[i].narrow(2, 0, cache->attend);
+    } else if (cache) {
+      cache->k[i].narrow(2, start, T).copy_(k);
+      cache->v[i].narrow(2, start, T).copy_(v);
+      k = cache->k[i].narrow(2, 0, start + T);
+      v = cache->v[i].narrow(2, 0, start + T);
+    }
     attn = packed ? PackedAttention(q, k, v, *packed)
                   : at::scaled_dot_product_attention(q, k, v, attn_mask, 0.0, false, std::nullopt,
                                                      /*enable_gqa=*/heads != kv_heads);
@@ -399,8 +405,7 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     return out;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
-    const auto holder =
-        c10::static_intrusive_pointer_cast<CheckpointHolder>(ctx->saved_data.at("holder").toCapsule());
+    const auto holder = c10::static_intrusive_pointer_cast<CheckpointHolder>(ctx->saved_data.at("holder").toCapsule());
     const at::Tensor x_in = ctx->get_saved_variables()[0].detach().requires_grad_(true);
     at::Tensor out;
     {
@@ -427,8 +432,7 @@ at::Tensor DecoderModel::CheckpointedLayer(size_t i, const at::Tensor& h, const 
     if (t.defined()) holder->params.push_back(t);
   }
   // The block runs again in backward, after the caller's PackedSequences may be gone: it keeps its own copy.
-  std::shared_ptr<const PackedSequences> own =
-      packed ? std::make_shared<const PackedSequences>(*packed) : nullptr;
+  std::shared_ptr<const PackedSequences> own = packed ? std::make_shared<const PackedSequences>(*packed) : nullptr;
   holder->block = [this, i, cos, sin, attn_mask, own](const at::Tensor& x) {
     return LayerForward(layers_[i], x, cos, sin, attn_mask, nullptr, i, own.get());
   };
@@ -451,10 +455,10 @@ at::Tensor DecoderModel::Forward(const at::Tensor& input_ids, const at::Tensor& 
     // Row b's new key goes to (b, head, slot_pos[b]) of each layer's cache: flat row (b * kv_heads + head) * C + pos.
     const int64_t kv_heads = config_.num_key_value_heads;
     const int64_t B = input_ids.size(0);
-    cache->slot_index = (at::arange(B * kv_heads, cache->slot_pos.options()).view({B, kv_heads}) *
-                             cache->k.front().size(2) +
-                         cache->slot_pos.view({B, 1}))
-                            .view({-1});
+    cache->slot_index =
+        (at::arange(B * kv_heads, cache->slot_pos.options()).view({B, kv_heads}) * cache->k.front().size(2) +
+         cache->slot_pos.view({B, 1}))
+            .view({-1});
   }
   const bool checkpoint = gradient_checkpointing_ && cache == nullptr && at::GradMode::is_enabled();
   for (size_t i = 0; i < layers_.size(); ++i) {
@@ -473,8 +477,7 @@ at::Tensor DecoderModel::ShardedForward(const at::Tensor& input_ids, const at::T
   at::Tensor h = at::embedding(units_.front().unit->Views(units_.front().unit->GatherForAutograd())[0], input_ids);
   auto [cos, sin] = RopeCosSin(position_ids, h.scalar_type());
   // Each block runs again in backward, after the caller's PackedSequences may be gone: they share a copy.
-  std::shared_ptr<const PackedSequences> own =
-      packed ? std::make_shared<const PackedSequences>(*packed) : nullptr;
+  std::shared_ptr<const PackedSequences> own = packed ? std::make_shared<const PackedSequences>(*packed) : nullptr;
   for (size_t i = 0; i < layers_.size(); ++i) {
     const FlatUnit& unit = *units_[1 + i].unit;
     h = RunShardedBlock(
@@ -548,8 +551,6 @@ at::Tensor BuildAttentionMask(const at::Tensor& key_valid, int64_t start, int64_
   return mask.logical_or(self.unsqueeze(0)).unsqueeze(1);
 }
 
-at::Tensor PositionIdsFromMask(const at::Tensor& valid) {
-  return (valid.to(at::kLong).cumsum(1) - 1).clamp_min(0);
-}
+at::Tensor PositionIdsFromMask(const at::Tensor& valid) { return (valid.to(at::kLong).cumsum(1) - 1).clamp_min(0); }
 
 }  // namespace verl

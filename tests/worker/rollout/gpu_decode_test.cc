@@ -1,6 +1,6 @@
-// The CUDA decoding path of the rollout engine against plain ATen: the GQA decode kernel over the slot cache, CUDA-graph
-// decoding against eager decoding, and continuous batching (kernel + graphs) against static batching (SDPA). Tagged
-// [gpu]: each case skips with a warning where the build has no CUDA or no GPU is visible.
+// The CUDA decoding path of the rollout engine against plain ATen: the GQA decode kernel over the slot cache,
+// CUDA-graph decoding against eager decoding, and continuous batching (kernel + graphs) against static batching (SDPA).
+// Tagged [gpu]: each case skips with a warning where the build has no CUDA or no GPU is visible.
 
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "tests/worker/torch_catch.h"
-#include "tests/worker/gpu_skip.h"
 #include "tests/test_dir.h"
+#include "tests/worker/gpu_skip.h"
 #include "tests/worker/tiny_model.h"
+#include "tests/worker/torch_catch.h"
 #include "worker/rollout/generator.h"
 #ifdef VERL_WITH_CUDA
 #include "worker/kernels/decode_attention.h"
@@ -26,7 +26,8 @@ namespace {
 using testing::SkipWithoutGpu;
 using testing::TestDir;
 
-// softmax(q k^T * scale) v over positions [0, lengths[b]) in float32 from the same (rounded) inputs; zeros for length 0.
+// softmax(q k^T * scale) v over positions [0, lengths[b]) in float32 from the same (rounded) inputs; zeros for length
+// 0.
 at::Tensor ReferenceAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& lengths,
                               double scale) {
   const int64_t B = q.size(0), Hq = q.size(1), Hkv = k.size(1), C = k.size(2);
@@ -69,19 +70,31 @@ TEST_CASE("the CUDA decode kernel agrees with ATen attention over each slot's le
       if (sh.B > 1) len[1] = 1;
       if (sh.B > 2) len[2] = 0;
       at::Tensor lengths = at::tensor(len, at::kInt).to(at::kCUDA);
+      // Positions past a slot's length must not be read either (the tensor-core kernel loads whole tiles of 16).
+      for (int64_t b = 0; b < sh.B; ++b) {
+        k[b].narrow(1, len[b], sh.C - len[b]).fill_(std::numeric_limits<float>::quiet_NaN());
+        v[b].narrow(1, len[b], sh.C - len[b]).fill_(std::numeric_limits<float>::quiet_NaN());
+      }
       const double scale = 1.0 / std::sqrt(static_cast<double>(sh.D));
       REQUIRE(kernels::DecodeAttentionSupported(q, k));
-      at::Tensor out = kernels::DecodeAttention(q, k, v, lengths, scale);
-      REQUIRE(out.sizes() == q.sizes());
-      REQUIRE(out.scalar_type() == dtype);
-      at::Tensor ref = ReferenceAttention(q, k, v, lengths, scale);
+      const at::Tensor k_read = k.nan_to_num(0);  // what a kernel reads of the caches (no NaN)
+      const at::Tensor v_read = v.nan_to_num(0);
+      at::Tensor ref = ReferenceAttention(q, k_read, v_read, lengths, scale);
       const double rtol = dtype == at::kFloat ? 1e-5 : dtype == at::kHalf ? 1e-3 : 8e-3;
       const double atol = dtype == at::kFloat ? 1e-5 : dtype == at::kHalf ? 1e-3 : 8e-3;
-      at::Tensor err = (out.to(at::kFloat) - ref).abs();
-      at::Tensor bound = ref.abs() * rtol + atol;
-      CAPTURE(err.max().item<double>());
-      CHECK(err.le(bound).all().item<bool>());
-      if (sh.B > 2) CHECK(out[2].eq(0).all().item<bool>());  // length 0
+      // The tensor-core kernel (bf16 / fp16; float32 takes the SIMT kernel either way) and the SIMT kernel.
+      at::Tensor out = kernels::DecodeAttention(q, k, v, lengths, scale);
+      at::Tensor simt = kernels::DecodeAttention(q, k, v, lengths, scale, /*tensor_cores=*/false);
+      at::Tensor err;
+      for (const at::Tensor& o : {simt, out}) {
+        REQUIRE(o.sizes() == q.sizes());
+        REQUIRE(o.scalar_type() == dtype);
+        err = (o.to(at::kFloat) - ref).abs();
+        at::Tensor bound = ref.abs() * rtol + atol;
+        CAPTURE(err.max().item<double>());
+        CHECK(err.le(bound).all().item<bool>());
+        if (sh.B > 2) CHECK(o[2].eq(0).all().item<bool>());  // length 0
+      }
       // Within the error ATen's own attention in this dtype makes (bf16/fp16 round their intermediates too).
       if (dtype != at::kFloat) {
         const int64_t G = sh.Hq / sh.Hkv;
@@ -89,14 +102,14 @@ TEST_CASE("the CUDA decode kernel agrees with ATen attention over each slot's le
                                .view({1, 1, 1, sh.C})
                                .lt(lengths.to(at::kLong).view({sh.B, 1, 1, 1}));
         at::Tensor aten = at::scaled_dot_product_attention(
-                              q.unsqueeze(2), k.narrow(0, 0, sh.B).repeat_interleave(G, 1),
-                              v.narrow(0, 0, sh.B).repeat_interleave(G, 1), valid, 0.0, false, scale)
+                              q.unsqueeze(2), k_read.narrow(0, 0, sh.B).repeat_interleave(G, 1),
+                              v_read.narrow(0, 0, sh.B).repeat_interleave(G, 1), valid, 0.0, false, scale)
                               .squeeze(2)
                               .to(at::kFloat);
         at::Tensor has = lengths.gt(0).view({sh.B, 1, 1});
         const double aten_err = (aten - ref).abs().masked_fill(has.logical_not(), 0).max().item<double>();
         CAPTURE(aten_err);
-        CHECK(err.max().item<double>() <= std::max(2 * aten_err, atol));
+        CHECK(err.max().item<double>() <= std::max(2 * aten_err, atol));  // err: the tensor-core kernel's
       }
     }
   }
@@ -320,6 +333,52 @@ TEST_CASE("fused RMSNorm and RoPE agree with the ATen composition they replace",
       CHECK(at::equal(got, ref));  // the same roundings: bit for bit
     }
   }
+#endif
+}
+
+TEST_CASE("one decoding step's fused RoPE and cache append equal two Rope calls and two index_copy_ calls",
+          "[worker][rollout][gpu]") {
+  if (SkipWithoutGpu()) return;
+#ifdef VERL_WITH_CUDA
+  c10::InferenceMode guard;
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    for (int64_t D : {64, 128}) {
+      INFO(c10::toString(dtype) << " D " << D);
+      const int64_t B = 6, Hq = 14, Hkv = 2, S = 9, C = 40;
+      auto opts = at::TensorOptions().device(at::kCUDA);
+      // The projections' [B, 1, H * D] outputs as the layer views them: [B, H, 1, D].
+      auto project = [&](int64_t heads) {
+        return at::randn({B, 1, heads * D}, opts).to(dtype).view({B, 1, heads, D}).transpose(1, 2);
+      };
+      at::Tensor q = project(Hq), k = project(Hkv), v = project(Hkv);
+      at::Tensor pos = at::randint(0, C, {B}, opts.dtype(at::kLong));
+      at::Tensor freqs = pos.to(at::kFloat).view({B, 1}) * at::rand({D / 2}, opts);
+      at::Tensor emb = at::cat({freqs, freqs}, -1).view({B, 1, 1, D});
+      at::Tensor cos = emb.cos().to(dtype), sin = emb.sin().to(dtype);
+      // Slots 0..B-1 of a cache of S slots (the generator's view), rows (b * Hkv + h) * C + pos[b].
+      at::Tensor k_cache = at::randn({S, Hkv, C, D}, opts).to(dtype),
+                 v_cache = at::randn({S, Hkv, C, D}, opts).to(dtype);
+      at::Tensor rows = (at::arange(B * Hkv, opts.dtype(at::kLong)).view({B, Hkv}) * C + pos.view({B, 1})).view({-1});
+      at::Tensor k_want = k_cache.clone(), v_want = v_cache.clone();
+      at::Tensor q_want = kernels::Rope(q, cos, sin).select(2, 0);
+      k_want.view({-1, D}).index_copy_(0, rows, kernels::Rope(k, cos, sin).select(2, 0).reshape({-1, D}));
+      v_want.view({-1, D}).index_copy_(0, rows, v.select(2, 0).reshape({-1, D}));
+      REQUIRE(kernels::RopeAppendSupported(q, k, v, cos, k_cache, v_cache, rows));
+      at::Tensor q_got = kernels::RopeAppend(q, k, v, cos, sin, k_cache, v_cache, rows);
+      REQUIRE(q_got.sizes() == at::IntArrayRef{B, Hq, D});
+      CHECK(at::equal(q_got, q_want));
+      CHECK(at::equal(k_cache, k_want));  // the new rows, and every other row untouched
+      CHECK(at::equal(v_cache, v_want));
+    }
+  }
+  // What it does not take: an int32 row index, a non-contiguous cache.
+  auto opts = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
+  at::Tensor q = at::randn({2, 4, 1, 64}, opts), k = at::randn({2, 2, 1, 64}, opts);
+  at::Tensor cos = at::randn({2, 1, 1, 64}, opts), cache = at::randn({2, 2, 8, 64}, opts);
+  at::Tensor rows = at::zeros({4}, opts.dtype(at::kLong));
+  CHECK(kernels::RopeAppendSupported(q, k, k, cos, cache, cache, rows));
+  CHECK_FALSE(kernels::RopeAppendSupported(q, k, k, cos, cache, cache, rows.to(at::kInt)));
+  CHECK_FALSE(kernels::RopeAppendSupported(q, k, k, cos, cache.transpose(1, 2), cache, rows));
 #endif
 }
 
