@@ -2,6 +2,7 @@
 
 #include <ATen/TensorIndexing.h>
 #include <ATen/core/grad_mode.h>
+#include <c10/core/InferenceMode.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -50,6 +51,43 @@ at::Tensor SwiGlu(const at::Tensor& gate, const at::Tensor& up) {
   return at::silu(gate) * up;
 }
 
+// Replaces `parts` (contiguous, of one dtype and device, equal but for the first dimension) by tensors on consecutive
+// pieces of one new buffer, with the same values. Each stays a tensor of its own (not an autograd view of the buffer).
+void Stack(const std::vector<at::Tensor*>& parts) {
+  std::vector<at::Tensor> values;
+  for (const at::Tensor* p : parts) values.push_back(*p);
+  const at::Tensor buffer = at::cat(values, 0);
+  int64_t offset = buffer.storage_offset();
+  for (at::Tensor* p : parts) {
+    const at::Tensor piece = at::empty({0}, buffer.options());
+    piece.set_(buffer.storage(), offset, p->sizes(), p->strides());
+    offset += p->numel();
+    *p = piece;
+  }
+}
+
+// `parts` as one tensor (concatenated along dimension 0) where they are consecutive pieces of one storage, as Stack
+// leaves them; undefined otherwise (e.g. parameters gathered from ZeRO-3 units).
+at::Tensor StackedView(std::initializer_list<at::Tensor> parts) {
+  const at::Tensor& first = *parts.begin();
+  if (!first.defined()) return {};
+  const char* next = static_cast<const char*>(first.data_ptr());
+  std::vector<int64_t> size = first.sizes().vec();
+  size[0] = 0;
+  for (const at::Tensor& t : parts) {
+    if (!t.defined() || !t.is_contiguous() || t.scalar_type() != first.scalar_type() ||
+        !t.storage().is_alias_of(first.storage()) || t.dim() != first.dim() ||
+        t.sizes().slice(1) != first.sizes().slice(1) || t.data_ptr() != next) {
+      return {};
+    }
+    next += t.nbytes();
+    size[0] += t.size(0);
+  }
+  std::vector<int64_t> stride(size.size(), 1);
+  for (int64_t d = static_cast<int64_t>(size.size()) - 2; d >= 0; --d) stride[d] = stride[d + 1] * size[d + 1];
+  return first.as_strided(size, stride);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Load(const std::string& model_dir, at::ScalarType dtype,
@@ -70,6 +108,20 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Load(const std::stri
         at::from_blob(const_cast<void*>(view->data), view->shape, at::TensorOptions().dtype(ToScalarType(view->dtype)));
     loaded[spec.name] = t.to(device, dtype, /*non_blocking=*/false, /*copy=*/true);
     model->params_.emplace_back(spec.name, loaded[spec.name]);
+  }
+  // Each layer's q, k and v projections (weights; biases) on consecutive rows of one buffer, so that a decoding step
+  // runs them as one GEMM (LayerForward); they stay separate parameters for everything else.
+  std::map<std::string, at::Tensor*> by_name;
+  for (auto& [name, t] : model->params_) by_name[name] = &t;
+  for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
+    for (const char* kind : {"weight", "bias"}) {
+      std::vector<at::Tensor*> parts;
+      for (const char* proj : {"q_proj", "k_proj", "v_proj"}) {
+        auto it = by_name.find(absl::StrCat("model.layers.", i, ".self_attn.", proj, ".", kind));
+        if (it != by_name.end()) parts.push_back(it->second);
+      }
+      if (parts.size() == 3) Stack(parts);
+    }
   }
   model->BindFields();
   model->inv_freq_ = RopeInverseFrequencies(config).to(device);
@@ -234,6 +286,14 @@ std::pair<at::Tensor, at::Tensor> DecoderModel::RopeCosSin(const at::Tensor& pos
   return {emb.cos().to(dtype), emb.sin().to(dtype)};
 }
 
+bool DecoderModel::ProjectionsStacked() const {
+  for (const Layer& L : layers_) {
+    if (!StackedView({L.q_w, L.k_w, L.v_w}).defined()) return false;
+    if (L.q_b.defined() && !StackedView({L.q_b, L.k_b, L.v_b}).defined()) return false;
+  }
+  return !layers_.empty();
+}
+
 bool DecoderModel::DecodeKernelAvailable() const {
 #ifdef VERL_WITH_CUDA
   if (sharded() && !gathered_) return false;  // layer-by-layer gathers decode in lockstep, under a mask
@@ -331,9 +391,25 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
   const int64_t T = h_in.size(1);
   const int64_t start = cache ? cache->length : 0;
   at::Tensor x = RmsNorm(h_in, L.input_norm);
-  at::Tensor q = SplitHeads(at::linear(x, L.q_w, L.q_b), heads, hd);
-  at::Tensor k = SplitHeads(at::linear(x, L.k_w, L.k_b), kv_heads, hd);
-  at::Tensor v = SplitHeads(at::linear(x, L.v_w, L.v_b), kv_heads, hd);
+  // A decoding step over the slot cache (inference mode): one GEMM over the stacked q/k/v projections where Load
+  // stacked them (the three small GEMMs each cost about as much as the one).
+  at::Tensor qkv_w, qkv_b;
+  if (T == 1 && cache && cache->slot_len.defined() && c10::InferenceMode::is_enabled()) {
+    qkv_w = StackedView({L.q_w, L.k_w, L.v_w});
+    if (L.q_b.defined()) qkv_b = StackedView({L.q_b, L.k_b, L.v_b});
+    if (L.q_b.defined() != qkv_b.defined()) qkv_w = at::Tensor();
+  }
+  at::Tensor q, k, v;
+  if (qkv_w.defined()) {
+    const at::Tensor qkv = at::linear(x, qkv_w, qkv_b);
+    q = SplitHeads(qkv.narrow(-1, 0, heads * hd), heads, hd);
+    k = SplitHeads(qkv.narrow(-1, heads * hd, kv_heads * hd), kv_heads, hd);
+    v = SplitHeads(qkv.narrow(-1, (heads + kv_heads) * hd, kv_heads * hd), kv_heads, hd);
+  } else {
+    q = SplitHeads(at::linear(x, L.q_w, L.q_b), heads, hd);
+    k = SplitHeads(at::linear(x, L.k_w, L.k_b), kv_heads, hd);
+    v = SplitHeads(at::linear(x, L.v_w, L.v_b), kv_heads, hd);
+  }
   at::Tensor attn;
   if (cache && cache->slot_len.defined()) {
     TORCH_CHECK(T == 1, "a slot cache takes one token per row, got ", T);

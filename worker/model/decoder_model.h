@@ -95,6 +95,10 @@ class DecoderModel {
   // GPU in float32, bfloat16 or float16 (gathered, if sharded), and a head shape the kernel takes (head_dim 64 or
   // 128, at most 8 query heads per KV head).
   bool DecodeKernelAvailable() const;
+  // Whether every layer's q, k and v projections lie stacked in one buffer (as Load leaves them), so that a decoding
+  // step over the slot cache runs them as one GEMM (parameters gathered from ZeRO-3 units are not, where the layer has
+  // biases: they lie between the weights).
+  bool ProjectionsStacked() const;
   // A cache for `batch` sequences of up to `capacity` positions, zero-filled.
   KvCache NewCache(int64_t batch, int64_t capacity) const;
   // Where the parameters (or their shards) live.
@@ -171,7 +175,7 @@ class DecoderModel {
   DecoderConfig config_;
   at::Tensor embed_;
   at::Tensor final_norm_;
-  at::Tensor lm_head_;  // aliases embed_ when tied
+  at::Tensor lm_head_;   // aliases embed_ when tied
   at::Tensor inv_freq_;  // [head_dim / 2] float32
   std::vector<Layer> layers_;
   std::vector<std::pair<std::string, at::Tensor>> params_;

@@ -4,9 +4,11 @@
 #include <string>
 #include <vector>
 
-#include "tests/worker/torch_catch.h"
 #include "tests/test_dir.h"
 #include "tests/worker/tiny_model.h"
+#include "tests/worker/torch_catch.h"
+#include "worker/model/safetensors_checkpoint.h"
+#include "worker/rank/torch_util.h"
 
 namespace verl {
 namespace {
@@ -49,6 +51,24 @@ TEST_CASE("DecoderModel loads the tiny model with the expected shapes", "[worker
   REQUIRE(model->named_parameters().size() == 1 + 2 * 12 + 1);  // tied: no lm_head.weight
   REQUIRE(model->named_parameters().front().first == "model.embed_tokens.weight");
   REQUIRE(model->named_parameters().back().first == "model.norm.weight");
+  // Each layer's q/k/v projections stacked in one buffer (one GEMM when decoding), still separate parameters with the
+  // checkpoint's values; an in-place update (an optimizer step, a weight sync) keeps them stacked.
+  REQUIRE(model->ProjectionsStacked());
+  {
+    auto ckpt = SafetensorsCheckpoint::Open(dir.path());
+    REQUIRE(ckpt.ok());
+    for (const auto& [name, t] : model->named_parameters()) {
+      auto view = ckpt->Get(name);
+      REQUIRE(view.ok());
+      const at::Tensor want =
+          at::from_blob(const_cast<void*>(view->data), view->shape, at::TensorOptions(ToScalarType(view->dtype)));
+      INFO(name);
+      REQUIRE(at::equal(t, want));
+    }
+    at::NoGradGuard no_grad;
+    for (const auto& [name, t] : model->named_parameters()) t.add_(0.0);
+    REQUIRE(model->ProjectionsStacked());
+  }
 
   at::Tensor ids = LongTensor2d({{1, 2, 3, 4, 5}, {6, 7, 8, 9, 10}});
   at::Tensor valid = at::ones({2, 5}, at::kBool);
