@@ -288,10 +288,13 @@ __device__ __forceinline__ void Mma(float (&d)[4], uint32_t a0, uint32_t a1, uin
   }
 }
 
-// Warps per block and tiles of 16 positions a warp loads at once: 4 and 4 were the fastest all-round of 1-8 tiles on
-// 2-8 warps at B1's shapes (uniform and spread lengths, head dim 64) and at head dim 128 (docs/bench).
+// Warps per block and tiles of 16 positions a warp loads at once, chosen by two sweeps on the H200 (docs/bench):
+// 1-8 tiles on 2-8 warps, then 1-8 tiles under several minimum-blocks-per-SM launch bounds. 2 tiles on 4 warps with
+// `__launch_bounds__(128, 1)` was the fastest at every shape tried (B1's uniform and spread lengths, head dim 128,
+// few slots with split ranges): told that one block per SM suffices, ptxas keeps more of the tile's loads in flight
+// (106 registers at head dim 64) than with no minimum (66), and that beats the lost occupancy.
 constexpr int kMmaWarps = 4;
-constexpr int kMmaTiles = 4;
+constexpr int kMmaTiles = 2;
 
 // The dimension that column `col` of value word `w`'s 8 x 8 tile stands for: lane (col / 2, .)'s word w holds the
 // elements 2 (w % 4) and + 1 of its piece w / 4, i.e. dimensions 32 (w / 4) + 8 (col / 2) + 2 (w % 4) + {0, 1}.
@@ -300,7 +303,7 @@ __device__ __forceinline__ int WordDim(int w, int col) {
 }
 
 template <typename T, int D>
-__global__ void __launch_bounds__(kMmaWarps * 32) DecodeAttentionMmaKernel(const DecodeAttentionArgs a) {
+__global__ void __launch_bounds__(kMmaWarps * 32, 1) DecodeAttentionMmaKernel(const DecodeAttentionArgs a) {
   constexpr int kPieces = D / 32;      // 16-byte pieces a lane loads of a row
   constexpr int kWords = 4 * kPieces;  // their 32-bit words (two elements each); QK^T k-steps and PV m-tiles: kWords/2
   constexpr int kStride = kMmaWarps * kMmaTiles * 16;  // positions the block's warps cover per iteration
