@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <limits>
+#include <vector>
 
 #include "worker/kernels/aten_dtype.h"
 #include "worker/kernels/fused_ops_kernel.h"
@@ -254,6 +255,58 @@ at::Tensor RopeAppend(const at::Tensor& q, const at::Tensor& k, const at::Tensor
   a.head_dim = static_cast<int>(q.size(3));
   C10_CUDA_CHECK(LaunchRopeAppend(a, c10::cuda::getCurrentCUDAStream()));
   return q_out;
+}
+
+bool AddRmsNormSupported(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight) {
+  return RmsNormSupported(x, weight) && residual.device() == x.device() && residual.scalar_type() == x.scalar_type() &&
+         residual.sizes() == x.sizes() && residual.is_contiguous();
+}
+
+at::Tensor AddRmsNorm(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight, double eps,
+                      at::Tensor* sum) {
+  TORCH_CHECK(AddRmsNormSupported(x, residual, weight), "fused AddRmsNorm: unsupported input ", x.sizes(), " ",
+              x.scalar_type(), " and residual ", residual.sizes(), " ", residual.scalar_type());
+  TORCH_CHECK(!NeedsGrad({&x, &residual, &weight}), "fused AddRmsNorm: inputs that need a gradient");
+  const c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
+  *sum = at::empty_like(x, at::MemoryFormat::Contiguous);
+  RmsNormArgs a;
+  a.dtype = DtypeOf(x);
+  a.x = x.data_ptr();
+  a.residual = residual.data_ptr();
+  a.sum_out = sum->data_ptr();
+  a.weight = weight.data_ptr();
+  a.y = y.data_ptr();
+  a.hidden = static_cast<int>(x.size(-1));
+  a.rows = x.numel() / x.size(-1);
+  a.eps = static_cast<float>(eps);
+  C10_CUDA_CHECK(LaunchRmsNorm(a, c10::cuda::getCurrentCUDAStream()));
+  return y;
+}
+
+bool SwiGluStackedSupported(const at::Tensor& gate_up) {
+  KernelDtype dtype;
+  return gate_up.is_cuda() && KernelDtypeOf(gate_up.scalar_type(), &dtype) && gate_up.dim() >= 1 &&
+         gate_up.is_contiguous() && gate_up.size(-1) % 2 == 0;
+}
+
+at::Tensor SwiGluStacked(const at::Tensor& gate_up) {
+  TORCH_CHECK(SwiGluStackedSupported(gate_up), "fused SwiGluStacked: unsupported input ", gate_up.sizes(), " ",
+              gate_up.scalar_type());
+  TORCH_CHECK(!NeedsGrad({&gate_up}), "fused SwiGluStacked: an input that needs a gradient");
+  const c10::cuda::CUDAGuard guard(gate_up.device());
+  std::vector<int64_t> size = gate_up.sizes().vec();
+  size.back() /= 2;
+  at::Tensor y = at::empty(size, gate_up.options());
+  SwiGluArgs a;
+  a.dtype = DtypeOf(gate_up);
+  a.gate = gate_up.data_ptr();
+  a.up = static_cast<const char*>(gate_up.data_ptr()) + size.back() * gate_up.element_size();
+  a.y = y.data_ptr();
+  a.n = y.numel();
+  a.cols = size.back();
+  if (a.n > 0) C10_CUDA_CHECK(LaunchSwiGlu(a, c10::cuda::getCurrentCUDAStream()));
+  return y;
 }
 
 bool SwiGluSupported(const at::Tensor& gate, const at::Tensor& up) {

@@ -86,14 +86,36 @@ __global__ void __launch_bounds__(kNormThreads) RmsNormKernel(const RmsNormArgs 
   const T* x = static_cast<const T*>(a.x) + row * a.hidden;
   const T* w = static_cast<const T*>(a.weight);
   T* y = static_cast<T*>(a.y) + row * a.hidden;
-  const bool x_vec = Aligned16(x), w_vec = Aligned16(w), y_vec = Aligned16(y);
+  const bool w_vec = Aligned16(w), y_vec = Aligned16(y);
+  bool x_vec = Aligned16(x);
   float ss = 0.f;
-  WarpRow<T, kVec>(a.hidden, lane, [&](int i, auto n) {
-    float xv[n.value];
-    LoadAt<T>(x + i, x_vec, xv);
+  if (a.residual != nullptr) {
+    // sum = to_dtype(x + residual), as ATen's add stores it; the second pass reads the sum back (this lane's own
+    // stores: the same elements in both passes).
+    const T* res = static_cast<const T*>(a.residual) + row * a.hidden;
+    T* sum = static_cast<T*>(a.sum_out) + row * a.hidden;
+    const bool res_vec = Aligned16(res), sum_vec = Aligned16(sum);
+    WarpRow<T, kVec>(a.hidden, lane, [&](int i, auto n) {
+      float xv[n.value], rv[n.value];
+      LoadAt<T>(x + i, x_vec, xv);
+      LoadAt<T>(res + i, res_vec, rv);
 #pragma unroll
-    for (int j = 0; j < n.value; ++j) ss = fmaf(xv[j], xv[j], ss);
-  });
+      for (int j = 0; j < n.value; ++j) {
+        xv[j] = Round<T>(__fadd_rn(xv[j], rv[j]));
+        ss = fmaf(xv[j], xv[j], ss);
+      }
+      StoreAt<T>(sum + i, sum_vec, xv);
+    });
+    x = sum;
+    x_vec = sum_vec;
+  } else {
+    WarpRow<T, kVec>(a.hidden, lane, [&](int i, auto n) {
+      float xv[n.value];
+      LoadAt<T>(x + i, x_vec, xv);
+#pragma unroll
+      for (int j = 0; j < n.value; ++j) ss = fmaf(xv[j], xv[j], ss);
+    });
+  }
   ss = WarpSum(ss);
   const float r = rsqrtf(ss / static_cast<float>(a.hidden) + a.eps);
   if (a.rstd != nullptr && lane == 0) a.rstd[row] = r;
@@ -261,9 +283,10 @@ __global__ void SwiGluKernel(const SwiGluArgs a) {
   const T* u = static_cast<const T*>(a.up);
   T* y = static_cast<T*>(a.y);
   GridElements<T, kVec>(a.n, [&](int64_t i, auto n) {
+    const int64_t at = a.cols > 0 ? i / a.cols * 2 * a.cols + i % a.cols : i;  // a vector stays within its row
     float gv[n.value], uv[n.value];
-    LoadN<T>(g + i, gv);
-    LoadN<T>(u + i, uv);
+    LoadN<T>(g + at, gv);
+    LoadN<T>(u + at, uv);
 #pragma unroll
     for (int j = 0; j < n.value; ++j) gv[j] = __fmul_rn(Round<T>(Silu(gv[j])), uv[j]);
     StoreN<T>(y + i, gv);
@@ -388,7 +411,9 @@ cudaError_t LaunchRopeAppend(const RopeAppendArgs& a, cudaStream_t stream) {
 
 cudaError_t LaunchSwiGlu(const SwiGluArgs& a, cudaStream_t stream) {
   if (a.n == 0) return cudaSuccess;
-  return DispatchVec(a.dtype, a.n, AllAligned({a.gate, a.up, a.y}), [&](auto t, auto vec) {
+  // Rows of `cols` elements take vectors only where cols is a multiple of the vector width (checked with n below).
+  const bool rows_vec = a.cols == 0 || a.cols % 8 == 0;
+  return DispatchVec(a.dtype, a.n, rows_vec && AllAligned({a.gate, a.up, a.y}), [&](auto t, auto vec) {
     using T = typename decltype(t)::type;
     SwiGluKernel<T, vec><<<ElementBlocks(vec ? a.n / Vec<T>::kN : a.n), 256, 0, stream>>>(a);
   });

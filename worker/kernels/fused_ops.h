@@ -31,6 +31,17 @@ at::Tensor RopeAppend(const at::Tensor& q, const at::Tensor& k, const at::Tensor
                       const at::Tensor& sin, const at::Tensor& k_cache, const at::Tensor& v_cache,
                       const at::Tensor& rows);
 
+// Decoding's fused forms (inference only: no gradients). x and residual of one shape, contiguous; weight as RmsNorm's.
+bool AddRmsNormSupported(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight);
+// RmsNorm(x + residual) with *sum = x + residual (rounded as ATen's add): one kernel for the add and the norm, the
+// same values bit for bit.
+at::Tensor AddRmsNorm(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight, double eps,
+                      at::Tensor* sum);
+// gate_up [..., 2I] contiguous: the output of one GEMM over the stacked gate and up projections.
+bool SwiGluStackedSupported(const at::Tensor& gate_up);
+// SwiGlu(gate_up[..., :I], gate_up[..., I:]) as [..., I] without splitting the input: the same values bit for bit.
+at::Tensor SwiGluStacked(const at::Tensor& gate_up);
+
 // gate and up of one shape, contiguous, on one CUDA device in one of the three dtypes.
 bool SwiGluSupported(const at::Tensor& gate, const at::Tensor& up);
 // silu(gate) * up as the HF MLP computes it (each op rounded to the dtype).

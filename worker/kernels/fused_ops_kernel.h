@@ -17,10 +17,12 @@ namespace verl::kernels {
 // HF's RMSNorm over rows of `hidden` elements: y = weight * to_dtype(float(x) * rsqrt(mean(float(x)^2) + eps)).
 struct RmsNormArgs {
   KernelDtype dtype = KernelDtype::kBFloat16;
-  const void* x = nullptr;       // [rows, hidden], contiguous
-  const void* weight = nullptr;  // [hidden]
-  void* y = nullptr;             // [rows, hidden], contiguous
-  float* rstd = nullptr;         // [rows]: rsqrt(mean(x^2) + eps) kept for the backward, or null
+  const void* x = nullptr;         // [rows, hidden], contiguous
+  const void* residual = nullptr;  // or null; else the norm is of sum = to_dtype(x + residual), stored in sum_out
+  void* sum_out = nullptr;         // [rows, hidden], contiguous, with residual
+  const void* weight = nullptr;    // [hidden]
+  void* y = nullptr;               // [rows, hidden], contiguous
+  float* rstd = nullptr;           // [rows]: rsqrt(mean(x^2) + eps) kept for the backward, or null
   int64_t rows = 0;
   int hidden = 0;
   float eps = 1e-6f;
@@ -96,6 +98,9 @@ struct SwiGluArgs {
   const void* up = nullptr;
   void* y = nullptr;
   int64_t n = 0;
+  // 0: gate, up and y are flat arrays of n elements. > 0: y is [n / cols, cols] and row r of gate and of up starts at
+  // r * 2 * cols (the two halves of one stacked projection's output rows: up = gate + cols).
+  int64_t cols = 0;
 };
 cudaError_t LaunchSwiGlu(const SwiGluArgs& args, cudaStream_t stream);
 

@@ -109,18 +109,23 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Load(const std::stri
     loaded[spec.name] = t.to(device, dtype, /*non_blocking=*/false, /*copy=*/true);
     model->params_.emplace_back(spec.name, loaded[spec.name]);
   }
-  // Each layer's q, k and v projections (weights; biases) on consecutive rows of one buffer, so that a decoding step
-  // runs them as one GEMM (LayerForward); they stay separate parameters for everything else.
+  // Each layer's q, k and v projections (weights; biases) and its gate and up projections on consecutive rows of one
+  // buffer each, so that a decoding step runs them as one GEMM each (LayerForward); they stay separate parameters for
+  // everything else.
   std::map<std::string, at::Tensor*> by_name;
   for (auto& [name, t] : model->params_) by_name[name] = &t;
   for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
-    for (const char* kind : {"weight", "bias"}) {
+    const std::string layer = absl::StrCat("model.layers.", i, ".");
+    for (const std::vector<std::string>& group :
+         {std::vector<std::string>{"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"},
+          std::vector<std::string>{"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"},
+          std::vector<std::string>{"mlp.gate_proj.weight", "mlp.up_proj.weight"}}) {
       std::vector<at::Tensor*> parts;
-      for (const char* proj : {"q_proj", "k_proj", "v_proj"}) {
-        auto it = by_name.find(absl::StrCat("model.layers.", i, ".self_attn.", proj, ".", kind));
+      for (const std::string& name : group) {
+        auto it = by_name.find(layer + name);
         if (it != by_name.end()) parts.push_back(it->second);
       }
-      if (parts.size() == 3) Stack(parts);
+      if (parts.size() == group.size()) Stack(parts);
     }
   }
   model->BindFields();
@@ -288,7 +293,7 @@ std::pair<at::Tensor, at::Tensor> DecoderModel::RopeCosSin(const at::Tensor& pos
 
 bool DecoderModel::ProjectionsStacked() const {
   for (const Layer& L : layers_) {
-    if (!StackedView({L.q_w, L.k_w, L.v_w}).defined()) return false;
+    if (!StackedView({L.q_w, L.k_w, L.v_w}).defined() || !StackedView({L.gate_w, L.up_w}).defined()) return false;
     if (L.q_b.defined() && !StackedView({L.q_b, L.k_b, L.v_b}).defined()) return false;
   }
   return !layers_.empty();
@@ -392,9 +397,10 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
   const int64_t start = cache ? cache->length : 0;
   at::Tensor x = RmsNorm(h_in, L.input_norm);
   // A decoding step over the slot cache (inference mode): one GEMM over the stacked q/k/v projections where Load
-  // stacked them (the three small GEMMs each cost about as much as the one).
+  // stacked them (the three small GEMMs each cost about as much as the one), and likewise for gate and up below.
+  const bool decode_step = T == 1 && cache && cache->slot_len.defined() && c10::InferenceMode::is_enabled();
   at::Tensor qkv_w, qkv_b;
-  if (T == 1 && cache && cache->slot_len.defined() && c10::InferenceMode::is_enabled()) {
+  if (decode_step) {
     qkv_w = StackedView({L.q_w, L.k_w, L.v_w});
     if (L.q_b.defined()) qkv_b = StackedView({L.q_b, L.k_b, L.v_b});
     if (L.q_b.defined() != qkv_b.defined()) qkv_w = at::Tensor();
@@ -452,7 +458,21 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
                                                      /*enable_gqa=*/heads != kv_heads);
   }
   attn = attn.transpose(1, 2).reshape({h_in.size(0), T, heads * hd});
-  at::Tensor h = h_in + at::linear(attn, L.o_w, L.o_b);
+  const at::Tensor o = at::linear(attn, L.o_w, L.o_b);
+  at::Tensor h;
+#ifdef VERL_WITH_CUDA
+  if (decode_step && kernels::AddRmsNormSupported(h_in, o, L.post_norm)) {
+    // The residual add inside the norm's kernel (the same values as the two below).
+    x = kernels::AddRmsNorm(h_in, o, L.post_norm, config_.rms_norm_eps, &h);
+    const at::Tensor gate_up_w = StackedView({L.gate_w, L.up_w});
+    if (gate_up_w.defined()) {
+      const at::Tensor gate_up = at::linear(x, gate_up_w);
+      if (kernels::SwiGluStackedSupported(gate_up)) return h + at::linear(kernels::SwiGluStacked(gate_up), L.down_w);
+    }
+    return h + at::linear(SwiGlu(at::linear(x, L.gate_w), at::linear(x, L.up_w)), L.down_w);
+  }
+#endif
+  h = h_in + o;
   x = RmsNorm(h, L.post_norm);
   return h + at::linear(SwiGlu(at::linear(x, L.gate_w), at::linear(x, L.up_w)), L.down_w);
 }

@@ -95,9 +95,9 @@ class DecoderModel {
   // GPU in float32, bfloat16 or float16 (gathered, if sharded), and a head shape the kernel takes (head_dim 64 or
   // 128, at most 8 query heads per KV head).
   bool DecodeKernelAvailable() const;
-  // Whether every layer's q, k and v projections lie stacked in one buffer (as Load leaves them), so that a decoding
-  // step over the slot cache runs them as one GEMM (parameters gathered from ZeRO-3 units are not, where the layer has
-  // biases: they lie between the weights).
+  // Whether every layer's q, k and v projections, and its gate and up projections, lie stacked in one buffer each (as
+  // Load leaves them), so that a decoding step over the slot cache runs each group as one GEMM (parameters gathered
+  // from ZeRO-3 units are not, where the layer has biases: they lie between the weights).
   bool ProjectionsStacked() const;
   // A cache for `batch` sequences of up to `capacity` positions, zero-filled.
   KvCache NewCache(int64_t batch, int64_t capacity) const;

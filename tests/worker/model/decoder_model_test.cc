@@ -51,8 +51,8 @@ TEST_CASE("DecoderModel loads the tiny model with the expected shapes", "[worker
   REQUIRE(model->named_parameters().size() == 1 + 2 * 12 + 1);  // tied: no lm_head.weight
   REQUIRE(model->named_parameters().front().first == "model.embed_tokens.weight");
   REQUIRE(model->named_parameters().back().first == "model.norm.weight");
-  // Each layer's q/k/v projections stacked in one buffer (one GEMM when decoding), still separate parameters with the
-  // checkpoint's values; an in-place update (an optimizer step, a weight sync) keeps them stacked.
+  // Each layer's q/k/v and gate/up projections stacked in one buffer each (one GEMM when decoding), still separate
+  // parameters with the checkpoint's values; an in-place update (an optimizer step, a weight sync) keeps them stacked.
   REQUIRE(model->ProjectionsStacked());
   {
     auto ckpt = SafetensorsCheckpoint::Open(dir.path());

@@ -336,6 +336,46 @@ TEST_CASE("fused RMSNorm and RoPE agree with the ATen composition they replace",
 #endif
 }
 
+TEST_CASE("decoding's fused residual add + RMSNorm and stacked SwiGLU equal the unfused kernels",
+          "[worker][rollout][gpu]") {
+  if (SkipWithoutGpu()) return;
+#ifdef VERL_WITH_CUDA
+  c10::InferenceMode guard;
+  auto opts = at::TensorOptions().device(at::kCUDA);
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    // Hidden sizes that take 16-byte vectors (896) and single elements (37); a residual of another scale.
+    for (int64_t hidden : {896, 37}) {
+      INFO(c10::toString(dtype) << " hidden " << hidden);
+      at::Tensor x = (at::randn({9, 1, hidden}, opts) * 3).to(dtype);
+      at::Tensor res = at::randn({9, 1, hidden}, opts).to(dtype);
+      at::Tensor w = (at::rand({hidden}, opts) + 0.5).to(dtype);
+      REQUIRE(kernels::AddRmsNormSupported(x, res, w));
+      at::Tensor sum;
+      at::Tensor got = kernels::AddRmsNorm(x, res, w, 1e-6, &sum);
+      const at::Tensor want_sum = x + res;
+      CHECK(at::equal(sum, want_sum));
+      CHECK(at::equal(got, kernels::RmsNorm(want_sum, w, 1e-6)));
+    }
+    // gate/up halves of one GEMM output: intermediate sizes that take vectors (4864) and not (37).
+    for (int64_t inter : {4864, 37}) {
+      INFO(c10::toString(dtype) << " intermediate " << inter);
+      at::Tensor gate_up = (at::randn({7, 1, 2 * inter}, opts) * 2).to(dtype);
+      REQUIRE(kernels::SwiGluStackedSupported(gate_up));
+      at::Tensor got = kernels::SwiGluStacked(gate_up);
+      REQUIRE(got.sizes() == at::IntArrayRef{7, 1, inter});
+      at::Tensor want =
+          kernels::SwiGlu(gate_up.narrow(-1, 0, inter).contiguous(), gate_up.narrow(-1, inter, inter).contiguous());
+      CHECK(at::equal(got, want));
+    }
+  }
+  // Not taken: a residual of another shape, an odd stacked width, a non-contiguous input.
+  at::Tensor x = at::randn({4, 64}, opts);
+  CHECK_FALSE(kernels::AddRmsNormSupported(x, at::randn({4, 32}, opts), at::ones({64}, opts)));
+  CHECK_FALSE(kernels::SwiGluStackedSupported(at::randn({4, 63}, opts)));
+  CHECK_FALSE(kernels::SwiGluStackedSupported(x.t()));
+#endif
+}
+
 TEST_CASE("one decoding step's fused RoPE and cache append equal two Rope calls and two index_copy_ calls",
           "[worker][rollout][gpu]") {
   if (SkipWithoutGpu()) return;
