@@ -15,7 +15,11 @@
 namespace verl::kernels {
 namespace {
 
-constexpr int kNormThreads = 256;  // one warp per row
+// One warp per row, 4 rows per block: a decoding step's 512 rows then occupy 128 SMs instead of 64.
+constexpr int kNormThreads = 128;
+// 16-byte vectors per lane a forward RMSNorm keeps in registers between its two passes over a row (rows of up to
+// 32 * 16 vectors: 4096 bfloat16 elements); longer rows are read twice.
+constexpr int kNormCache = 16;
 constexpr int kNormChunks = 256;   // row chunks of the weight gradient's partial sums
 
 __device__ __forceinline__ float WarpSum(float v) {
@@ -78,11 +82,68 @@ __device__ __forceinline__ void StoreAt(T* p, bool vec, const float (&in)[N]) {
   }
 }
 
+// RmsNormKernel's row with the row (x, or the rounded x + residual) held in registers: each input element is read
+// once. The lanes take the elements, and sum their squares, in WarpRow's order, so the results are those of the
+// two-pass loop bit for bit.
+template <typename T>
+__device__ __forceinline__ void RmsNormRowInRegisters(const RmsNormArgs& a, int64_t row, int lane) {
+  constexpr int kN = Vec<T>::kN;
+  const T* x = static_cast<const T*>(a.x) + row * a.hidden;
+  const T* res = a.residual != nullptr ? static_cast<const T*>(a.residual) + row * a.hidden : nullptr;
+  T* sum = a.residual != nullptr ? static_cast<T*>(a.sum_out) + row * a.hidden : nullptr;
+  const T* w = static_cast<const T*>(a.weight);
+  T* y = static_cast<T*>(a.y) + row * a.hidden;
+  const bool x_vec = Aligned16(x), res_vec = res != nullptr && Aligned16(res), sum_vec = sum != nullptr && Aligned16(sum);
+  const bool w_vec = Aligned16(w), y_vec = Aligned16(y);
+  T held[kNormCache][kN];  // exact: every held value is a T (an input, or a sum rounded to T)
+  float ss = 0.f;
+#pragma unroll
+  for (int k = 0; k < kNormCache; ++k) {
+    const int i = (lane + 32 * k) * kN;
+    if (i < a.hidden) {
+      float xv[kN];
+      LoadAt<T>(x + i, x_vec, xv);
+      if (res != nullptr) {
+        float rv[kN];
+        LoadAt<T>(res + i, res_vec, rv);
+#pragma unroll
+        for (int j = 0; j < kN; ++j) xv[j] = Round<T>(__fadd_rn(xv[j], rv[j]));
+        StoreAt<T>(sum + i, sum_vec, xv);
+      }
+#pragma unroll
+      for (int j = 0; j < kN; ++j) {
+        ss = fmaf(xv[j], xv[j], ss);
+        held[k][j] = FromFloat<T>(xv[j]);
+      }
+    }
+  }
+  ss = WarpSum(ss);
+  const float r = rsqrtf(ss / static_cast<float>(a.hidden) + a.eps);
+  if (a.rstd != nullptr && lane == 0) a.rstd[row] = r;
+#pragma unroll
+  for (int k = 0; k < kNormCache; ++k) {
+    const int i = (lane + 32 * k) * kN;
+    if (i < a.hidden) {
+      float wv[kN], out[kN];
+      LoadAt<T>(w + i, w_vec, wv);
+#pragma unroll
+      for (int j = 0; j < kN; ++j) out[j] = __fmul_rn(wv[j], Round<T>(__fmul_rn(ToFloat(held[k][j]), r)));
+      StoreAt<T>(y + i, y_vec, out);
+    }
+  }
+}
+
 template <typename T, bool kVec>
 __global__ void __launch_bounds__(kNormThreads) RmsNormKernel(const RmsNormArgs a) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (kNormThreads / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= a.rows) return;
+  if constexpr (kVec) {
+    if (a.hidden <= 32 * kNormCache * Vec<T>::kN) {
+      RmsNormRowInRegisters<T>(a, row, lane);
+      return;
+    }
+  }
   const T* x = static_cast<const T*>(a.x) + row * a.hidden;
   const T* w = static_cast<const T*>(a.weight);
   T* y = static_cast<T*>(a.y) + row * a.hidden;
@@ -230,11 +291,11 @@ __global__ void RopeAppendKernel(const RopeAppendArgs a) {
     const int d = static_cast<int>(idx % half);
     const int j = static_cast<int>((idx / half) % slots);
     const int b = static_cast<int>(idx / half / slots);
+    const T* c = static_cast<const T*>(a.cos) + static_cast<int64_t>(b) * a.head_dim;
+    const T* s = static_cast<const T*>(a.sin) + static_cast<int64_t>(b) * a.head_dim;
     if (j < a.q_heads) {
       const T* x = static_cast<const T*>(a.q) + b * a.q_stride_b + static_cast<int64_t>(j) * a.head_dim;
       T* y = static_cast<T*>(a.q_out) + (static_cast<int64_t>(b) * a.q_heads + j) * a.head_dim;
-      const T* c = static_cast<const T*>(a.cos) + static_cast<int64_t>(b) * a.head_dim;
-      const T* s = static_cast<const T*>(a.sin) + static_cast<int64_t>(b) * a.head_dim;
       RotatePair(x + d, x + d + half, ToFloat(c[d]), ToFloat(c[d + half]), ToFloat(s[d]), ToFloat(s[d + half]), y + d,
                  y + d + half);
       continue;
@@ -244,8 +305,6 @@ __global__ void RopeAppendKernel(const RopeAppendArgs a) {
     if (j < a.q_heads + a.kv_heads) {
       const T* x = static_cast<const T*>(a.k) + b * a.k_stride_b + static_cast<int64_t>(h) * a.head_dim;
       T* y = static_cast<T*>(a.k_cache) + row;
-      const T* c = static_cast<const T*>(a.cos) + static_cast<int64_t>(b) * a.head_dim;
-      const T* s = static_cast<const T*>(a.sin) + static_cast<int64_t>(b) * a.head_dim;
       RotatePair(x + d, x + d + half, ToFloat(c[d]), ToFloat(c[d + half]), ToFloat(s[d]), ToFloat(s[d + half]), y + d,
                  y + d + half);
     } else {

@@ -66,8 +66,9 @@ void Stack(const std::vector<at::Tensor*>& parts) {
   }
 }
 
-// `parts` as one tensor (concatenated along dimension 0) where they are consecutive pieces of one storage, as Stack
-// leaves them; undefined otherwise (e.g. parameters gathered from ZeRO-3 units).
+// `parts` as one tensor (concatenated along dimension 0) over their memory where they are consecutive pieces of one
+// storage, as Stack leaves them; undefined otherwise (e.g. parameters gathered from ZeRO-3 units, whose layers' biases
+// lie between the weights). Like Stack's pieces, not an autograd view: in-place updates of the parts show through.
 at::Tensor StackedView(std::initializer_list<at::Tensor> parts) {
   const at::Tensor& first = *parts.begin();
   if (!first.defined()) return {};
@@ -85,7 +86,9 @@ at::Tensor StackedView(std::initializer_list<at::Tensor> parts) {
   }
   std::vector<int64_t> stride(size.size(), 1);
   for (int64_t d = static_cast<int64_t>(size.size()) - 2; d >= 0; --d) stride[d] = stride[d + 1] * size[d + 1];
-  return first.as_strided(size, stride);
+  at::Tensor stacked = at::empty({0}, first.options());
+  stacked.set_(first.storage(), first.storage_offset(), size, stride);
+  return stacked;
 }
 
 }  // namespace
@@ -164,7 +167,14 @@ void DecoderModel::BindFields() {
   layers_.clear();
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     const std::string prefix = absl::StrCat("model.layers.", i, ".");
-    layers_.push_back(MakeLayer([&](const std::string& name) { return get(prefix + name); }));
+    Layer L = MakeLayer([&](const std::string& name) { return get(prefix + name); });
+    L.qkv_w = StackedView({L.q_w, L.k_w, L.v_w});
+    if (L.q_b.defined()) {
+      L.qkv_b = StackedView({L.q_b, L.k_b, L.v_b});
+      if (!L.qkv_b.defined()) L.qkv_w = at::Tensor();
+    }
+    L.gate_up_w = StackedView({L.gate_w, L.up_w});
+    layers_.push_back(std::move(L));
   }
   num_parameters_ = 0;
   for (const auto& [name, t] : params_) num_parameters_ += t.numel();
@@ -293,8 +303,7 @@ std::pair<at::Tensor, at::Tensor> DecoderModel::RopeCosSin(const at::Tensor& pos
 
 bool DecoderModel::ProjectionsStacked() const {
   for (const Layer& L : layers_) {
-    if (!StackedView({L.q_w, L.k_w, L.v_w}).defined() || !StackedView({L.gate_w, L.up_w}).defined()) return false;
-    if (L.q_b.defined() && !StackedView({L.q_b, L.k_b, L.v_b}).defined()) return false;
+    if (!L.qkv_w.defined() || !L.gate_up_w.defined()) return false;
   }
   return !layers_.empty();
 }
@@ -389,25 +398,28 @@ PackedBatch PackBatch(const at::Tensor& input_ids, const at::Tensor& attention_m
 
 at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, const at::Tensor& cos,
                                       const at::Tensor& sin, const at::Tensor& attn_mask, KvCache* cache, size_t i,
-                                      const PackedSequences* packed) const {
+                                      const PackedSequences* packed, at::Tensor* pending) const {
   const int64_t heads = config_.num_attention_heads;
   const int64_t kv_heads = config_.num_key_value_heads;
   const int64_t hd = config_.head_dim;
   const int64_t T = h_in.size(1);
   const int64_t start = cache ? cache->length : 0;
-  at::Tensor x = RmsNorm(h_in, L.input_norm);
   // A decoding step over the slot cache (inference mode): one GEMM over the stacked q/k/v projections where Load
-  // stacked them (the three small GEMMs each cost about as much as the one), and likewise for gate and up below.
+  // stacked them (the three small GEMMs each cost about as much as the one), and likewise for gate and up below; the
+  // residual adds happen inside the RMSNorm kernels.
   const bool decode_step = T == 1 && cache && cache->slot_len.defined() && c10::InferenceMode::is_enabled();
-  at::Tensor qkv_w, qkv_b;
-  if (decode_step) {
-    qkv_w = StackedView({L.q_w, L.k_w, L.v_w});
-    if (L.q_b.defined()) qkv_b = StackedView({L.q_b, L.k_b, L.v_b});
-    if (L.q_b.defined() != qkv_b.defined()) qkv_w = at::Tensor();
+  at::Tensor h_layer = h_in;  // the layer's input: h_in, plus the previous layer's MLP output where that was deferred
+  at::Tensor x;
+#ifdef VERL_WITH_CUDA
+  if (pending && pending->defined()) {
+    x = kernels::AddRmsNorm(h_in, *pending, L.input_norm, config_.rms_norm_eps, &h_layer);
+    *pending = at::Tensor();
   }
+#endif
+  if (!x.defined()) x = RmsNorm(h_in, L.input_norm);
   at::Tensor q, k, v;
-  if (qkv_w.defined()) {
-    const at::Tensor qkv = at::linear(x, qkv_w, qkv_b);
+  if (decode_step && L.qkv_w.defined()) {
+    const at::Tensor qkv = at::linear(x, L.qkv_w, L.qkv_b);
     q = SplitHeads(qkv.narrow(-1, 0, heads * hd), heads, hd);
     k = SplitHeads(qkv.narrow(-1, heads * hd, kv_heads * hd), kv_heads, hd);
     v = SplitHeads(qkv.narrow(-1, (heads + kv_heads) * hd, kv_heads * hd), kv_heads, hd);
@@ -461,20 +473,34 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
   const at::Tensor o = at::linear(attn, L.o_w, L.o_b);
   at::Tensor h;
 #ifdef VERL_WITH_CUDA
-  if (decode_step && kernels::AddRmsNormSupported(h_in, o, L.post_norm)) {
-    // The residual add inside the norm's kernel (the same values as the two below).
-    x = kernels::AddRmsNorm(h_in, o, L.post_norm, config_.rms_norm_eps, &h);
-    const at::Tensor gate_up_w = StackedView({L.gate_w, L.up_w});
-    if (gate_up_w.defined()) {
-      const at::Tensor gate_up = at::linear(x, gate_up_w);
-      if (kernels::SwiGluStackedSupported(gate_up)) return h + at::linear(kernels::SwiGluStacked(gate_up), L.down_w);
-    }
-    return h + at::linear(SwiGlu(at::linear(x, L.gate_w), at::linear(x, L.up_w)), L.down_w);
+  if (decode_step && kernels::AddRmsNormSupported(h_layer, o, L.post_norm)) {
+    x = kernels::AddRmsNorm(h_layer, o, L.post_norm, config_.rms_norm_eps, &h);  // the two lines below in one kernel
   }
 #endif
-  h = h_in + o;
-  x = RmsNorm(h, L.post_norm);
-  return h + at::linear(SwiGlu(at::linear(x, L.gate_w), at::linear(x, L.up_w)), L.down_w);
+  if (!h.defined()) {
+    h = h_layer + o;
+    x = RmsNorm(h, L.post_norm);
+  }
+  at::Tensor act;
+  if (decode_step && L.gate_up_w.defined()) {
+    const at::Tensor gate_up = at::linear(x, L.gate_up_w);
+    const int64_t inter = L.gate_w.size(0);
+#ifdef VERL_WITH_CUDA
+    if (kernels::SwiGluStackedSupported(gate_up)) act = kernels::SwiGluStacked(gate_up);
+#endif
+    if (!act.defined()) act = SwiGlu(gate_up.narrow(-1, 0, inter), gate_up.narrow(-1, inter, inter));
+  } else {
+    act = SwiGlu(at::linear(x, L.gate_w), at::linear(x, L.up_w));
+  }
+  const at::Tensor mlp = at::linear(act, L.down_w);
+#ifdef VERL_WITH_CUDA
+  // The next norm (the next layer's input norm, or the final one) has this layer's norms' shape and dtype.
+  if (pending && decode_step && kernels::AddRmsNormSupported(h, mlp, L.input_norm)) {
+    *pending = mlp;
+    return h;
+  }
+#endif
+  return h + mlp;
 }
 
 namespace {
@@ -557,11 +583,20 @@ at::Tensor DecoderModel::Forward(const at::Tensor& input_ids, const at::Tensor& 
             .view({-1});
   }
   const bool checkpoint = gradient_checkpointing_ && cache == nullptr && at::GradMode::is_enabled();
+  // Decoding over the slot cache: each layer's last residual add is left to the next RMSNorm's kernel.
+  at::Tensor pending;
+  at::Tensor* defer = cache && cache->slot_len.defined() ? &pending : nullptr;
   for (size_t i = 0; i < layers_.size(); ++i) {
     h = checkpoint ? CheckpointedLayer(i, h, cos, sin, attn_mask, packed)
-                   : LayerForward(layers_[i], h, cos, sin, attn_mask, cache, i, packed);
+                   : LayerForward(layers_[i], h, cos, sin, attn_mask, cache, i, packed, defer);
   }
   if (cache) cache->length += input_ids.size(1);
+#ifdef VERL_WITH_CUDA
+  if (pending.defined()) {
+    at::Tensor sum;
+    return kernels::AddRmsNorm(h, pending, final_norm_, config_.rms_norm_eps, &sum);
+  }
+#endif
   return RmsNorm(h, final_norm_);
 }
 

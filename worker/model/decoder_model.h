@@ -148,6 +148,9 @@ class DecoderModel {
   struct Layer {
     // Biases (q_b, k_b, v_b, o_b) are undefined when the model has none; o_b exists only for Llama attention_bias.
     at::Tensor input_norm, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b, post_norm, gate_w, up_w, down_w;
+    // For decoding, set by BindFields where Load's stacking holds: q/k/v (weights; biases, if any) and gate/up as one
+    // tensor each over the parameters' memory; undefined otherwise (then the separate GEMMs run).
+    at::Tensor qkv_w, qkv_b, gate_up_w;
   };
 
   struct UnitInfo {
@@ -161,9 +164,12 @@ class DecoderModel {
   // Points embed_, final_norm_, lm_head_ and layers_ at params_ (undefined while sharded and not gathered).
   void BindFields();
   void BindFieldsKeepingCount();
+  // `pending` (decoding steps over the slot cache only, else null): on entry, where defined, the previous layer's MLP
+  // output, which the layer adds to `h` inside its input RMSNorm's kernel; on exit, this layer's MLP output where the
+  // layer left its own residual add to the next norm (then the result is `h` + *pending), else undefined.
   at::Tensor LayerForward(const Layer& L, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
                           const at::Tensor& attn_mask, KvCache* cache, size_t i,
-                          const PackedSequences* packed = nullptr) const;
+                          const PackedSequences* packed = nullptr, at::Tensor* pending = nullptr) const;
   // LayerForward of layer i through an autograd function that recomputes it in backward.
   at::Tensor CheckpointedLayer(size_t i, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
                                const at::Tensor& attn_mask, const PackedSequences* packed) const;

@@ -65,8 +65,36 @@ TEST_CASE("DecoderModel loads the tiny model with the expected shapes", "[worker
       INFO(name);
       REQUIRE(at::equal(t, want));
     }
+    // The stacked views are bound once (BindFields): an in-place update must leave the pieces where they were.
+    auto named = [&](const std::string& name) {
+      for (const auto& [n, t] : model->named_parameters()) {
+        if (n == name) return t;
+      }
+      FAIL("no parameter " << name);
+      return at::Tensor();
+    };
+    auto consecutive = [&](const std::vector<std::string>& names) {
+      for (size_t j = 1; j < names.size(); ++j) {
+        const at::Tensor prev = named(names[j - 1]), next = named(names[j]);
+        if (static_cast<const char*>(prev.data_ptr()) + prev.nbytes() != next.data_ptr()) return false;
+      }
+      return true;
+    };
+    const std::vector<std::string> qkv = {"model.layers.1.self_attn.q_proj.weight",
+                                          "model.layers.1.self_attn.k_proj.weight",
+                                          "model.layers.1.self_attn.v_proj.weight"};
+    const std::vector<std::string> gate_up = {"model.layers.1.mlp.gate_proj.weight",
+                                              "model.layers.1.mlp.up_proj.weight"};
+    REQUIRE(consecutive(qkv));
+    REQUIRE(consecutive(gate_up));
     at::NoGradGuard no_grad;
-    for (const auto& [name, t] : model->named_parameters()) t.add_(0.0);
+    // Scaling by 2 and back is exact: the model below keeps the checkpoint's values.
+    for (const auto& [name, t] : model->named_parameters()) t.mul_(2.0);
+    REQUIRE(consecutive(qkv));
+    REQUIRE(consecutive(gate_up));
+    for (const auto& [name, t] : model->named_parameters()) t.mul_(0.5);
+    REQUIRE(consecutive(qkv));
+    REQUIRE(consecutive(gate_up));
     REQUIRE(model->ProjectionsStacked());
   }
 

@@ -300,8 +300,9 @@ TEST_CASE("fused RMSNorm and RoPE agree with the ATen composition they replace",
   for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
     INFO(c10::toString(dtype));
     auto opts = at::TensorOptions().device(at::kCUDA);
-    // RMSNorm over Qwen2.5-0.5B's hidden size and an odd one; HF's formula as DecoderModel::RmsNorm writes it.
-    for (int64_t hidden : {896, 37}) {
+    // RMSNorm over Qwen2.5-0.5B's hidden size, an odd one, the longest rows held in registers in bf16/fp16 (4096;
+    // float32 reads them twice) and longer rows (read twice); HF's formula as DecoderModel::RmsNorm writes it.
+    for (int64_t hidden : {896, 37, 4096, 5000}) {
       at::Tensor x = (at::randn({5, 7, hidden}, opts) * 3).to(dtype);
       at::Tensor w = (at::rand({hidden}, opts) + 0.5).to(dtype);
       const double eps = 1e-6;
@@ -343,8 +344,9 @@ TEST_CASE("decoding's fused residual add + RMSNorm and stacked SwiGLU equal the 
   c10::InferenceMode guard;
   auto opts = at::TensorOptions().device(at::kCUDA);
   for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
-    // Hidden sizes that take 16-byte vectors (896) and single elements (37); a residual of another scale.
-    for (int64_t hidden : {896, 37}) {
+    // Hidden sizes that take 16-byte vectors (896; 5000: too long to hold in registers) and single elements (37); a
+    // residual of another scale.
+    for (int64_t hidden : {896, 37, 5000}) {
       INFO(c10::toString(dtype) << " hidden " << hidden);
       at::Tensor x = (at::randn({9, 1, hidden}, opts) * 3).to(dtype);
       at::Tensor res = at::randn({9, 1, hidden}, opts).to(dtype);
