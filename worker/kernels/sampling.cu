@@ -63,13 +63,22 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const SampleArgs a) {
   const float inv_temperature = scale ? 1.0f / a.temperature : 1.0f;
   auto scaled = [&](float v) { return scale ? v * inv_temperature : v; };
 
-  // 1. Max and the first index holding it.
-  MaxAt local{-INFINITY, INT_MAX};
+  // 1. One read of the row: each thread's segment max (its first index) and the segment's sum of exp(x - that max),
+  //    rescaled whenever the max grows; then the row's max and first index holding it.
+  float seg_max = -INFINITY;
+  int seg_arg = INT_MAX;
+  float seg_sum = 0.f;
   ForEach(row, begin, end, vec, [&](int i, float v) {
     const float x = scaled(v);
-    if (x > local.value) local = {x, i};
+    if (x > seg_max) {
+      seg_sum = seg_sum * expf(seg_max - x) + 1.f;  // exp(-inf) = 0 for the first finite value
+      seg_max = x;
+      seg_arg = i;
+    } else if (seg_max > -INFINITY) {
+      seg_sum += expf(x - seg_max);
+    }
   });
-  const MaxAt best = ReduceMax(temp.max).Reduce(local, FirstMax());
+  const MaxAt best = ReduceMax(temp.max).Reduce(MaxAt{seg_max, seg_arg}, FirstMax());
   if (threadIdx.x == 0) {
     s_max = best.value;
     s_arg = best.index;
@@ -79,8 +88,7 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const SampleArgs a) {
   const float m = s_max;
 
   // 2. Segment sums of exp(x - max), scanned across the block in float64.
-  float s = 0.f;
-  ForEach(row, begin, end, vec, [&](int, float v) { s += expf(scaled(v) - m); });
+  const float s = seg_max > -INFINITY ? seg_sum * expf(seg_max - m) : 0.f;
   double prefix = 0.0;
   double total = 0.0;
   Scan(temp.scan).ExclusiveSum(static_cast<double>(s), prefix, total);
@@ -88,7 +96,9 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const SampleArgs a) {
   __syncthreads();
   total = s_total;
 
-  // 3. The token: the max's index (greedy), or where the cumulative mass passes u * total.
+  // 3. The token: the max's index (greedy), or where the cumulative mass passes u * total: the thread whose segment
+  //    holds that point sums its terms again one by one (if that sum, rounded differently from the rescaled one,
+  //    stops short of the point, the segment's last token of positive mass).
   if (a.greedy) {
     if (threadIdx.x == 0) s_token = s_arg;
   } else {
@@ -96,11 +106,14 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const SampleArgs a) {
     if (s > 0.f && prefix <= target && target < prefix + static_cast<double>(s)) {
       float c = 0.f;
       int found = -1;
+      int last_positive = -1;
       ForEach(row, begin, end, vec, [&](int i, float v) {
-        c += expf(scaled(v) - m);
+        const float e = expf(scaled(v) - m);
+        c += e;
+        if (e > 0.f) last_positive = i;
         if (found < 0 && prefix + static_cast<double>(c) > target) found = i;
       });
-      if (found >= 0) s_token = found;  // one thread's segment holds the target
+      s_token = found >= 0 ? found : last_positive;  // one thread's segment holds the target
     }
     __syncthreads();
     if (s_token < 0) {

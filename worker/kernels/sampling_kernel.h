@@ -5,12 +5,12 @@
 // wrapper is sampling.h).
 //
 // One thread block per row of logits: x = logits * (1 / temperature) as ATen computes logits / temperature on a GPU
-// (plain logits when temperature <= 0); the row's max,
-// then the sum of exp(x - max) over per-thread segments with an exclusive scan of the segment sums (float64); greedy
-// takes the first index of the max, sampling the first index whose cumulative mass exceeds u * sum (the segment
-// holding that point is rescanned by its thread). The log-prob of the chosen token is x - max - log(sum). The logits
-// are read three times at most, in their own dtype, instead of the many full passes (temperature, softmax, float64
-// cast, cumsum, log_softmax) of the ATen composition.
+// (plain logits when temperature <= 0). One read of the row gives each thread's segment max and sum of exp(x - max)
+// (online: rescaled as the max grows); the block then takes the row's max and scans the segment sums, rescaled to
+// it, in float64. Greedy takes the first index of the max, sampling the first index whose cumulative mass exceeds
+// u * sum (the segment holding that point is read again by its thread). The log-prob of the chosen token is
+// x - max - log(sum). So the logits are read once, plus one thread's segment, in their own dtype, instead of the many
+// full passes (temperature, softmax, float64 cast, cumsum, log_softmax) of the ATen composition.
 
 #include <cuda_runtime.h>
 
