@@ -294,7 +294,7 @@ __device__ __forceinline__ void Mma(float (&d)[4], uint32_t a0, uint32_t a1, uin
 // few slots with split ranges): told that one block per SM suffices, ptxas keeps more of the tile's loads in flight
 // (106 registers at head dim 64) than with no minimum (66), and that beats the lost occupancy.
 constexpr int kMmaWarps = 4;
-constexpr int kMmaTiles = 2;
+constexpr int kMmaTilesDefault = 2;
 
 // The dimension that column `col` of value word `w`'s 8 x 8 tile stands for: lane (col / 2, .)'s word w holds the
 // elements 2 (w % 4) and + 1 of its piece w / 4, i.e. dimensions 32 (w / 4) + 8 (col / 2) + 2 (w % 4) + {0, 1}.
@@ -302,7 +302,9 @@ __device__ __forceinline__ int WordDim(int w, int col) {
   return 32 * (w >> 2) + 8 * (col >> 1) + 2 * (w & 3) + (col & 1);
 }
 
-template <typename T, int D>
+// kPipelined: the loads of a warp's next tiles are issued before the current tiles' math (registers double-buffered),
+// so a warp keeps its memory requests in flight while it computes.
+template <typename T, int D, int kMmaTiles, bool kPipelined>
 __global__ void __launch_bounds__(kMmaWarps * 32, 1) DecodeAttentionMmaKernel(const DecodeAttentionArgs a) {
   constexpr int kPieces = D / 32;      // 16-byte pieces a lane loads of a row
   constexpr int kWords = 4 * kPieces;  // their 32-bit words (two elements each); QK^T k-steps and PV m-tiles: kWords/2
@@ -346,10 +348,9 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 1) DecodeAttentionMmaKernel(co
     for (int r = 0; r < 4; ++r) o[i][r] = 0.f;
   }
 
-  for (int p0 = begin + warp * kMmaTiles * 16; p0 < end; p0 += kStride) {
-    // Rows p0 + 16 tile + 8 h + g; rows past the end are zeros (the cache may hold anything there, NaN included).
-    uint32_t kf[kMmaTiles][2][kWords];
-    uint32_t vf[kMmaTiles][2][kWords];
+  // Rows p0 + 16 tile + 8 h + g of the warp's tiles; rows past the end are zeros (the cache may hold anything there,
+  // NaN included).
+  auto load = [&](int p0, uint32_t (&kf)[kMmaTiles][2][kWords], uint32_t (&vf)[kMmaTiles][2][kWords]) {
 #pragma unroll
     for (int tile = 0; tile < kMmaTiles; ++tile) {
 #pragma unroll
@@ -370,6 +371,19 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 1) DecodeAttentionMmaKernel(co
                           vf[tile][h][4 * c + 3] = vr.w;
         }
       }
+    }
+  };
+  uint32_t kf[kMmaTiles][2][kWords];
+  uint32_t vf[kMmaTiles][2][kWords];
+  const int first = begin + warp * kMmaTiles * 16;
+  if (kPipelined && first < end) load(first, kf, vf);
+  for (int p0 = first; p0 < end; p0 += kStride) {
+    uint32_t kn[kMmaTiles][2][kWords];  // kPipelined: the next tiles, loaded while these are computed
+    uint32_t vn[kMmaTiles][2][kWords];
+    if constexpr (kPipelined) {
+      if (p0 + kStride < end) load(p0 + kStride, kn, vn);
+    } else {
+      load(p0, kf, vf);
     }
     // Scores (base 2): s[tile] holds (position p0 + 16 tile + g, heads 2t, 2t + 1) and (position + 8, same heads).
     float s[kMmaTiles][4];
@@ -427,6 +441,19 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 1) DecodeAttentionMmaKernel(co
       for (int i = 0; i < kWords / 2; ++i) {
         Mma<T>(o[i], Transpose8x8(vf[tile][0][2 * i]), Transpose8x8(vf[tile][0][2 * i + 1]),
                Transpose8x8(vf[tile][1][2 * i]), Transpose8x8(vf[tile][1][2 * i + 1]), p_lo, p_hi);
+      }
+    }
+    if constexpr (kPipelined) {
+#pragma unroll
+      for (int tile = 0; tile < kMmaTiles; ++tile) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+#pragma unroll
+          for (int w = 0; w < kWords; ++w) {
+            kf[tile][h][w] = kn[tile][h][w];
+            vf[tile][h][w] = vn[tile][h][w];
+          }
+        }
       }
     }
   }
@@ -512,13 +539,21 @@ cudaError_t Launch(const DecodeAttentionArgs& a, cudaStream_t stream) {
   const dim3 grid(a.batch, a.kv_heads, a.splits);
   bool mma = a.impl != DecodeAttentionImpl::kSimt;
   if constexpr (std::is_same_v<T, float>) {
-    if (a.impl == DecodeAttentionImpl::kTensorCore) return cudaErrorInvalidValue;
+    if (a.impl != DecodeAttentionImpl::kAuto && a.impl != DecodeAttentionImpl::kSimt) {
+      return cudaErrorInvalidValue;
+    }
     mma = false;
   }
   if (!mma) {
     DecodeAttentionKernel<T, D><<<grid, kThreads, 0, stream>>>(a);
   } else if constexpr (!std::is_same_v<T, float>) {
-    DecodeAttentionMmaKernel<T, D><<<grid, kMmaWarps * 32, 0, stream>>>(a);
+    if (a.impl == DecodeAttentionImpl::kTensorCorePipelined) {
+      DecodeAttentionMmaKernel<T, D, 1, true><<<grid, kMmaWarps * 32, 0, stream>>>(a);
+    } else if (a.impl == DecodeAttentionImpl::kTensorCorePipelined2) {
+      DecodeAttentionMmaKernel<T, D, 2, true><<<grid, kMmaWarps * 32, 0, stream>>>(a);
+    } else {
+      DecodeAttentionMmaKernel<T, D, kMmaTilesDefault, false><<<grid, kMmaWarps * 32, 0, stream>>>(a);
+    }
   }
   if (a.splits > 1) MergeSplitsKernel<T, D><<<a.batch * a.q_heads, D, 0, stream>>>(a);
   return cudaGetLastError();
