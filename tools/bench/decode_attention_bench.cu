@@ -4,7 +4,7 @@
 //
 //   verl-bench-decode-attention [--batch 512] [--q-heads 14] [--kv-heads 2] [--head-dim 64] [--capacity 768]
 //                               [--min-len 512] [--max-len 512] [--iters 50] [--splits 0 (the kernel's choice)]
-//                               [--impl auto|simt|mma|mma-pipelined|mma-pipelined2]
+//                               [--impl auto|simt|mma]
 // Also checks the output against a plain float32 computation from the same bf16 inputs (`max_abs_err`, and
 // `max_abs_ref` for scale).
 
@@ -165,8 +165,6 @@ int main(int argc, char** argv) {
   a.scale = 1.0f / std::sqrt(static_cast<float>(D));
   a.impl = impl == "simt"             ? verl::kernels::DecodeAttentionImpl::kSimt
            : impl == "mma"            ? verl::kernels::DecodeAttentionImpl::kTensorCore
-           : impl == "mma-pipelined" ? verl::kernels::DecodeAttentionImpl::kTensorCorePipelined
-           : impl == "mma-pipelined2" ? verl::kernels::DecodeAttentionImpl::kTensorCorePipelined2
                                       : verl::kernels::DecodeAttentionImpl::kAuto;
   const double bytes = static_cast<double>(positions) * Hkv * D * 2 /*K, V*/ * 2 /*bf16*/ + 2.0 * q_elems * 2;
 

@@ -288,13 +288,14 @@ __device__ __forceinline__ void Mma(float (&d)[4], uint32_t a0, uint32_t a1, uin
   }
 }
 
-// Warps per block and tiles of 16 positions a warp loads at once, chosen by two sweeps on the H200 (docs/bench):
-// 1-8 tiles on 2-8 warps, then 1-8 tiles under several minimum-blocks-per-SM launch bounds. 2 tiles on 4 warps with
+// Warps per block and tiles of 16 positions a warp loads at once, chosen by sweeps on the H200 (docs/bench): 1-8
+// tiles on 2-8 warps, then 1-8 tiles under several minimum-blocks-per-SM launch bounds: 2 tiles on 4 warps with
 // `__launch_bounds__(128, 1)` was the fastest at every shape tried (B1's uniform and spread lengths, head dim 128,
 // few slots with split ranges): told that one block per SM suffices, ptxas keeps more of the tile's loads in flight
-// (106 registers at head dim 64) than with no minimum (66), and that beats the lost occupancy.
+// (106 registers at head dim 64) than with no minimum (66), and that beats the lost occupancy. Then, pipelined (the
+// next tiles loaded during the current tiles' math): 1 tile per warp was faster at head dim 64 (116 registers, the
+// same occupancy), 2 tiles slower (180 registers) and at head dim 128 spilled; see Launch.
 constexpr int kMmaWarps = 4;
-constexpr int kMmaTilesDefault = 2;
 
 // The dimension that column `col` of value word `w`'s 8 x 8 tile stands for: lane (col / 2, .)'s word w holds the
 // elements 2 (w % 4) and + 1 of its piece w / 4, i.e. dimensions 32 (w / 4) + 8 (col / 2) + 2 (w % 4) + {0, 1}.
@@ -539,20 +540,18 @@ cudaError_t Launch(const DecodeAttentionArgs& a, cudaStream_t stream) {
   const dim3 grid(a.batch, a.kv_heads, a.splits);
   bool mma = a.impl != DecodeAttentionImpl::kSimt;
   if constexpr (std::is_same_v<T, float>) {
-    if (a.impl != DecodeAttentionImpl::kAuto && a.impl != DecodeAttentionImpl::kSimt) {
-      return cudaErrorInvalidValue;
-    }
+    if (a.impl == DecodeAttentionImpl::kTensorCore) return cudaErrorInvalidValue;
     mma = false;
   }
   if (!mma) {
     DecodeAttentionKernel<T, D><<<grid, kThreads, 0, stream>>>(a);
   } else if constexpr (!std::is_same_v<T, float>) {
-    if (a.impl == DecodeAttentionImpl::kTensorCorePipelined) {
+    // Head dim 64: one tile per warp, the next one's loads in flight during its math (37.9 against 39.3 us at B1's mean
+    // shape); 128: two tiles, not pipelined (the pipelined forms were no faster or spilled).
+    if constexpr (D == 64) {
       DecodeAttentionMmaKernel<T, D, 1, true><<<grid, kMmaWarps * 32, 0, stream>>>(a);
-    } else if (a.impl == DecodeAttentionImpl::kTensorCorePipelined2) {
-      DecodeAttentionMmaKernel<T, D, 2, true><<<grid, kMmaWarps * 32, 0, stream>>>(a);
     } else {
-      DecodeAttentionMmaKernel<T, D, kMmaTilesDefault, false><<<grid, kMmaWarps * 32, 0, stream>>>(a);
+      DecodeAttentionMmaKernel<T, D, 2, false><<<grid, kMmaWarps * 32, 0, stream>>>(a);
     }
   }
   if (a.splits > 1) MergeSplitsKernel<T, D><<<a.batch * a.q_heads, D, 0, stream>>>(a);

@@ -20,9 +20,7 @@ namespace verl::kernels {
 
 // Which kernel reduces the positions: kAuto takes the tensor-core kernel for bfloat16 / float16 and the SIMT kernel
 // for float32 (the only one that takes it); the others force one (the micro-benchmark compares them).
-// kTensorCorePipelined (1 tile of 16 positions per warp) and kTensorCorePipelined2 (2 tiles): the tensor-core kernel
-// with each warp's next tiles loaded during the current tiles' math (the micro-benchmark's candidates).
-enum class DecodeAttentionImpl { kAuto, kSimt, kTensorCore, kTensorCorePipelined, kTensorCorePipelined2 };
+enum class DecodeAttentionImpl { kAuto, kSimt, kTensorCore };
 
 struct DecodeAttentionArgs {
   KernelDtype dtype = KernelDtype::kBFloat16;

@@ -18,8 +18,8 @@ namespace {
 // One warp per row, 4 rows per block: a decoding step's 512 rows then occupy 128 SMs instead of 64.
 constexpr int kNormThreads = 128;
 // 16-byte vectors per lane a forward RMSNorm keeps in registers between its two passes over a row (rows of up to
-// 32 * 16 vectors: 4096 bfloat16 elements); longer rows are read twice.
-constexpr int kNormCache = 16;
+// 32 * 8 vectors: 2048 bfloat16 elements); longer rows, and rows of unaligned views, are read twice.
+constexpr int kNormCache = 8;
 constexpr int kNormChunks = 256;   // row chunks of the weight gradient's partial sums
 
 __device__ __forceinline__ float WarpSum(float v) {
@@ -82,9 +82,10 @@ __device__ __forceinline__ void StoreAt(T* p, bool vec, const float (&in)[N]) {
   }
 }
 
-// RmsNormKernel's row with the row (x, or the rounded x + residual) held in registers: each input element is read
-// once. The lanes take the elements, and sum their squares, in WarpRow's order, so the results are those of the
-// two-pass loop bit for bit.
+// RmsNormKernel's row held in registers (16-byte aligned rows of at most kNormCache vectors per lane): every load of
+// a pass is issued before any of its values is used, so a row costs two memory round trips (x and the residual, then
+// the weight) instead of one per vector (the loop below cannot move a load above a store that may alias it). The
+// lanes take the elements, and sum their squares, in WarpRow's order: the results are the loop's bit for bit.
 template <typename T>
 __device__ __forceinline__ void RmsNormRowInRegisters(const RmsNormArgs& a, int64_t row, int lane) {
   constexpr int kN = Vec<T>::kN;
@@ -93,29 +94,39 @@ __device__ __forceinline__ void RmsNormRowInRegisters(const RmsNormArgs& a, int6
   T* sum = a.residual != nullptr ? static_cast<T*>(a.sum_out) + row * a.hidden : nullptr;
   const T* w = static_cast<const T*>(a.weight);
   T* y = static_cast<T*>(a.y) + row * a.hidden;
-  const bool x_vec = Aligned16(x), res_vec = res != nullptr && Aligned16(res), sum_vec = sum != nullptr && Aligned16(sum);
-  const bool w_vec = Aligned16(w), y_vec = Aligned16(y);
-  T held[kNormCache][kN];  // exact: every held value is a T (an input, or a sum rounded to T)
+  uint4 xr[kNormCache], rr[kNormCache];
+#pragma unroll
+  for (int k = 0; k < kNormCache; ++k) {
+    const int i = (lane + 32 * k) * kN;
+    if (i < a.hidden) {
+      xr[k] = *reinterpret_cast<const uint4*>(x + i);
+      if (res != nullptr) rr[k] = *reinterpret_cast<const uint4*>(res + i);
+    }
+  }
   float ss = 0.f;
 #pragma unroll
   for (int k = 0; k < kNormCache; ++k) {
     const int i = (lane + 32 * k) * kN;
     if (i < a.hidden) {
       float xv[kN];
-      LoadAt<T>(x + i, x_vec, xv);
+      Vec<T>::Load(reinterpret_cast<const T*>(&xr[k]), xv);
       if (res != nullptr) {
         float rv[kN];
-        LoadAt<T>(res + i, res_vec, rv);
+        Vec<T>::Load(reinterpret_cast<const T*>(&rr[k]), rv);
 #pragma unroll
         for (int j = 0; j < kN; ++j) xv[j] = Round<T>(__fadd_rn(xv[j], rv[j]));
-        StoreAt<T>(sum + i, sum_vec, xv);
+        Vec<T>::Store(reinterpret_cast<T*>(&xr[k]), xv);  // exact: the sum is rounded to T
+        *reinterpret_cast<uint4*>(sum + i) = xr[k];
       }
 #pragma unroll
-      for (int j = 0; j < kN; ++j) {
-        ss = fmaf(xv[j], xv[j], ss);
-        held[k][j] = FromFloat<T>(xv[j]);
-      }
+      for (int j = 0; j < kN; ++j) ss = fmaf(xv[j], xv[j], ss);
     }
+  }
+  uint4 wr[kNormCache];
+#pragma unroll
+  for (int k = 0; k < kNormCache; ++k) {
+    const int i = (lane + 32 * k) * kN;
+    if (i < a.hidden) wr[k] = *reinterpret_cast<const uint4*>(w + i);
   }
   ss = WarpSum(ss);
   const float r = rsqrtf(ss / static_cast<float>(a.hidden) + a.eps);
@@ -124,11 +135,12 @@ __device__ __forceinline__ void RmsNormRowInRegisters(const RmsNormArgs& a, int6
   for (int k = 0; k < kNormCache; ++k) {
     const int i = (lane + 32 * k) * kN;
     if (i < a.hidden) {
-      float wv[kN], out[kN];
-      LoadAt<T>(w + i, w_vec, wv);
+      float xv[kN], wv[kN];
+      Vec<T>::Load(reinterpret_cast<const T*>(&xr[k]), xv);
+      Vec<T>::Load(reinterpret_cast<const T*>(&wr[k]), wv);
 #pragma unroll
-      for (int j = 0; j < kN; ++j) out[j] = __fmul_rn(wv[j], Round<T>(__fmul_rn(ToFloat(held[k][j]), r)));
-      StoreAt<T>(y + i, y_vec, out);
+      for (int j = 0; j < kN; ++j) xv[j] = __fmul_rn(wv[j], Round<T>(__fmul_rn(xv[j], r)));
+      Vec<T>::Store(y + i, xv);
     }
   }
 }
@@ -139,7 +151,10 @@ __global__ void __launch_bounds__(kNormThreads) RmsNormKernel(const RmsNormArgs 
   const int lane = threadIdx.x % 32;
   if (row >= a.rows) return;
   if constexpr (kVec) {
-    if (a.hidden <= 32 * kNormCache * Vec<T>::kN) {
+    // Rows of a multiple of the vector width start aligned where the tensors do.
+    const bool aligned = Aligned16(a.x) && Aligned16(a.weight) && Aligned16(a.y) &&
+                         (a.residual == nullptr || (Aligned16(a.residual) && Aligned16(a.sum_out)));
+    if (aligned && a.hidden <= 32 * kNormCache * Vec<T>::kN) {
       RmsNormRowInRegisters<T>(a, row, lane);
       return;
     }

@@ -36,21 +36,32 @@ struct Word<__half> {
   }
 };
 
-// f(i, value) for i in [begin, end) of `row`, with 16-byte loads where `vec` (row and begin 16-byte aligned).
+// f(i, value) for i in [begin, end) of `row`, in order, with 16-byte loads where `vec` (row and begin 16-byte
+// aligned). The loads of 4 vectors are issued before f sees the first of them (one memory round trip per 64 bytes a
+// thread reads, not per 16: a loop whose f accumulates would otherwise wait on each load in turn).
 template <typename T, typename F>
 __device__ __forceinline__ void ForEach(const T* row, int begin, int end, bool vec, F&& f) {
   constexpr int kPer = Word<T>::kPer;
+  constexpr int kStep = 4 * kPer;  // elements per 16 bytes
+  constexpr int kBatch = 4;        // 16-byte loads in flight per thread
   int i = begin;
-  if (vec) {
-    for (; i + 4 * kPer <= end; i += 4 * kPer) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(row + i);
-      const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+  auto apply = [&](int at, const uint4& raw) {
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
+    for (int q = 0; q < 4; ++q) {
 #pragma unroll
-        for (int j = 0; j < kPer; ++j) f(i + q * kPer + j, Word<T>::Get(w[q], j));
-      }
+      for (int j = 0; j < kPer; ++j) f(at + q * kPer + j, Word<T>::Get(w[q], j));
     }
+  };
+  if (vec) {
+    for (; i + kBatch * kStep <= end; i += kBatch * kStep) {
+      uint4 raw[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) raw[b] = *reinterpret_cast<const uint4*>(row + i + b * kStep);
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) apply(i + b * kStep, raw[b]);
+    }
+    for (; i + kStep <= end; i += kStep) apply(i, *reinterpret_cast<const uint4*>(row + i));
   }
   for (; i < end; ++i) f(i, ToFloat(row[i]));
 }
