@@ -294,25 +294,47 @@ __global__ void RopeKernel(const RopeArgs a) {
   }
 }
 
-// The RoPE kernel's outputs, the caches' rows and the v copies of one decoding step: thread (b, j, d) takes the
-// pair (d, d + D/2) of head j of q (j < Hq), of k (then Hkv heads) or of v (a copy).
-template <typename T>
+// kN rotated pairs at once: RotatePair on (x1[i], x2[i]) for i < kN, with 16-byte loads and stores where kN > 1.
+template <typename T, int kN>
+__device__ __forceinline__ void RotatePairs(const T* x1, const T* x2, const T* c1, const T* c2, const T* s1,
+                                            const T* s2, T* y1, T* y2) {
+  float a[kN], b[kN], ca[kN], cb[kN], sa[kN], sb[kN];
+  LoadN<T>(x1, a);
+  LoadN<T>(x2, b);
+  LoadN<T>(c1, ca);
+  LoadN<T>(c2, cb);
+  LoadN<T>(s1, sa);
+  LoadN<T>(s2, sb);
+  float o1[kN], o2[kN];
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    o1[i] = __fadd_rn(Round<T>(__fmul_rn(a[i], ca[i])), Round<T>(__fmul_rn(-b[i], sa[i])));
+    o2[i] = __fadd_rn(Round<T>(__fmul_rn(b[i], cb[i])), Round<T>(__fmul_rn(a[i], sb[i])));
+  }
+  StoreN<T>(y1, o1);
+  StoreN<T>(y2, o2);
+}
+
+// The RoPE kernel's outputs, the caches' rows and the v copies of one decoding step: thread (b, j, piece) takes kN
+// consecutive pairs (d, d + D/2) of head j of q (j < Hq), of k (then Hkv heads) or of v (a copy); kN = 16 bytes of T
+// where every row is 16-byte aligned and D/2 a multiple of it (LaunchRopeAppend), else 1. The same values either way.
+template <typename T, int kN>
 __global__ void RopeAppendKernel(const RopeAppendArgs a) {
   const int half = a.head_dim / 2;
+  const int pieces = half / kN;
   const int slots = a.q_heads + 2 * a.kv_heads;
-  const int64_t total = static_cast<int64_t>(a.batch) * slots * half;
+  const int64_t total = static_cast<int64_t>(a.batch) * slots * pieces;
   for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int d = static_cast<int>(idx % half);
-    const int j = static_cast<int>((idx / half) % slots);
-    const int b = static_cast<int>(idx / half / slots);
+    const int d = static_cast<int>(idx % pieces) * kN;
+    const int j = static_cast<int>((idx / pieces) % slots);
+    const int b = static_cast<int>(idx / pieces / slots);
     const T* c = static_cast<const T*>(a.cos) + static_cast<int64_t>(b) * a.head_dim;
     const T* s = static_cast<const T*>(a.sin) + static_cast<int64_t>(b) * a.head_dim;
     if (j < a.q_heads) {
       const T* x = static_cast<const T*>(a.q) + b * a.q_stride_b + static_cast<int64_t>(j) * a.head_dim;
       T* y = static_cast<T*>(a.q_out) + (static_cast<int64_t>(b) * a.q_heads + j) * a.head_dim;
-      RotatePair(x + d, x + d + half, ToFloat(c[d]), ToFloat(c[d + half]), ToFloat(s[d]), ToFloat(s[d + half]), y + d,
-                 y + d + half);
+      RotatePairs<T, kN>(x + d, x + d + half, c + d, c + d + half, s + d, s + d + half, y + d, y + d + half);
       continue;
     }
     const int h = (j - a.q_heads) % a.kv_heads;
@@ -320,13 +342,15 @@ __global__ void RopeAppendKernel(const RopeAppendArgs a) {
     if (j < a.q_heads + a.kv_heads) {
       const T* x = static_cast<const T*>(a.k) + b * a.k_stride_b + static_cast<int64_t>(h) * a.head_dim;
       T* y = static_cast<T*>(a.k_cache) + row;
-      RotatePair(x + d, x + d + half, ToFloat(c[d]), ToFloat(c[d + half]), ToFloat(s[d]), ToFloat(s[d + half]), y + d,
-                 y + d + half);
+      RotatePairs<T, kN>(x + d, x + d + half, c + d, c + d + half, s + d, s + d + half, y + d, y + d + half);
     } else {
       const T* x = static_cast<const T*>(a.v) + b * a.v_stride_b + static_cast<int64_t>(h) * a.head_dim;
       T* y = static_cast<T*>(a.v_cache) + row;
-      y[d] = x[d];
-      y[d + half] = x[d + half];
+      float lo[kN], hi[kN];
+      LoadN<T>(x + d, lo);
+      LoadN<T>(x + d + half, hi);
+      StoreN<T>(y + d, lo);
+      StoreN<T>(y + d + half, hi);
     }
   }
 }
@@ -356,8 +380,18 @@ __global__ void SwiGluKernel(const SwiGluArgs a) {
   const T* g = static_cast<const T*>(a.gate);
   const T* u = static_cast<const T*>(a.up);
   T* y = static_cast<T*>(a.y);
+  // 32-bit division where the indices fit (a 64-bit one costs several times the instructions).
+  const bool narrow = a.n <= INT32_MAX;
   GridElements<T, kVec>(a.n, [&](int64_t i, auto n) {
-    const int64_t at = a.cols > 0 ? i / a.cols * 2 * a.cols + i % a.cols : i;  // a vector stays within its row
+    int64_t at = i;  // a vector stays within its row
+    if (a.cols > 0) {
+      if (narrow) {
+        const int i32 = static_cast<int>(i), cols = static_cast<int>(a.cols);
+        at = static_cast<int64_t>(i32 / cols) * 2 * cols + i32 % cols;
+      } else {
+        at = i / a.cols * 2 * a.cols + i % a.cols;
+      }
+    }
     float gv[n.value], uv[n.value];
     LoadN<T>(g + at, gv);
     LoadN<T>(u + at, uv);
@@ -473,12 +507,25 @@ cudaError_t LaunchRope(const RopeArgs& a, cudaStream_t stream) {
 
 cudaError_t LaunchRopeAppend(const RopeAppendArgs& a, cudaStream_t stream) {
   if (a.head_dim % 2 != 0 || a.rows == nullptr) return cudaErrorInvalidValue;
-  const int64_t total = static_cast<int64_t>(a.batch) * (a.q_heads + 2 * a.kv_heads) * (a.head_dim / 2);
-  if (total == 0) return cudaSuccess;
+  const int64_t pairs = static_cast<int64_t>(a.batch) * (a.q_heads + 2 * a.kv_heads) * (a.head_dim / 2);
+  if (pairs == 0) return cudaSuccess;
   const int threads = 256;
-  const int64_t blocks = std::min<int64_t>((total + threads - 1) / threads, 65535LL * 8);
   WithElementType(a.dtype, [&](auto t) {
-    RopeAppendKernel<typename decltype(t)::type><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(a);
+    using T = typename decltype(t)::type;
+    constexpr int kN = Vec<T>::kN;
+    // 16-byte pieces where each row of q, k, v, the caches and cos/sin starts 16-byte aligned (the strides keep it).
+    auto rows_aligned = [&](const void* p, int64_t stride) {
+      return Aligned16(p) && (stride * static_cast<int64_t>(sizeof(T))) % 16 == 0;
+    };
+    const bool vec = (a.head_dim / 2) % kN == 0 && rows_aligned(a.q, a.q_stride_b) && rows_aligned(a.k, a.k_stride_b) &&
+                     rows_aligned(a.v, a.v_stride_b) && AllAligned({a.cos, a.sin, a.q_out, a.k_cache, a.v_cache});
+    const int64_t work = vec ? pairs / kN : pairs;
+    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((work + threads - 1) / threads, 65535LL * 8));
+    if (vec) {
+      RopeAppendKernel<T, kN><<<blocks, threads, 0, stream>>>(a);
+    } else {
+      RopeAppendKernel<T, 1><<<blocks, threads, 0, stream>>>(a);
+    }
   });
   return cudaGetLastError();
 }

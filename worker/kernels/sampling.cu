@@ -4,8 +4,6 @@
 #include <cuda_fp16.h>
 
 #include <climits>
-#include <cub/block/block_reduce.cuh>
-#include <cub/block/block_scan.cuh>
 
 #include "worker/kernels/dtype.cuh"
 #include "worker/kernels/sampling_kernel.h"
@@ -15,46 +13,91 @@ namespace verl::kernels {
 namespace {
 
 constexpr int kThreads = 512;
+constexpr int kWarps = kThreads / 32;
 
-struct MaxAt {
-  float value;
-  int index;
-};
-
-struct FirstMax {
-  __device__ __forceinline__ MaxAt operator()(const MaxAt& a, const MaxAt& b) const {
-    if (a.value > b.value) return a;
-    if (b.value > a.value) return b;
-    return a.index <= b.index ? a : b;
+// A running (max, first index of it, sum of exp(x - max)) over some elements; Add takes one more element, Merge
+// another state (of elements that all come after this one's, so that ties keep the first index).
+struct Running {
+  float max = -INFINITY;
+  int arg = INT_MAX;
+  float sum = 0.f;
+  __device__ __forceinline__ void Add(int i, float x) {
+    if (x > max) {
+      sum = sum * expf(max - x) + 1.f;  // exp(-inf) = 0 for the first finite value
+      max = x;
+      arg = i;
+    } else if (max > -INFINITY) {
+      sum += expf(x - max);
+    }
+  }
+  __device__ __forceinline__ void Merge(const Running& o) {
+    if (o.max > max) {
+      sum = (max > -INFINITY ? sum * expf(max - o.max) : 0.f) + o.sum;
+      max = o.max;
+      arg = o.arg;
+    } else if (o.max > -INFINITY) {
+      sum += o.sum * expf(o.max - max);
+      if (o.max == max) arg = min(arg, o.arg);
+    }
   }
 };
 
-struct IntMax {
-  __device__ __forceinline__ int operator()(int a, int b) const { return a > b ? a : b; }
-};
+// f(i, x) for the elements of [begin, end) that lane `lane` of the warp owning that range takes: in each stride of 32
+// vectors (32 * kPer elements, counted from begin), the lane's own vector [base + lane * kPer, + kPer), cut at end,
+// in increasing i. 16-byte loads where `vec` (the row 16-byte aligned; begin is a multiple of the stride), 4 in flight.
+template <typename T, typename F>
+__device__ __forceinline__ void LaneElements(const T* row, int begin, int end, int lane, bool vec, F&& f) {
+  constexpr int kPer = static_cast<int>(16 / sizeof(T));
+  constexpr int kStride = 32 * kPer;
+  constexpr int kBatch = 4;
+  int base = begin;
+  if (vec) {
+    for (; base + kBatch * kStride <= end; base += kBatch * kStride) {
+      uint4 raw[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) raw[b] = *reinterpret_cast<const uint4*>(row + base + b * kStride + lane * kPer);
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const T* e = reinterpret_cast<const T*>(&raw[b]);
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) f(base + b * kStride + lane * kPer + j, ToFloat(e[j]));
+      }
+    }
+  }
+  for (; base < end; base += kStride) {
+    const int first = base + lane * kPer;
+    if (vec && first + kPer <= end) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(row + first);
+      const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) f(first + j, ToFloat(e[j]));
+    } else {
+      for (int i = first; i < min(end, first + kPer); ++i) f(i, ToFloat(row[i]));
+    }
+  }
+}
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) SampleKernel(const SampleArgs a) {
-  using ReduceMax = cub::BlockReduce<MaxAt, kThreads>;
-  using Scan = cub::BlockScan<double, kThreads>;
-  using ReduceInt = cub::BlockReduce<int, kThreads>;
-  __shared__ union {
-    typename ReduceMax::TempStorage max;
-    typename Scan::TempStorage scan;
-    typename ReduceInt::TempStorage last;
-  } temp;
+  constexpr int kPer = static_cast<int>(16 / sizeof(T));
+  constexpr int kStride = 32 * kPer;
+  __shared__ Running s_warp[kWarps];
   __shared__ float s_max;
   __shared__ int s_arg;
   __shared__ double s_total;
+  __shared__ int s_warp_hit;  // the warp whose segment holds the draw
+  __shared__ double s_prefix;  // the mass before that segment
   __shared__ int s_token;
-  __shared__ int s_last_thread;
 
-  constexpr int kPer = static_cast<int>(16 / sizeof(T));
   const int r = blockIdx.x;
   const T* row = static_cast<const T*>(a.logits) + static_cast<int64_t>(r) * a.row_stride;
   const int V = a.vocab;
-  const int seg = ((V + kThreads - 1) / kThreads + kPer - 1) / kPer * kPer;
-  const int begin = min(V, static_cast<int>(threadIdx.x) * seg);
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  // Warp w owns the contiguous segment [w * seg, (w + 1) * seg) (the CDF runs over the warps' segments in order); its
+  // lanes read it coalesced, 32 consecutive vectors at a time.
+  const int seg = ((V + kWarps - 1) / kWarps + kStride - 1) / kStride * kStride;
+  const int begin = min(V, warp * seg);
   const int end = min(V, begin + seg);
   const bool vec = reinterpret_cast<uintptr_t>(row) % 16 == 0;
   // ATen's CUDA division by a scalar multiplies by its float reciprocal: so do we, so that these log-probs equal the
@@ -63,78 +106,132 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const SampleArgs a) {
   const float inv_temperature = scale ? 1.0f / a.temperature : 1.0f;
   auto scaled = [&](float v) { return scale ? v * inv_temperature : v; };
 
-  // 1. One read of the row: each thread's segment max (its first index) and the segment's sum of exp(x - that max),
-  //    rescaled whenever the max grows; then the row's max and first index holding it.
-  float seg_max = -INFINITY;
-  int seg_arg = INT_MAX;
-  float seg_sum = 0.f;
-  ForEach(row, begin, end, vec, [&](int i, float v) {
-    const float x = scaled(v);
-    if (x > seg_max) {
-      seg_sum = seg_sum * expf(seg_max - x) + 1.f;  // exp(-inf) = 0 for the first finite value
-      seg_max = x;
-      seg_arg = i;
-    } else if (seg_max > -INFINITY) {
-      seg_sum += expf(x - seg_max);
-    }
-  });
-  const MaxAt best = ReduceMax(temp.max).Reduce(MaxAt{seg_max, seg_arg}, FirstMax());
-  if (threadIdx.x == 0) {
-    s_max = best.value;
-    s_arg = best.index;
-    s_token = -1;
+  // 1. One read of the row: each lane's running max / first index / sum, merged across the warp and then the block.
+  Running mine;
+  LaneElements(row, begin, end, lane, vec, [&](int i, float v) { mine.Add(i, scaled(v)); });
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    Running other;
+    other.max = __shfl_xor_sync(0xffffffffu, mine.max, o);
+    other.arg = __shfl_xor_sync(0xffffffffu, mine.arg, o);
+    other.sum = __shfl_xor_sync(0xffffffffu, mine.sum, o);
+    mine.Merge(other);  // max and sum do not depend on the order; ties keep the smaller index
   }
+  if (lane == 0) s_warp[warp] = mine;
   __syncthreads();
-  const float m = s_max;
 
-  // 2. Segment sums of exp(x - max), scanned across the block in float64.
-  const float s = seg_max > -INFINITY ? seg_sum * expf(seg_max - m) : 0.f;
-  double prefix = 0.0;
-  double total = 0.0;
-  Scan(temp.scan).ExclusiveSum(static_cast<double>(s), prefix, total);
-  if (threadIdx.x == 0) s_total = total;
-  __syncthreads();
-  total = s_total;
-
-  // 3. The token: the max's index (greedy), or where the cumulative mass passes u * total: the thread whose segment
-  //    holds that point sums its terms again one by one (if that sum, rounded differently from the rescaled one,
-  //    stops short of the point, the segment's last token of positive mass).
-  if (a.greedy) {
-    if (threadIdx.x == 0) s_token = s_arg;
-  } else {
-    const double target = a.uniforms[r] * total;
-    if (s > 0.f && prefix <= target && target < prefix + static_cast<double>(s)) {
-      float c = 0.f;
-      int found = -1;
-      int last_positive = -1;
-      ForEach(row, begin, end, vec, [&](int i, float v) {
-        const float e = expf(scaled(v) - m);
-        c += e;
-        if (e > 0.f) last_positive = i;
-        if (found < 0 && prefix + static_cast<double>(c) > target) found = i;
-      });
-      s_token = found >= 0 ? found : last_positive;  // one thread's segment holds the target
+  // 2. Thread 0: the row's max and its first index, each warp segment's mass relative to that max, their prefix sums
+  //    in float64, and (sampling) the segment where the cumulative mass passes u * total.
+  if (threadIdx.x == 0) {
+    float m = -INFINITY;
+    int arg = INT_MAX;
+    for (int w = 0; w < kWarps; ++w) {
+      if (s_warp[w].max > m || (s_warp[w].max == m && s_warp[w].arg < arg)) {
+        m = s_warp[w].max;
+        arg = s_warp[w].arg;
+      }
     }
-    __syncthreads();
-    if (s_token < 0) {
-      // u * total rounded up to the total: the last token of positive mass.
-      const int last = ReduceInt(temp.last).Reduce(s > 0.f ? static_cast<int>(threadIdx.x) : -1, IntMax());
-      if (threadIdx.x == 0) s_last_thread = last;
-      __syncthreads();
-      if (static_cast<int>(threadIdx.x) == s_last_thread) {
-        int found = -1;
-        ForEach(row, begin, end, vec, [&](int i, float v) {
-          if (expf(scaled(v) - m) > 0.f) found = i;
-        });
-        s_token = found;
+    double mass[kWarps];
+    double total = 0.0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      mass[w] = s_warp[w].max > -INFINITY ? static_cast<double>(s_warp[w].sum * expf(s_warp[w].max - m)) : 0.0;
+      total += mass[w];
+    }
+    s_max = m;
+    s_arg = arg;
+    s_total = total;
+    s_token = -1;
+    s_warp_hit = -1;
+    if (!a.greedy) {
+      const double target = a.uniforms[r] * total;
+      double prefix = 0.0;
+      int last = -1;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        if (mass[w] > 0.0) {
+          last = w;
+          if (s_warp_hit < 0 && target < prefix + mass[w]) {
+            s_warp_hit = w;
+            s_prefix = prefix;
+          }
+          prefix += mass[w];
+        }
+      }
+      if (s_warp_hit < 0 && last >= 0) {  // u * total rounded up to the total: the last segment of positive mass
+        s_warp_hit = last;
+        s_prefix = -INFINITY;  // its last token of positive mass
       }
     }
   }
   __syncthreads();
+  const float m = s_max;
+  const double total = s_total;
+
+  // 3. Sampling: the warp of that segment reads it again, 32 vectors at a time in order, and finds the first token
+  //    whose cumulative mass passes u * total (if its sums, rounded otherwise than step 2's, stop short: the segment's
+  //    last token of positive mass).
+  if (!a.greedy && warp == s_warp_hit) {
+    const double target = a.uniforms[r] * total;
+    double prefix = s_prefix;
+    int found = -1;
+    int last_positive = -1;
+    for (int base = begin; base < end && found < 0; base += kStride) {
+      // This lane's vector: exp(x - max) of its elements, 0 past the end.
+      const int first = base + lane * kPer;
+      float e[kPer];
+      if (vec && first + kPer <= end) {
+        const uint4 raw = *reinterpret_cast<const uint4*>(row + first);
+        const T* v = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) e[j] = expf(scaled(ToFloat(v[j])) - m);
+      } else {
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) e[j] = first + j < end ? expf(scaled(ToFloat(row[first + j])) - m) : 0.f;
+      }
+      float c = 0.f;
+      int lp = -1;  // this vector's last token of positive mass
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        c += e[j];
+        if (e[j] > 0.f) lp = first + j;
+      }
+      // Inclusive scan of the lanes' sums: the mass up to the end of each lane's vector.
+      float inclusive = c;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const float up = __shfl_up_sync(0xffffffffu, inclusive, o);
+        if (lane >= o) inclusive += up;
+      }
+      const float chunk = __shfl_sync(0xffffffffu, inclusive, 31);
+      const unsigned hit = __ballot_sync(0xffffffffu, prefix + static_cast<double>(inclusive) > target);
+      const unsigned positive = __ballot_sync(0xffffffffu, lp >= 0);
+      if (positive) last_positive = __shfl_sync(0xffffffffu, lp, 31 - __clz(positive));
+      if (hit) {
+        const int lane_hit = __ffs(hit) - 1;
+        int pick = -1;
+        if (lane == lane_hit) {
+          // The first element past the target; the vector's last of positive mass if this lane's element-by-element
+          // sum, rounded otherwise than the scan, stops short (the scan's crossing here means c > 0).
+          double run = prefix + static_cast<double>(inclusive - c);
+#pragma unroll
+          for (int j = 0; j < kPer; ++j) {
+            run += static_cast<double>(e[j]);
+            if (pick < 0 && run > target) pick = first + j;
+          }
+          if (pick < 0) pick = lp;
+        }
+        found = __shfl_sync(0xffffffffu, pick, lane_hit);
+      }
+      prefix += static_cast<double>(chunk);
+    }
+    if (lane == 0) s_token = found >= 0 ? found : last_positive;
+  }
+  __syncthreads();
   if (threadIdx.x == 0) {
-    // A row without a finite maximum (all NaN or -inf) has no valid draw: fall back to the argmax, or token 0, so
-    // that the caller never embeds an id outside the vocabulary.
-    int tok = s_token;
+    // Greedy: the first index of the max. A row without a finite maximum (all NaN or -inf) has no valid draw: fall
+    // back to the argmax, or token 0, so that the caller never embeds an id outside the vocabulary.
+    int tok = a.greedy ? s_arg : s_token;
     if (tok < 0 || tok >= V) tok = (s_arg >= 0 && s_arg < V) ? s_arg : 0;
     a.tokens[r] = tok;
     a.log_probs[r] = scaled(ToFloat(row[tok])) - m - static_cast<float>(log(total));
