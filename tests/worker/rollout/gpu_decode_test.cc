@@ -435,5 +435,61 @@ TEST_CASE("one decoding step's fused RoPE and cache append equal two Rope calls 
 #endif
 }
 
+TEST_CASE("one decoding step's RoPE, cache append and attention in one kernel equal RopeAppend + DecodeAttention",
+          "[worker][rollout][gpu]") {
+  if (SkipWithoutGpu()) return;
+#ifdef VERL_WITH_CUDA
+  c10::InferenceMode guard;
+  struct Case {
+    int64_t B, C, D, offset;  // slots, positions per slot, head dim, projection rows' misalignment (elements)
+  };
+  // 6 slots of 600 positions: split ranges (merged by the second kernel); 160 slots: one range each.
+  for (at::ScalarType dtype : {at::kBFloat16, at::kHalf}) {
+    for (const Case& c : {Case{6, 600, 64, 0}, Case{160, 300, 64, 0}, Case{6, 600, 128, 0}, Case{160, 300, 128, 0},
+                          Case{6, 300, 64, 1}}) {
+      INFO(c10::toString(dtype) << " B " << c.B << " C " << c.C << " D " << c.D << " offset " << c.offset);
+      const int64_t Hq = 14, Hkv = 2, S = c.B + 3, B = c.B, C = c.C, D = c.D;
+      auto opts = at::TensorOptions().device(at::kCUDA);
+      // The step's q, k, v as the layer views its one projection GEMM's output [B, 1, (Hq + 2 Hkv) D].
+      at::Tensor qkv = at::randn({B, 1, (Hq + 2 * Hkv) * D + c.offset}, opts).to(dtype).narrow(2, c.offset,
+                                                                                              (Hq + 2 * Hkv) * D);
+      auto heads = [&](int64_t from, int64_t n) {
+        return qkv.narrow(2, from * D, n * D).view({B, 1, n, D}).transpose(1, 2);
+      };
+      at::Tensor q = heads(0, Hq), k = heads(Hq, Hkv), v = heads(Hq + Hkv, Hkv);
+      at::Tensor pos = at::randint(0, C, {B}, opts.dtype(at::kLong));
+      pos[0] = 0;      // a slot's first position
+      pos[1] = C - 1;  // its last
+      at::Tensor freqs = pos.to(at::kFloat).view({B, 1}) * at::rand({D / 2}, opts);
+      at::Tensor emb = at::cat({freqs, freqs}, -1).view({B, 1, 1, D});
+      at::Tensor cos = emb.cos().to(dtype), sin = emb.sin().to(dtype);
+      at::Tensor k_cache = at::randn({S, Hkv, C, D}, opts).to(dtype), v_cache = at::randn({S, Hkv, C, D}, opts).to(dtype);
+      at::Tensor k_want = k_cache.clone(), v_want = v_cache.clone();
+      at::Tensor rows = (at::arange(B * Hkv, opts.dtype(at::kLong)).view({B, Hkv}) * C + pos.view({B, 1})).view({-1});
+      at::Tensor lengths = (pos + 1).to(at::kInt);
+      const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+      REQUIRE(kernels::RopeAppendSupported(q, k, v, cos, k_want, v_want, rows));
+      at::Tensor q_step = kernels::RopeAppend(q, k, v, cos, sin, k_want, v_want, rows);
+      at::Tensor want = kernels::DecodeAttention(q_step, k_want, v_want, lengths, scale);
+      REQUIRE(kernels::DecodeAttentionRopeSupported(q, k, v, cos, sin, k_cache, v_cache));
+      at::Tensor got = kernels::DecodeAttentionRope(q, k, v, cos, sin, k_cache, v_cache, lengths, scale);
+      REQUIRE(got.sizes() == want.sizes());
+      CHECK(at::equal(got, want));
+      CHECK(at::equal(k_cache, k_want));  // the new rows, and every other row untouched
+      CHECK(at::equal(v_cache, v_want));
+    }
+  }
+  // Not taken: float32 (no tensor-core kernel), a non-contiguous cache.
+  auto opts = at::TensorOptions().device(at::kCUDA);
+  at::Tensor q = at::randn({2, 4, 1, 64}, opts), k = at::randn({2, 2, 1, 64}, opts);
+  at::Tensor cos = at::randn({2, 1, 1, 64}, opts), cache = at::randn({2, 2, 8, 64}, opts);
+  CHECK_FALSE(kernels::DecodeAttentionRopeSupported(q, k, k, cos, cos, cache, cache));
+  auto bf = [](const at::Tensor& t) { return t.to(at::kBFloat16); };
+  CHECK(kernels::DecodeAttentionRopeSupported(bf(q), bf(k), bf(k), bf(cos), bf(cos), bf(cache), bf(cache)));
+  CHECK_FALSE(kernels::DecodeAttentionRopeSupported(bf(q), bf(k), bf(k), bf(cos), bf(cos), bf(cache).narrow(2, 0, 4),
+                                                    bf(cache).narrow(2, 0, 4)));
+#endif
+}
+
 }  // namespace
 }  // namespace verl
