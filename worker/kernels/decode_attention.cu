@@ -303,15 +303,6 @@ __device__ __forceinline__ int WordDim(int w, int col) {
   return 32 * (w >> 2) + 8 * (col >> 1) + 2 * (w & 3) + (col & 1);
 }
 
-// Element e of head row x (D elements) after RoPE, as the RoPE kernels round it: y = x * cos + rotate_half(x) * sin,
-// each product and the sum rounded to T (fused_ops.cu's RotatePair).
-template <typename T>
-__device__ __forceinline__ float RopeElement(const T* x, const T* c, const T* s, int e, int half) {
-  const float xe = ToFloat(x[e]);
-  const float other = e < half ? -ToFloat(x[e + half]) : ToFloat(x[e - half]);
-  return Round<T>(__fadd_rn(Round<T>(__fmul_rn(xe, ToFloat(c[e]))), Round<T>(__fmul_rn(other, ToFloat(s[e])))));
-}
-
 // kPipelined: the loads of a warp's next tiles are issued before the current tiles' math (registers double-buffered),
 // so a warp keeps its memory requests in flight while it computes.
 template <typename T, int D, int kMmaTiles, bool kPipelined>
@@ -331,45 +322,10 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 1) DecodeAttentionMmaKernel(co
   const int len = min(a.lengths[b], a.capacity);
   const int begin = split * RangeLength(a.capacity, a.splits);
   const int end = min(len, begin + RangeLength(a.capacity, a.splits));
-  const int64_t kv_offset = static_cast<int64_t>(b) * a.kv_stride_b + static_cast<int64_t>(kvh) * a.kv_stride_h;
-  const T* kbase = static_cast<const T*>(a.k) + kv_offset;
-  const T* vbase = static_cast<const T*>(a.v) + kv_offset;
-  const bool rope = a.q_pre != nullptr;
-  const T* cos_b = rope ? static_cast<const T*>(a.cos) + static_cast<int64_t>(b) * D : nullptr;
-  const T* sin_b = rope ? static_cast<const T*>(a.sin) + static_cast<int64_t>(b) * D : nullptr;
-
-  // The step's new key and value, where this block's range holds their position (len - 1): thread i < D/2 ropes the
-  // key's pair (i, i + D/2), thread D/2 + i copies the value's elements i and i + D/2. The caches are the kernel's
-  // own k and v (written here, read below by this block only: no other range holds the position).
-  if (rope && len > 0 && len - 1 >= begin && len - 1 < begin + RangeLength(a.capacity, a.splits)) {
-    constexpr int kHalf = D / 2;
-    const int i = threadIdx.x;
-    const int64_t row = static_cast<int64_t>(len - 1) * D;
-    if (i < kHalf) {
-      const T* x = static_cast<const T*>(a.k_new) + b * a.k_new_stride_b + static_cast<int64_t>(kvh) * D;
-      T* y = const_cast<T*>(kbase) + row;
-      y[i] = FromFloat<T>(RopeElement<T>(x, cos_b, sin_b, i, kHalf));
-      y[i + kHalf] = FromFloat<T>(RopeElement<T>(x, cos_b, sin_b, i + kHalf, kHalf));
-    } else if (i < D) {
-      const T* x = static_cast<const T*>(a.v_new) + b * a.v_new_stride_b + static_cast<int64_t>(kvh) * D;
-      T* y = const_cast<T*>(vbase) + row;
-      y[i - kHalf] = x[i - kHalf];
-      y[i] = x[i];
-    }
-    __syncthreads();  // the block's global writes are visible to its threads' reads below
-  }
 
   // Q^T as the B operand: query head g's pieces in the lane's order (zeros for the heads past G).
   uint32_t qf[kWords];
-  if (rope) {
-    const T* q = static_cast<const T*>(a.q_pre) + b * a.q_pre_stride_b + static_cast<int64_t>(kvh * G + g) * D;
-#pragma unroll
-    for (int w = 0; w < kWords; ++w) {
-      const int d = 32 * (w >> 2) + 8 * t + 2 * (w & 3);
-      qf[w] = g < G ? Pack2<T>(RopeElement<T>(q, cos_b, sin_b, d, D / 2), RopeElement<T>(q, cos_b, sin_b, d + 1, D / 2))
-                    : 0u;
-    }
-  } else {
+  {
     const T* q = static_cast<const T*>(a.q) + (static_cast<int64_t>(b) * a.q_heads + kvh * G + g) * D;
 #pragma unroll
     for (int w = 0; w < kWords; ++w) {
@@ -377,6 +333,9 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 1) DecodeAttentionMmaKernel(co
       qf[w] = g < G ? Pack2<T>(ToFloat(q[d]), ToFloat(q[d + 1])) : 0u;
     }
   }
+  const int64_t kv_offset = static_cast<int64_t>(b) * a.kv_stride_b + static_cast<int64_t>(kvh) * a.kv_stride_h;
+  const T* kbase = static_cast<const T*>(a.k) + kv_offset;
+  const T* vbase = static_cast<const T*>(a.v) + kv_offset;
   const float qscale = a.scale * kLog2e;
 
   // This lane's running max and (partial) sum for heads 2t and 2t + 1, and its accumulator fragments of out^T: m-tile
@@ -585,7 +544,6 @@ cudaError_t Launch(const DecodeAttentionArgs& a, cudaStream_t stream) {
     mma = false;
   }
   if (!mma) {
-    if (a.q_pre != nullptr) return cudaErrorInvalidValue;  // the fused RoPE and append: tensor-core kernel only
     DecodeAttentionKernel<T, D><<<grid, kThreads, 0, stream>>>(a);
   } else if constexpr (!std::is_same_v<T, float>) {
     // Head dim 64: one tile per warp, the next one's loads in flight during its math (37.9 against 39.3 us at B1's mean

@@ -19,17 +19,6 @@ bool DecodeAttentionSupported(const at::Tensor& q, const at::Tensor& k_cache);
 at::Tensor DecodeAttention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                            const at::Tensor& lengths, double scale, bool tensor_cores = true);
 
-// One decoding step's RoPE, cache append and attention in one launch (two with split ranges): the values of
-// RopeAppend(q, k, v, cos, sin, k_cache, v_cache, rows of positions lengths - 1) followed by DecodeAttention over the
-// roped queries, bit for bit. q, k, v are the step's [B, H, 1, D] views of the projections (heads of D contiguous, any
-// row stride), cos and sin [B, D] values (contiguous), the caches as DecodeAttention's and contiguous; bfloat16 or
-// float16 (the tensor-core kernel). Writes position lengths[b] - 1 of slot b's keys and values; returns [B, Hq, D].
-bool DecodeAttentionRopeSupported(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos,
-                                  const at::Tensor& sin, const at::Tensor& k_cache, const at::Tensor& v_cache);
-at::Tensor DecodeAttentionRope(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos,
-                               const at::Tensor& sin, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                               const at::Tensor& lengths, double scale);
-
 }  // namespace verl::kernels
 
 #endif  // VERL_WORKER_KERNELS_DECODE_ATTENTION_H_

@@ -40,19 +40,6 @@ struct DecodeAttentionArgs {
   int capacity = 0;  // positions per slot in the cache
   int splits = 1;
   float scale = 1.0f;
-  // Optional, tensor-core kernel only: the decoding step's RoPE and cache append in the same launch. Where q_pre is
-  // set, `q` is not read: each block ropes its query heads from q_pre (row b at b * q_pre_stride_b elements, head j at
-  // j * D after it) with cos/sin ([B, D] contiguous), and the block whose range holds position lengths[b] - 1 first
-  // writes that position's roped key (from k_new) and value (v_new, laid out as q_pre) into the caches k and v. The
-  // values are those of the RoPE-append kernel (fused_ops_kernel.h) followed by this one, bit for bit.
-  const void* q_pre = nullptr;
-  const void* k_new = nullptr;
-  const void* v_new = nullptr;
-  int64_t q_pre_stride_b = 0;
-  int64_t k_new_stride_b = 0;
-  int64_t v_new_stride_b = 0;
-  const void* cos = nullptr;
-  const void* sin = nullptr;
 };
 
 // Whether the kernel takes these shapes (head_dim 64 or 128, at most 8 query heads per KV head).

@@ -432,34 +432,19 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
   if (cache && cache->slot_len.defined()) {
     TORCH_CHECK(T == 1, "a slot cache takes one token per row, got ", T);
 #ifdef VERL_WITH_CUDA
-    const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-    if (kernels::DecodeAttentionRopeSupported(q, k, v, cos, sin, cache->k[i], cache->v[i])) {
-      // RoPE of q and k, both cache writes and the attention in one kernel (bf16/fp16: the tensor-core kernel; the
-      // values of the two calls below bit for bit).
-      attn = kernels::DecodeAttentionRope(q, k, v, cos, sin, cache->k[i], cache->v[i], cache->slot_len, scale);
+    at::Tensor q_step;
+    if (kernels::RopeAppendSupported(q, k, v, cos, cache->k[i], cache->v[i], cache->slot_index)) {
+      // RoPE of q and k and both cache writes in one kernel (ApplyRope's values bit for bit).
+      q_step = kernels::RopeAppend(q, k, v, cos, sin, cache->k[i], cache->v[i], cache->slot_index);
     } else {
-      if (!cache->slot_index.defined()) {
-        // Row b's new key goes to (b, head, slot_pos[b]) of each layer's cache: flat row (b * kv_heads + head) * C +
-        // pos.
-        const int64_t B = h_in.size(0);
-        cache->slot_index =
-            (at::arange(B * kv_heads, cache->slot_pos.options()).view({B, kv_heads}) * cache->k.front().size(2) +
-             cache->slot_pos.view({B, 1}))
-                .view({-1});
-      }
-      at::Tensor q_step;
-      if (kernels::RopeAppendSupported(q, k, v, cos, cache->k[i], cache->v[i], cache->slot_index)) {
-        // RoPE of q and k and both cache writes in one kernel (ApplyRope's values bit for bit).
-        q_step = kernels::RopeAppend(q, k, v, cos, sin, cache->k[i], cache->v[i], cache->slot_index);
-      } else {
-        q_step = ApplyRope(q, cos, sin).select(2, 0);
-        cache->k[i].view({-1, hd}).index_copy_(0, cache->slot_index,
-                                               ApplyRope(k, cos, sin).select(2, 0).reshape({-1, hd}));
-        cache->v[i].view({-1, hd}).index_copy_(0, cache->slot_index, v.select(2, 0).reshape({-1, hd}));
-      }
-      attn = kernels::DecodeAttention(q_step, cache->k[i], cache->v[i], cache->slot_len, scale);
+      q_step = ApplyRope(q, cos, sin).select(2, 0);
+      cache->k[i].view({-1, hd}).index_copy_(0, cache->slot_index,
+                                             ApplyRope(k, cos, sin).select(2, 0).reshape({-1, hd}));
+      cache->v[i].view({-1, hd}).index_copy_(0, cache->slot_index, v.select(2, 0).reshape({-1, hd}));
     }
-    attn = attn.unsqueeze(2);
+    attn = kernels::DecodeAttention(q_step, cache->k[i], cache->v[i], cache->slot_len,
+                                    1.0 / std::sqrt(static_cast<double>(hd)))
+               .unsqueeze(2);
 #else
     TORCH_CHECK(false, "KvCache::slot_len needs the CUDA decode kernel (a VERL_WITH_CUDA build)");
 #endif
@@ -588,9 +573,15 @@ at::Tensor DecoderModel::Forward(const at::Tensor& input_ids, const at::Tensor& 
   }
   at::Tensor h = at::embedding(embed_, input_ids);
   auto [cos, sin] = RopeCosSin(position_ids, h.scalar_type());
-  // The rows of this step's keys in a slot cache: computed by the first layer that needs them (the decode kernel that
-  // appends them itself does not).
-  if (cache && cache->slot_len.defined()) cache->slot_index = at::Tensor();
+  if (cache && cache->slot_len.defined()) {
+    // Row b's new key goes to (b, head, slot_pos[b]) of each layer's cache: flat row (b * kv_heads + head) * C + pos.
+    const int64_t kv_heads = config_.num_key_value_heads;
+    const int64_t B = input_ids.size(0);
+    cache->slot_index =
+        (at::arange(B * kv_heads, cache->slot_pos.options()).view({B, kv_heads}) * cache->k.front().size(2) +
+         cache->slot_pos.view({B, 1}))
+            .view({-1});
+  }
   const bool checkpoint = gradient_checkpointing_ && cache == nullptr && at::GradMode::is_enabled();
   // Decoding over the slot cache: each layer's last residual add is left to the next RMSNorm's kernel.
   at::Tensor pending;

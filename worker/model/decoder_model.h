@@ -39,8 +39,7 @@ struct KvCache {
   at::Tensor slot_pos;
   int64_t attend = 0;
   at::Tensor slot_len;
-  // Set by the first layer that needs it: the rows of the new keys in each k[i] viewed as [batch * kv_heads * C, D].
-  at::Tensor slot_index;
+  at::Tensor slot_index;  // set by Forward: the rows of the new keys in each k[i] viewed as [batch * kv_heads * C, D]
 };
 
 // Sequences packed back to back in one row without padding (verl's use_remove_padding): token t belongs to sequence b
