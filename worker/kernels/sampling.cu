@@ -7,7 +7,6 @@
 
 #include "worker/kernels/dtype.cuh"
 #include "worker/kernels/sampling_kernel.h"
-#include "worker/kernels/vec_load.cuh"
 
 namespace verl::kernels {
 namespace {

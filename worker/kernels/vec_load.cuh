@@ -1,8 +1,8 @@
 #ifndef VERL_WORKER_KERNELS_VEC_LOAD_CUH_
 #define VERL_WORKER_KERNELS_VEC_LOAD_CUH_
 
-// Reading and writing float32, bfloat16 or float16 elements as floats with 16-byte loads and stores (sampling.cu,
-// log_probs.cu, fused_ops.cu).
+// Reading and writing float32, bfloat16 or float16 elements as floats with 16-byte loads and stores (fused_ops.cu,
+// log_probs.cu).
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -35,36 +35,6 @@ struct Word<__half> {
     return __half2float(__ushort_as_half(static_cast<unsigned short>(j == 0 ? (w & 0xffffu) : (w >> 16))));
   }
 };
-
-// f(i, value) for i in [begin, end) of `row`, in order, with 16-byte loads where `vec` (row and begin 16-byte
-// aligned). The loads of 4 vectors are issued before f sees the first of them (one memory round trip per 64 bytes a
-// thread reads, not per 16: a loop whose f accumulates would otherwise wait on each load in turn).
-template <typename T, typename F>
-__device__ __forceinline__ void ForEach(const T* row, int begin, int end, bool vec, F&& f) {
-  constexpr int kPer = Word<T>::kPer;
-  constexpr int kStep = 4 * kPer;  // elements per 16 bytes
-  constexpr int kBatch = 4;        // 16-byte loads in flight per thread
-  int i = begin;
-  auto apply = [&](int at, const uint4& raw) {
-    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) f(at + q * kPer + j, Word<T>::Get(w[q], j));
-    }
-  };
-  if (vec) {
-    for (; i + kBatch * kStep <= end; i += kBatch * kStep) {
-      uint4 raw[kBatch];
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) raw[b] = *reinterpret_cast<const uint4*>(row + i + b * kStep);
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) apply(i + b * kStep, raw[b]);
-    }
-    for (; i + kStep <= end; i += kStep) apply(i, *reinterpret_cast<const uint4*>(row + i));
-  }
-  for (; i < end; ++i) f(i, ToFloat(row[i]));
-}
 
 // 16 bytes of T as floats, and back.
 template <typename T>
