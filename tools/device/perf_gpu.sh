@@ -7,7 +7,8 @@
 #
 #   VERL_COMMIT=<hash> tools/device/perf_gpu.sh      # TESTS=1 B1=1 B2=1 B3=1
 # Pass the commit's hash as a literal (taken on your machine): the device copy's .git can be stale.
-#   B1_ARGS="--variants" B2_ARGS="--variant '--max-token-len 24576'" B3_ARGS="--steps 2"
+#   B1_ARGS="--variants" B2_ARGS="--micro 8" B3_ARGS="--steps 2"
+# B2_ARGS defaults to the configuration docs/bench reports (micro-batches of 32, a 24,576-token budget for ours).
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -50,8 +51,9 @@ if [ $build_rc = 0 ]; then
     b1_rc=$?
   fi
   if [ "$B2" = 1 ]; then
+    b2_args="${B2_ARGS:---micro 32 --ours-flags '--max-token-len 24576'}"
     eval timeout 400 python3 "$ROOT/tools/bench/b2_update.py" --build-dir "$BUILD_DIR" --out "$OUT/b2.json" \
-      "${B2_ARGS:-}" > "$OUT/b2.log" 2>&1
+      "$b2_args" > "$OUT/b2.log" 2>&1
     b2_rc=$?
   fi
   if [ "$B3" = 1 ]; then
