@@ -163,9 +163,9 @@ int main(int argc, char** argv) {
   a.capacity = C;
   a.splits = splits;
   a.scale = 1.0f / std::sqrt(static_cast<float>(D));
-  a.impl = impl == "simt"             ? verl::kernels::DecodeAttentionImpl::kSimt
-           : impl == "mma"            ? verl::kernels::DecodeAttentionImpl::kTensorCore
-                                      : verl::kernels::DecodeAttentionImpl::kAuto;
+  a.impl = impl == "simt"  ? verl::kernels::DecodeAttentionImpl::kSimt
+           : impl == "mma" ? verl::kernels::DecodeAttentionImpl::kTensorCore
+                           : verl::kernels::DecodeAttentionImpl::kAuto;
   const double bytes = static_cast<double>(positions) * Hkv * D * 2 /*K, V*/ * 2 /*bf16*/ + 2.0 * q_elems * 2;
 
   cudaEvent_t start, stop;
