@@ -8,7 +8,7 @@ ids, 512 new tokens each, temperature 1.0, top-p 1.0, EOS ignored, bf16; tokens 
 the first prompt in to the last token out (best of --repeats, after one warm-up run of the same batch).
 
 usage: b1_rollout.py --build-dir build-cuda --out FILE.json [--prompts 512] [--prompt-len 256] [--new-tokens 512]
-                     [--repeats 1] [--skip-hf] [--variants]
+                     [--repeats 1] [--skip-hf] [--variants] [--pdl-variant] [--profile]
 
 The JSON has benchmark, commit, machine, config, ours, baseline, unit, ratio (ours / HF), roofline_fraction and
 max_memory_allocated_gb (BENCHMARKS.md; the issue's fields); --variants adds ours without CUDA graphs and with a
@@ -65,13 +65,16 @@ def run_hf(model_dir, prompts, prompt_len, new_tokens, repeats):
             "tokens_per_s": generated / min(seconds), "peak_memory_allocated_gb": peak / 2**30}
 
 
-def run_ours(bin_dir, model, shape, repeats, extra=()):
+def run_ours(bin_dir, model, shape, repeats, extra=(), env=None):
     r = subprocess.run([os.path.join(bin_dir, "verl-bench-rollout"), "--model", model, "--device", "cuda",
                         "--dtype", "bfloat16", "--repeats", str(repeats)] + shape + list(extra),
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, env=dict(os.environ, **env) if env else None)
     if r.returncode != 0:
         sys.exit(f"verl-bench-rollout {' '.join(extra)} failed: {r.stderr}")
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    if env:
+        result["env"] = env
+    return result
 
 
 def main():
@@ -87,6 +90,8 @@ def main():
     ap.add_argument("--skip-hf", action="store_true")
     ap.add_argument("--variants", action="store_true",
                     help="also run ours with enforce_eager (no CUDA graphs), greedy (what sampling costs) and with a long tail (--eos-every 97)")
+    ap.add_argument("--pdl-variant", action="store_true",
+                    help="also run ours with VERL_PDL=0 (kernels launched without programmatic dependent launch)")
     ap.add_argument("--profile", action="store_true",
                     help="also profile ours (kernel time by name), with CUDA graphs and eagerly")
     a = ap.parse_args()
@@ -108,6 +113,10 @@ def main():
             v = run_ours(bin_dir, model, shape, a.repeats, extra)
             print(json.dumps(v), file=sys.stderr)
             variants.append(v)
+    if a.pdl_variant:
+        v = run_ours(bin_dir, model, shape, a.repeats, env={"VERL_PDL": "0"})
+        print(json.dumps(v), file=sys.stderr)
+        variants.append(v)
     profiles = {}
     if a.profile:
         for name, extra in (("graphs", ["--profile", "1"]), ("eager", ["--enforce-eager", "1", "--profile", "1"])):

@@ -20,7 +20,39 @@
 namespace verl::bench {
 
 // Runs `fn` (which must wait for the device before returning) under the profiler; returns {wall_s, kernel_s (the sum
-// of device activity: kernels, copies, memsets), kernels: [{name, s, calls, share}] for the `top` largest}.
+// of device activity: kernels, copies, memsets), kernels: [{name, s, calls, share}] for the `top` largest, idle: the
+// device's idle time between its first and last activity, by the length of each gap}. Short gaps are the launch
+// latency between kernels (inside CUDA graphs too); long ones, time the device waited on the host.
+// The gaps between the union of `busy` intervals, summed by length: {span_s, idle_s, gaps: [{below_us, s, count}]}.
+inline nlohmann::json IdleGaps(std::vector<std::pair<uint64_t, uint64_t>> busy) {
+  static constexpr double kBelowUs[] = {2, 5, 10, 50, 200, 1e300};
+  constexpr int kBuckets = sizeof(kBelowUs) / sizeof(kBelowUs[0]);
+  double sum_s[kBuckets] = {};
+  int64_t count[kBuckets] = {};
+  std::sort(busy.begin(), busy.end());
+  double idle_s = 0.0;
+  uint64_t covered = busy.empty() ? 0 : busy.front().second;
+  for (size_t i = 1; i < busy.size(); ++i) {
+    if (busy[i].first > covered) {
+      const double gap_us = static_cast<double>(busy[i].first - covered) * 1e-3;
+      int b = 0;
+      while (gap_us >= kBelowUs[b]) ++b;
+      sum_s[b] += gap_us * 1e-6;
+      ++count[b];
+      idle_s += gap_us * 1e-6;
+    }
+    covered = std::max(covered, busy[i].second);
+  }
+  nlohmann::json gaps = nlohmann::json::array();
+  for (int b = 0; b < kBuckets; ++b) {
+    gaps.push_back({{"below_us", b + 1 < kBuckets ? nlohmann::json(kBelowUs[b]) : nlohmann::json("inf")},
+                    {"s", sum_s[b]},
+                    {"count", count[b]}});
+  }
+  const double span_s = busy.empty() ? 0.0 : static_cast<double>(covered - busy.front().first) * 1e-9;
+  return {{"span_s", span_s}, {"idle_s", idle_s}, {"gaps", gaps}};
+}
+
 inline nlohmann::json ProfileKernels(const std::function<void()>& fn, int top = 30) {
   namespace prof = torch::autograd::profiler;
   using torch::profiler::impl::ActivityType;
@@ -34,8 +66,10 @@ inline nlohmann::json ProfileKernels(const std::function<void()>& fn, int top = 
   std::unique_ptr<prof::ProfilerResult> result = prof::disableProfiler();
   std::map<std::string, std::pair<uint64_t, int64_t>> by_name;  // ns, calls
   uint64_t total_ns = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> busy;  // [start, end) ns of each activity
   for (const auto& e : result->events()) {
     if (e.deviceType() != c10::DeviceType::CUDA) continue;
+    busy.emplace_back(e.startNs(), e.startNs() + e.durationNs());
     std::string name = e.name();
     if (name.size() > 160) name = name.substr(0, 160);
     auto& [ns, calls] = by_name[name];
@@ -53,7 +87,10 @@ inline nlohmann::json ProfileKernels(const std::function<void()>& fn, int top = 
                        {"calls", v.second},
                        {"share", total_ns ? static_cast<double>(v.first) / static_cast<double>(total_ns) : 0.0}});
   }
-  return {{"wall_s", wall}, {"kernel_s", static_cast<double>(total_ns) * 1e-9}, {"kernels", kernels}};
+  return {{"wall_s", wall},
+          {"kernel_s", static_cast<double>(total_ns) * 1e-9},
+          {"kernels", kernels},
+          {"idle", IdleGaps(std::move(busy))}};
 }
 
 }  // namespace verl::bench

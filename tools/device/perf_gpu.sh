@@ -3,7 +3,7 @@
 # the trainer's kernels and of the rank, then the benchmarks of BENCHMARKS.md on one GPU: B1 (rollout against HF
 # generate; with the decode attention kernel alone), B2 (actor update against PyTorch eager), B3 (a GRPO step against
 # TRL's GRPOTrainer; TRL's wheels carried in .device-wheels/, see tools/device/fetch_wheels.sh). Results in $OUT:
-# summary.json, build.log, tests.log, decode_attention.jsonl, b1.json, b2.json, b3.json, b*.log.
+# summary.json, build.log, tests.log, decode_attention.jsonl, gemm.jsonl, b1.json, b2.json, b3.json, b*.log.
 #
 #   VERL_COMMIT=<hash> tools/device/perf_gpu.sh      # TESTS=1 B1=1 B2=1 B3=1
 # Pass the commit's hash as a literal (taken on your machine): the device copy's .git can be stale.
@@ -26,7 +26,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 { nvidia-smi -L; nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv; } > "$OUT/build.log" 2>&1
 . "$ROOT/tools/device/build.sh" --env-only
 set +e
-"$ROOT/tools/device/build.sh" gpu_decode_test gpu_rank_test gpu_train_kernels_test verl-bench-decode-attention verl-bench-rollout verl-bench-update verl-make-tiny-model \
+"$ROOT/tools/device/build.sh" gpu_decode_test gpu_rank_test gpu_train_kernels_test verl-bench-decode-attention verl-bench-gemm verl-bench-rollout verl-bench-update verl-make-tiny-model \
   verl-controller verl-worker verl-make-dataset >> "$OUT/build.log" 2>&1
 build_rc=$?
 build_s=$(secs)
@@ -46,6 +46,8 @@ if [ $build_rc = 0 ]; then
     for dab in "" "--min-len 256 --max-len 768"; do
       timeout 60 "$BUILD_DIR/bin/verl-bench-decode-attention" $dab --iters 100
     done > "$OUT/decode_attention.jsonl" 2>&1
+    # The step's GEMMs at decode batch sizes, every cuBLASLt algorithm against the heuristic's first.
+    timeout 120 "$BUILD_DIR/bin/verl-bench-gemm" > "$OUT/gemm.jsonl" 2>&1
     eval timeout 400 python3 "$ROOT/tools/bench/b1_rollout.py" --build-dir "$BUILD_DIR" --out "$OUT/b1.json" \
       "${B1_ARGS:-}" > "$OUT/b1.log" 2>&1
     b1_rc=$?

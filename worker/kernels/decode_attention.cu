@@ -19,6 +19,7 @@
 
 #include "worker/kernels/decode_attention_kernel.h"
 #include "worker/kernels/dtype.cuh"
+#include "worker/kernels/launch.cuh"
 
 namespace verl::kernels {
 namespace {
@@ -73,6 +74,8 @@ __host__ __device__ inline int RangeLength(int capacity, int splits) {
 
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const DecodeAttentionArgs a) {
+  WaitForPriorGrid();
+  AllowDependentGrid();
   constexpr int kVec = D / 32;  // output dims per lane
   // Value rows whose loads a warp issues before using the first: one row at a time exposed the memory latency per row
   // (B1's shapes on the H200, tools/bench/decode_attention_bench: 8 rows took D = 64 from 105 to 77 us per launch;
@@ -307,6 +310,8 @@ __device__ __forceinline__ int WordDim(int w, int col) {
 // so a warp keeps its memory requests in flight while it computes.
 template <typename T, int D, int kMmaTiles, bool kPipelined>
 __global__ void __launch_bounds__(kMmaWarps * 32, 1) DecodeAttentionMmaKernel(const DecodeAttentionArgs a) {
+  WaitForPriorGrid();
+  AllowDependentGrid();
   constexpr int kPieces = D / 32;      // 16-byte pieces a lane loads of a row
   constexpr int kWords = 4 * kPieces;  // their 32-bit words (two elements each); QK^T k-steps and PV m-tiles: kWords/2
   constexpr int kStride = kMmaWarps * kMmaTiles * 16;  // positions the block's warps cover per iteration
@@ -514,6 +519,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 1) DecodeAttentionMmaKernel(co
 // One block of D threads per (slot, query head): the ranges' outputs weighted by exp2(max - overall max).
 template <typename T, int D>
 __global__ void MergeSplitsKernel(const DecodeAttentionArgs a) {
+  WaitForPriorGrid();
+  AllowDependentGrid();
   const int64_t bh = blockIdx.x;
   const float* part = a.partial + bh * a.splits * (D + 2);
   float m_all = -INFINITY;
@@ -544,17 +551,17 @@ cudaError_t Launch(const DecodeAttentionArgs& a, cudaStream_t stream) {
     mma = false;
   }
   if (!mma) {
-    DecodeAttentionKernel<T, D><<<grid, kThreads, 0, stream>>>(a);
+    LaunchDependent(DecodeAttentionKernel<T, D>, grid, kThreads, stream, a);
   } else if constexpr (!std::is_same_v<T, float>) {
     // Head dim 64: one tile per warp, the next one's loads in flight during its math (37.9 against 39.3 us at B1's mean
     // shape); 128: two tiles, not pipelined (the pipelined forms were no faster or spilled).
     if constexpr (D == 64) {
-      DecodeAttentionMmaKernel<T, D, 1, true><<<grid, kMmaWarps * 32, 0, stream>>>(a);
+      LaunchDependent(DecodeAttentionMmaKernel<T, D, 1, true>, grid, kMmaWarps * 32, stream, a);
     } else {
-      DecodeAttentionMmaKernel<T, D, 2, false><<<grid, kMmaWarps * 32, 0, stream>>>(a);
+      LaunchDependent(DecodeAttentionMmaKernel<T, D, 2, false>, grid, kMmaWarps * 32, stream, a);
     }
   }
-  if (a.splits > 1) MergeSplitsKernel<T, D><<<a.batch * a.q_heads, D, 0, stream>>>(a);
+  if (a.splits > 1) LaunchDependent(MergeSplitsKernel<T, D>, a.batch * a.q_heads, D, stream, a);
   return cudaGetLastError();
 }
 

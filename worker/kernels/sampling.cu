@@ -6,6 +6,7 @@
 #include <climits>
 
 #include "worker/kernels/dtype.cuh"
+#include "worker/kernels/launch.cuh"
 #include "worker/kernels/sampling_kernel.h"
 
 namespace verl::kernels {
@@ -87,7 +88,13 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const SampleArgs a) {
   __shared__ int s_warp_hit;  // the warp whose segment holds the draw
   __shared__ double s_prefix;  // the mass before that segment
   __shared__ int s_token;
+  __shared__ float s_piece_mass[kWarps];  // step 3: each warp's piece of the hit segment
+  __shared__ int s_piece_last[kWarps];
+  __shared__ int s_piece_hit;
+  __shared__ double s_piece_prefix;
 
+  WaitForPriorGrid();
+  AllowDependentGrid();
   const int r = blockIdx.x;
   const T* row = static_cast<const T*>(a.logits) + static_cast<int64_t>(r) * a.row_stride;
   const int V = a.vocab;
@@ -167,64 +174,109 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const SampleArgs a) {
   const float m = s_max;
   const double total = s_total;
 
-  // 3. Sampling: the warp of that segment reads it again, 32 vectors at a time in order, and finds the first token
-  //    whose cumulative mass passes u * total (if its sums, rounded otherwise than step 2's, stop short: the segment's
-  //    last token of positive mass).
-  if (!a.greedy && warp == s_warp_hit) {
-    const double target = a.uniforms[r] * total;
-    double prefix = s_prefix;
-    int found = -1;
-    int last_positive = -1;
-    for (int base = begin; base < end && found < 0; base += kStride) {
-      // This lane's vector: exp(x - max) of its elements, 0 past the end.
-      const int first = base + lane * kPer;
-      float e[kPer];
-      if (vec && first + kPer <= end) {
-        const uint4 raw = *reinterpret_cast<const uint4*>(row + first);
-        const T* v = reinterpret_cast<const T*>(&raw);
+  // 3. Sampling, in two levels. Every warp sums exp(x - max) over its piece of that segment (whole strides of it),
+  //    thread 0 finds the piece where the cumulative mass passes u * total, and that piece's warp reads it again, 32
+  //    vectors at a time in order, for the first token whose cumulative mass passes it. Where the sums, rounded
+  //    otherwise than step 2's, stop short: the segment's last token of positive mass. (One warp scanning the whole
+  //    segment was half the kernel's time at B1's shape: up to 38 dependent rounds of loads.)
+  if (!a.greedy && s_warp_hit >= 0) {
+    const int hit_begin = min(V, s_warp_hit * seg);
+    const int hit_end = min(V, hit_begin + seg);
+    const int piece = (seg / kStride + kWarps - 1) / kWarps * kStride;
+    const int pb = min(hit_end, hit_begin + warp * piece);
+    const int pe = min(hit_end, pb + piece);
+    float piece_mass = 0.f;
+    int piece_last = -1;  // its last token of positive mass
+    LaneElements(row, pb, pe, lane, vec, [&](int i, float v) {
+      const float e = expf(scaled(v) - m);
+      piece_mass += e;
+      if (e > 0.f) piece_last = i;
+    });
 #pragma unroll
-        for (int j = 0; j < kPer; ++j) e[j] = expf(scaled(ToFloat(v[j])) - m);
-      } else {
-#pragma unroll
-        for (int j = 0; j < kPer; ++j) e[j] = first + j < end ? expf(scaled(ToFloat(row[first + j])) - m) : 0.f;
-      }
-      float c = 0.f;
-      int lp = -1;  // this vector's last token of positive mass
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) {
-        c += e[j];
-        if (e[j] > 0.f) lp = first + j;
-      }
-      // Inclusive scan of the lanes' sums: the mass up to the end of each lane's vector.
-      float inclusive = c;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const float up = __shfl_up_sync(0xffffffffu, inclusive, o);
-        if (lane >= o) inclusive += up;
-      }
-      const float chunk = __shfl_sync(0xffffffffu, inclusive, 31);
-      const unsigned hit = __ballot_sync(0xffffffffu, prefix + static_cast<double>(inclusive) > target);
-      const unsigned positive = __ballot_sync(0xffffffffu, lp >= 0);
-      if (positive) last_positive = __shfl_sync(0xffffffffu, lp, 31 - __clz(positive));
-      if (hit) {
-        const int lane_hit = __ffs(hit) - 1;
-        int pick = -1;
-        if (lane == lane_hit) {
-          // The first element past the target; the vector's last of positive mass if this lane's element-by-element
-          // sum, rounded otherwise than the scan, stops short (the scan's crossing here means c > 0).
-          double run = prefix + static_cast<double>(inclusive - c);
-#pragma unroll
-          for (int j = 0; j < kPer; ++j) {
-            run += static_cast<double>(e[j]);
-            if (pick < 0 && run > target) pick = first + j;
-          }
-          if (pick < 0) pick = lp;
-        }
-        found = __shfl_sync(0xffffffffu, pick, lane_hit);
-      }
-      prefix += static_cast<double>(chunk);
+    for (int o = 1; o < 32; o <<= 1) {
+      piece_mass += __shfl_xor_sync(0xffffffffu, piece_mass, o);
+      piece_last = max(piece_last, __shfl_xor_sync(0xffffffffu, piece_last, o));
     }
-    if (lane == 0) s_token = found >= 0 ? found : last_positive;
+    if (lane == 0) {
+      s_piece_mass[warp] = piece_mass;
+      s_piece_last[warp] = piece_last;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const double target = a.uniforms[r] * total;
+      double prefix = s_prefix;
+      int hit = -1;
+      int last = -1;
+      for (int w = 0; w < kWarps; ++w) {
+        if (s_piece_mass[w] > 0.f) {
+          last = w;
+          if (hit < 0 && prefix + static_cast<double>(s_piece_mass[w]) > target) {
+            hit = w;
+            s_piece_prefix = prefix;
+          }
+          prefix += static_cast<double>(s_piece_mass[w]);
+        }
+      }
+      s_piece_hit = hit;
+      if (hit < 0 && last >= 0) s_token = s_piece_last[last];
+    }
+    __syncthreads();
+    if (warp == s_piece_hit) {
+      const double target = a.uniforms[r] * total;
+      double prefix = s_piece_prefix;
+      int found = -1;
+      int last_positive = -1;
+      for (int base = pb; base < pe && found < 0; base += kStride) {
+        // This lane's vector: exp(x - max) of its elements, 0 past the end.
+        const int first = base + lane * kPer;
+        float e[kPer];
+        if (vec && first + kPer <= pe) {
+          const uint4 raw = *reinterpret_cast<const uint4*>(row + first);
+          const T* v = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+          for (int j = 0; j < kPer; ++j) e[j] = expf(scaled(ToFloat(v[j])) - m);
+        } else {
+#pragma unroll
+          for (int j = 0; j < kPer; ++j) e[j] = first + j < pe ? expf(scaled(ToFloat(row[first + j])) - m) : 0.f;
+        }
+        float c = 0.f;
+        int lp = -1;  // this vector's last token of positive mass
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) {
+          c += e[j];
+          if (e[j] > 0.f) lp = first + j;
+        }
+        // Inclusive scan of the lanes' sums: the mass up to the end of each lane's vector.
+        float inclusive = c;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+          const float up = __shfl_up_sync(0xffffffffu, inclusive, o);
+          if (lane >= o) inclusive += up;
+        }
+        const float chunk = __shfl_sync(0xffffffffu, inclusive, 31);
+        const unsigned hit = __ballot_sync(0xffffffffu, prefix + static_cast<double>(inclusive) > target);
+        const unsigned positive = __ballot_sync(0xffffffffu, lp >= 0);
+        if (positive) last_positive = __shfl_sync(0xffffffffu, lp, 31 - __clz(positive));
+        if (hit) {
+          const int lane_hit = __ffs(hit) - 1;
+          int pick = -1;
+          if (lane == lane_hit) {
+            // The first element past the target; the vector's last of positive mass if this lane's element-by-element
+            // sum, rounded otherwise than the scan, stops short (the scan's crossing here means c > 0).
+            double run = prefix + static_cast<double>(inclusive - c);
+#pragma unroll
+            for (int j = 0; j < kPer; ++j) {
+              run += static_cast<double>(e[j]);
+              if (pick < 0 && run > target) pick = first + j;
+            }
+            if (pick < 0) pick = lp;
+          }
+          found = __shfl_sync(0xffffffffu, pick, lane_hit);
+        }
+        prefix += static_cast<double>(chunk);
+      }
+      if (lane == 0) s_token = found >= 0 ? found : last_positive;
+    }
   }
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -245,7 +297,7 @@ cudaError_t LaunchSample(const SampleArgs& a, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   }
   WithElementType(a.dtype, [&](auto t) {
-    SampleKernel<typename decltype(t)::type><<<a.rows, kThreads, 0, stream>>>(a);
+    LaunchDependent(SampleKernel<typename decltype(t)::type>, a.rows, kThreads, stream, a);
   });
   return cudaGetLastError();
 }

@@ -5,12 +5,13 @@
 // wrapper is sampling.h).
 //
 // One thread block per row of logits: x = logits * (1 / temperature) as ATen computes logits / temperature on a GPU
-// (plain logits when temperature <= 0). One read of the row gives each thread's segment max and sum of exp(x - max)
+// (plain logits when temperature <= 0). One read of the row gives each warp's segment max and sum of exp(x - max)
 // (online: rescaled as the max grows); the block then takes the row's max and scans the segment sums, rescaled to
 // it, in float64. Greedy takes the first index of the max, sampling the first index whose cumulative mass exceeds
-// u * sum (the segment holding that point is read again by its thread). The log-prob of the chosen token is
-// x - max - log(sum). So the logits are read once, plus one thread's segment, in their own dtype, instead of the many
-// full passes (temperature, softmax, float64 cast, cumsum, log_softmax) of the ATen composition.
+// u * sum: the segment holding that point is read again by the whole block (a piece per warp), and the piece holding
+// it once more by its warp. The log-prob of the chosen token is x - max - log(sum). So the logits are read about once,
+// in their own dtype, instead of the many full passes (temperature, softmax, float64 cast, cumsum, log_softmax) of the
+// ATen composition.
 
 #include <cuda_runtime.h>
 
