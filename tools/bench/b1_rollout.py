@@ -121,6 +121,9 @@ def main():
     if a.profile:
         for name, extra in (("graphs", ["--profile", "1"]), ("eager", ["--enforce-eager", "1", "--profile", "1"])):
             profiles[name] = run_ours(bin_dir, model, shape, 1, extra).get("profile")
+        if a.pdl_variant:  # a dependent kernel's time includes its wait on the kernel before: compare without
+            profiles["graphs_no_pdl"] = run_ours(bin_dir, model, shape, 1, ["--profile", "1"],
+                                                 env={"VERL_PDL": "0"}).get("profile")
     baseline = None if a.skip_hf else run_hf(model, a.prompts, a.prompt_len, a.new_tokens, a.hf_repeats)
     limit_s = roofline_seconds(cfg, a.prompts, a.prompt_len, a.new_tokens, weight_bytes)
     generated = a.prompts * a.new_tokens

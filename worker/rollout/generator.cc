@@ -4,6 +4,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <map>
 #include <memory>
@@ -11,6 +12,7 @@
 #include <utility>
 
 #ifdef VERL_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include "worker/kernels/sampling.h"
 
@@ -206,14 +208,14 @@ at::Tensor DecodeSlotLogits(const DecoderModel& model, const KvCache& slots, int
   return model.Logits(hidden.select(1, 0), keep_dtype);
 }
 
-// DecodeSlotLogits over slots [0, B) fed from `in` (int64 [2, B]: tokens, positions), then SampleNextTokens with
-// `uniforms` (float64 [B]): the sampled token (int64 [B]) and its log-prob (float32 [B]) of every slot.
+// DecodeSlotLogits over slots [0, B) fed `tokens` at `pos` (int64 [B] each), then SampleNextTokens with `uniforms`
+// (float64 [B]): the sampled token (int64 [B]) and its log-prob (float32 [B]) of every slot.
 std::pair<at::Tensor, at::Tensor> DecodeAndSample(const DecoderModel& model, const KvCache& slots,
-                                                  const SamplingOptions& options, int64_t B, const at::Tensor& in,
-                                                  const at::Tensor& uniforms) {
+                                                  const SamplingOptions& options, int64_t B, const at::Tensor& tokens,
+                                                  const at::Tensor& pos, const at::Tensor& uniforms) {
   // The fused sampler reads bf16/fp16 logits itself (exactly their float32 values); ATen's composition wants float32.
   const bool fused = model.device().is_cuda() && Unfiltered(options, model.config().vocab_size);
-  at::Tensor logits = DecodeSlotLogits(model, slots, B, in[0], in[1], fused);
+  at::Tensor logits = DecodeSlotLogits(model, slots, B, tokens, pos, fused);
   at::Tensor lp;  // float32 on either sampling path
   at::Tensor tok = SampleNextTokens(logits, options, uniforms, &lp);
   return {tok, lp};
@@ -229,55 +231,89 @@ int64_t DecodeBucket(int64_t high, int64_t num_slots) {
 }
 
 #ifdef VERL_WITH_CUDA
-// The decoding step (DecodeAndSample) as CUDA graphs, one per batch size bucket (DecodeBucket). Slots of the bucket
-// that hold no sequence feed padding at position 0 (a free slot's position 0 is rewritten by its next prefill). A
-// bucket's graph is captured at its first use, right after an eager run of the same step on the capturing stream
-// (which computes that step's outputs); all buckets share one memory pool, and the graphs hold the cache's and the
-// weights' addresses, so they live only as long as this rollout.
-class DecodeGraphs {
+// The decoding steps of continuous batching on a GPU (DecodeAndSample over a bucket of slots, DecodeBucket). Each
+// slot's last token stays on the device (`last`, int64 [S]): a step feeds last[0, size) and writes its samples back
+// there, so a step's input does not wait for the host to have read the previous step's output; the host sends only
+// positions and draws, which it knows ahead. Step() only enqueues work on the current stream, copies included (from
+// and to pinned host buffers), so the host prepares the next step while the device runs this one.
+//
+// Unless enforce_eager, each bucket's step is a CUDA graph captured at its first use, right after an eager run of
+// the same step on the capturing stream (which computes that step's outputs). Slots of the bucket that hold no
+// sequence feed whatever token they last held at position 0 (a free slot's position 0 is rewritten by its next
+// prefill; its outputs are ignored). All buckets share one memory pool, and the graphs hold the cache's, `last`'s and
+// the weights' addresses, so they live only as long as this rollout.
+class DecodeSteps {
  public:
-  DecodeGraphs(const DecoderModel& model, const KvCache& slots, const SamplingOptions& options)
-      : model_(model), slots_(slots), options_(options), pool_(at::cuda::graph_pool_handle()) {}
+  DecodeSteps(const DecoderModel& model, const KvCache& slots, const SamplingOptions& options, at::Tensor last,
+              bool graphs)
+      : model_(model),
+        slots_(slots),
+        options_(options),
+        last_(std::move(last)),
+        use_graphs_(graphs),
+        pool_(at::cuda::graph_pool_handle()) {}
 
-  // One step over the slots [0, size) (a bucket): `host_in` is int64 [2, S] (tokens, positions), `host_uniforms`
-  // float64 [S]. Returns host tensors of the sampled token (int64) and its log-prob (float32) of each of those slots.
-  std::pair<at::Tensor, at::Tensor> Step(int64_t size, const at::Tensor& host_in, const at::Tensor& host_uniforms) {
+  // One step over slots [0, size): positions from `host_pos` (int64 [>= size]) and draws from `host_uniforms`
+  // (float64), both pinned; the sampled tokens and their log-prob land in the pinned `host_tok` (int64) and `host_lp`
+  // (float32) once the current stream has reached the end of this call's work.
+  void Step(int64_t size, const at::Tensor& host_pos, const at::Tensor& host_uniforms, const at::Tensor& host_tok,
+            const at::Tensor& host_lp) {
+    if (!use_graphs_) {
+      const at::Device device = model_.device();
+      at::Tensor pos = host_pos.narrow(0, 0, size).to(device, /*non_blocking=*/true);
+      at::Tensor uniforms = host_uniforms.narrow(0, 0, size).to(device, /*non_blocking=*/true);
+      at::Tensor tokens = last_.narrow(0, 0, size);
+      auto [tok, lp] = DecodeAndSample(model_, slots_, options_, size, tokens, pos, uniforms);
+      tokens.copy_(tok);
+      host_tok.narrow(0, 0, size).copy_(tok, /*non_blocking=*/true);
+      host_lp.narrow(0, 0, size).copy_(lp, /*non_blocking=*/true);
+      return;
+    }
     auto it = graphs_.find(size);
-    if (it == graphs_.end()) return Capture(size, host_in, host_uniforms);
+    if (it == graphs_.end()) {
+      Capture(size, host_pos, host_uniforms, host_tok, host_lp);
+      return;
+    }
     Graph& g = it->second;
-    g.in.copy_(host_in.narrow(1, 0, size));
-    g.uniforms.copy_(host_uniforms.narrow(0, 0, size));
+    g.pos.copy_(host_pos.narrow(0, 0, size), /*non_blocking=*/true);
+    g.uniforms.copy_(host_uniforms.narrow(0, 0, size), /*non_blocking=*/true);
     g.graph->replay();
-    return {g.tok.to(at::kCPU), g.lp.to(at::kCPU)};
+    host_tok.narrow(0, 0, size).copy_(g.tok, /*non_blocking=*/true);
+    host_lp.narrow(0, 0, size).copy_(g.lp, /*non_blocking=*/true);
   }
 
   int64_t captured() const { return static_cast<int64_t>(graphs_.size()); }
 
  private:
   struct Graph {
-    at::Tensor in;        // int64 [2, size] on the device: tokens, positions
+    at::Tensor pos;       // int64 [size] on the device
     at::Tensor uniforms;  // float64 [size]
     at::Tensor tok, lp;   // the graph's outputs
     std::unique_ptr<at::cuda::CUDAGraph> graph;
   };
 
   std::pair<at::Tensor, at::Tensor> Run(Graph& g, int64_t size) {
-    return DecodeAndSample(model_, slots_, options_, size, g.in, g.uniforms);
+    at::Tensor tokens = last_.narrow(0, 0, size);
+    auto out = DecodeAndSample(model_, slots_, options_, size, tokens, g.pos, g.uniforms);
+    tokens.copy_(out.first);
+    return out;
   }
 
-  std::pair<at::Tensor, at::Tensor> Capture(int64_t size, const at::Tensor& host_in, const at::Tensor& host_uniforms) {
+  void Capture(int64_t size, const at::Tensor& host_pos, const at::Tensor& host_uniforms, const at::Tensor& host_tok,
+               const at::Tensor& host_lp) {
     const at::Device device = model_.device();
     Graph g;
-    g.in = host_in.narrow(1, 0, size).to(device).contiguous();
+    g.pos = host_pos.narrow(0, 0, size).to(device).contiguous();
     g.uniforms = host_uniforms.narrow(0, 0, size).to(device).contiguous();
     // Capture runs on a side stream, after everything queued on the current one.
     c10::cuda::getCurrentCUDAStream(device.index()).synchronize();
     c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, device.index());
-    std::pair<at::Tensor, at::Tensor> out;
     {
       const c10::cuda::CUDAStreamGuard guard(side);
-      auto [tok, lp] = Run(g, size);  // this step, eagerly (also warms up cuBLAS on this stream)
-      out = {tok.to(at::kCPU), lp.to(at::kCPU)};
+      // This step, eagerly (it updates last_; also warms up cuBLAS on this stream); the capture below runs nothing.
+      auto [tok, lp] = Run(g, size);
+      host_tok.narrow(0, 0, size).copy_(tok);
+      host_lp.narrow(0, 0, size).copy_(lp);
       g.graph = std::make_unique<at::cuda::CUDAGraph>();
       // Thread-local capture: the daemon's other rank threads keep using their GPUs meanwhile.
       g.graph->capture_begin(pool_, cudaStreamCaptureModeThreadLocal);
@@ -295,12 +331,13 @@ class DecodeGraphs {
     }
     side.synchronize();
     graphs_.emplace(size, std::move(g));
-    return out;
   }
 
   const DecoderModel& model_;
   const KvCache& slots_;
   const SamplingOptions options_;
+  at::Tensor last_;
+  const bool use_graphs_;
   at::cuda::MempoolId_t pool_;
   std::map<int64_t, Graph> graphs_;
 };
@@ -351,48 +388,101 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
   std::vector<int64_t> slot_row(S, -1);  // -1: free
   std::vector<int64_t> slot_len(S, 0);   // prompt length
   std::vector<int64_t> slot_made(S, 0);  // response tokens sampled so far
-  std::vector<int64_t> slot_last(S, 0);  // the last sampled token, fed at the next step
+  std::vector<int64_t> slot_last(S, 0);  // the last sampled token, fed at the next step (CPU ranks)
+  std::vector<int64_t> row_slot(N, -1);  // the slot a row runs in; -1 before and after
+  std::vector<bool> row_ended(N, false);  // an EOS recorded
   int64_t running = 0;
+  // Frees the slot of `row` (if it still holds one).
+  auto release = [&](int64_t row) {
+    const int64_t s = row_slot[row];
+    if (s < 0) return;
+    slot_row[s] = -1;
+    row_slot[row] = -1;
+    --running;
+  };
 
   // The draw for slot s's next token.
   auto uniform = [&](int64_t s) {
     return options.do_sample ? CounterUniform(options.seed, streams[slot_row[s]], slot_made[s]) : 0.0;
   };
-  // Records slot s's next token; frees the slot when its sequence ends.
-  auto record = [&](int64_t s, int64_t token, float lp) {
-    const int64_t row = slot_row[s];
-    const int64_t t = slot_made[s]++;
+  // Records token t of `row`; an EOS ends the row (its slot freed, if it still holds one). A token after the row's
+  // EOS is dropped: a GPU step runs one ahead of the host's reading of the previous one (see below).
+  auto record_token = [&](int64_t row, int64_t t, int64_t token, float lp) {
+    if (row_ended[row]) return;
     responses[row][t] = token;
     log_probs[row][t] = lp;
     response_valid[row][t] = true;
-    slot_last[s] = token;
-    if (is_eos(token) || t + 1 == R) {
-      slot_row[s] = -1;
-      --running;
+    if (is_eos(token)) {
+      row_ended[row] = true;
+      release(row);
     }
   };
-  // Samples the next token of each slot in `active` from `logits` [active, V] and records it.
+  // Records slot s's next token at once (the host has it); frees the slot when its sequence ends.
+  auto record = [&](int64_t s, int64_t token, float lp) {
+    const int64_t row = slot_row[s];
+    const int64_t t = slot_made[s]++;
+    slot_last[s] = token;
+    record_token(row, t, token, lp);
+    if (t + 1 == R) release(row);
+  };
+  // Samples the next token of each slot in `active` from `logits` [active, V] and records it; returns the tokens on
+  // the device.
   auto sample_and_record = [&](const std::vector<int64_t>& active, const at::Tensor& logits) {
     const int64_t k = active.size();
     at::Tensor uniforms = at::empty({k}, at::kDouble);
     for (int64_t j = 0; j < k; ++j) uniforms.data_ptr<double>()[j] = uniform(active[j]);
     at::Tensor lp;
-    at::Tensor tok = SampleNextTokens(logits, options, uniforms.to(device), &lp);
-    tok = tok.to(at::kCPU);
+    const at::Tensor tok = SampleNextTokens(logits, options, uniforms.to(device), &lp);
+    const at::Tensor host_tok = tok.to(at::kCPU);
     lp = lp.to(at::kCPU, at::kFloat);
-    for (int64_t j = 0; j < k; ++j) record(active[j], tok.data_ptr<int64_t>()[j], lp.data_ptr<float>()[j]);
+    for (int64_t j = 0; j < k; ++j) record(active[j], host_tok.data_ptr<int64_t>()[j], lp.data_ptr<float>()[j]);
+    return tok;
   };
 
   // Decoding steps run in the CUDA decode kernel where the model allows (each row attends over its own length), and
   // then, unless enforce_eager, as CUDA graphs; otherwise under a mask over the longest running length.
   const bool decode_kernel = model.DecodeKernelAvailable();
-#ifdef VERL_WITH_CUDA
-  std::unique_ptr<DecodeGraphs> graphs;
-  if (decode_kernel && !options.enforce_eager) graphs = std::make_unique<DecodeGraphs>(model, slots, options);
-#endif
   int64_t out_graphs = 0;
-  at::Tensor host_in = at::empty({2, S}, long_opts);  // per slot: the token fed, its position
+  at::Tensor host_in = at::empty({2, S}, long_opts);  // per slot: the token fed, its position (CPU ranks)
   at::Tensor host_uniforms = at::zeros({S}, at::kDouble);
+#ifdef VERL_WITH_CUDA
+  // The decode kernel's steps run one ahead of the host: step k is enqueued (its positions and draws are known
+  // without its input tokens, which stay on the device), and then the host reads step k - 1's tokens, which the device
+  // finished meanwhile. So a row's EOS is seen one step late: its slot computes one more token, dropped, and is freed
+  // then (a free slot's cache beyond its next prompt is rewritten before it is read). Ends by max_new_tokens are known
+  // when the step is enqueued, and free the slot at once. Two sets of pinned buffers alternate between the step being
+  // enqueued and the one being read.
+  at::Tensor dev_last;  // int64 [S]: each slot's last token
+  std::unique_ptr<DecodeSteps> steps;
+  struct Inflight {
+    bool valid = false;
+    int buffers = 0;  // which set of pinned buffers
+    std::vector<std::array<int64_t, 3>> entries;  // (slot, row, token index) of each running slot
+    at::cuda::CUDAEvent done;
+  };
+  Inflight inflight;
+  at::Tensor pinned_pos[2], pinned_uniforms[2], pinned_tok[2], pinned_lp[2];
+  int64_t decode_steps = 0;
+  if (decode_kernel) {
+    dev_last = at::zeros({S}, dev_long);
+    steps = std::make_unique<DecodeSteps>(model, slots, options, dev_last, !options.enforce_eager);
+    for (int i = 0; i < 2; ++i) {
+      pinned_pos[i] = at::zeros({S}, long_opts.pinned_memory(true));
+      pinned_uniforms[i] = at::zeros({S}, at::TensorOptions().dtype(at::kDouble).pinned_memory(true));
+      pinned_tok[i] = at::zeros({S}, long_opts.pinned_memory(true));
+      pinned_lp[i] = at::zeros({S}, at::TensorOptions().dtype(at::kFloat).pinned_memory(true));
+    }
+  }
+  // Records the tokens of the step in flight, once the device has copied them out.
+  auto drain = [&]() {
+    if (!inflight.valid) return;
+    inflight.done.synchronize();
+    const int64_t* tok = pinned_tok[inflight.buffers].data_ptr<int64_t>();
+    const float* lp = pinned_lp[inflight.buffers].data_ptr<float>();
+    for (const auto& [s, row, t] : inflight.entries) record_token(row, t, tok[s], lp[s]);
+    inflight.valid = false;
+  };
+#endif
 
   int64_t next_row = 0;
   while (next_row < N || running > 0) {
@@ -419,6 +509,7 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
           break;
         }
         const int64_t s = free_slots[used++];
+        row_slot[next_row] = s;
         slot_row[s] = next_row++;
         slot_len[s] = len;
         slot_made[s] = 0;
@@ -455,7 +546,10 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
       }
       running += static_cast<int64_t>(group.size());
       at::Tensor logits = model.Logits(hidden.index({at::arange(u, dev_long), last.to(device)}));
-      sample_and_record(group, logits.index_select(0, dev_prompt_of));
+      const at::Tensor first = sample_and_record(group, logits.index_select(0, dev_prompt_of));
+#ifdef VERL_WITH_CUDA
+      if (decode_kernel) dev_last.index_copy_(0, dev_group, first);
+#endif
     }
     if (running == 0) continue;
 
@@ -479,6 +573,7 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
           slot_len[free_slot] = slot_len[s];
           slot_made[free_slot] = slot_made[s];
           slot_last[free_slot] = slot_last[s];
+          row_slot[slot_row[s]] = free_slot;
           slot_row[s] = -1;
         }
         const at::Tensor dev_from = at::tensor(from, long_opts).to(device);
@@ -487,10 +582,46 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
           slots.k[i].index_copy_(0, dev_to, slots.k[i].index_select(0, dev_from));
           slots.v[i].index_copy_(0, dev_to, slots.v[i].index_select(0, dev_from));
         }
+#ifdef VERL_WITH_CUDA
+        if (decode_kernel) dev_last.index_copy_(0, dev_to, dev_last.index_select(0, dev_from));
+#endif
         ++out.compactions;
       }
     }
 
+#ifdef VERL_WITH_CUDA
+    if (decode_kernel) {
+      // One decoding step over the bucket of slots [0, high): each running slot feeds its last token (on the device)
+      // at position len + made - 1 (its cache index too); a free slot below high feeds position 0, output ignored.
+      const int buffers = static_cast<int>(decode_steps++ % 2);
+      int64_t* pos = pinned_pos[buffers].data_ptr<int64_t>();
+      double* uniforms = pinned_uniforms[buffers].data_ptr<double>();
+      Inflight next;
+      next.valid = true;
+      next.buffers = buffers;
+      int64_t high = 0;
+      for (int64_t s = 0; s < S; ++s) {
+        pos[s] = 0;
+        uniforms[s] = 0.0;
+        if (slot_row[s] < 0) continue;
+        high = s + 1;
+        pos[s] = slot_len[s] + slot_made[s] - 1;
+        uniforms[s] = uniform(s);
+        next.entries.push_back({s, slot_row[s], slot_made[s]});
+      }
+      for (const auto& [s, row, t] : next.entries) {
+        ++slot_made[s];
+        if (t + 1 == R) release(row);
+      }
+      steps->Step(DecodeBucket(high, S), pinned_pos[buffers], pinned_uniforms[buffers], pinned_tok[buffers],
+                  pinned_lp[buffers]);
+      next.done.record(c10::cuda::getCurrentCUDAStream(device.index()));
+      drain();  // the previous step, finished while this one was being enqueued (or soon)
+      inflight = std::move(next);
+      out_graphs = steps->captured();
+      continue;
+    }
+#endif
     // One decoding step over slots [0, high): each running slot feeds its last token at position len + made - 1 (its
     // cache index too); a free slot below high feeds padding at position 0 and its output is ignored.
     std::vector<int64_t> active;
@@ -511,23 +642,6 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
       uniforms[s] = uniform(s);
       attend = std::max(attend, slot_len[s] + slot_made[s]);
     }
-    if (decode_kernel) {
-      const int64_t B = DecodeBucket(high, S);
-      std::pair<at::Tensor, at::Tensor> out;
-#ifdef VERL_WITH_CUDA
-      if (graphs) out = graphs->Step(B, host_in, host_uniforms);
-#endif
-      if (!out.first.defined()) {
-        auto [tok, lp] = DecodeAndSample(model, slots, options, B, host_in.narrow(1, 0, B).to(device),
-                                         host_uniforms.narrow(0, 0, B).to(device));
-        out = {tok.to(at::kCPU), lp.to(at::kCPU)};
-      }
-      for (int64_t s : active) record(s, out.first.data_ptr<int64_t>()[s], out.second.data_ptr<float>()[s]);
-#ifdef VERL_WITH_CUDA
-      if (graphs) out_graphs = graphs->captured();
-#endif
-      continue;
-    }
     // Elsewhere (CPU ranks): attention under a mask over the longest running length, logits of the running slots.
     at::Tensor dev_tokens = host_in[0].narrow(0, 0, high).to(device);
     at::Tensor dev_pos = host_in[1].narrow(0, 0, high).to(device);
@@ -542,6 +656,9 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
     at::Tensor logits = model.Logits(h);
     sample_and_record(active, logits);
   }
+#ifdef VERL_WITH_CUDA
+  drain();
+#endif
   out.decode_graphs = out_graphs;
   return finish();
 }
