@@ -276,6 +276,14 @@ TEST_CASE("fused sampling on the GPU draws what ATen's composition draws", "[wor
       if (sample) rows[1] = false;
       const double agree = tok.eq(ref).masked_select(rows).to(at::kDouble).mean().item<double>();
       CAPTURE(agree);
+      std::string differ;  // row: ours / ATen's token, the draw
+      for (int64_t r = 0; r < c.rows; ++r) {
+        if (rows[r].item<bool>() && tok[r].item<int64_t>() != ref[r].item<int64_t>()) {
+          differ += std::to_string(r) + ": " + std::to_string(tok[r].item<int64_t>()) + " / " +
+                    std::to_string(ref[r].item<int64_t>()) + " u " + std::to_string(uniforms[r].item<double>()) + "; ";
+        }
+      }
+      CAPTURE(differ);
       // Greedy must agree everywhere; a draw may differ only where u falls within rounding of a CDF step (float sums
       // within segments against float64 cumsum), which these draws practically never do.
       CHECK(agree >= (sample ? 0.995 : 1.0));
