@@ -380,52 +380,33 @@ __device__ __forceinline__ void GridElements(int64_t n, F&& f) {
   }
 }
 
-// Vectors of 16 bytes (single elements where !kVec) a SwiGLU thread loads before it uses the first: at B1's decode
-// shape (512 rows of 4864) one vector per thread left 1.15 waves of blocks, each waiting out one load's latency.
-constexpr int kSwiGluBatch = 4;
-
 template <typename T, bool kVec>
 __global__ void SwiGluKernel(const SwiGluArgs a) {
   WaitForPriorGrid();
   AllowDependentGrid();
-  constexpr int kN = kVec ? Vec<T>::kN : 1;
   const T* g = static_cast<const T*>(a.gate);
   const T* u = static_cast<const T*>(a.up);
   T* y = static_cast<T*>(a.y);
-  const int64_t items = a.n / kN;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   // 32-bit division where the indices fit (a 64-bit one costs several times the instructions).
   const bool narrow = a.n <= INT32_MAX;
-  auto source = [&](int64_t i) -> int64_t {  // a vector stays within its row
-    if (a.cols <= 0) return i;
-    if (narrow) {
-      const int i32 = static_cast<int>(i), cols = static_cast<int>(a.cols);
-      return static_cast<int64_t>(i32 / cols) * 2 * cols + i32 % cols;
-    }
-    return i / a.cols * 2 * a.cols + i % a.cols;
-  };
-  for (int64_t base = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; base < items;
-       base += stride * kSwiGluBatch) {
-    float gv[kSwiGluBatch][kN], uv[kSwiGluBatch][kN];
-#pragma unroll
-    for (int b = 0; b < kSwiGluBatch; ++b) {
-      const int64_t v = base + b * stride;
-      if (v < items) {
-        const int64_t at = source(v * kN);
-        LoadN<T>(g + at, gv[b]);
-        LoadN<T>(u + at, uv[b]);
+  // One vector per thread and iteration: four, loaded before use, took B1's SwiGLU from 7.0 to 12.2 us per call.
+  GridElements<T, kVec>(a.n, [&](int64_t i, auto n) {
+    int64_t at = i;  // a vector stays within its row
+    if (a.cols > 0) {
+      if (narrow) {
+        const int i32 = static_cast<int>(i), cols = static_cast<int>(a.cols);
+        at = static_cast<int64_t>(i32 / cols) * 2 * cols + i32 % cols;
+      } else {
+        at = i / a.cols * 2 * a.cols + i % a.cols;
       }
     }
+    float gv[n.value], uv[n.value];
+    LoadN<T>(g + at, gv);
+    LoadN<T>(u + at, uv);
 #pragma unroll
-    for (int b = 0; b < kSwiGluBatch; ++b) {
-      const int64_t v = base + b * stride;
-      if (v < items) {
-#pragma unroll
-        for (int j = 0; j < kN; ++j) gv[b][j] = __fmul_rn(Round<T>(Silu(gv[b][j])), uv[b][j]);
-        StoreN<T>(y + v * kN, gv[b]);
-      }
-    }
-  }
+    for (int j = 0; j < n.value; ++j) gv[j] = __fmul_rn(Round<T>(Silu(gv[j])), uv[j]);
+    StoreN<T>(y + i, gv);
+  });
 }
 
 template <typename T, bool kVec>
@@ -563,8 +544,7 @@ cudaError_t LaunchSwiGlu(const SwiGluArgs& a, cudaStream_t stream) {
   const bool rows_vec = a.cols == 0 || a.cols % 8 == 0;
   return DispatchVec(a.dtype, a.n, rows_vec && AllAligned({a.gate, a.up, a.y}), [&](auto t, auto vec) {
     using T = typename decltype(t)::type;
-    const int64_t items = vec ? a.n / Vec<T>::kN : a.n;
-    LaunchDependent(SwiGluKernel<T, vec>, ElementBlocks((items + kSwiGluBatch - 1) / kSwiGluBatch), 256, stream, a);
+    LaunchDependent(SwiGluKernel<T, vec>, ElementBlocks(vec ? a.n / Vec<T>::kN : a.n), 256, stream, a);
   });
 }
 

@@ -270,6 +270,13 @@ TEST_CASE("fused sampling on the GPU draws what ATen's composition draws", "[wor
       at::Tensor tok = SampleNextTokens(logits.to(at::kCUDA), o, uniforms.to(at::kCUDA), &lp);
       tok = tok.cpu();
       lp = lp.cpu();
+      // The kernel is deterministic: the same draws and log-probs again, from fresh copies of the inputs.
+      for (int again = 0; again < 3; ++again) {
+        at::Tensor lp2;
+        const at::Tensor tok2 = SampleNextTokens(logits.to(at::kCUDA), o, uniforms.to(at::kCUDA), &lp2).cpu();
+        CHECK(at::equal(tok2, tok));
+        CHECK(at::equal(lp2.cpu(), lp));
+      }
       // Row 1 (u at the very end of the CDF) sits within rounding of the last steps by construction: it is left out
       // of the agreement, and its draw must come from the CDF's top (any token of positive mass past 90 % of the row).
       at::Tensor rows = at::ones({c.rows}, at::kBool);
