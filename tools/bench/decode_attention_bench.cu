@@ -20,30 +20,12 @@
 #include <string>
 #include <vector>
 
+#include "tools/bench/cuda_bench_util.cuh"
 #include "worker/kernels/decode_attention_kernel.h"
 
 namespace {
 
-#define CUDA_OK(expr)                                                                            \
-  do {                                                                                           \
-    const cudaError_t e = (expr);                                                                \
-    if (e != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e)); \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
-
-// Deterministic pseudo-random bf16 values in [-2, 2).
-__global__ void Fill(__nv_bfloat16* x, int64_t n, uint64_t seed) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    uint64_t h = (static_cast<uint64_t>(i) + seed) * 0x9E3779B97F4A7C15ull;
-    h ^= h >> 31;
-    h *= 0xBF58476D1CE4E5B9ull;
-    h ^= h >> 29;
-    x[i] = __float2bfloat16(static_cast<float>(h >> 40) / static_cast<float>(1 << 24) * 4.0f - 2.0f);
-  }
-}
+using verl::bench::FillUniform;
 
 // Plain softmax(q k^T * scale) v in float32, one block per (slot, query head); zeros for an empty slot.
 __global__ void Reference(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
@@ -134,9 +116,9 @@ int main(int argc, char** argv) {
   CUDA_OK(cudaMalloc(&out, q_elems * 2));
   CUDA_OK(cudaMalloc(&lengths, B * sizeof(int32_t)));
   if (splits > 1) CUDA_OK(cudaMalloc(&partial, static_cast<int64_t>(B) * Hq * splits * (D + 2) * sizeof(float)));
-  Fill<<<1024, 256>>>(q, q_elems, 1);
-  Fill<<<1024, 256>>>(k, kv_elems, 2);
-  Fill<<<1024, 256>>>(v, kv_elems, 3);
+  FillUniform<<<1024, 256>>>(q, q_elems, 1, -2.0f, 2.0f);
+  FillUniform<<<1024, 256>>>(k, kv_elems, 2, -2.0f, 2.0f);
+  FillUniform<<<1024, 256>>>(v, kv_elems, 3, -2.0f, 2.0f);
   std::mt19937 rng(5);
   std::vector<int32_t> len(B);
   int64_t positions = 0;

@@ -18,16 +18,12 @@
 #include <string>
 #include <vector>
 
+#include "tools/bench/cuda_bench_util.cuh"
+
 namespace {
 
-#define CUDA_OK(expr)                                                                            \
-  do {                                                                                           \
-    const cudaError_t e = (expr);                                                                \
-    if (e != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e)); \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
+using verl::bench::FillUniform;
+
 #define LT_OK(expr)                                                                      \
   do {                                                                                   \
     const cublasStatus_t s = (expr);                                                     \
@@ -37,17 +33,6 @@ namespace {
       std::exit(1);                                                                      \
     }                                                                                    \
   } while (0)
-
-__global__ void Fill(__nv_bfloat16* x, int64_t n, uint64_t seed) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    uint64_t h = (static_cast<uint64_t>(i) + seed) * 0x9E3779B97F4A7C15ull;
-    h ^= h >> 31;
-    h *= 0xBF58476D1CE4E5B9ull;
-    h ^= h >> 29;
-    x[i] = __float2bfloat16(static_cast<float>(h >> 40) / static_cast<float>(1 << 24) * 0.2f - 0.1f);
-  }
-}
 
 struct Projection {
   const char* name;
@@ -109,12 +94,12 @@ int main(int argc, char** argv) {
       std::vector<__nv_bfloat16*> w(copies);
       for (int c = 0; c < copies; ++c) {
         CUDA_OK(cudaMalloc(&w[c], p.n * p.k * sizeof(__nv_bfloat16)));
-        Fill<<<1024, 256, 0, stream>>>(w[c], p.n * p.k, 17 + c);
+        FillUniform<<<1024, 256, 0, stream>>>(w[c], p.n * p.k, 17 + c, -0.1f, 0.1f);
       }
       __nv_bfloat16 *x, *y;
       CUDA_OK(cudaMalloc(&x, m * p.k * sizeof(__nv_bfloat16)));
       CUDA_OK(cudaMalloc(&y, m * p.n * sizeof(__nv_bfloat16)));
-      Fill<<<1024, 256, 0, stream>>>(x, m * p.k, 3);
+      FillUniform<<<1024, 256, 0, stream>>>(x, m * p.k, 3, -0.1f, 0.1f);
       CUDA_OK(cudaStreamSynchronize(stream));
 
       // Row-major y [m, n] = x [m, k] w [n, k]^T is, column-major, y^T [n, m] = w^T' [n, k] x^T [k, m]: A = w
