@@ -346,8 +346,10 @@ class DecodeSteps {
 }  // namespace
 
 // The slot schedule. The host keeps the bookkeeping (which row each slot holds, how many tokens it has) and the
-// outputs; each decoding step moves one token and one log-prob per running sequence between host and device, the
-// same one synchronisation per step that the EOS check of static batching makes.
+// outputs; each decoding step moves one token and one log-prob per running sequence from device to host. With the
+// decode kernel (a GPU) the steps run one ahead of the host, which reads step k - 1's tokens while step k runs (so
+// an EOS frees its slot a step late); elsewhere each step waits for its tokens, the one synchronisation per step
+// that the EOS check of static batching makes.
 RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std::vector<int32_t>>& prompts,
                                 const SamplingOptions& options) {
   c10::InferenceMode guard;
