@@ -19,10 +19,6 @@
 
 namespace verl::bench {
 
-// Runs `fn` (which must wait for the device before returning) under the profiler; returns {wall_s, kernel_s (the sum
-// of device activity: kernels, copies, memsets), kernels: [{name, s, calls, share}] for the `top` largest, idle: the
-// device's idle time between its first and last activity, by the length of each gap}. Short gaps are the launch
-// latency between kernels (inside CUDA graphs too); long ones, time the device waited on the host.
 // The gaps between the union of `busy` intervals, summed by length: {span_s, idle_s, gaps: [{below_us, s, count}]}.
 inline nlohmann::json IdleGaps(std::vector<std::pair<uint64_t, uint64_t>> busy) {
   static constexpr double kBelowUs[] = {2, 5, 10, 50, 200, 1e300};
@@ -53,6 +49,10 @@ inline nlohmann::json IdleGaps(std::vector<std::pair<uint64_t, uint64_t>> busy) 
   return {{"span_s", span_s}, {"idle_s", idle_s}, {"gaps", gaps}};
 }
 
+// Runs `fn` (which must wait for the device before returning) under the profiler; returns {wall_s, kernel_s (the sum
+// of device activity: kernels, copies, memsets), kernels: [{name, s, calls, share}] for the `top` largest, idle: the
+// device's idle time between its first and last activity, by the length of each gap}. Short gaps are the launch
+// latency between kernels (inside CUDA graphs too); long ones, time the device waited on the host.
 inline nlohmann::json ProfileKernels(const std::function<void()>& fn, int top = 30) {
   namespace prof = torch::autograd::profiler;
   using torch::profiler::impl::ActivityType;

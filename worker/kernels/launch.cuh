@@ -4,8 +4,8 @@
 // Programmatic dependent launch (Hopper and later) inside CUDA graphs: a kernel launched with LaunchDependent while
 // its stream is being captured may be scheduled while the kernel before it in the graph is still running, and waits in
 // WaitForPriorGrid until that one has finished and its writes are visible. A decoding step is some 220 short kernels
-// replayed as a graph; this takes the launch latency between them off the step's critical path (B1: 1.701 against
-// 1.749 s in one run). Outside a capture the kernels launch plainly: there the op before one of ours may be a copy, and
+// replayed as a graph; this takes the launch latency between them off the step's critical path (B1: 1.690 against
+// 1.699 s without, in one run). Outside a capture the kernels launch plainly: there the op before one of ours may be a copy, and
 // one run of the fused sampler's GPU test drew differently once with every launch dependent (not seen since; the
 // graphs' steps have kernels before each of ours).
 //

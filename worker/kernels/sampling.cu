@@ -177,8 +177,9 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const SampleArgs a) {
   // 3. Sampling, in two levels. Every warp sums exp(x - max) over its piece of that segment (whole strides of it),
   //    thread 0 finds the piece where the cumulative mass passes u * total, and that piece's warp reads it again, 32
   //    vectors at a time in order, for the first token whose cumulative mass passes it. Where the sums, rounded
-  //    otherwise than step 2's, stop short: the segment's last token of positive mass. (One warp scanning the whole
-  //    segment was half the kernel's time at B1's shape: up to 38 dependent rounds of loads.)
+  //    otherwise than the level above, stop short: the last token of positive mass of that piece (of the segment if
+  //    no piece reaches it). (One warp scanning the whole segment was half the kernel's time at B1's shape: up to 38
+  //    dependent rounds of loads.)
   if (!a.greedy && s_warp_hit >= 0) {
     const int hit_begin = min(V, s_warp_hit * seg);
     const int hit_end = min(V, hit_begin + seg);

@@ -260,11 +260,8 @@ class DecodeSteps {
             const at::Tensor& host_lp) {
     if (!use_graphs_) {
       const at::Device device = model_.device();
-      at::Tensor pos = host_pos.narrow(0, 0, size).to(device, /*non_blocking=*/true);
-      at::Tensor uniforms = host_uniforms.narrow(0, 0, size).to(device, /*non_blocking=*/true);
-      at::Tensor tokens = last_.narrow(0, 0, size);
-      auto [tok, lp] = DecodeAndSample(model_, slots_, options_, size, tokens, pos, uniforms);
-      tokens.copy_(tok);
+      auto [tok, lp] = Run(size, host_pos.narrow(0, 0, size).to(device, /*non_blocking=*/true),
+                           host_uniforms.narrow(0, 0, size).to(device, /*non_blocking=*/true));
       host_tok.narrow(0, 0, size).copy_(tok, /*non_blocking=*/true);
       host_lp.narrow(0, 0, size).copy_(lp, /*non_blocking=*/true);
       return;
@@ -292,9 +289,11 @@ class DecodeSteps {
     std::unique_ptr<at::cuda::CUDAGraph> graph;
   };
 
-  std::pair<at::Tensor, at::Tensor> Run(Graph& g, int64_t size) {
+  // The step over slots [0, size) at device positions `pos` with draws `uniforms`: feeds last_, writes the samples
+  // back to it, returns them with their log-probs.
+  std::pair<at::Tensor, at::Tensor> Run(int64_t size, const at::Tensor& pos, const at::Tensor& uniforms) {
     at::Tensor tokens = last_.narrow(0, 0, size);
-    auto out = DecodeAndSample(model_, slots_, options_, size, tokens, g.pos, g.uniforms);
+    auto out = DecodeAndSample(model_, slots_, options_, size, tokens, pos, uniforms);
     tokens.copy_(out.first);
     return out;
   }
@@ -311,14 +310,14 @@ class DecodeSteps {
     {
       const c10::cuda::CUDAStreamGuard guard(side);
       // This step, eagerly (it updates last_; also warms up cuBLAS on this stream); the capture below runs nothing.
-      auto [tok, lp] = Run(g, size);
+      auto [tok, lp] = Run(size, g.pos, g.uniforms);
       host_tok.narrow(0, 0, size).copy_(tok);
       host_lp.narrow(0, 0, size).copy_(lp);
       g.graph = std::make_unique<at::cuda::CUDAGraph>();
       // Thread-local capture: the daemon's other rank threads keep using their GPUs meanwhile.
       g.graph->capture_begin(pool_, cudaStreamCaptureModeThreadLocal);
       try {
-        std::tie(g.tok, g.lp) = Run(g, size);
+        std::tie(g.tok, g.lp) = Run(size, g.pos, g.uniforms);
       } catch (...) {
         // End the capture so the pool stream and the allocator leave capture mode, then report the first error.
         try {
