@@ -8,6 +8,7 @@
 #   VERL_COMMIT=<hash> tools/device/perf_gpu.sh      # TESTS=1 B1=1 B2=1 B3=1
 # Pass the commit's hash as a literal (taken on your machine): the device copy's .git can be stale.
 #   B1_ARGS="--variants" B2_ARGS="--micro 8" B3_ARGS="--steps 2"
+#   MICRO=0: B1 without the decode attention and GEMM micro-benchmarks (kernels unchanged since their last run)
 # B2_ARGS defaults to the configuration docs/bench reports (micro-batches of 32, a 24,576-token budget for ours).
 set -uo pipefail
 
@@ -18,6 +19,7 @@ TESTS="${TESTS:-1}"
 B1="${B1:-1}"
 B2="${B2:-1}"
 B3="${B3:-1}"
+MICRO="${MICRO:-1}"
 mkdir -p "$OUT"
 start=$(date +%s)
 secs() { echo $(( $(date +%s) - start )); }
@@ -41,13 +43,15 @@ if [ $build_rc = 0 ]; then
     timeout 240 "$BUILD_DIR/bin/gpu_train_kernels_test" --durations yes >> "$OUT/tests.log" 2>&1
     tests_rc=$(( tests_rc + $? ))
   fi
-  if [ "$B1" = 1 ]; then
+  if [ "$B1" = 1 ] && [ "$MICRO" = 1 ]; then
     # The decode attention kernel alone at B1's mean decode shape (512 slots of 512 positions) and spread lengths.
     for dab in "" "--min-len 256 --max-len 768"; do
       timeout 60 "$BUILD_DIR/bin/verl-bench-decode-attention" $dab --iters 100
     done > "$OUT/decode_attention.jsonl" 2>&1
     # The step's GEMMs at decode batch sizes, every cuBLASLt algorithm against the heuristic's first.
     timeout 120 "$BUILD_DIR/bin/verl-bench-gemm" > "$OUT/gemm.jsonl" 2>&1
+  fi
+  if [ "$B1" = 1 ]; then
     eval timeout 400 python3 "$ROOT/tools/bench/b1_rollout.py" --build-dir "$BUILD_DIR" --out "$OUT/b1.json" \
       "${B1_ARGS:-}" > "$OUT/b1.log" 2>&1
     b1_rc=$?
