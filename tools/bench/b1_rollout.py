@@ -8,7 +8,7 @@ ids, 512 new tokens each, temperature 1.0, top-p 1.0, EOS ignored, bf16; tokens 
 the first prompt in to the last token out (best of --repeats, after one warm-up run of the same batch).
 
 usage: b1_rollout.py --build-dir build-cuda --out FILE.json [--prompts 512] [--prompt-len 256] [--new-tokens 512]
-                     [--repeats 1] [--skip-hf] [--variants] [--pdl-variant] [--profile] [--streams 1,2,4]
+                     [--repeats 1] [--skip-hf] [--variants] [--pdl-variant] [--profile]
 
 The JSON has benchmark, commit, machine, config, ours, baseline, unit, ratio (ours / HF), roofline_fraction and
 max_memory_allocated_gb (BENCHMARKS.md; the issue's fields); --variants adds ours without CUDA graphs and with a
@@ -94,10 +94,6 @@ def main():
                     help="also run ours with VERL_PDL=0 (kernels launched without programmatic dependent launch)")
     ap.add_argument("--profile", action="store_true",
                     help="also profile ours (kernel time by name), with CUDA graphs and eagerly")
-    ap.add_argument("--streams", default="",
-                    help="also run ours with each of these decode_streams (comma-separated; with --profile, profiled)")
-    ap.add_argument("--split-min-rows", type=int, default=0,
-                    help="with --streams: the decode_split_min_rows of those runs (0: the engine's)")
     a = ap.parse_args()
     bin_dir = os.path.join(a.build_dir, "bin")
     work = tempfile.mkdtemp(prefix="b1_")
@@ -121,18 +117,8 @@ def main():
         v = run_ours(bin_dir, model, shape, a.repeats, env={"VERL_PDL": "0"})
         print(json.dumps(v), file=sys.stderr)
         variants.append(v)
-    streams = [int(x) for x in a.streams.split(",") if x]
-    split = ["--split-min-rows", str(a.split_min_rows)] if a.split_min_rows > 0 else []
-    for n in streams:
-        v = run_ours(bin_dir, model, shape, a.repeats, ["--decode-streams", str(n)] + split)
-        print(json.dumps(v), file=sys.stderr)
-        variants.append(v)
     profiles = {}
     if a.profile:
-        for n in streams:
-            profiles[f"graphs_streams{n}"] = run_ours(bin_dir, model, shape, 1,
-                                                      ["--decode-streams", str(n), "--profile", "1"] + split
-                                                      ).get("profile")
         for name, extra in (("graphs", ["--profile", "1"]), ("eager", ["--enforce-eager", "1", "--profile", "1"])):
             profiles[name] = run_ours(bin_dir, model, shape, 1, extra).get("profile")
         if a.pdl_variant:  # a dependent kernel's time includes its wait on the kernel before: compare without

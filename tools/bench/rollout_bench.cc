@@ -10,8 +10,6 @@
 //   verl-bench-rollout --model DIR [--prompts 512] [--prompt-len 256] [--new-tokens 512] [--device cuda]
 //                      [--dtype bfloat16] [--warmup 1] [--repeats 1] [--seed 0] [--schedule continuous|static]
 //                      [--max-num-seqs 1024] [--eos-every 0] [--enforce-eager 0] [--greedy 0] [--profile 0]
-//                      [--decode-streams N] [--split-min-rows N]
-// --decode-streams / --split-min-rows: SamplingOptions::decode_streams / decode_split_min_rows (default: the engine's).
 // --profile 1 adds one more run under the Kineto profiler: device time per kernel name (kernel_profile.h).
 //
 // tools/bench/b1_rollout.py runs it beside HF transformers' generate on the same files and shapes.
@@ -42,8 +40,7 @@ namespace {
 void Usage() {
   std::cerr << "usage: verl-bench-rollout --model DIR [--prompts 512] [--prompt-len 256] [--new-tokens 512] "
                "[--device cpu|cuda] [--dtype float32|bfloat16] [--warmup 1] [--repeats 1] [--seed 0] "
-               "[--schedule continuous|static] [--max-num-seqs 1024] [--eos-every 0] [--enforce-eager 0] [--greedy 0] "
-               "[--profile 0] [--decode-streams N] [--split-min-rows N]\n";
+               "[--schedule continuous|static] [--max-num-seqs 1024] [--eos-every 0] [--enforce-eager 0] [--greedy 0] [--profile 0]\n";
 }
 
 }  // namespace
@@ -53,8 +50,7 @@ int main(int argc, char** argv) {
                                               {"new-tokens", "512"}, {"device", "cuda"}, {"dtype", "bfloat16"},
                                               {"warmup", "1"},     {"repeats", "1"},   {"seed", "0"},
                                               {"schedule", "continuous"}, {"max-num-seqs", "1024"},
-                                              {"eos-every", "0"}, {"enforce-eager", "0"}, {"greedy", "0"}, {"profile", "0"},
-                                              {"decode-streams", ""}, {"split-min-rows", ""}};
+                                              {"eos-every", "0"}, {"enforce-eager", "0"}, {"greedy", "0"}, {"profile", "0"}};
   auto parsed = verl::bench::ParseFlags(argc, argv, flags, "model");
   if (!parsed) {
     Usage();
@@ -93,8 +89,6 @@ int main(int argc, char** argv) {
     opts.seed = std::stoull(flags["seed"]);
     opts.max_num_seqs = max_seqs;
     opts.enforce_eager = flags["enforce-eager"] == "1";
-    if (!flags["decode-streams"].empty()) opts.decode_streams = std::stoi(flags["decode-streams"]);
-    if (!flags["split-min-rows"].empty()) opts.decode_split_min_rows = std::stoi(flags["split-min-rows"]);
     for (int64_t id = eos_every; eos_every > 0 && id < vocab; id += eos_every) {
       opts.eos_token_ids.push_back(static_cast<int32_t>(id));
     }
@@ -143,8 +137,6 @@ int main(int argc, char** argv) {
                              {"schedule", flags["schedule"]},
                              {"max_num_seqs", max_seqs},
                              {"enforce_eager", opts.enforce_eager},
-                             {"decode_streams", opts.decode_streams},
-                             {"decode_split_min_rows", opts.decode_split_min_rows},
                              {"do_sample", opts.do_sample},
                              {"decode_graphs", graphs},
                              {"max_memory_allocated_gb", peak_gb},

@@ -185,38 +185,37 @@ int64_t KvSlotBytes(const DecoderConfig& config, at::ScalarType dtype, int64_t c
 
 namespace {
 
-// Slots [first, first + B) of `slots`, for one decoding step (the caller sets slot_pos, and slot_len or attend).
-KvCache SlotView(const KvCache& slots, int64_t first, int64_t B) {
+// Slots [0, B) of `slots`, for one decoding step (the caller sets slot_pos, and slot_len or attend).
+KvCache SlotView(const KvCache& slots, int64_t B) {
   KvCache view;
   for (size_t i = 0; i < slots.k.size(); ++i) {
-    view.k.push_back(slots.k[i].narrow(0, first, B));
-    view.v.push_back(slots.v[i].narrow(0, first, B));
+    view.k.push_back(slots.k[i].narrow(0, 0, B));
+    view.v.push_back(slots.v[i].narrow(0, 0, B));
   }
   view.capacity = slots.capacity;
   return view;
 }
 
-// One slot-mode decoding step in the decode kernel over slots [first, first + B) of `slots`: row b feeds tokens[b] at
-// position pos[b] (int64 [B] on the model's device; its cache index too). Returns logits [B, V], in the model's dtype
-// when `keep_dtype` (for the fused sampler), float32 otherwise.
-at::Tensor DecodeSlotLogits(const DecoderModel& model, const KvCache& slots, int64_t first, int64_t B,
-                            const at::Tensor& tokens, const at::Tensor& pos, bool keep_dtype) {
-  KvCache view = SlotView(slots, first, B);
+// One slot-mode decoding step in the decode kernel over slots [0, B) of `slots`: row b feeds tokens[b] at position
+// pos[b] (int64 [B] on the model's device; its cache index too). Returns logits [B, V], in the model's dtype when
+// `keep_dtype` (for the fused sampler), float32 otherwise.
+at::Tensor DecodeSlotLogits(const DecoderModel& model, const KvCache& slots, int64_t B, const at::Tensor& tokens,
+                            const at::Tensor& pos, bool keep_dtype) {
+  KvCache view = SlotView(slots, B);
   view.slot_pos = pos;
   view.slot_len = (pos + 1).to(at::kInt);
   at::Tensor hidden = model.Forward(tokens.unsqueeze(1), pos.unsqueeze(1), at::Tensor(), &view);
   return model.Logits(hidden.select(1, 0), keep_dtype);
 }
 
-// DecodeSlotLogits over slots [first, first + B) fed `tokens` at `pos` (int64 [B] each), then SampleNextTokens with
-// `uniforms` (float64 [B]): the sampled token (int64 [B]) and its log-prob (float32 [B]) of every slot.
+// DecodeSlotLogits over slots [0, B) fed `tokens` at `pos` (int64 [B] each), then SampleNextTokens with `uniforms`
+// (float64 [B]): the sampled token (int64 [B]) and its log-prob (float32 [B]) of every slot.
 std::pair<at::Tensor, at::Tensor> DecodeAndSample(const DecoderModel& model, const KvCache& slots,
-                                                  const SamplingOptions& options, int64_t first, int64_t B,
-                                                  const at::Tensor& tokens, const at::Tensor& pos,
-                                                  const at::Tensor& uniforms) {
+                                                  const SamplingOptions& options, int64_t B, const at::Tensor& tokens,
+                                                  const at::Tensor& pos, const at::Tensor& uniforms) {
   // The fused sampler reads bf16/fp16 logits itself (exactly their float32 values); ATen's composition wants float32.
   const bool fused = model.device().is_cuda() && Unfiltered(options, model.config().vocab_size);
-  at::Tensor logits = DecodeSlotLogits(model, slots, first, B, tokens, pos, fused);
+  at::Tensor logits = DecodeSlotLogits(model, slots, B, tokens, pos, fused);
   at::Tensor lp;  // float32 on either sampling path
   at::Tensor tok = SampleNextTokens(logits, options, uniforms, &lp);
   return {tok, lp};
@@ -252,20 +251,7 @@ class DecodeSteps {
         options_(options),
         last_(std::move(last)),
         use_graphs_(graphs),
-        pool_(at::cuda::graph_pool_handle()),
-        capture_stream_(c10::cuda::getStreamFromPool(false, model.device().index())) {
-    // A step's parts after the first run on streams of their own: none of them the stream the steps are enqueued on
-    // (now, and during a capture) or another part's.
-    const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(model.device().index());
-    for (int32_t tries = 0; static_cast<int32_t>(part_streams_.size()) + 1 < options.decode_streams && tries < 64;
-         ++tries) {
-      const c10::cuda::CUDAStream s = c10::cuda::getStreamFromPool(false, model.device().index());
-      const bool taken = s == current || s == capture_stream_ ||
-                         std::find(part_streams_.begin(), part_streams_.end(), s) != part_streams_.end();
-      if (!taken) part_streams_.push_back(s);
-    }
-    joined_ = std::vector<at::cuda::CUDAEvent>(part_streams_.size());
-  }
+        pool_(at::cuda::graph_pool_handle()) {}
 
   // One step over slots [0, size): positions from `host_pos` (int64 [>= size]) and draws from `host_uniforms`
   // (float64), both pinned; the sampled tokens and their log-prob land in the pinned `host_tok` (int64) and `host_lp`
@@ -304,40 +290,12 @@ class DecodeSteps {
   };
 
   // The step over slots [0, size) at device positions `pos` with draws `uniforms`: feeds last_, writes the samples
-  // back to it, returns them with their log-probs. Split into parts of consecutive slots (SamplingOptions::
-  // decode_streams): the first on the current stream, each other on its own stream, forked from the current stream
-  // and joined back into it before the outputs are gathered (in a capture, parallel branches of the graph). Every
-  // tensor a part allocates is used on its own stream only, until the join, after which the current stream's work
-  // follows all of theirs; so the caching allocator (which reuses a block on its stream) needs no record_stream.
+  // back to it, returns them with their log-probs.
   std::pair<at::Tensor, at::Tensor> Run(int64_t size, const at::Tensor& pos, const at::Tensor& uniforms) {
-    const int64_t min_rows = std::max<int64_t>(1, options_.decode_split_min_rows);
-    const int64_t parts = std::clamp<int64_t>(size / min_rows, 1, static_cast<int64_t>(part_streams_.size()) + 1);
-    auto run_part = [&](int64_t first, int64_t rows) {
-      at::Tensor tokens = last_.narrow(0, first, rows);
-      auto out = DecodeAndSample(model_, slots_, options_, first, rows, tokens, pos.narrow(0, first, rows),
-                                 uniforms.narrow(0, first, rows));
-      tokens.copy_(out.first);
-      return out;
-    };
-    if (parts == 1) return run_part(0, size);
-    const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(model_.device().index());
-    fork_.record(current);
-    std::vector<at::Tensor> tok(parts), lp(parts);
-    for (int64_t p = parts - 1; p >= 0; --p) {  // the side streams' parts first, so they start while part 0 is enqueued
-      const int64_t first = size * p / parts;
-      const int64_t rows = size * (p + 1) / parts - first;
-      if (p == 0) {
-        std::tie(tok[0], lp[0]) = run_part(first, rows);
-        continue;
-      }
-      const c10::cuda::CUDAStream& stream = part_streams_[p - 1];
-      fork_.block(stream);
-      const c10::cuda::CUDAStreamGuard guard(stream);
-      std::tie(tok[p], lp[p]) = run_part(first, rows);
-      joined_[p - 1].record(stream);
-    }
-    for (int64_t p = 1; p < parts; ++p) joined_[p - 1].block(current);
-    return {at::cat(tok), at::cat(lp)};
+    at::Tensor tokens = last_.narrow(0, 0, size);
+    auto out = DecodeAndSample(model_, slots_, options_, size, tokens, pos, uniforms);
+    tokens.copy_(out.first);
+    return out;
   }
 
   void Capture(int64_t size, const at::Tensor& host_pos, const at::Tensor& host_uniforms, const at::Tensor& host_tok,
@@ -348,7 +306,7 @@ class DecodeSteps {
     g.uniforms = host_uniforms.narrow(0, 0, size).to(device).contiguous();
     // Capture runs on a side stream, after everything queued on the current one.
     c10::cuda::getCurrentCUDAStream(device.index()).synchronize();
-    const c10::cuda::CUDAStream side = capture_stream_;
+    c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, device.index());
     {
       const c10::cuda::CUDAStreamGuard guard(side);
       // This step, eagerly (it updates last_; also warms up cuBLAS on this stream); the capture below runs nothing.
@@ -380,10 +338,6 @@ class DecodeSteps {
   at::Tensor last_;
   const bool use_graphs_;
   at::cuda::MempoolId_t pool_;
-  c10::cuda::CUDAStream capture_stream_;
-  std::vector<c10::cuda::CUDAStream> part_streams_;  // decode_streams - 1 streams for a step's later parts
-  at::cuda::CUDAEvent fork_;                          // a step's parts start after it
-  std::vector<at::cuda::CUDAEvent> joined_;           // part p's end: joined_[p - 1]
   std::map<int64_t, Graph> graphs_;
 };
 #endif  // VERL_WITH_CUDA
@@ -693,7 +647,7 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
     at::Tensor dev_tokens = host_in[0].narrow(0, 0, high).to(device);
     at::Tensor dev_pos = host_in[1].narrow(0, 0, high).to(device);
     at::Tensor mask = at::arange(attend, dev_long).view({1, attend}).le(dev_pos.view({high, 1}));
-    KvCache view = SlotView(slots, 0, high);
+    KvCache view = SlotView(slots, high);
     view.slot_pos = dev_pos;
     view.attend = attend;
     at::Tensor hidden =

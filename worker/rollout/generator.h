@@ -48,13 +48,6 @@ struct SamplingOptions {
   // decoding step (forward, LM head and sampling) as a CUDA graph captured once per batch size bucket (powers of two
   // up to the slot count) at its first use; true launches every kernel eagerly (verl's rollout.enforce_eager).
   bool enforce_eager = false;
-  // Continuous batching on a GPU with the decode kernel: a decoding step runs as up to decode_streams parts of
-  // consecutive slots, each with at least decode_split_min_rows slots, each part's forward, LM head and sampling on a
-  // CUDA stream of its own (in a CUDA graph: parallel branches), so that one part's memory-bound attention and short
-  // kernels overlap another's GEMMs. A part computes each of its rows as a whole step would (its GEMMs have fewer rows,
-  // which may round differently). 1: one part.
-  int32_t decode_streams = 1;
-  int32_t decode_split_min_rows = 128;
 };
 
 // All tensors on CPU. N = prompts * n; row i*n + j is sample j of prompt i. P = longest prompt, R = max_new_tokens.

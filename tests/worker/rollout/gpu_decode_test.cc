@@ -177,18 +177,12 @@ TEST_CASE("CUDA-graph decoding gives the same tokens and log-probs as eager deco
   auto model = LoadOn(dir.path(), at::kBFloat16);
   REQUIRE(model->DecodeKernelAvailable());
   const auto prompts = RandomPrompts(24, 300, 3);
-  // Greedy and unfiltered sampling run the fused sampler; top-k / top-p sampling ATen's composition. Each step in one
-  // part, and in up to three parts on three streams (buckets of 40 and 32 slots split unevenly, 16 in two, smaller
-  // ones whole).
-  for (int mode = 0; mode < 6; ++mode) {
-    const bool sample = mode % 3 > 0;
-    const int32_t streams = mode < 3 ? 1 : 3;
-    INFO((mode % 3 == 0 ? "greedy" : mode % 3 == 1 ? "sampling (temperature, top-k, top-p)" : "sampling (temperature)"));
-    CAPTURE(streams);
+  // Greedy and unfiltered sampling run the fused sampler; top-k / top-p sampling ATen's composition.
+  for (int mode = 0; mode < 3; ++mode) {
+    const bool sample = mode > 0;
+    INFO((mode == 0 ? "greedy" : mode == 1 ? "sampling (temperature, top-k, top-p)" : "sampling (temperature)"));
     SamplingOptions o = Options(config, sample);
-    o.decode_streams = streams;
-    o.decode_split_min_rows = 8;
-    if (mode % 3 == 2) {
+    if (mode == 2) {
       o.top_k = -1;
       o.top_p = 1.0;
     }
@@ -221,17 +215,11 @@ TEST_CASE("continuous batching with the decode kernel and CUDA graphs gives stat
   // Greedy, and temperature-only sampling with a third of the vocabulary ending a sequence: lengths spread, slots are
   // refilled and the tail is compacted (several buckets); the draws are keyed by (sample, position), so both
   // schedules draw the same numbers.
-  // Each decoding step in one part, and in up to three parts on three streams.
-  for (int mode = 0; mode < 4; ++mode) {
-    const bool sample = mode % 2 == 1;
-    const int32_t streams = mode < 2 ? 1 : 3;
+  for (bool sample : {false, true}) {
     INFO((sample ? "sampling" : "greedy"));
-    CAPTURE(streams);
     SamplingOptions o = Options(config, sample);
     o.top_k = -1;
     o.top_p = 1.0;
-    o.decode_streams = streams;
-    o.decode_split_min_rows = 8;
     RolloutBatch continuous = GenerateContinuous(*model, prompts, o);
     CHECK(continuous.decode_graphs >= (sample ? 3 : 1));
     RolloutBatch stat = GenerateStatic(*model, prompts, o);
