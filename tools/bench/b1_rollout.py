@@ -9,6 +9,7 @@ the first prompt in to the last token out (best of --repeats, after one warm-up 
 
 usage: b1_rollout.py --build-dir build-cuda --out FILE.json [--prompts 512] [--prompt-len 256] [--new-tokens 512]
                      [--repeats 1] [--skip-hf] [--variants] [--pdl-variant] [--profile]
+                     [--env-variants KEY=VALUE[,KEY=VALUE...]]
 
 The JSON has benchmark, commit, machine, config, ours, baseline, unit, ratio (ours / HF), roofline_fraction and
 max_memory_allocated_gb (BENCHMARKS.md; the issue's fields); --variants adds ours without CUDA graphs and with a
@@ -94,6 +95,9 @@ def main():
                     help="also run ours with VERL_PDL=0 (kernels launched without programmatic dependent launch)")
     ap.add_argument("--profile", action="store_true",
                     help="also profile ours (kernel time by name), with CUDA graphs and eagerly")
+    ap.add_argument("--env-variants", default="",
+                    help="also run ours with each KEY=VALUE in its environment (comma-separated; with --profile, "
+                         "profiled too), e.g. VERL_DECODE_ATTENTION=bulk")
     a = ap.parse_args()
     bin_dir = os.path.join(a.build_dir, "bin")
     work = tempfile.mkdtemp(prefix="b1_")
@@ -117,8 +121,16 @@ def main():
         v = run_ours(bin_dir, model, shape, a.repeats, env={"VERL_PDL": "0"})
         print(json.dumps(v), file=sys.stderr)
         variants.append(v)
+    env_variants = [dict([kv.split("=", 1)]) for kv in a.env_variants.split(",") if kv]
+    for env in env_variants:
+        v = run_ours(bin_dir, model, shape, a.repeats, env=env)
+        print(json.dumps(v), file=sys.stderr)
+        variants.append(v)
     profiles = {}
     if a.profile:
+        for env in env_variants:
+            name = "graphs_" + "_".join(f"{k}={v}" for k, v in env.items())
+            profiles[name] = run_ours(bin_dir, model, shape, 1, ["--profile", "1"], env=env).get("profile")
         for name, extra in (("graphs", ["--profile", "1"]), ("eager", ["--enforce-eager", "1", "--profile", "1"])):
             profiles[name] = run_ours(bin_dir, model, shape, 1, extra).get("profile")
         if a.pdl_variant:  # a dependent kernel's time includes its wait on the kernel before: compare without

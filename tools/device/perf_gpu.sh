@@ -8,7 +8,7 @@
 #   VERL_COMMIT=<hash> tools/device/perf_gpu.sh      # TESTS=1 B1=1 B2=1 B3=1
 # Pass the commit's hash as a literal (taken on your machine): the device copy's .git can be stale.
 #   B1_ARGS="--variants" B2_ARGS="--micro 8" B3_ARGS="--steps 2"
-#   MICRO=0: B1 without the decode attention and GEMM micro-benchmarks (kernels unchanged since their last run)
+#   MICRO=0: B1 without the decode attention micro-benchmark; GEMM=0: without the GEMM one
 # B2_ARGS defaults to the configuration docs/bench reports (micro-batches of 32, a 24,576-token budget for ours).
 set -uo pipefail
 
@@ -20,6 +20,7 @@ B1="${B1:-1}"
 B2="${B2:-1}"
 B3="${B3:-1}"
 MICRO="${MICRO:-1}"
+GEMM="${GEMM:-1}"
 mkdir -p "$OUT"
 start=$(date +%s)
 secs() { echo $(( $(date +%s) - start )); }
@@ -44,10 +45,17 @@ if [ $build_rc = 0 ]; then
     tests_rc=$(( tests_rc + $? ))
   fi
   if [ "$B1" = 1 ] && [ "$MICRO" = 1 ]; then
-    # The decode attention kernel alone at B1's mean decode shape (512 slots of 512 positions) and spread lengths.
-    for dab in "" "--min-len 256 --max-len 768"; do
-      timeout 60 "$BUILD_DIR/bin/verl-bench-decode-attention" $dab --iters 100
+    # The decode attention kernel alone at B1's mean decode shape (512 slots of 512 positions), spread lengths and
+    # head dim 128 (Qwen2.5-7B's heads), each tensor-core kernel side by side, twice over (the spread is the noise).
+    for rep in 1 2; do
+      for dab in "" "--min-len 256 --max-len 768" "--head-dim 128 --q-heads 28 --kv-heads 4 --batch 256"; do
+        for impl in "--impl mma" "--impl bulk --stages 2" "--impl bulk --stages 3" "--impl bulk --stages 4"; do
+          timeout 60 "$BUILD_DIR/bin/verl-bench-decode-attention" $dab $impl --iters 100
+        done
+      done
     done > "$OUT/decode_attention.jsonl" 2>&1
+  fi
+  if [ "$B1" = 1 ] && [ "$GEMM" = 1 ]; then
     # The step's GEMMs at decode batch sizes, every cuBLASLt algorithm against the heuristic's first.
     timeout 120 "$BUILD_DIR/bin/verl-bench-gemm" > "$OUT/gemm.jsonl" 2>&1
   fi
