@@ -4,7 +4,7 @@
 //
 //   verl-bench-decode-attention [--batch 512] [--q-heads 14] [--kv-heads 2] [--head-dim 64] [--capacity 768]
 //                               [--min-len 512] [--max-len 512] [--iters 50] [--splits 0 (the kernel's choice)]
-//                               [--impl auto|simt|mma|bulk] [--stages 0 (bulk: the kernel's default)]
+//                               [--impl auto|simt|mma|read]
 // Also checks the output against a plain float32 computation from the same bf16 inputs (`max_abs_err`, and
 // `max_abs_ref` for scale).
 
@@ -171,11 +171,9 @@ int main(int argc, char** argv) {
   a.capacity = C;
   a.splits = splits;
   a.scale = 1.0f / std::sqrt(static_cast<float>(D));
-  a.impl = impl == "simt"   ? verl::kernels::DecodeAttentionImpl::kSimt
-           : impl == "mma"  ? verl::kernels::DecodeAttentionImpl::kTensorCore
-           : impl == "bulk" ? verl::kernels::DecodeAttentionImpl::kBulk
-                            : verl::kernels::DecodeAttentionImpl::kAuto;
-  a.bulk_stages = Flag(argc, argv, "--stages", 0);
+  a.impl = impl == "simt"  ? verl::kernels::DecodeAttentionImpl::kSimt
+           : impl == "mma" ? verl::kernels::DecodeAttentionImpl::kTensorCore
+                           : verl::kernels::DecodeAttentionImpl::kAuto;
   const double bytes = static_cast<double>(positions) * Hkv * D * 2 /*K, V*/ * 2 /*bf16*/ + 2.0 * q_elems * 2;
 
   cudaEvent_t start, stop;
@@ -214,9 +212,9 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"benchmark\": \"decode_attention\", \"batch\": %d, \"q_heads\": %d, \"kv_heads\": %d, "
       "\"head_dim\": %d, \"capacity\": %d, \"min_len\": %d, \"max_len\": %d, \"splits\": %d, "
-      "\"impl\": \"%s\", \"stages\": %d, \"iters\": %d, \"kv_bytes_per_launch\": %.0f, \"us_per_launch\": %.2f, "
+      "\"impl\": \"%s\", \"iters\": %d, \"kv_bytes_per_launch\": %.0f, \"us_per_launch\": %.2f, "
       "\"gb_per_s\": %.1f, \"max_abs_err\": %.3g, \"max_abs_ref\": %.3g}\n",
-      B, Hq, Hkv, D, C, min_len, max_len, splits, impl.c_str(), a.bulk_stages, iters, bytes, us,
-      bytes / (us * 1e-6) / 1e9, max_err, max_ref);
+      B, Hq, Hkv, D, C, min_len, max_len, splits, impl.c_str(), iters, bytes, us, bytes / (us * 1e-6) / 1e9, max_err,
+      max_ref);
   return 0;
 }

@@ -39,7 +39,7 @@ bool DecodeAttentionSupported(const at::Tensor& q, const at::Tensor& k_cache) {
 }
 
 at::Tensor DecodeAttention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                           const at::Tensor& lengths, double scale, DecodeAttentionImpl impl, int bulk_stages) {
+                           const at::Tensor& lengths, double scale, bool tensor_cores) {
   TORCH_CHECK(DecodeAttentionSupported(q, k_cache) && DecodeAttentionSupported(q, v_cache),
               "DecodeAttention: unsupported query ", q.sizes(), " ", q.scalar_type(), " or cache ", k_cache.sizes(),
               " (want CUDA float32/bfloat16/float16, head_dim 64 or 128, at most 8 query heads per KV head)");
@@ -69,8 +69,7 @@ at::Tensor DecodeAttention(const at::Tensor& q, const at::Tensor& k_cache, const
   a.head_dim = static_cast<int>(q.size(2));
   a.capacity = static_cast<int>(k_cache.size(2));
   a.scale = static_cast<float>(scale);
-  a.impl = impl;
-  a.bulk_stages = bulk_stages;
+  a.impl = tensor_cores ? DecodeAttentionImpl::kAuto : DecodeAttentionImpl::kSimt;
   a.splits = DecodeAttentionSplits(a.batch, a.kv_heads, a.capacity, MultiProcessorCount(q.device().index()));
   at::Tensor partial;
   if (a.splits > 1) {

@@ -15,8 +15,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include "worker/kernels/decode_attention_kernel.h"
@@ -308,150 +306,6 @@ __device__ __forceinline__ int WordDim(int w, int col) {
   return 32 * (w >> 2) + 8 * (col >> 1) + 2 * (w & 3) + (col & 1);
 }
 
-// What a warp's lanes keep over its tiles: each lane's running max and (partial) sum for heads 2t and 2t + 1, and its
-// accumulator fragments of out^T (m-tile i holds (dimension WordDim(2i, g), heads 2t, 2t + 1) and (dimension
-// WordDim(2i + 1, g), the same heads)).
-template <int kWords>
-struct MmaAcc {
-  float m[2] = {-INFINITY, -INFINITY};
-  float l[2] = {0.f, 0.f};
-  float o[kWords / 2][4] = {};
-};
-
-// Q^T as the B operand: query head g's pieces in the lane's order (zeros for the heads past G).
-template <typename T, int D>
-__device__ __forceinline__ void LoadQueryFragments(const DecodeAttentionArgs& a, int b, int kvh, int G, int g, int t,
-                                                   uint32_t (&qf)[4 * D / 32]) {
-  const T* q = static_cast<const T*>(a.q) + (static_cast<int64_t>(b) * a.q_heads + kvh * G + g) * D;
-#pragma unroll
-  for (int w = 0; w < 4 * D / 32; ++w) {
-    const int d = 32 * (w >> 2) + 8 * t + 2 * (w & 3);
-    qf[w] = g < G ? Pack2<T>(ToFloat(q[d]), ToFloat(q[d + 1])) : 0u;
-  }
-}
-
-// A warp's kTiles tiles of 16 positions from p0 into `acc`: kf / vf hold lane (g, t)'s pieces of key / value rows
-// p0 + 16 tile + 8 h + g (zeros for rows past `end`).
-template <typename T, int kTiles, int kWords>
-__device__ __forceinline__ void MmaTiles(const uint32_t (&kf)[kTiles][2][kWords],
-                                         const uint32_t (&vf)[kTiles][2][kWords], const uint32_t (&qf)[kWords], int p0,
-                                         int end, float qscale, int g, MmaAcc<kWords>& acc) {
-  // Scores (base 2): s[tile] holds (position p0 + 16 tile + g, heads 2t, 2t + 1) and (position + 8, same heads).
-  float s[kTiles][4];
-#pragma unroll
-  for (int tile = 0; tile < kTiles; ++tile) {
-#pragma unroll
-    for (int r = 0; r < 4; ++r) s[tile][r] = 0.f;
-#pragma unroll
-    for (int k = 0; k < kWords / 2; ++k) {
-      Mma<T>(s[tile], kf[tile][0][2 * k], kf[tile][1][2 * k], kf[tile][0][2 * k + 1], kf[tile][1][2 * k + 1], qf[2 * k],
-             qf[2 * k + 1]);
-    }
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int row = p0 + 16 * tile + g + (r >= 2 ? 8 : 0);
-      s[tile][r] = row < end ? s[tile][r] * qscale : -INFINITY;
-    }
-  }
-  // Online softmax per head over the warp's positions (the lanes of one t hold one head pair).
-  float alpha[2];
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    float mx = -INFINITY;
-#pragma unroll
-    for (int tile = 0; tile < kTiles; ++tile) mx = fmaxf(mx, fmaxf(s[tile][j], s[tile][2 + j]));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-    const float m_new = fmaxf(acc.m[j], mx);
-    const float m_use = m_new == -INFINITY ? 0.f : m_new;  // no position yet: keep every weight 0, not NaN
-    alpha[j] = exp2f(acc.m[j] - m_use);
-    float sum = 0.f;
-#pragma unroll
-    for (int tile = 0; tile < kTiles; ++tile) {
-      s[tile][j] = exp2f(s[tile][j] - m_use);
-      s[tile][2 + j] = exp2f(s[tile][2 + j] - m_use);
-      sum += s[tile][j] + s[tile][2 + j];
-    }
-    acc.l[j] = acc.l[j] * alpha[j] + sum;
-    acc.m[j] = m_new;
-  }
-#pragma unroll
-  for (int i = 0; i < kWords / 2; ++i) {
-    acc.o[i][0] *= alpha[0];
-    acc.o[i][1] *= alpha[1];
-    acc.o[i][2] *= alpha[0];
-    acc.o[i][3] *= alpha[1];
-  }
-  // out^T += V^T . P^T, one k-step per tile.
-#pragma unroll
-  for (int tile = 0; tile < kTiles; ++tile) {
-    const uint32_t p_lo = Transpose8x8(Pack2<T>(s[tile][0], s[tile][1]));  // P^T rows p0 + 16 tile + [0, 8)
-    const uint32_t p_hi = Transpose8x8(Pack2<T>(s[tile][2], s[tile][3]));  // and [8, 16)
-#pragma unroll
-    for (int i = 0; i < kWords / 2; ++i) {
-      Mma<T>(acc.o[i], Transpose8x8(vf[tile][0][2 * i]), Transpose8x8(vf[tile][0][2 * i + 1]),
-             Transpose8x8(vf[tile][1][2 * i]), Transpose8x8(vf[tile][1][2 * i + 1]), p_lo, p_hi);
-    }
-  }
-}
-
-// The end of a block: the lanes' partial sums of a head, then the kMmaWarps warps' results merged through shared memory
-// (o_s [kMmaWarps][kMaxGroup][D], m_s and l_s [kMmaWarps][kMaxGroup]) into the output, or with several ranges into
-// this range's partial result.
-template <typename T, int D>
-__device__ __forceinline__ void MmaFinish(MmaAcc<4 * D / 32>& acc, float (*o_s)[kMaxGroup][D], float (*m_s)[kMaxGroup],
-                                          float (*l_s)[kMaxGroup], const DecodeAttentionArgs& a, int b, int kvh,
-                                          int split, int G, int warp, int g, int t) {
-  constexpr int kWords = 4 * D / 32;
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    acc.l[j] += __shfl_xor_sync(0xffffffffu, acc.l[j], 4);
-    acc.l[j] += __shfl_xor_sync(0xffffffffu, acc.l[j], 8);
-    acc.l[j] += __shfl_xor_sync(0xffffffffu, acc.l[j], 16);
-  }
-#pragma unroll
-  for (int i = 0; i < kWords / 2; ++i) {
-#pragma unroll
-    for (int r = 0; r < 4; ++r) o_s[warp][2 * t + (r & 1)][WordDim(2 * i + (r >> 1), g)] = acc.o[i][r];
-  }
-  if (g == 0) {
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      m_s[warp][2 * t + j] = acc.m[j];
-      l_s[warp][2 * t + j] = acc.l[j];
-    }
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < G * D; i += kMmaWarps * 32) {
-    const int head = i / D;
-    const int d = i % D;
-    float m_all = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < kMmaWarps; ++w) m_all = fmaxf(m_all, m_s[w][head]);
-    const float m_use = m_all == -INFINITY ? 0.f : m_all;
-    float num = 0.f;
-    float den = 0.f;
-#pragma unroll
-    for (int w = 0; w < kMmaWarps; ++w) {
-      const float f = exp2f(m_s[w][head] - m_use);
-      num = fmaf(f, o_s[w][head][d], num);
-      den = fmaf(f, l_s[w][head], den);
-    }
-    const int64_t bh = static_cast<int64_t>(b) * a.q_heads + kvh * G + head;
-    if (a.splits == 1) {
-      static_cast<T*>(a.out)[bh * D + d] = FromFloat<T>(den > 0.f ? num / den : 0.f);
-    } else {
-      float* part = a.partial + (bh * a.splits + split) * (D + 2);
-      part[d] = num;
-      if (d == 0) {
-        part[D] = m_all;
-        part[D + 1] = den;
-      }
-    }
-  }
-}
-
 // kPipelined: the loads of a warp's next tiles are issued before the current tiles' math (registers double-buffered),
 // so a warp keeps its memory requests in flight while it computes.
 template <typename T, int D, int kMmaTiles, bool kPipelined>
@@ -474,17 +328,35 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 1) DecodeAttentionMmaKernel(co
   const int begin = split * RangeLength(a.capacity, a.splits);
   const int end = min(len, begin + RangeLength(a.capacity, a.splits));
 
+  // Q^T as the B operand: query head g's pieces in the lane's order (zeros for the heads past G).
   uint32_t qf[kWords];
-  LoadQueryFragments<T, D>(a, b, kvh, G, g, t, qf);
+  {
+    const T* q = static_cast<const T*>(a.q) + (static_cast<int64_t>(b) * a.q_heads + kvh * G + g) * D;
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) {
+      const int d = 32 * (w >> 2) + 8 * t + 2 * (w & 3);
+      qf[w] = g < G ? Pack2<T>(ToFloat(q[d]), ToFloat(q[d + 1])) : 0u;
+    }
+  }
   const int64_t kv_offset = static_cast<int64_t>(b) * a.kv_stride_b + static_cast<int64_t>(kvh) * a.kv_stride_h;
   const T* kbase = static_cast<const T*>(a.k) + kv_offset;
   const T* vbase = static_cast<const T*>(a.v) + kv_offset;
   const float qscale = a.scale * kLog2e;
-  MmaAcc<kWords> acc;
+
+  // This lane's running max and (partial) sum for heads 2t and 2t + 1, and its accumulator fragments of out^T: m-tile
+  // i holds (dimension WordDim(2i, g), heads 2t, 2t + 1) and (dimension WordDim(2i + 1, g), the same heads).
+  float m[2] = {-INFINITY, -INFINITY};
+  float l[2] = {0.f, 0.f};
+  float o[kWords / 2][4];
+#pragma unroll
+  for (int i = 0; i < kWords / 2; ++i) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) o[i][r] = 0.f;
+  }
 
   // Rows p0 + 16 tile + 8 h + g of the warp's tiles; rows past the end are zeros (the cache may hold anything there,
   // NaN included).
-  auto load = [&](int p0, uint32_t(&kf)[kMmaTiles][2][kWords], uint32_t(&vf)[kMmaTiles][2][kWords]) {
+  auto load = [&](int p0, uint32_t (&kf)[kMmaTiles][2][kWords], uint32_t (&vf)[kMmaTiles][2][kWords]) {
 #pragma unroll
     for (int tile = 0; tile < kMmaTiles; ++tile) {
 #pragma unroll
@@ -519,7 +391,64 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 1) DecodeAttentionMmaKernel(co
     } else {
       load(p0, kf, vf);
     }
-    MmaTiles<T, kMmaTiles, kWords>(kf, vf, qf, p0, end, qscale, g, acc);
+    // Scores (base 2): s[tile] holds (position p0 + 16 tile + g, heads 2t, 2t + 1) and (position + 8, same heads).
+    float s[kMmaTiles][4];
+#pragma unroll
+    for (int tile = 0; tile < kMmaTiles; ++tile) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) s[tile][r] = 0.f;
+#pragma unroll
+      for (int k = 0; k < kWords / 2; ++k) {
+        Mma<T>(s[tile], kf[tile][0][2 * k], kf[tile][1][2 * k], kf[tile][0][2 * k + 1], kf[tile][1][2 * k + 1],
+               qf[2 * k], qf[2 * k + 1]);
+      }
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int row = p0 + 16 * tile + g + (r >= 2 ? 8 : 0);
+        s[tile][r] = row < end ? s[tile][r] * qscale : -INFINITY;
+      }
+    }
+    // Online softmax per head over the warp's positions (the lanes of one t hold one head pair).
+    float alpha[2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int tile = 0; tile < kMmaTiles; ++tile) mx = fmaxf(mx, fmaxf(s[tile][j], s[tile][2 + j]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+      const float m_new = fmaxf(m[j], mx);
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;  // no position yet: keep every weight 0, not NaN
+      alpha[j] = exp2f(m[j] - m_use);
+      float sum = 0.f;
+#pragma unroll
+      for (int tile = 0; tile < kMmaTiles; ++tile) {
+        s[tile][j] = exp2f(s[tile][j] - m_use);
+        s[tile][2 + j] = exp2f(s[tile][2 + j] - m_use);
+        sum += s[tile][j] + s[tile][2 + j];
+      }
+      l[j] = l[j] * alpha[j] + sum;
+      m[j] = m_new;
+    }
+#pragma unroll
+    for (int i = 0; i < kWords / 2; ++i) {
+      o[i][0] *= alpha[0];
+      o[i][1] *= alpha[1];
+      o[i][2] *= alpha[0];
+      o[i][3] *= alpha[1];
+    }
+    // out^T += V^T . P^T, one k-step per tile.
+#pragma unroll
+    for (int tile = 0; tile < kMmaTiles; ++tile) {
+      const uint32_t p_lo = Transpose8x8(Pack2<T>(s[tile][0], s[tile][1]));  // P^T rows p0 + 16 tile + [0, 8)
+      const uint32_t p_hi = Transpose8x8(Pack2<T>(s[tile][2], s[tile][3]));  // and [8, 16)
+#pragma unroll
+      for (int i = 0; i < kWords / 2; ++i) {
+        Mma<T>(o[i], Transpose8x8(vf[tile][0][2 * i]), Transpose8x8(vf[tile][0][2 * i + 1]),
+               Transpose8x8(vf[tile][1][2 * i]), Transpose8x8(vf[tile][1][2 * i + 1]), p_lo, p_hi);
+      }
+    }
     if constexpr (kPipelined) {
 #pragma unroll
       for (int tile = 0; tile < kMmaTiles; ++tile) {
@@ -535,176 +464,56 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 1) DecodeAttentionMmaKernel(co
     }
   }
 
+  // The lanes' partial sums of a head; then the warps' results merged through shared memory.
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    l[j] += __shfl_xor_sync(0xffffffffu, l[j], 4);
+    l[j] += __shfl_xor_sync(0xffffffffu, l[j], 8);
+    l[j] += __shfl_xor_sync(0xffffffffu, l[j], 16);
+  }
   __shared__ float o_s[kMmaWarps][kMaxGroup][D];
   __shared__ float m_s[kMmaWarps][kMaxGroup];
   __shared__ float l_s[kMmaWarps][kMaxGroup];
-  MmaFinish<T, D>(acc, o_s, m_s, l_s, a, b, kvh, split, G, warp, g, t);
-}
-
-// ---- The tensor-core kernel fed by bulk copies (Hopper: cp.async.bulk, mbarrier) --------------------------------
-//
-// The same tiles and math as DecodeAttentionMmaKernel, but a tile's keys and values (contiguous rows of the cache) come
-// into shared memory by two bulk asynchronous copies, which the copy engine of the SM moves without registers; each
-// warp keeps kStages tiles in flight in a ring of its own (one mbarrier per stage, whose transaction count the copies
-// complete), and loads a tile's fragments from shared memory when its barrier's phase completes. The register-fed
-// kernel can keep only one tile per warp in flight beyond the one it computes (two took 180 registers and half the
-// occupancy); here the depth costs shared memory instead.
-
-__device__ __forceinline__ uint32_t SharedAddress(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void BarrierInit(uint64_t* bar, uint32_t arrivals) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(SharedAddress(bar)), "r"(arrivals) : "memory");
-#endif
-}
-
-// Makes initialised barriers visible to the copy engine (the async proxy).
-__device__ __forceinline__ void BarrierInitFence() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
-
-// Orders this thread's (and, after a __syncwarp, its warp's) reads of shared memory before the async proxy's writes.
-__device__ __forceinline__ void AsyncProxyFence() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
-
-// One arrival on `bar` that also expects `bytes` more of transactions (the copies below) in its current phase.
-__device__ __forceinline__ void ArriveExpectBytes(uint64_t* bar, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(SharedAddress(bar)), "r"(bytes)
-               : "memory");
-#endif
-}
-
-// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global `src` to shared `dst`, completing that many
-// bytes of `bar`'s transactions when they have landed.
-__device__ __forceinline__ void BulkCopyToShared(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                   SharedAddress(dst)),
-               "l"(src), "r"(bytes), "r"(SharedAddress(bar))
-               : "memory");
-#endif
-}
-
-// Returns once the phase of `bar` with this parity has completed (its copies' bytes are then visible).
-__device__ __forceinline__ void BarrierWait(uint64_t* bar, uint32_t parity) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  uint32_t done = 0;
-  do {
-    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done)
-                 : "r"(SharedAddress(bar)), "r"(parity)
-                 : "memory");
-  } while (!done);
-#endif
-}
-
-// Dynamic shared memory of a bulk-fed block: the warps' stages of 16 key and 16 value rows, reused for the merge.
-template <typename T, int D, int kStages>
-constexpr size_t BulkSharedBytes() {
-  constexpr size_t stages = static_cast<size_t>(kMmaWarps) * kStages * 2 * 16 * D * sizeof(T);
-  constexpr size_t merge = (static_cast<size_t>(kMmaWarps) * kMaxGroup * D + 2 * kMmaWarps * kMaxGroup) * sizeof(float);
-  return stages > merge ? stages : merge;
-}
-
-template <typename T, int D, int kStages>
-__global__ void __launch_bounds__(kMmaWarps * 32, D == 64 ? 4 : 3)
-    DecodeAttentionBulkKernel(const DecodeAttentionArgs a) {
-  constexpr int kPieces = D / 32;
-  constexpr int kWords = 4 * kPieces;
-  constexpr int kTile = 16 * D;            // elements of one tile's keys (or values)
-  constexpr int kStride = kMmaWarps * 16;  // positions between a warp's consecutive tiles
-  extern __shared__ __align__(128) unsigned char dynamic_shared[];
-  __shared__ __align__(8) uint64_t bars[kMmaWarps][kStages];
-  const int b = blockIdx.x;
-  const int kvh = blockIdx.y;
-  const int split = blockIdx.z;
-  const int G = a.q_heads / a.kv_heads;
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  const int g = lane >> 2;
-  const int t = lane & 3;
-  T* ring = reinterpret_cast<T*>(dynamic_shared) + warp * kStages * 2 * kTile;  // stage s: keys, then values
-  if (lane == 0) {
 #pragma unroll
-    for (int s = 0; s < kStages; ++s) BarrierInit(&bars[warp][s], 1);
-    BarrierInitFence();
+  for (int i = 0; i < kWords / 2; ++i) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) o_s[warp][2 * t + (r & 1)][WordDim(2 * i + (r >> 1), g)] = o[i][r];
   }
-  __syncwarp();
-  WaitForPriorGrid();
-  AllowDependentGrid();
-
-  const int len = min(a.lengths[b], a.capacity);
-  const int begin = split * RangeLength(a.capacity, a.splits);
-  const int end = min(len, begin + RangeLength(a.capacity, a.splits));
-  uint32_t qf[kWords];
-  LoadQueryFragments<T, D>(a, b, kvh, G, g, t, qf);
-  const int64_t kv_offset = static_cast<int64_t>(b) * a.kv_stride_b + static_cast<int64_t>(kvh) * a.kv_stride_h;
-  const T* kbase = static_cast<const T*>(a.k) + kv_offset;
-  const T* vbase = static_cast<const T*>(a.v) + kv_offset;
-  const float qscale = a.scale * kLog2e;
-  MmaAcc<kWords> acc;
-
-  // The warp's tiles start at first + i * kStride; tile i goes through stage i % kStages. Only rows before `end` are
-  // copied (the rest of a stage keeps older rows, never used).
-  const int first = begin + warp * 16;
-  const int tiles = first < end ? (end - first + kStride - 1) / kStride : 0;
-  auto issue = [&](int i) {
-    const int p0 = first + i * kStride;
-    const uint32_t bytes = static_cast<uint32_t>(min(16, end - p0) * D * sizeof(T));
-    T* stage = ring + (i % kStages) * 2 * kTile;
-    uint64_t* bar = &bars[warp][i % kStages];
-    ArriveExpectBytes(bar, 2 * bytes);
-    BulkCopyToShared(stage, kbase + static_cast<int64_t>(p0) * D, bytes, bar);
-    BulkCopyToShared(stage + kTile, vbase + static_cast<int64_t>(p0) * D, bytes, bar);
-  };
-  if (lane == 0) {
-    for (int i = 0; i < kStages && i < tiles; ++i) issue(i);
+  if (g == 0) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      m_s[warp][2 * t + j] = m[j];
+      l_s[warp][2 * t + j] = l[j];
+    }
   }
-  for (int i = 0; i < tiles; ++i) {
-    const int p0 = first + i * kStride;
-    const T* stage = ring + (i % kStages) * 2 * kTile;
-    BarrierWait(&bars[warp][i % kStages], static_cast<uint32_t>((i / kStages) & 1));
-    uint32_t kf[1][2][kWords];
-    uint32_t vf[1][2][kWords];
+  __syncthreads();
+  for (int i = threadIdx.x; i < G * D; i += kMmaWarps * 32) {
+    const int head = i / D;
+    const int d = i % D;
+    float m_all = -INFINITY;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = 8 * h + g;
+    for (int w = 0; w < kMmaWarps; ++w) m_all = fmaxf(m_all, m_s[w][head]);
+    const float m_use = m_all == -INFINITY ? 0.f : m_all;
+    float num = 0.f;
+    float den = 0.f;
 #pragma unroll
-      for (int c = 0; c < kPieces; ++c) {
-        uint4 kr = make_uint4(0u, 0u, 0u, 0u);
-        uint4 vr = make_uint4(0u, 0u, 0u, 0u);
-        if (p0 + row < end) {
-          kr = *reinterpret_cast<const uint4*>(stage + row * D + 32 * c + 8 * t);
-          vr = *reinterpret_cast<const uint4*>(stage + kTile + row * D + 32 * c + 8 * t);
-        }
-        kf[0][h][4 * c] = kr.x, kf[0][h][4 * c + 1] = kr.y, kf[0][h][4 * c + 2] = kr.z, kf[0][h][4 * c + 3] = kr.w;
-        vf[0][h][4 * c] = vr.x, vf[0][h][4 * c + 1] = vr.y, vf[0][h][4 * c + 2] = vr.z, vf[0][h][4 * c + 3] = vr.w;
+    for (int w = 0; w < kMmaWarps; ++w) {
+      const float f = exp2f(m_s[w][head] - m_use);
+      num = fmaf(f, o_s[w][head][d], num);
+      den = fmaf(f, l_s[w][head], den);
+    }
+    const int64_t bh = static_cast<int64_t>(b) * a.q_heads + kvh * G + head;
+    if (a.splits == 1) {
+      static_cast<T*>(a.out)[bh * D + d] = FromFloat<T>(den > 0.f ? num / den : 0.f);
+    } else {
+      float* part = a.partial + (bh * a.splits + split) * (D + 2);
+      part[d] = num;
+      if (d == 0) {
+        part[D] = m_all;
+        part[D + 1] = den;
       }
     }
-    // The stage is free again once every lane has its fragments: refill it with the tile kStages ahead.
-    __syncwarp();
-    if (lane == 0 && i + kStages < tiles) {
-      AsyncProxyFence();
-      issue(i + kStages);
-    }
-    MmaTiles<T, 1, kWords>(kf, vf, qf, p0, end, qscale, g, acc);
   }
-
-  __syncthreads();  // every warp is done with its ring: the merge reuses the memory
-  auto* o_s = reinterpret_cast<float(*)[kMaxGroup][D]>(dynamic_shared);
-  auto* m_s =
-      reinterpret_cast<float(*)[kMaxGroup]>(reinterpret_cast<float*>(dynamic_shared) + kMmaWarps * kMaxGroup * D);
-  auto* l_s = m_s + kMmaWarps;
-  MmaFinish<T, D>(acc, o_s, m_s, l_s, a, b, kvh, split, G, warp, g, t);
 }
 
 // One block of D threads per (slot, query head): the ranges' outputs weighted by exp2(max - overall max).
@@ -733,65 +542,26 @@ __global__ void MergeSplitsKernel(const DecodeAttentionArgs a) {
   static_cast<T*>(a.out)[bh * D + d] = FromFloat<T>(den > 0.f ? num / den : 0.f);
 }
 
-// The bulk-fed kernel with kStages tiles in flight per warp; its dynamic shared memory is allowed once per
-// instantiation.
-template <typename T, int D, int kStages>
-cudaError_t LaunchBulk(const DecodeAttentionArgs& a, dim3 grid, cudaStream_t stream) {
-  constexpr size_t kBytes = BulkSharedBytes<T, D, kStages>();
-  static const cudaError_t allowed = cudaFuncSetAttribute(
-      DecodeAttentionBulkKernel<T, D, kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kBytes));
-  if (allowed != cudaSuccess) return allowed;
-  return LaunchDependentShared(DecodeAttentionBulkKernel<T, D, kStages>, grid, kMmaWarps * 32, kBytes, stream, a);
-}
-
-// kAuto's kernel for bfloat16 / float16: VERL_DECODE_ATTENTION=mma or =bulk in the environment picks one (the A/B of
-// tools/bench/b1_rollout.py --env-variants); otherwise the register-fed kernel.
-DecodeAttentionImpl TensorCoreDefault() {
-  static const DecodeAttentionImpl impl = [] {
-    const char* env = std::getenv("VERL_DECODE_ATTENTION");
-    if (env != nullptr && std::strcmp(env, "bulk") == 0 && ComputeCapability9OrLater()) {
-      return DecodeAttentionImpl::kBulk;
-    }
-    return DecodeAttentionImpl::kTensorCore;
-  }();
-  return impl;
-}
-
 template <typename T, int D>
 cudaError_t Launch(const DecodeAttentionArgs& a, cudaStream_t stream) {
   const dim3 grid(a.batch, a.kv_heads, a.splits);
-  DecodeAttentionImpl impl = a.impl;
-  if (impl == DecodeAttentionImpl::kAuto) {
-    impl = std::is_same_v<T, float> ? DecodeAttentionImpl::kSimt : TensorCoreDefault();
+  bool mma = a.impl != DecodeAttentionImpl::kSimt;
+  if constexpr (std::is_same_v<T, float>) {
+    if (a.impl == DecodeAttentionImpl::kTensorCore) return cudaErrorInvalidValue;
+    mma = false;
   }
-  if (std::is_same_v<T, float> && impl != DecodeAttentionImpl::kSimt) return cudaErrorInvalidValue;
-  if (impl == DecodeAttentionImpl::kBulk && !ComputeCapability9OrLater()) return cudaErrorInvalidValue;
-  cudaError_t err = cudaSuccess;
-  if (impl == DecodeAttentionImpl::kSimt) {
-    err = LaunchDependent(DecodeAttentionKernel<T, D>, grid, kThreads, stream, a);
+  if (!mma) {
+    LaunchDependent(DecodeAttentionKernel<T, D>, grid, kThreads, stream, a);
   } else if constexpr (!std::is_same_v<T, float>) {
-    if (impl == DecodeAttentionImpl::kBulk) {
-      const int stages = a.bulk_stages > 0 ? a.bulk_stages : (D == 64 ? 3 : 2);
-      if (stages == 2) {
-        err = LaunchBulk<T, D, 2>(a, grid, stream);
-      } else if (stages == 3) {
-        err = LaunchBulk<T, D, 3>(a, grid, stream);
-      } else if (stages == 4) {
-        err = LaunchBulk<T, D, 4>(a, grid, stream);
-      } else {
-        return cudaErrorInvalidValue;
-      }
-    } else if constexpr (D == 64) {
-      // Head dim 64: one tile per warp, the next one's loads in flight during its math (37.9 against 39.3 us at B1's
-      // mean shape); 128: two tiles, not pipelined (the pipelined forms were no faster or spilled).
-      err = LaunchDependent(DecodeAttentionMmaKernel<T, D, 1, true>, grid, kMmaWarps * 32, stream, a);
+    // Head dim 64: one tile per warp, the next one's loads in flight during its math (37.9 against 39.3 us at B1's mean
+    // shape); 128: two tiles, not pipelined (the pipelined forms were no faster or spilled).
+    if constexpr (D == 64) {
+      LaunchDependent(DecodeAttentionMmaKernel<T, D, 1, true>, grid, kMmaWarps * 32, stream, a);
     } else {
-      err = LaunchDependent(DecodeAttentionMmaKernel<T, D, 2, false>, grid, kMmaWarps * 32, stream, a);
+      LaunchDependent(DecodeAttentionMmaKernel<T, D, 2, false>, grid, kMmaWarps * 32, stream, a);
     }
   }
-  if (err != cudaSuccess) return err;
-  if (a.splits > 1) err = LaunchDependent(MergeSplitsKernel<T, D>, a.batch * a.q_heads, D, stream, a);
-  if (err != cudaSuccess) return err;
+  if (a.splits > 1) LaunchDependent(MergeSplitsKernel<T, D>, a.batch * a.q_heads, D, stream, a);
   return cudaGetLastError();
 }
 

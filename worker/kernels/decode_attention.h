@@ -5,8 +5,6 @@
 
 #include <ATen/ATen.h>
 
-#include "worker/kernels/decode_attention_kernel.h"
-
 namespace verl::kernels {
 
 // Whether DecodeAttention takes a query like `q` ([B, Hq, D]) over a cache like `k_cache` ([S, Hkv, C, D]): both on
@@ -16,13 +14,10 @@ bool DecodeAttentionSupported(const at::Tensor& q, const at::Tensor& k_cache);
 
 // softmax(q k^T * scale) v for each slot b < B over its positions [0, lengths[b]) of k_cache[b], v_cache[b] (rows
 // >= B of the caches are not read). `lengths` is int32 [B] on q's device. Returns [B, Hq, D] in q's dtype (zeros for a
-// length of 0). Runs on the current CUDA stream without synchronising (CUDA-graph safe). `impl` picks the kernel
-// (DecodeAttentionImpl; kAuto: the tensor cores for bfloat16 and float16, the SIMT kernel, which float32 always takes,
-// otherwise; `bulk_stages` for kBulk, 0 the default); tests compare them. A kernel that cannot take the dtype or the
-// device throws.
+// length of 0). Runs on the current CUDA stream without synchronising (CUDA-graph safe). bfloat16 and float16 run on
+// the tensor cores unless `tensor_cores` is false (the SIMT kernel, which float32 always takes: tests compare the two).
 at::Tensor DecodeAttention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                           const at::Tensor& lengths, double scale,
-                           DecodeAttentionImpl impl = DecodeAttentionImpl::kAuto, int bulk_stages = 0);
+                           const at::Tensor& lengths, double scale, bool tensor_cores = true);
 
 }  // namespace verl::kernels
 

@@ -19,10 +19,8 @@
 namespace verl::kernels {
 
 // Which kernel reduces the positions: kAuto takes the tensor-core kernel for bfloat16 / float16 and the SIMT kernel
-// for float32 (the only one that takes it); the others force one (tests and the micro-benchmark compare them).
-// kBulk: the tensor-core kernel fed through shared memory by bulk asynchronous copies (compute capability 9.0 or
-// later), `bulk_stages` tiles in flight per warp.
-enum class DecodeAttentionImpl { kAuto, kSimt, kTensorCore, kBulk };
+// for float32 (the only one that takes it); the others force one (the micro-benchmark compares them).
+enum class DecodeAttentionImpl { kAuto, kSimt, kTensorCore };
 
 struct DecodeAttentionArgs {
   KernelDtype dtype = KernelDtype::kBFloat16;
@@ -42,15 +40,13 @@ struct DecodeAttentionArgs {
   int capacity = 0;  // positions per slot in the cache
   int splits = 1;
   float scale = 1.0f;
-  int bulk_stages = 0;  // kBulk: 2, 3 or 4 tiles in flight per warp; 0: the kernel's default for the head dim
 };
 
 // Whether the kernel takes these shapes (head_dim 64 or 128, at most 8 query heads per KV head).
 bool DecodeAttentionShapeSupported(int q_heads, int kv_heads, int head_dim);
 // The split count for a launch: enough blocks to fill `num_sms` twice over, at least 128 positions per range.
 int DecodeAttentionSplits(int batch, int kv_heads, int capacity, int num_sms);
-// Launches on `stream`; returns the launch error, if any (cudaErrorInvalidValue for a float32 tensor-core launch, or
-// kBulk before compute capability 9.0).
+// Launches on `stream`; returns the launch error, if any (cudaErrorInvalidValue for a float32 tensor-core launch).
 cudaError_t LaunchDecodeAttention(const DecodeAttentionArgs& args, cudaStream_t stream);
 
 }  // namespace verl::kernels

@@ -5,9 +5,9 @@
 // its stream is being captured may be scheduled while the kernel before it in the graph is still running, and waits in
 // WaitForPriorGrid until that one has finished and its writes are visible. A decoding step is some 220 short kernels
 // replayed as a graph; this takes the launch latency between them off the step's critical path (B1: 1.690 against
-// 1.699 s without, in one run). Outside a capture the kernels launch plainly: there the op before one of ours may be a
-// copy, and one run of the fused sampler's GPU test drew differently once with every launch dependent (not seen since;
-// the graphs' steps have kernels before each of ours).
+// 1.699 s without, in one run). Outside a capture the kernels launch plainly: there the op before one of ours may be a copy, and
+// one run of the fused sampler's GPU test drew differently once with every launch dependent (not seen since; the
+// graphs' steps have kernels before each of ours).
 //
 // The contract: every kernel launched with LaunchDependent calls WaitForPriorGrid before it reads anything an earlier
 // kernel wrote or writes anything an earlier kernel reads; it may call AllowDependentGrid (after its wait) to let the
@@ -34,10 +34,12 @@ __device__ __forceinline__ void AllowDependentGrid() {
 #endif
 }
 
-// Whether the current device, when first asked, has compute capability 9.0 or later (Hopper: dependent launches,
-// bulk asynchronous copies). Fixed for the process (its GPUs are of one kind).
-inline bool ComputeCapability9OrLater() {
-  static const bool hopper = [] {
+// Whether dependent launches are on: compute capability 9.0 or later on the current device when first asked, and
+// VERL_PDL not "0". Fixed for the process (its GPUs are of one kind).
+inline bool DependentLaunchEnabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("VERL_PDL");
+    if (env != nullptr && std::strcmp(env, "0") == 0) return false;
     int device = 0;
     int major = 0;
     if (cudaGetDevice(&device) != cudaSuccess ||
@@ -47,31 +49,20 @@ inline bool ComputeCapability9OrLater() {
     }
     return major >= 9;
   }();
-  return hopper;
-}
-
-// Whether dependent launches are on: ComputeCapability9OrLater, and VERL_PDL not "0".
-inline bool DependentLaunchEnabled() {
-  static const bool enabled = [] {
-    const char* env = std::getenv("VERL_PDL");
-    if (env != nullptr && std::strcmp(env, "0") == 0) return false;
-    return ComputeCapability9OrLater();
-  }();
   return enabled;
 }
 
-// kernel<<<grid, block, shared_bytes, stream>>>(args...), as a programmatic dependent launch where
-// DependentLaunchEnabled and `stream` is capturing a graph.
+// kernel<<<grid, block, 0, stream>>>(args...), as a programmatic dependent launch where DependentLaunchEnabled and
+// `stream` is capturing a graph.
 template <typename... Params, typename... Args>
-cudaError_t LaunchDependentShared(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
-                                  cudaStream_t stream, Args&&... args) {
+cudaError_t LaunchDependent(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args&&... args) {
   cudaLaunchAttribute attribute[1];
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
-  config.dynamicSmemBytes = shared_bytes;
+  config.dynamicSmemBytes = 0;
   config.stream = stream;
   config.attrs = attribute;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -81,12 +72,6 @@ cudaError_t LaunchDependentShared(void (*kernel)(Params...), dim3 grid, dim3 blo
   }
   config.numAttrs = capture == cudaStreamCaptureStatusActive ? 1 : 0;
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
-}
-
-// LaunchDependentShared without dynamic shared memory.
-template <typename... Params, typename... Args>
-cudaError_t LaunchDependent(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args&&... args) {
-  return LaunchDependentShared(kernel, grid, block, 0, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace verl::kernels
