@@ -5,9 +5,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdlib>
-#include <cstring>
-#include <initializer_list>
 #include <limits>
 #include <map>
 #include <memory>
@@ -254,69 +251,32 @@ class DecodeSteps {
         options_(options),
         last_(std::move(last)),
         use_graphs_(graphs),
-        pool_(at::cuda::graph_pool_handle()),
-        capture_(c10::cuda::getStreamFromPool(false, model.device().index())),
-        up_(DistinctStream({capture_})),
-        down_(DistinctStream({capture_, up_})) {
-    const char* env = std::getenv("VERL_DECODE_COPY_STREAMS");
-    copy_streams_ = env == nullptr || std::strcmp(env, "0") != 0;
-  }
+        pool_(at::cuda::graph_pool_handle()) {}
 
   // One step over slots [0, size): positions from `host_pos` (int64 [>= size]) and draws from `host_uniforms`
   // (float64), both pinned; the sampled tokens and their log-prob land in the pinned `host_tok` (int64) and `host_lp`
-  // (float32), after which `done` completes. `buffers` (0 or 1) names which of the caller's two alternating sets of
-  // pinned buffers these are. With CUDA graphs each set has a graph of its own per bucket, with device inputs and
-  // outputs of its own, so the copies to and from the host run on streams of their own beside the steps: a step's
-  // inputs go up while the step before it runs, and its outputs come down while the step after it runs (on the
-  // current stream the graphs follow one another with no copy between them).
-  void Step(int64_t size, int buffers, const at::Tensor& host_pos, const at::Tensor& host_uniforms,
-            const at::Tensor& host_tok, const at::Tensor& host_lp, at::cuda::CUDAEvent& done) {
-    const c10::cuda::CUDAStream compute = c10::cuda::getCurrentCUDAStream(model_.device().index());
+  // (float32) once the current stream has reached the end of this call's work.
+  void Step(int64_t size, const at::Tensor& host_pos, const at::Tensor& host_uniforms, const at::Tensor& host_tok,
+            const at::Tensor& host_lp) {
     if (!use_graphs_) {
       const at::Device device = model_.device();
       auto [tok, lp] = Run(size, host_pos.narrow(0, 0, size).to(device, /*non_blocking=*/true),
                            host_uniforms.narrow(0, 0, size).to(device, /*non_blocking=*/true));
       host_tok.narrow(0, 0, size).copy_(tok, /*non_blocking=*/true);
       host_lp.narrow(0, 0, size).copy_(lp, /*non_blocking=*/true);
-      done.record(compute);
       return;
     }
-    auto it = graphs_.find({size, buffers});
+    auto it = graphs_.find(size);
     if (it == graphs_.end()) {
-      Capture(size, buffers, host_pos, host_uniforms, host_tok, host_lp);
-      done.record(compute);
+      Capture(size, host_pos, host_uniforms, host_tok, host_lp);
       return;
     }
     Graph& g = it->second;
-    if (!copy_streams_) {
-      g.pos.copy_(host_pos.narrow(0, 0, size), /*non_blocking=*/true);
-      g.uniforms.copy_(host_uniforms.narrow(0, 0, size), /*non_blocking=*/true);
-      g.graph->replay();
-      host_tok.narrow(0, 0, size).copy_(g.tok, /*non_blocking=*/true);
-      host_lp.narrow(0, 0, size).copy_(g.lp, /*non_blocking=*/true);
-      done.record(compute);
-      return;
-    }
-    {
-      // The inputs go up once this graph's previous replay (two steps ago) has read them.
-      const c10::cuda::CUDAStreamGuard guard(up_);
-      g.replayed.block(up_);
-      g.pos.copy_(host_pos.narrow(0, 0, size), /*non_blocking=*/true);
-      g.uniforms.copy_(host_uniforms.narrow(0, 0, size), /*non_blocking=*/true);
-      g.inputs.record(up_);
-    }
-    g.inputs.block(compute);
-    g.copied.block(compute);  // its previous outputs are down before the replay rewrites them
+    g.pos.copy_(host_pos.narrow(0, 0, size), /*non_blocking=*/true);
+    g.uniforms.copy_(host_uniforms.narrow(0, 0, size), /*non_blocking=*/true);
     g.graph->replay();
-    g.replayed.record(compute);
-    {
-      const c10::cuda::CUDAStreamGuard guard(down_);
-      g.replayed.block(down_);
-      host_tok.narrow(0, 0, size).copy_(g.tok, /*non_blocking=*/true);
-      host_lp.narrow(0, 0, size).copy_(g.lp, /*non_blocking=*/true);
-      g.copied.record(down_);
-    }
-    done.record(down_);
+    host_tok.narrow(0, 0, size).copy_(g.tok, /*non_blocking=*/true);
+    host_lp.narrow(0, 0, size).copy_(g.lp, /*non_blocking=*/true);
   }
 
   int64_t captured() const { return static_cast<int64_t>(graphs_.size()); }
@@ -327,20 +287,7 @@ class DecodeSteps {
     at::Tensor uniforms;  // float64 [size]
     at::Tensor tok, lp;   // the graph's outputs
     std::unique_ptr<at::cuda::CUDAGraph> graph;
-    at::cuda::CUDAEvent inputs;    // the inputs are up (up_)
-    at::cuda::CUDAEvent replayed;  // the last replay has ended (the current stream)
-    at::cuda::CUDAEvent copied;    // its outputs are down (down_)
   };
-
-  // A stream from the pool other than the current stream and `taken`.
-  c10::cuda::CUDAStream DistinctStream(std::initializer_list<c10::cuda::CUDAStream> taken) const {
-    const c10::DeviceIndex device = model_.device().index();
-    const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(device);
-    for (;;) {
-      const c10::cuda::CUDAStream s = c10::cuda::getStreamFromPool(false, device);
-      if (s != current && std::find(taken.begin(), taken.end(), s) == taken.end()) return s;
-    }
-  }
 
   // The step over slots [0, size) at device positions `pos` with draws `uniforms`: feeds last_, writes the samples
   // back to it, returns them with their log-probs.
@@ -351,15 +298,15 @@ class DecodeSteps {
     return out;
   }
 
-  void Capture(int64_t size, int buffers, const at::Tensor& host_pos, const at::Tensor& host_uniforms,
-               const at::Tensor& host_tok, const at::Tensor& host_lp) {
+  void Capture(int64_t size, const at::Tensor& host_pos, const at::Tensor& host_uniforms, const at::Tensor& host_tok,
+               const at::Tensor& host_lp) {
     const at::Device device = model_.device();
     Graph g;
     g.pos = host_pos.narrow(0, 0, size).to(device).contiguous();
     g.uniforms = host_uniforms.narrow(0, 0, size).to(device).contiguous();
     // Capture runs on a side stream, after everything queued on the current one.
     c10::cuda::getCurrentCUDAStream(device.index()).synchronize();
-    const c10::cuda::CUDAStream side = capture_;
+    c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, device.index());
     {
       const c10::cuda::CUDAStreamGuard guard(side);
       // This step, eagerly (it updates last_; also warms up cuBLAS on this stream); the capture below runs nothing.
@@ -382,7 +329,7 @@ class DecodeSteps {
       g.graph->capture_end();
     }
     side.synchronize();
-    graphs_.emplace(std::make_pair(size, buffers), std::move(g));
+    graphs_.emplace(size, std::move(g));
   }
 
   const DecoderModel& model_;
@@ -391,11 +338,7 @@ class DecodeSteps {
   at::Tensor last_;
   const bool use_graphs_;
   at::cuda::MempoolId_t pool_;
-  const c10::cuda::CUDAStream capture_;  // where graphs are captured
-  const c10::cuda::CUDAStream up_;       // copies of the inputs to the device
-  const c10::cuda::CUDAStream down_;     // copies of the outputs to the host
-  bool copy_streams_ = true;
-  std::map<std::pair<int64_t, int>, Graph> graphs_;  // by bucket and set of buffers
+  std::map<int64_t, Graph> graphs_;
 };
 #endif  // VERL_WITH_CUDA
 
@@ -671,8 +614,9 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
         ++slot_made[s];
         if (t + 1 == R) release(row);
       }
-      steps->Step(DecodeBucket(high, S), buffers, pinned_pos[buffers], pinned_uniforms[buffers], pinned_tok[buffers],
-                  pinned_lp[buffers], next.done);
+      steps->Step(DecodeBucket(high, S), pinned_pos[buffers], pinned_uniforms[buffers], pinned_tok[buffers],
+                  pinned_lp[buffers]);
+      next.done.record(c10::cuda::getCurrentCUDAStream(device.index()));
       drain();  // the previous step, finished while this one was being enqueued (or soon)
       inflight = std::move(next);
       out_graphs = steps->captured();
