@@ -92,12 +92,13 @@ def main():
     ap.add_argument("--variants", action="store_true",
                     help="also run ours with enforce_eager (no CUDA graphs), greedy (what sampling costs) and with a long tail (--eos-every 97)")
     ap.add_argument("--pdl-variant", action="store_true",
-                    help="also run ours with VERL_PDL=0 (kernels launched without programmatic dependent launch)")
+                    help="also run ours with VERL_PDL=0 (kernels launched without programmatic dependent launch; "
+                         "the same as --env-variants VERL_PDL=0)")
     ap.add_argument("--profile", action="store_true",
                     help="also profile ours (kernel time by name), with CUDA graphs and eagerly")
     ap.add_argument("--env-variants", default="",
                     help="also run ours with each KEY=VALUE in its environment (comma-separated; with --profile, "
-                         "profiled too), e.g. VERL_DECODE_ATTENTION=bulk")
+                         "profiled too, as graphs_KEY=VALUE), e.g. VERL_PDL=0")
     a = ap.parse_args()
     bin_dir = os.path.join(a.build_dir, "bin")
     work = tempfile.mkdtemp(prefix="b1_")
@@ -117,25 +118,21 @@ def main():
             v = run_ours(bin_dir, model, shape, a.repeats, extra)
             print(json.dumps(v), file=sys.stderr)
             variants.append(v)
-    if a.pdl_variant:
-        v = run_ours(bin_dir, model, shape, a.repeats, env={"VERL_PDL": "0"})
-        print(json.dumps(v), file=sys.stderr)
-        variants.append(v)
     env_variants = [dict([kv.split("=", 1)]) for kv in a.env_variants.split(",") if kv]
+    if a.pdl_variant and {"VERL_PDL": "0"} not in env_variants:
+        env_variants.append({"VERL_PDL": "0"})
     for env in env_variants:
         v = run_ours(bin_dir, model, shape, a.repeats, env=env)
         print(json.dumps(v), file=sys.stderr)
         variants.append(v)
     profiles = {}
     if a.profile:
+        for name, extra in (("graphs", ["--profile", "1"]), ("eager", ["--enforce-eager", "1", "--profile", "1"])):
+            profiles[name] = run_ours(bin_dir, model, shape, 1, extra).get("profile")
+        # E.g. VERL_PDL=0: a dependent kernel's time includes its wait on the kernel before, so compare without.
         for env in env_variants:
             name = "graphs_" + "_".join(f"{k}={v}" for k, v in env.items())
             profiles[name] = run_ours(bin_dir, model, shape, 1, ["--profile", "1"], env=env).get("profile")
-        for name, extra in (("graphs", ["--profile", "1"]), ("eager", ["--enforce-eager", "1", "--profile", "1"])):
-            profiles[name] = run_ours(bin_dir, model, shape, 1, extra).get("profile")
-        if a.pdl_variant:  # a dependent kernel's time includes its wait on the kernel before: compare without
-            profiles["graphs_no_pdl"] = run_ours(bin_dir, model, shape, 1, ["--profile", "1"],
-                                                 env={"VERL_PDL": "0"}).get("profile")
     baseline = None if a.skip_hf else run_hf(model, a.prompts, a.prompt_len, a.new_tokens, a.hf_repeats)
     limit_s = roofline_seconds(cfg, a.prompts, a.prompt_len, a.new_tokens, weight_bytes)
     generated = a.prompts * a.new_tokens
