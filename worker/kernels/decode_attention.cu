@@ -28,7 +28,6 @@ constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
 constexpr int kChunk = kThreads;  // positions scored at once, one per thread
 constexpr int kMaxGroup = 8;      // query heads per KV head
-constexpr float kLog2e = 1.4426950408889634f;
 
 // 16 bytes at p (16-byte aligned) as floats.
 template <typename T>

@@ -10,6 +10,9 @@
 
 namespace verl::kernels {
 
+// log2(e): the kernels' softmax weights are exp2 of scores scaled by it (one special-function instruction each).
+constexpr float kLog2e = 1.4426950408889634f;
+
 // A type as a value, for the launch sites' generic lambdas: `using T = typename decltype(t)::type;`.
 template <typename T>
 struct TypeTag {

@@ -5,9 +5,9 @@
 // its stream is being captured may be scheduled while the kernel before it in the graph is still running, and waits in
 // WaitForPriorGrid until that one has finished and its writes are visible. A decoding step is some 220 short kernels
 // replayed as a graph; this takes the launch latency between them off the step's critical path (B1: 1.690 against
-// 1.699 s without, in one run). Outside a capture the kernels launch plainly: there the op before one of ours may be a copy, and
-// one run of the fused sampler's GPU test drew differently once with every launch dependent (not seen since; the
-// graphs' steps have kernels before each of ours).
+// 1.699 s without, in one run). Outside a capture the kernels launch plainly: there the op before one of ours may be a
+// copy, and one run of the fused sampler's GPU test drew differently once with every launch dependent (not seen since;
+// the graphs' steps have kernels before each of ours).
 //
 // The contract: every kernel launched with LaunchDependent calls WaitForPriorGrid before it reads anything an earlier
 // kernel wrote or writes anything an earlier kernel reads; it may call AllowDependentGrid (after its wait) to let the

@@ -14,7 +14,6 @@ namespace {
 
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
-constexpr float kLog2e = 1.4426950408889634f;
 
 // exp(d) as the kernel computes every weight: exp2 of d log2(e) on the special-function unit, within 2 ulp of exp2 of
 // the rounded product (expf's range reduction took twice the instructions per element of the rest of the row's read).
