@@ -83,10 +83,10 @@ __device__ __forceinline__ void StoreAt(T* p, bool vec, const float (&in)[N]) {
   }
 }
 
-// RmsNormKernel's row held in registers (16-byte aligned rows of at most kNormCache vectors per lane): every load of
-// a pass is issued before any of its values is used, so a row costs two memory round trips (x and the residual, then
-// the weight) instead of one per vector (the loop below cannot move a load above a store that may alias it). The
-// lanes take the elements, and sum their squares, in WarpRow's order: the results are the loop's bit for bit.
+// RmsNormKernel's row held in registers (16-byte aligned rows of at most kNormCache vectors per lane): every load
+// (x, the residual and the weight) is issued before any of their values is used, so a row costs one memory round trip
+// instead of one per vector (the loop below cannot move a load above a store that may alias it). The lanes take the
+// elements, and sum their squares, in WarpRow's order: the results are the loop's bit for bit.
 template <typename T>
 __device__ __forceinline__ void RmsNormRowInRegisters(const RmsNormArgs& a, int64_t row, int lane) {
   constexpr int kN = Vec<T>::kN;
@@ -95,11 +95,12 @@ __device__ __forceinline__ void RmsNormRowInRegisters(const RmsNormArgs& a, int6
   T* sum = a.residual != nullptr ? static_cast<T*>(a.sum_out) + row * a.hidden : nullptr;
   const T* w = static_cast<const T*>(a.weight);
   T* y = static_cast<T*>(a.y) + row * a.hidden;
-  uint4 xr[kNormCache], rr[kNormCache];
+  uint4 xr[kNormCache], rr[kNormCache], wr[kNormCache];
 #pragma unroll
   for (int k = 0; k < kNormCache; ++k) {
     const int i = (lane + 32 * k) * kN;
     if (i < a.hidden) {
+      wr[k] = *reinterpret_cast<const uint4*>(w + i);
       xr[k] = *reinterpret_cast<const uint4*>(x + i);
       if (res != nullptr) rr[k] = *reinterpret_cast<const uint4*>(res + i);
     }
@@ -122,12 +123,6 @@ __device__ __forceinline__ void RmsNormRowInRegisters(const RmsNormArgs& a, int6
 #pragma unroll
       for (int j = 0; j < kN; ++j) ss = fmaf(xv[j], xv[j], ss);
     }
-  }
-  uint4 wr[kNormCache];
-#pragma unroll
-  for (int k = 0; k < kNormCache; ++k) {
-    const int i = (lane + 32 * k) * kN;
-    if (i < a.hidden) wr[k] = *reinterpret_cast<const uint4*>(w + i);
   }
   ss = WarpSum(ss);
   const float r = rsqrtf(ss / static_cast<float>(a.hidden) + a.eps);

@@ -321,13 +321,14 @@ bool DecoderModel::DecodeKernelAvailable() const {
 #endif
 }
 
-KvCache DecoderModel::NewCache(int64_t batch, int64_t capacity) const {
+KvCache DecoderModel::NewCache(int64_t batch, int64_t capacity, bool zeroed) const {
   KvCache cache;
   cache.capacity = capacity;
   auto opts = (sharded() ? units_.front().unit->shard().options() : embed_.options()).requires_grad(false);
+  const std::vector<int64_t> shape = {batch, config_.num_key_value_heads, capacity, config_.head_dim};
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
-    cache.k.push_back(at::zeros({batch, config_.num_key_value_heads, capacity, config_.head_dim}, opts));
-    cache.v.push_back(at::zeros({batch, config_.num_key_value_heads, capacity, config_.head_dim}, opts));
+    cache.k.push_back(zeroed ? at::zeros(shape, opts) : at::empty(shape, opts));
+    cache.v.push_back(zeroed ? at::zeros(shape, opts) : at::empty(shape, opts));
   }
   return cache;
 }
@@ -433,7 +434,8 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
     TORCH_CHECK(T == 1, "a slot cache takes one token per row, got ", T);
 #ifdef VERL_WITH_CUDA
     at::Tensor q_step;
-    if (kernels::RopeAppendSupported(q, k, v, cos, cache->k[i], cache->v[i], cache->slot_index)) {
+    const bool appended = kernels::RopeAppendSupported(q, k, v, cos, cache->k[i], cache->v[i], cache->slot_index);
+    if (appended) {
       // RoPE of q and k and both cache writes in one kernel (ApplyRope's values bit for bit).
       q_step = kernels::RopeAppend(q, k, v, cos, sin, cache->k[i], cache->v[i], cache->slot_index);
     } else {
@@ -443,7 +445,7 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
       cache->v[i].view({-1, hd}).index_copy_(0, cache->slot_index, v.select(2, 0).reshape({-1, hd}));
     }
     attn = kernels::DecodeAttention(q_step, cache->k[i], cache->v[i], cache->slot_len,
-                                    1.0 / std::sqrt(static_cast<double>(hd)))
+                                    1.0 / std::sqrt(static_cast<double>(hd)), /*tensor_cores=*/true, appended)
                .unsqueeze(2);
 #else
     TORCH_CHECK(false, "KvCache::slot_len needs the CUDA decode kernel (a VERL_WITH_CUDA build)");

@@ -99,8 +99,9 @@ class DecoderModel {
   // Load leaves them), so that a decoding step over the slot cache runs each group as one GEMM (parameters gathered
   // from ZeRO-3 units are not, where the layer has biases: they lie between the weights).
   bool ProjectionsStacked() const;
-  // A cache for `batch` sequences of up to `capacity` positions, zero-filled.
-  KvCache NewCache(int64_t batch, int64_t capacity) const;
+  // A cache for `batch` sequences of up to `capacity` positions, zero-filled unless !zeroed (for a caller that writes
+  // every position before reading it, e.g. a prefill of `capacity` tokens).
+  KvCache NewCache(int64_t batch, int64_t capacity, bool zeroed = true) const;
   // Where the parameters (or their shards) live.
   at::Device device() const { return inv_freq_.device(); }
 

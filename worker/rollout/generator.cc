@@ -536,18 +536,22 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
         }
       }
       valid = valid.to(device);
-      KvCache prefill = model.NewCache(u, longest);
+      // The prefill writes all `longest` positions of its cache before it reads them: no zero fill.
+      KvCache prefill = model.NewCache(u, longest, /*zeroed=*/false);
       at::Tensor hidden = model.Forward(ids.to(device), PositionIdsFromMask(valid),
                                         BuildAttentionMask(valid, 0, longest), &prefill);
       const at::Tensor dev_group = at::tensor(group, long_opts).to(device);
-      const at::Tensor dev_prompt_of = at::tensor(prompt_of, long_opts).to(device);
+      // A prompt per slot (n = 1): the prefill's rows are the group's, in order, with no gather.
+      const bool one_each = static_cast<int64_t>(group.size()) == u;
+      const at::Tensor dev_prompt_of = one_each ? at::Tensor() : at::tensor(prompt_of, long_opts).to(device);
+      auto rows = [&](const at::Tensor& t) { return one_each ? t : t.index_select(0, dev_prompt_of); };
       for (size_t i = 0; i < slots.k.size(); ++i) {
-        slots.k[i].narrow(2, 0, longest).index_copy_(0, dev_group, prefill.k[i].index_select(0, dev_prompt_of));
-        slots.v[i].narrow(2, 0, longest).index_copy_(0, dev_group, prefill.v[i].index_select(0, dev_prompt_of));
+        slots.k[i].narrow(2, 0, longest).index_copy_(0, dev_group, rows(prefill.k[i]));
+        slots.v[i].narrow(2, 0, longest).index_copy_(0, dev_group, rows(prefill.v[i]));
       }
       running += static_cast<int64_t>(group.size());
       at::Tensor logits = model.Logits(hidden.index({at::arange(u, dev_long), last.to(device)}));
-      const at::Tensor first = sample_and_record(group, logits.index_select(0, dev_prompt_of));
+      const at::Tensor first = sample_and_record(group, rows(logits));
 #ifdef VERL_WITH_CUDA
       if (decode_kernel) dev_last.index_copy_(0, dev_group, first);
 #endif
