@@ -4,7 +4,6 @@
 #include <cuda_fp16.h>
 
 #include <climits>
-#include <cstdlib>
 
 #include "worker/kernels/dtype.cuh"
 #include "worker/kernels/launch.cuh"
@@ -50,46 +49,23 @@ struct Running {
 
 // f(i, x) for the elements of [begin, end) that lane `lane` of the warp owning that range takes: in each stride of 32
 // vectors (32 * kPer elements, counted from begin), the lane's own vector [base + lane * kPer, + kPer), cut at end,
-// in increasing i. 16-byte loads where `vec` (the row 16-byte aligned; begin is a multiple of the stride), kBatch in
-// flight; kPipelined: the next kBatch loads are issued before f runs on the current ones (the same calls in the same
-// order either way).
-template <int kBatch, bool kPipelined, typename T, typename F>
+// in increasing i. 16-byte loads where `vec` (the row 16-byte aligned; begin is a multiple of the stride), 4 in flight.
+template <typename T, typename F>
 __device__ __forceinline__ void LaneElements(const T* row, int begin, int end, int lane, bool vec, F&& f) {
   constexpr int kPer = static_cast<int>(16 / sizeof(T));
   constexpr int kStride = 32 * kPer;
+  constexpr int kBatch = 4;
   int base = begin;
-  auto load = [&](int at, uint4 (&raw)[kBatch]) {
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) raw[b] = *reinterpret_cast<const uint4*>(row + at + b * kStride + lane * kPer);
-  };
-  auto apply = [&](int at, const uint4 (&raw)[kBatch]) {
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const T* e = reinterpret_cast<const T*>(&raw[b]);
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) f(at + b * kStride + lane * kPer + j, ToFloat(e[j]));
-    }
-  };
   if (vec) {
-    if constexpr (kPipelined) {
-      uint4 cur[kBatch];
-      if (base + kBatch * kStride <= end) load(base, cur);
-      for (; base + kBatch * kStride <= end; base += kBatch * kStride) {
-        const int next = base + kBatch * kStride;
-        const bool more = next + kBatch * kStride <= end;
-        uint4 nxt[kBatch];
-        if (more) load(next, nxt);
-        apply(base, cur);
-        if (more) {
+    for (; base + kBatch * kStride <= end; base += kBatch * kStride) {
+      uint4 raw[kBatch];
 #pragma unroll
-          for (int b = 0; b < kBatch; ++b) cur[b] = nxt[b];
-        }
-      }
-    } else {
-      for (; base + kBatch * kStride <= end; base += kBatch * kStride) {
-        uint4 raw[kBatch];
-        load(base, raw);
-        apply(base, raw);
+      for (int b = 0; b < kBatch; ++b) raw[b] = *reinterpret_cast<const uint4*>(row + base + b * kStride + lane * kPer);
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const T* e = reinterpret_cast<const T*>(&raw[b]);
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) f(base + b * kStride + lane * kPer + j, ToFloat(e[j]));
       }
     }
   }
@@ -106,8 +82,8 @@ __device__ __forceinline__ void LaneElements(const T* row, int begin, int end, i
   }
 }
 
-template <typename T, int kBatch, bool kPipelined, int kMinBlocks = 0>
-__global__ void __launch_bounds__(kThreads, kMinBlocks) SampleKernel(const SampleArgs a) {
+template <typename T>
+__global__ void __launch_bounds__(kThreads) SampleKernel(const SampleArgs a) {
   constexpr int kPer = static_cast<int>(16 / sizeof(T));
   constexpr int kStride = 32 * kPer;
   __shared__ Running s_warp[kWarps];
@@ -143,7 +119,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) SampleKernel(const Sampl
 
   // 1. One read of the row: each lane's running max / first index / sum, merged across the warp and then the block.
   Running mine;
-  LaneElements<kBatch, kPipelined>(row, begin, end, lane, vec, [&](int i, float v) { mine.Add(i, scaled(v)); });
+  LaneElements(row, begin, end, lane, vec, [&](int i, float v) { mine.Add(i, scaled(v)); });
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
     Running other;
@@ -217,7 +193,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) SampleKernel(const Sampl
     const int pe = min(hit_end, pb + piece);
     float piece_mass = 0.f;
     int piece_last = -1;  // its last token of positive mass
-    LaneElements<kBatch, kPipelined>(row, pb, pe, lane, vec, [&](int i, float v) {
+    LaneElements(row, pb, pe, lane, vec, [&](int i, float v) {
       const float e = Exp(scaled(v) - m);
       piece_mass += e;
       if (e > 0.f) piece_last = i;
@@ -326,23 +302,8 @@ cudaError_t LaunchSample(const SampleArgs& a, cudaStream_t stream) {
   if (a.vocab <= 0 || a.tokens == nullptr || a.log_probs == nullptr || (!a.greedy && a.uniforms == nullptr)) {
     return cudaErrorInvalidValue;
   }
-  // VERL_SAMPLE_PIPE (an experiment's switch): 0 the plain loads, 1: 4 vectors per lane pipelined, 2 / 3: 2 / 4 under
-  // registers for two blocks per SM.
-  static const int pipe = [] {
-    const char* env = std::getenv("VERL_SAMPLE_PIPE");
-    return env == nullptr ? 0 : std::atoi(env);
-  }();
   WithElementType(a.dtype, [&](auto t) {
-    using T = typename decltype(t)::type;
-    if (pipe == 1) {
-      LaunchDependent(SampleKernel<T, 4, true>, a.rows, kThreads, stream, a);
-    } else if (pipe == 2) {
-      LaunchDependent(SampleKernel<T, 2, true, 2>, a.rows, kThreads, stream, a);
-    } else if (pipe == 3) {
-      LaunchDependent(SampleKernel<T, 4, true, 2>, a.rows, kThreads, stream, a);
-    } else {
-      LaunchDependent(SampleKernel<T, 4, false>, a.rows, kThreads, stream, a);
-    }
+    LaunchDependent(SampleKernel<typename decltype(t)::type>, a.rows, kThreads, stream, a);
   });
   return cudaGetLastError();
 }
