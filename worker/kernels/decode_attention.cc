@@ -6,8 +6,6 @@
 
 #include <array>
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 
 #include "worker/kernels/aten_dtype.h"
 #include "worker/kernels/decode_attention_kernel.h"
@@ -41,7 +39,7 @@ bool DecodeAttentionSupported(const at::Tensor& q, const at::Tensor& k_cache) {
 }
 
 at::Tensor DecodeAttention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                           const at::Tensor& lengths, double scale, bool tensor_cores, bool appended) {
+                           const at::Tensor& lengths, double scale, bool tensor_cores) {
   TORCH_CHECK(DecodeAttentionSupported(q, k_cache) && DecodeAttentionSupported(q, v_cache),
               "DecodeAttention: unsupported query ", q.sizes(), " ", q.scalar_type(), " or cache ", k_cache.sizes(),
               " (want CUDA float32/bfloat16/float16, head_dim 64 or 128, at most 8 query heads per KV head)");
@@ -72,11 +70,6 @@ at::Tensor DecodeAttention(const at::Tensor& q, const at::Tensor& k_cache, const
   a.capacity = static_cast<int>(k_cache.size(2));
   a.scale = static_cast<float>(scale);
   a.impl = tensor_cores ? DecodeAttentionImpl::kAuto : DecodeAttentionImpl::kSimt;
-  static const bool early_enabled = [] {
-    const char* env = std::getenv("VERL_ATTN_EARLY");
-    return env == nullptr || std::strcmp(env, "0") != 0;
-  }();
-  a.early_loads = appended && early_enabled;
   a.splits = DecodeAttentionSplits(a.batch, a.kv_heads, a.capacity, MultiProcessorCount(q.device().index()));
   at::Tensor partial;
   if (a.splits > 1) {

@@ -309,15 +309,8 @@ __device__ __forceinline__ int WordDim(int w, int col) {
 // so a warp keeps its memory requests in flight while it computes.
 template <typename T, int D, int kMmaTiles, bool kPipelined>
 __global__ void __launch_bounds__(kMmaWarps * 32, 1) DecodeAttentionMmaKernel(const DecodeAttentionArgs a) {
-  // early_loads: the warp's first tiles are loaded before the wait where they end before the slot's last position
-  // (DecodeAttentionArgs), so the loads overlap the end of the kernel before (launch.cuh's contract, relaxed as the
-  // caller vouches). Every kernel we launch dependently allows its dependent only after its own wait, so when this one
-  // runs, everything before the kernel just before it has finished.
-  const bool early = kPipelined && a.early_loads;
-  if (!early) {
-    WaitForPriorGrid();
-    AllowDependentGrid();
-  }
+  WaitForPriorGrid();
+  AllowDependentGrid();
   constexpr int kPieces = D / 32;      // 16-byte pieces a lane loads of a row
   constexpr int kWords = 4 * kPieces;  // their 32-bit words (two elements each); QK^T k-steps and PV m-tiles: kWords/2
   constexpr int kStride = kMmaWarps * kMmaTiles * 16;  // positions the block's warps cover per iteration
@@ -333,13 +326,36 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 1) DecodeAttentionMmaKernel(co
   const int len = min(a.lengths[b], a.capacity);
   const int begin = split * RangeLength(a.capacity, a.splits);
   const int end = min(len, begin + RangeLength(a.capacity, a.splits));
+
+  // Q^T as the B operand: query head g's pieces in the lane's order (zeros for the heads past G).
+  uint32_t qf[kWords];
+  {
+    const T* q = static_cast<const T*>(a.q) + (static_cast<int64_t>(b) * a.q_heads + kvh * G + g) * D;
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) {
+      const int d = 32 * (w >> 2) + 8 * t + 2 * (w & 3);
+      qf[w] = g < G ? Pack2<T>(ToFloat(q[d]), ToFloat(q[d + 1])) : 0u;
+    }
+  }
   const int64_t kv_offset = static_cast<int64_t>(b) * a.kv_stride_b + static_cast<int64_t>(kvh) * a.kv_stride_h;
   const T* kbase = static_cast<const T*>(a.k) + kv_offset;
   const T* vbase = static_cast<const T*>(a.v) + kv_offset;
+  const float qscale = a.scale * kLog2e;
+
+  // This lane's running max and (partial) sum for heads 2t and 2t + 1, and its accumulator fragments of out^T: m-tile
+  // i holds (dimension WordDim(2i, g), heads 2t, 2t + 1) and (dimension WordDim(2i + 1, g), the same heads).
+  float m[2] = {-INFINITY, -INFINITY};
+  float l[2] = {0.f, 0.f};
+  float o[kWords / 2][4];
+#pragma unroll
+  for (int i = 0; i < kWords / 2; ++i) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) o[i][r] = 0.f;
+  }
 
   // Rows p0 + 16 tile + 8 h + g of the warp's tiles; rows past the end are zeros (the cache may hold anything there,
   // NaN included).
-  auto load = [&](int p0, uint32_t(&kf)[kMmaTiles][2][kWords], uint32_t(&vf)[kMmaTiles][2][kWords]) {
+  auto load = [&](int p0, uint32_t (&kf)[kMmaTiles][2][kWords], uint32_t (&vf)[kMmaTiles][2][kWords]) {
 #pragma unroll
     for (int tile = 0; tile < kMmaTiles; ++tile) {
 #pragma unroll
@@ -365,37 +381,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 1) DecodeAttentionMmaKernel(co
   uint32_t kf[kMmaTiles][2][kWords];
   uint32_t vf[kMmaTiles][2][kWords];
   const int first = begin + warp * kMmaTiles * 16;
-  const bool first_early = early && first + kMmaTiles * 16 <= len - 1;  // the tiles miss the last position
-  if (first_early) load(first, kf, vf);
-  if (early) {
-    WaitForPriorGrid();
-    AllowDependentGrid();
-  }
-
-  // Q^T as the B operand: query head g's pieces in the lane's order (zeros for the heads past G).
-  uint32_t qf[kWords];
-  {
-    const T* q = static_cast<const T*>(a.q) + (static_cast<int64_t>(b) * a.q_heads + kvh * G + g) * D;
-#pragma unroll
-    for (int w = 0; w < kWords; ++w) {
-      const int d = 32 * (w >> 2) + 8 * t + 2 * (w & 3);
-      qf[w] = g < G ? Pack2<T>(ToFloat(q[d]), ToFloat(q[d + 1])) : 0u;
-    }
-  }
-  const float qscale = a.scale * kLog2e;
-
-  // This lane's running max and (partial) sum for heads 2t and 2t + 1, and its accumulator fragments of out^T: m-tile
-  // i holds (dimension WordDim(2i, g), heads 2t, 2t + 1) and (dimension WordDim(2i + 1, g), the same heads).
-  float m[2] = {-INFINITY, -INFINITY};
-  float l[2] = {0.f, 0.f};
-  float o[kWords / 2][4];
-#pragma unroll
-  for (int i = 0; i < kWords / 2; ++i) {
-#pragma unroll
-    for (int r = 0; r < 4; ++r) o[i][r] = 0.f;
-  }
-
-  if (kPipelined && first < end && !first_early) load(first, kf, vf);
+  if (kPipelined && first < end) load(first, kf, vf);
   for (int p0 = first; p0 < end; p0 += kStride) {
     uint32_t kn[kMmaTiles][2][kWords];  // kPipelined: the next tiles, loaded while these are computed
     uint32_t vn[kMmaTiles][2][kWords];

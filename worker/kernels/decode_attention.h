@@ -16,11 +16,8 @@ bool DecodeAttentionSupported(const at::Tensor& q, const at::Tensor& k_cache);
 // >= B of the caches are not read). `lengths` is int32 [B] on q's device. Returns [B, Hq, D] in q's dtype (zeros for a
 // length of 0). Runs on the current CUDA stream without synchronising (CUDA-graph safe). bfloat16 and float16 run on
 // the tensor cores unless `tensor_cores` is false (the SIMT kernel, which float32 always takes: tests compare the two).
-// `appended`: the op just before this one on the stream wrote at most `q` and each slot's last position (RopeAppend,
-// in a decoding step), and the caller vouches for it: the kernel may then load the earlier positions while that op
-// ends (DecodeAttentionArgs::early_loads; VERL_ATTN_EARLY=0 in the environment turns this off).
 at::Tensor DecodeAttention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                           const at::Tensor& lengths, double scale, bool tensor_cores = true, bool appended = false);
+                           const at::Tensor& lengths, double scale, bool tensor_cores = true);
 
 }  // namespace verl::kernels
 

@@ -40,10 +40,6 @@ struct DecodeAttentionArgs {
   int capacity = 0;  // positions per slot in the cache
   int splits = 1;
   float scale = 1.0f;
-  // The kernel launched just before this one on the stream wrote at most q and each slot's last position (a decoding
-  // step's RoPE + append), and `lengths` and the earlier positions were written before it began: under a programmatic
-  // dependent launch (launch.cuh) the first keys and values are then loaded before waiting for that kernel.
-  bool early_loads = false;
 };
 
 // Whether the kernel takes these shapes (head_dim 64 or 128, at most 8 query heads per KV head).

@@ -12,9 +12,6 @@
 // The contract: every kernel launched with LaunchDependent calls WaitForPriorGrid before it reads anything an earlier
 // kernel wrote or writes anything an earlier kernel reads; it may call AllowDependentGrid (after its wait) to let the
 // next dependent launch be scheduled before it ends (that kernel still waits for this one's end before its reads).
-// Since each kernel allows its dependent only after its own wait, everything before the kernel just before one of
-// ours has finished when ours starts: the decode attention relies on that to read, before its wait, cache positions
-// its caller vouches were written before that kernel (DecodeAttentionArgs::early_loads).
 // VERL_PDL=0 in the environment launches them as plain kernels (the A/B of tools/bench/b1_rollout.py --pdl-variant).
 
 #include <cuda_runtime.h>

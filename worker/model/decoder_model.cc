@@ -434,8 +434,7 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
     TORCH_CHECK(T == 1, "a slot cache takes one token per row, got ", T);
 #ifdef VERL_WITH_CUDA
     at::Tensor q_step;
-    const bool appended = kernels::RopeAppendSupported(q, k, v, cos, cache->k[i], cache->v[i], cache->slot_index);
-    if (appended) {
+    if (kernels::RopeAppendSupported(q, k, v, cos, cache->k[i], cache->v[i], cache->slot_index)) {
       // RoPE of q and k and both cache writes in one kernel (ApplyRope's values bit for bit).
       q_step = kernels::RopeAppend(q, k, v, cos, sin, cache->k[i], cache->v[i], cache->slot_index);
     } else {
@@ -445,7 +444,7 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
       cache->v[i].view({-1, hd}).index_copy_(0, cache->slot_index, v.select(2, 0).reshape({-1, hd}));
     }
     attn = kernels::DecodeAttention(q_step, cache->k[i], cache->v[i], cache->slot_len,
-                                    1.0 / std::sqrt(static_cast<double>(hd)), /*tensor_cores=*/true, appended)
+                                    1.0 / std::sqrt(static_cast<double>(hd)))
                .unsqueeze(2);
 #else
     TORCH_CHECK(false, "KvCache::slot_len needs the CUDA decode kernel (a VERL_WITH_CUDA build)");
