@@ -452,7 +452,16 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
   } else {
     q = ApplyRope(q, cos, sin);
     k = ApplyRope(k, cos, sin);
-    if (cache && cache->slot_pos.defined()) {
+    if (cache && cache->packed_rows.defined()) {
+      // A packed prefill: the layer's keys and values into their rows of the cache; attention runs on the pass's own.
+      auto store = [&](const at::Tensor& into, const at::Tensor& x) {
+        at::Tensor rows = x.select(0, 0).reshape({-1, hd});
+        if (cache->packed_sources.defined()) rows = rows.index_select(0, cache->packed_sources);
+        into.view({-1, hd}).index_copy_(0, cache->packed_rows, rows);
+      };
+      store(cache->k[i], k);
+      store(cache->v[i], v);
+    } else if (cache && cache->slot_pos.defined()) {
       TORCH_CHECK(T == 1, "a slot cache takes one token per row, got ", T);
       using at::indexing::Slice;
       const at::Tensor rows = at::arange(h_in.size(0), cache->slot_pos.options());
@@ -565,8 +574,8 @@ at::Tensor DecoderModel::CheckpointedLayer(size_t i, const at::Tensor& h, const 
 
 at::Tensor DecoderModel::Forward(const at::Tensor& input_ids, const at::Tensor& position_ids,
                                  const at::Tensor& attn_mask, KvCache* cache, const PackedSequences* packed) const {
-  TORCH_CHECK(packed == nullptr || (cache == nullptr && input_ids.size(0) == 1),
-              "packed sequences run as one row without a cache");
+  TORCH_CHECK(packed == nullptr || ((cache == nullptr || cache->packed_rows.defined()) && input_ids.size(0) == 1),
+              "packed sequences run as one row, without a cache or into one's packed_rows");
   if (sharded() && !gathered_) {
     TORCH_CHECK(cache == nullptr || !at::GradMode::is_enabled(),
                 "a sharded model decodes with a cache layer by layer only without gradients");

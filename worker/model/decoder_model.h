@@ -40,6 +40,11 @@ struct KvCache {
   int64_t attend = 0;
   at::Tensor slot_len;
   at::Tensor slot_index;  // set by Forward: the rows of the new keys in each k[i] viewed as [batch * kv_heads * C, D]
+  // A packed prefill (Forward with PackedSequences): the pass's keys and values of each layer, [kv_heads, T, D] as
+  // rows (head, t), go to rows packed_rows of k[i] and v[i] viewed as [-1, D]; packed_sources (else all rows in
+  // order) picks the pass's row for each.
+  at::Tensor packed_rows;
+  at::Tensor packed_sources;
 };
 
 // Sequences packed back to back in one row without padding (verl's use_remove_padding): token t belongs to sequence b

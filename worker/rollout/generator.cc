@@ -443,6 +443,11 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
   // Decoding steps run in the CUDA decode kernel where the model allows (each row attends over its own length), and
   // then, unless enforce_eager, as CUDA graphs; otherwise under a mask over the longest running length.
   const bool decode_kernel = model.DecodeKernelAvailable();
+  const at::ScalarType dtype = slots.k.front().scalar_type();
+  const bool packed_prefill =
+      options.prefill_layout == PrefillLayout::kPacked ||
+      (options.prefill_layout == PrefillLayout::kAuto && device.is_cuda() &&
+       (dtype == at::kBFloat16 || dtype == at::kHalf));
   int64_t out_graphs = 0;
   at::Tensor host_in = at::empty({2, S}, long_opts);  // per slot: the token fed, its position (CPU ranks)
   at::Tensor host_uniforms = at::zeros({S}, at::kDouble);
@@ -500,26 +505,82 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
       std::vector<int64_t> distinct;    // the prompts prefilled, in order
       std::vector<int64_t> prompt_of;   // per slot of the group: its prompt's index in `distinct`
       int64_t longest = 0;
+      int64_t total = 0;  // the distinct prompts' tokens
       while (next_row < N && used < free_slots.size()) {
         const int64_t prompt = next_row / n;
         const bool fresh = distinct.empty() || distinct.back() != prompt;
         const int64_t len = row_prompt[next_row]->size();
         const int64_t wider = std::max(longest, len);
-        if (fresh && !distinct.empty() &&
-            wider * static_cast<int64_t>(distinct.size() + 1) > options.max_num_batched_tokens) {
-          break;
-        }
+        // The pass's tokens: packed, the prompts' own; padded, the group's rows at the longest prompt's width.
+        const int64_t pass_tokens = packed_prefill ? total + len : wider * static_cast<int64_t>(distinct.size() + 1);
+        if (fresh && !distinct.empty() && pass_tokens > options.max_num_batched_tokens) break;
         const int64_t s = free_slots[used++];
         row_slot[next_row] = s;
         slot_row[s] = next_row++;
         slot_len[s] = len;
         slot_made[s] = 0;
         longest = wider;
-        if (fresh) distinct.push_back(prompt);
+        if (fresh) {
+          distinct.push_back(prompt);
+          total += len;
+        }
         prompt_of.push_back(static_cast<int64_t>(distinct.size()) - 1);
         group.push_back(s);
       }
       const int64_t u = distinct.size();
+      const at::Tensor dev_group = at::tensor(group, long_opts).to(device);
+      // A prompt per slot (n = 1): the prefill's rows are the group's, in order, with no gather.
+      const bool one_each = static_cast<int64_t>(group.size()) == u;
+      const at::Tensor dev_prompt_of = one_each ? at::Tensor() : at::tensor(prompt_of, long_opts).to(device);
+      auto rows = [&](const at::Tensor& t) { return one_each ? t : t.index_select(0, dev_prompt_of); };
+      if (packed_prefill) {
+        // The distinct prompts back to back in one row; each layer's keys and values go straight into the group's
+        // slots (KvCache::packed_rows), and the LM head reads each prompt's last position.
+        std::vector<int64_t> ids_h, pos_h, offsets{0}, lengths, last_h;
+        ids_h.reserve(total);
+        pos_h.reserve(total);
+        for (int64_t j = 0; j < u; ++j) {
+          const std::vector<int32_t>& p = prompts[distinct[j]];
+          for (size_t t = 0; t < p.size(); ++t) {
+            ids_h.push_back(p[t]);
+            pos_h.push_back(static_cast<int64_t>(t));
+          }
+          lengths.push_back(static_cast<int64_t>(p.size()));
+          offsets.push_back(offsets.back() + static_cast<int64_t>(p.size()));
+          last_h.push_back(offsets.back() - 1);
+        }
+        // Row (slot * kv_heads + head) * C + t of a layer's cache viewed as [-1, D] takes row head * total + offset + t
+        // of the pass's keys ([kv_heads, total, D]), for every slot of the group (samples of a prompt share its rows).
+        const int64_t kv_heads = model.config().num_key_value_heads;
+        const int64_t C = slots.k.front().size(2);
+        std::vector<int64_t> dst_h, src_h;  // in the sources' order where every slot has its own prompt
+        for (int64_t h = 0; h < kv_heads; ++h) {
+          for (size_t g = 0; g < group.size(); ++g) {
+            const int64_t j = prompt_of[g];
+            for (int64_t t = 0; t < lengths[j]; ++t) {
+              dst_h.push_back((group[g] * kv_heads + h) * C + t);
+              src_h.push_back(h * total + offsets[j] + t);
+            }
+          }
+        }
+        KvCache into{slots.k, slots.v};
+        into.capacity = C;
+        into.packed_rows = at::tensor(dst_h, long_opts).to(device);
+        // The sources are the pass's rows in order where every slot has its own prompt.
+        if (!one_each) into.packed_sources = at::tensor(src_h, long_opts).to(device);
+        const PackedSequences packed = PackLengths(lengths, device);
+        const at::Tensor hidden =
+            model.Forward(at::tensor(ids_h, long_opts).to(device).unsqueeze(0),
+                          at::tensor(pos_h, long_opts).to(device).unsqueeze(0), at::Tensor(), &into, &packed);
+        running += static_cast<int64_t>(group.size());
+        const at::Tensor last = at::tensor(last_h, long_opts).to(device);
+        const at::Tensor logits = model.Logits(hidden.select(0, 0).index_select(0, last));
+        const at::Tensor first = sample_and_record(group, rows(logits));
+#ifdef VERL_WITH_CUDA
+        if (decode_kernel) dev_last.index_copy_(0, dev_group, first);
+#endif
+        continue;
+      }
       at::Tensor ids = at::full({u, longest}, options.pad_token_id, long_opts);
       at::Tensor valid = at::zeros({u, longest}, at::kBool);
       at::Tensor last = at::empty({u}, long_opts);
@@ -540,11 +601,6 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
       KvCache prefill = model.NewCache(u, longest, /*zeroed=*/false);
       at::Tensor hidden = model.Forward(ids.to(device), PositionIdsFromMask(valid),
                                         BuildAttentionMask(valid, 0, longest), &prefill);
-      const at::Tensor dev_group = at::tensor(group, long_opts).to(device);
-      // A prompt per slot (n = 1): the prefill's rows are the group's, in order, with no gather.
-      const bool one_each = static_cast<int64_t>(group.size()) == u;
-      const at::Tensor dev_prompt_of = one_each ? at::Tensor() : at::tensor(prompt_of, long_opts).to(device);
-      auto rows = [&](const at::Tensor& t) { return one_each ? t : t.index_select(0, dev_prompt_of); };
       for (size_t i = 0; i < slots.k.size(); ++i) {
         slots.k[i].narrow(2, 0, longest).index_copy_(0, dev_group, rows(prefill.k[i]));
         slots.v[i].narrow(2, 0, longest).index_copy_(0, dev_group, rows(prefill.v[i]));

@@ -4,10 +4,11 @@
 // Autoregressive generation with a KV cache, one token per step for every running sequence (temperature, top-k,
 // top-p, or greedy) until each has produced an EOS or max_new_tokens. Two schedules, with the same results:
 // - continuous batching (the default): at most max_num_seqs sequences run at once, each in a slot of a KV cache
-//   allocated once; waiting prompts are prefilled in groups of at most max_num_batched_tokens padded tokens (the n
-//   samples of a prompt share one prefill), and a finished sequence's slot takes the next waiting one at once, so a
-//   long tail does not leave the batch idle; on a GPU the host enqueues each decoding step before it reads the
-//   previous one's tokens (an EOS is seen, and its slot freed, one step late; the extra token is dropped);
+//   allocated once; waiting prompts are prefilled in groups of at most max_num_batched_tokens tokens (packed back to
+//   back where flash attention runs, else padded; the n samples of a prompt share one prefill), and a finished
+//   sequence's slot takes the next waiting one at once, so a long tail does not leave the batch idle; on a GPU the
+//   host enqueues each decoding step before it reads the previous one's tokens (an EOS is seen, and its slot freed,
+//   one step late; the extra token is dropped);
 // - static: every sequence prefilled together (left-padded) and decoded until the last one ends; used when ranks
 //   must decode in lockstep (a model sharded layer by layer).
 // Returns the rollout log-prob of every sampled token under the temperature-scaled distribution, the same quantity the
@@ -22,6 +23,12 @@
 #include "worker/model/decoder_model.h"
 
 namespace verl {
+
+// How continuous batching lays out a prefill pass: the distinct prompts packed back to back in one row (no padding;
+// variable-length flash attention on a GPU, whose keys and values go straight into the sequences' slots), or right-
+// padded to the longest. kAuto: packed where flash attention runs (CUDA, bfloat16 or float16), else padded (there
+// packed attention is one call per prompt).
+enum class PrefillLayout { kAuto, kPacked, kPadded };
 
 struct SamplingOptions {
   double temperature = 1.0;
@@ -41,9 +48,11 @@ struct SamplingOptions {
   // must make the same gathers (the extra steps only produce padding).
   bool lockstep = false;
   // Continuous batching: sequences decoding at once (KV cache slots; the caller folds its memory budget in), and the
-  // most padded prompt tokens prefilled in one forward pass (a longer prompt is prefilled alone).
+  // most prompt tokens prefilled in one forward pass (padded ones count where the prefill pads; a longer prompt is
+  // prefilled alone).
   int32_t max_num_seqs = 1024;
   int64_t max_num_batched_tokens = 8192;
+  PrefillLayout prefill_layout = PrefillLayout::kAuto;
   // Continuous batching on a GPU with the decode kernel (DecoderModel::DecodeKernelAvailable): false replays each
   // decoding step (forward, LM head and sampling) as a CUDA graph captured once per batch size bucket (powers of two
   // up to the slot count) at its first use; true launches every kernel eagerly (verl's rollout.enforce_eager).

@@ -304,6 +304,11 @@ TEST_CASE_METHOD(TinyModelFixture, "Generate: continuous batching gives what sta
   INFO("max_num_seqs " << slots << ", max_num_batched_tokens " << budget);
   o.max_num_seqs = slots;
   o.max_num_batched_tokens = budget;
+  // Prompts prefilled padded to the longest of their group, or packed back to back with their keys and values
+  // written straight into the slots (a GPU's default; here the same path with one attention call per prompt).
+  const bool packed = GENERATE(false, true);
+  INFO((packed ? "packed prefill" : "padded prefill"));
+  o.prefill_layout = packed ? PrefillLayout::kPacked : PrefillLayout::kPadded;
   RolloutBatch cont = GenerateContinuous(model(), prompts, o);
   CAPTURE(cont.compactions);
   REQUIRE(cont.decode_graphs == 0);  // CPU

@@ -215,24 +215,29 @@ TEST_CASE("continuous batching with the decode kernel and CUDA graphs gives stat
   // Greedy, and temperature-only sampling with a third of the vocabulary ending a sequence: lengths spread, slots are
   // refilled and the tail is compacted (several buckets); the draws are keyed by (sample, position), so both
   // schedules draw the same numbers.
-  for (bool sample : {false, true}) {
-    INFO((sample ? "sampling" : "greedy"));
-    SamplingOptions o = Options(config, sample);
-    o.top_k = -1;
-    o.top_p = 1.0;
-    RolloutBatch continuous = GenerateContinuous(*model, prompts, o);
-    CHECK(continuous.decode_graphs >= (sample ? 3 : 1));
-    RolloutBatch stat = GenerateStatic(*model, prompts, o);
-    REQUIRE(continuous.responses.sizes() == stat.responses.sizes());
-    if (sample) {
-      at::Tensor lengths = stat.response_mask.sum(1);
-      CHECK(lengths.min().item<int64_t>() < lengths.max().item<int64_t>());
+  // Prefills padded, and packed with each layer's keys and values written straight into the slots (bf16's default
+  // on a GPU, where flash attention runs; in float32 the packed pass attends one prompt at a time).
+  for (const PrefillLayout layout : {PrefillLayout::kPadded, PrefillLayout::kPacked}) {
+    for (bool sample : {false, true}) {
+      INFO((sample ? "sampling" : "greedy") << (layout == PrefillLayout::kPacked ? ", packed prefill" : ", padded"));
+      SamplingOptions o = Options(config, sample);
+      o.top_k = -1;
+      o.top_p = 1.0;
+      o.prefill_layout = layout;
+      RolloutBatch continuous = GenerateContinuous(*model, prompts, o);
+      CHECK(continuous.decode_graphs >= (sample ? 3 : 1));
+      RolloutBatch stat = GenerateStatic(*model, prompts, o);
+      REQUIRE(continuous.responses.sizes() == stat.responses.sizes());
+      if (sample) {
+        at::Tensor lengths = stat.response_mask.sum(1);
+        CHECK(lengths.min().item<int64_t>() < lengths.max().item<int64_t>());
+      }
+      CHECK(at::equal(continuous.responses, stat.responses));
+      CHECK(at::equal(continuous.response_mask, stat.response_mask));
+      const double lp_diff = (continuous.log_probs - stat.log_probs).abs().max().item<double>();
+      CAPTURE(lp_diff);
+      CHECK(lp_diff < 1e-4);
     }
-    CHECK(at::equal(continuous.responses, stat.responses));
-    CHECK(at::equal(continuous.response_mask, stat.response_mask));
-    const double lp_diff = (continuous.log_probs - stat.log_probs).abs().max().item<double>();
-    CAPTURE(lp_diff);
-    CHECK(lp_diff < 1e-4);
   }
 }
 
