@@ -576,6 +576,8 @@ at::Tensor DecoderModel::Forward(const at::Tensor& input_ids, const at::Tensor& 
                                  const at::Tensor& attn_mask, KvCache* cache, const PackedSequences* packed) const {
   TORCH_CHECK(packed == nullptr || ((cache == nullptr || cache->packed_rows.defined()) && input_ids.size(0) == 1),
               "packed sequences run as one row, without a cache or into one's packed_rows");
+  TORCH_CHECK(cache == nullptr || !cache->packed_rows.defined() || packed != nullptr,
+              "KvCache::packed_rows is for a pass of packed sequences");
   if (sharded() && !gathered_) {
     TORCH_CHECK(cache == nullptr || !at::GradMode::is_enabled(),
                 "a sharded model decodes with a cache layer by layer only without gradients");

@@ -352,6 +352,9 @@ class DecodeSteps {
 RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std::vector<int32_t>>& prompts,
                                 const SamplingOptions& options) {
   c10::InferenceMode guard;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    TORCH_CHECK(!prompts[i].empty(), "generation: prompt ", i, " has no tokens (its first token needs a position)");
+  }
   const int64_t n = options.n;
   const int64_t R = options.max_new_tokens;
   const at::Device device = model.device();

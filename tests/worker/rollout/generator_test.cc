@@ -271,7 +271,7 @@ TEST_CASE_METHOD(TinyModelFixture, "Generate: a prompt's samples do not depend o
 
 TEST_CASE_METHOD(TinyModelFixture, "Generate: continuous batching gives what static batching gives",
                  "[worker][rollout]") {
-  // Prompts of 1 to 9 tokens, 2 samples each, EOS tokens that end some sequences early: with fewer slots than
+  // Prompts of 1 to 9 tokens, 1 or 3 samples each, EOS tokens that end some sequences early: with fewer slots than
   // sequences, finished sequences hand their slots to waiting ones mid-run, and prefill groups are cut by the token
   // budget. Tokens and masks must equal static batching's exactly, log-probs to float rounding.
   std::vector<std::vector<int32_t>> prompts;
@@ -319,6 +319,15 @@ TEST_CASE_METHOD(TinyModelFixture, "Generate: continuous batching gives what sta
   REQUIRE(MaxAbsDiff(cont.log_probs, fixed.log_probs) < 1e-5);
   // Generate takes the continuous schedule unless asked for lockstep.
   REQUIRE(at::equal(Generate(model(), prompts, o).log_probs, cont.log_probs));
+}
+
+TEST_CASE_METHOD(TinyModelFixture, "Generate: an empty prompt is an error that names it", "[worker][rollout]") {
+  SamplingOptions o;
+  o.max_new_tokens = 2;
+  for (const PrefillLayout layout : {PrefillLayout::kPadded, PrefillLayout::kPacked}) {
+    o.prefill_layout = layout;
+    REQUIRE_THROWS_WITH(GenerateContinuous(model(), {{5, 6}, {}}, o), Catch::Contains("prompt 1 has no tokens"));
+  }
 }
 
 TEST_CASE_METHOD(TinyModelFixture, "Generate: compaction moves the tail into lower slots without changing outputs",
