@@ -341,7 +341,7 @@ namespace {
 at::Tensor PackedAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                            const PackedSequences& packed) {
   const bool gqa = q.size(1) != k.size(1);
-  if (q.is_cuda() && (q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf)) {
+  if (PackedAttentionIsFlash(q.device(), q.scalar_type())) {
     // [1, heads, T, hd] -> [T, heads, hd]
     auto tokens_first = [](const at::Tensor& t) { return t.squeeze(0).transpose(0, 1).contiguous(); };
     at::Tensor out = std::get<0>(at::_flash_attention_forward(
@@ -361,6 +361,10 @@ at::Tensor PackedAttention(const at::Tensor& q, const at::Tensor& k, const at::T
 }
 
 }  // namespace
+
+bool PackedAttentionIsFlash(at::Device device, at::ScalarType dtype) {
+  return device.is_cuda() && (dtype == at::kBFloat16 || dtype == at::kHalf);
+}
 
 PackedSequences PackLengths(const std::vector<int64_t>& lengths, at::Device device) {
   PackedSequences p;

@@ -58,6 +58,10 @@ struct PackedSequences {
 // PackedSequences for sequences of these lengths, cu_seqlens on `device`.
 PackedSequences PackLengths(const std::vector<int64_t>& lengths, at::Device device);
 
+// Whether attention over packed sequences runs as one variable-length flash attention call (CUDA, bfloat16 or
+// float16) rather than one call per sequence.
+bool PackedAttentionIsFlash(at::Device device, at::ScalarType dtype);
+
 // A batch of prompt (left-padded) + response (right-padded) rows packed for Forward: its valid tokens in row order.
 struct PackedBatch {
   at::Tensor input_ids;     // [1, T]

@@ -446,11 +446,9 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
   // Decoding steps run in the CUDA decode kernel where the model allows (each row attends over its own length), and
   // then, unless enforce_eager, as CUDA graphs; otherwise under a mask over the longest running length.
   const bool decode_kernel = model.DecodeKernelAvailable();
-  const at::ScalarType dtype = slots.k.front().scalar_type();
   const bool packed_prefill =
       options.prefill_layout == PrefillLayout::kPacked ||
-      (options.prefill_layout == PrefillLayout::kAuto && device.is_cuda() &&
-       (dtype == at::kBFloat16 || dtype == at::kHalf));
+      (options.prefill_layout == PrefillLayout::kAuto && PackedAttentionIsFlash(device, slots.k.front().scalar_type()));
   int64_t out_graphs = 0;
   at::Tensor host_in = at::empty({2, S}, long_opts);  // per slot: the token fed, its position (CPU ranks)
   at::Tensor host_uniforms = at::zeros({S}, at::kDouble);
@@ -539,39 +537,37 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
       if (packed_prefill) {
         // The distinct prompts back to back in one row; each layer's keys and values go straight into the group's
         // slots (KvCache::packed_rows), and the LM head reads each prompt's last position.
-        std::vector<int64_t> ids_h, pos_h, offsets{0}, lengths, last_h;
+        std::vector<int64_t> lengths;
+        for (const int64_t prompt : distinct) lengths.push_back(static_cast<int64_t>(prompts[prompt].size()));
+        const PackedSequences packed = PackLengths(lengths, device);
+        const std::vector<int64_t>& offsets = packed.offsets;
+        std::vector<int64_t> ids_h, pos_h, last_h;
         ids_h.reserve(total);
         pos_h.reserve(total);
         for (int64_t j = 0; j < u; ++j) {
           const std::vector<int32_t>& p = prompts[distinct[j]];
-          for (size_t t = 0; t < p.size(); ++t) {
-            ids_h.push_back(p[t]);
-            pos_h.push_back(static_cast<int64_t>(t));
-          }
-          lengths.push_back(static_cast<int64_t>(p.size()));
-          offsets.push_back(offsets.back() + static_cast<int64_t>(p.size()));
-          last_h.push_back(offsets.back() - 1);
+          ids_h.insert(ids_h.end(), p.begin(), p.end());
+          for (int64_t t = 0; t < lengths[j]; ++t) pos_h.push_back(t);
+          last_h.push_back(offsets[j + 1] - 1);
         }
         // Row (slot * kv_heads + head) * C + t of a layer's cache viewed as [-1, D] takes row head * total + offset + t
-        // of the pass's keys ([kv_heads, total, D]), for every slot of the group (samples of a prompt share its rows).
+        // of the pass's keys ([kv_heads, total, D]), for every slot of the group (samples of a prompt share its rows);
+        // where every slot has its own prompt, that is every row of the pass in order (no packed_sources).
         const int64_t kv_heads = model.config().num_key_value_heads;
         const int64_t C = slots.k.front().size(2);
-        std::vector<int64_t> dst_h, src_h;  // in the sources' order where every slot has its own prompt
+        std::vector<int64_t> dst_h, src_h;
         for (int64_t h = 0; h < kv_heads; ++h) {
           for (size_t g = 0; g < group.size(); ++g) {
             const int64_t j = prompt_of[g];
             for (int64_t t = 0; t < lengths[j]; ++t) {
               dst_h.push_back((group[g] * kv_heads + h) * C + t);
-              src_h.push_back(h * total + offsets[j] + t);
+              if (!one_each) src_h.push_back(h * total + offsets[j] + t);
             }
           }
         }
         KvCache into{slots.k, slots.v};
-        into.capacity = C;
         into.packed_rows = at::tensor(dst_h, long_opts).to(device);
-        // The sources are the pass's rows in order where every slot has its own prompt.
         if (!one_each) into.packed_sources = at::tensor(src_h, long_opts).to(device);
-        const PackedSequences packed = PackLengths(lengths, device);
         const at::Tensor hidden =
             model.Forward(at::tensor(ids_h, long_opts).to(device).unsqueeze(0),
                           at::tensor(pos_h, long_opts).to(device).unsqueeze(0), at::Tensor(), &into, &packed);
