@@ -9,7 +9,7 @@ the first prompt in to the last token out (best of --repeats, after one warm-up 
 
 usage: b1_rollout.py --build-dir build-cuda --out FILE.json [--prompts 512] [--prompt-len 256] [--new-tokens 512]
                      [--repeats 1] [--skip-hf] [--variants] [--pdl-variant] [--profile]
-                     [--env-variants KEY=VALUE[,KEY=VALUE...]]
+                     [--env-variants KEY=VALUE[,KEY=VALUE...]] [--flag-variants "--fold-norms 0[;...]"]
 
 The JSON has benchmark, commit, machine, config, ours, baseline, unit, ratio (ours / HF), roofline_fraction and
 max_memory_allocated_gb (BENCHMARKS.md; the issue's fields); --variants adds ours without CUDA graphs and with a
@@ -99,6 +99,9 @@ def main():
     ap.add_argument("--env-variants", default="",
                     help="also run ours with each KEY=VALUE in its environment (comma-separated; with --profile, "
                          "profiled too, as graphs_KEY=VALUE), e.g. VERL_PDL=0")
+    ap.add_argument("--flag-variants", default="",
+                    help="also run ours with each of these verl-bench-rollout flag sets (';'-separated; with --profile, "
+                         "profiled too, as graphs_FLAGS), e.g. '--fold-norms 0'")
     a = ap.parse_args()
     bin_dir = os.path.join(a.build_dir, "bin")
     work = tempfile.mkdtemp(prefix="b1_")
@@ -125,6 +128,12 @@ def main():
         v = run_ours(bin_dir, model, shape, a.repeats, env=env)
         print(json.dumps(v), file=sys.stderr)
         variants.append(v)
+    flag_variants = [f.split() for f in a.flag_variants.split(";") if f.strip()]
+    for extra in flag_variants:
+        v = run_ours(bin_dir, model, shape, a.repeats, extra)
+        v["flags"] = " ".join(extra)
+        print(json.dumps(v), file=sys.stderr)
+        variants.append(v)
     profiles = {}
     if a.profile:
         for name, extra in (("graphs", ["--profile", "1"]), ("eager", ["--enforce-eager", "1", "--profile", "1"])):
@@ -133,6 +142,8 @@ def main():
         for env in env_variants:
             name = "graphs_" + "_".join(f"{k}={v}" for k, v in env.items())
             profiles[name] = run_ours(bin_dir, model, shape, 1, ["--profile", "1"], env=env).get("profile")
+        for extra in flag_variants:
+            profiles["graphs_" + "".join(extra)] = run_ours(bin_dir, model, shape, 1, extra + ["--profile", "1"]).get("profile")
     baseline = None if a.skip_hf else run_hf(model, a.prompts, a.prompt_len, a.new_tokens, a.hf_repeats)
     limit_s = roofline_seconds(cfg, a.prompts, a.prompt_len, a.new_tokens, weight_bytes)
     generated = a.prompts * a.new_tokens

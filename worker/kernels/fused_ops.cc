@@ -225,16 +225,11 @@ bool RopeAppendSupported(const at::Tensor& q, const at::Tensor& k, const at::Ten
          q.numel() + k.numel() + v.numel() <= std::numeric_limits<int>::max();
 }
 
-at::Tensor RopeAppend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos,
-                      const at::Tensor& sin, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                      const at::Tensor& rows) {
-  TORCH_CHECK(RopeAppendSupported(q, k, v, cos, k_cache, v_cache, rows) && sin.sizes() == cos.sizes() &&
-                  sin.is_contiguous() && sin.scalar_type() == cos.scalar_type(),
-              "fused RopeAppend: unsupported input q ", q.sizes(), " k ", k.sizes(), " cache ", k_cache.sizes(), " ",
-              q.scalar_type());
-  TORCH_CHECK(!NeedsGrad({&q, &k, &v}), "fused RopeAppend: inputs that need a gradient (decoding takes none)");
-  const c10::cuda::CUDAGuard guard(q.device());
-  at::Tensor q_out = at::empty({q.size(0), q.size(1), q.size(3)}, q.options());
+namespace {
+
+RopeAppendArgs RopeAppendArgsOf(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos,
+                                const at::Tensor& sin, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                                const at::Tensor& rows, const at::Tensor& q_out) {
   RopeAppendArgs a;
   a.dtype = DtypeOf(q);
   a.q = q.data_ptr();
@@ -253,6 +248,55 @@ at::Tensor RopeAppend(const at::Tensor& q, const at::Tensor& k, const at::Tensor
   a.q_heads = static_cast<int>(q.size(1));
   a.kv_heads = static_cast<int>(k.size(1));
   a.head_dim = static_cast<int>(q.size(3));
+  return a;
+}
+
+}  // namespace
+
+bool RopeAppendNormedSupported(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos,
+                               const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& rows,
+                               const at::Tensor& norm_x, const at::Tensor& bias) {
+  const int64_t width = (q.size(1) + 2 * k.size(1)) * q.size(3);
+  return RopeAppendSupported(q, k, v, cos, k_cache, v_cache, rows) && norm_x.device() == q.device() &&
+         norm_x.scalar_type() == q.scalar_type() && norm_x.dim() == 3 && norm_x.size(0) == q.size(0) &&
+         norm_x.size(1) == 1 && norm_x.stride(2) == 1 && norm_x.size(2) > 0 &&
+         norm_x.size(2) <= std::numeric_limits<int>::max() &&
+         (!bias.defined() || (bias.device() == q.device() && bias.scalar_type() == q.scalar_type() &&
+                              bias.dim() == 1 && bias.is_contiguous() && bias.size(0) == width));
+}
+
+at::Tensor RopeAppendNormed(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos,
+                            const at::Tensor& sin, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                            const at::Tensor& rows, const at::Tensor& norm_x, double eps, const at::Tensor& bias) {
+  TORCH_CHECK(RopeAppendNormedSupported(q, k, v, cos, k_cache, v_cache, rows, norm_x, bias) &&
+                  sin.sizes() == cos.sizes() && sin.is_contiguous() && sin.scalar_type() == cos.scalar_type(),
+              "fused RopeAppendNormed: unsupported input q ", q.sizes(), " k ", k.sizes(), " cache ", k_cache.sizes(),
+              " norm_x ", norm_x.sizes(), " bias ", bias.defined() ? bias.sizes() : at::IntArrayRef{}, " ",
+              q.scalar_type());
+  TORCH_CHECK(!NeedsGrad({&q, &k, &v, &norm_x}), "fused RopeAppendNormed: inputs that need a gradient");
+  const c10::cuda::CUDAGuard guard(q.device());
+  at::Tensor q_out = at::empty({q.size(0), q.size(1), q.size(3)}, q.options());
+  RopeAppendArgs a = RopeAppendArgsOf(q, k, v, cos, sin, k_cache, v_cache, rows, q_out);
+  a.norm_x = norm_x.data_ptr();
+  a.norm_stride_b = norm_x.stride(0);
+  a.norm_hidden = static_cast<int>(norm_x.size(2));
+  a.eps = static_cast<float>(eps);
+  a.bias = bias.defined() ? bias.data_ptr() : nullptr;
+  C10_CUDA_CHECK(LaunchRopeAppend(a, c10::cuda::getCurrentCUDAStream()));
+  return q_out;
+}
+
+at::Tensor RopeAppend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos,
+                      const at::Tensor& sin, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                      const at::Tensor& rows) {
+  TORCH_CHECK(RopeAppendSupported(q, k, v, cos, k_cache, v_cache, rows) && sin.sizes() == cos.sizes() &&
+                  sin.is_contiguous() && sin.scalar_type() == cos.scalar_type(),
+              "fused RopeAppend: unsupported input q ", q.sizes(), " k ", k.sizes(), " cache ", k_cache.sizes(), " ",
+              q.scalar_type());
+  TORCH_CHECK(!NeedsGrad({&q, &k, &v}), "fused RopeAppend: inputs that need a gradient (decoding takes none)");
+  const c10::cuda::CUDAGuard guard(q.device());
+  at::Tensor q_out = at::empty({q.size(0), q.size(1), q.size(3)}, q.options());
+  const RopeAppendArgs a = RopeAppendArgsOf(q, k, v, cos, sin, k_cache, v_cache, rows, q_out);
   C10_CUDA_CHECK(LaunchRopeAppend(a, c10::cuda::getCurrentCUDAStream()));
   return q_out;
 }

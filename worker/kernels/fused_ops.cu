@@ -355,6 +355,92 @@ __global__ void RopeAppendKernel(const RopeAppendArgs a) {
   }
 }
 
+// The layer's input RMSNorm folded into the q/k/v projection (RopeAppendArgs::norm_x): one block per row b. The block
+// sums the squares of norm_x's row (each thread one vector, then the warps' sums), so r_b is in a register before any
+// projected value is used; then each thread takes (head j, piece) items as RopeAppendKernel does, with each value
+// first to_dtype(r_b * x + bias). Where kN > 1 norm_x's rows are read in 16-byte vectors too (LaunchRopeAppend).
+constexpr int kRopeNormThreads = 128;
+
+template <typename T, int kN>
+__device__ __forceinline__ void ScaleBias(const T* x, const T* bias, float r, float (&out)[kN]) {
+  LoadN<T>(x, out);
+  float bv[kN];
+  if (bias != nullptr) {
+    LoadN<T>(bias, bv);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kN; ++i) bv[i] = 0.f;
+  }
+#pragma unroll
+  for (int i = 0; i < kN; ++i) out[i] = Round<T>(__fadd_rn(__fmul_rn(r, out[i]), bv[i]));
+}
+
+template <typename T, int kN>
+__global__ void RopeAppendNormKernel(const RopeAppendArgs a) {
+  WaitForPriorGrid();
+  AllowDependentGrid();
+  __shared__ float warp_ss[kRopeNormThreads / 32];
+  const int b = blockIdx.x;
+  const T* hx = static_cast<const T*>(a.norm_x) + b * a.norm_stride_b;
+  float ss = 0.f;
+  for (int i = threadIdx.x * kN; i < a.norm_hidden; i += kRopeNormThreads * kN) {
+    float v[kN];
+    LoadN<T>(hx + i, v);
+#pragma unroll
+    for (int j = 0; j < kN; ++j) ss = fmaf(v[j], v[j], ss);
+  }
+  ss = WarpSum(ss);
+  if (threadIdx.x % 32 == 0) warp_ss[threadIdx.x / 32] = ss;
+  __syncthreads();
+  float total = 0.f;
+#pragma unroll
+  for (int w = 0; w < kRopeNormThreads / 32; ++w) total += warp_ss[w];
+  const float r = rsqrtf(total / static_cast<float>(a.norm_hidden) + a.eps);
+  const int half = a.head_dim / 2;
+  const int pieces = half / kN;
+  const int slots = a.q_heads + 2 * a.kv_heads;
+  const T* c = static_cast<const T*>(a.cos) + static_cast<int64_t>(b) * a.head_dim;
+  const T* s = static_cast<const T*>(a.sin) + static_cast<int64_t>(b) * a.head_dim;
+  for (int idx = threadIdx.x; idx < slots * pieces; idx += kRopeNormThreads) {
+    const int d = (idx % pieces) * kN;
+    const int j = idx / pieces;
+    const T* bias = a.bias != nullptr ? static_cast<const T*>(a.bias) + static_cast<int64_t>(j) * a.head_dim : nullptr;
+    const T* x;
+    T* y;
+    if (j < a.q_heads) {
+      x = static_cast<const T*>(a.q) + b * a.q_stride_b + static_cast<int64_t>(j) * a.head_dim;
+      y = static_cast<T*>(a.q_out) + (static_cast<int64_t>(b) * a.q_heads + j) * a.head_dim;
+    } else {
+      const int h = (j - a.q_heads) % a.kv_heads;
+      const int64_t row = a.rows[static_cast<int64_t>(b) * a.kv_heads + h] * a.head_dim;
+      const bool is_k = j < a.q_heads + a.kv_heads;
+      x = static_cast<const T*>(is_k ? a.k : a.v) + b * (is_k ? a.k_stride_b : a.v_stride_b) +
+          static_cast<int64_t>(h) * a.head_dim;
+      y = static_cast<T*>(is_k ? a.k_cache : a.v_cache) + row;
+    }
+    float x1[kN], x2[kN];
+    ScaleBias<T, kN>(x + d, bias == nullptr ? nullptr : bias + d, r, x1);
+    ScaleBias<T, kN>(x + d + half, bias == nullptr ? nullptr : bias + d + half, r, x2);
+    if (j >= a.q_heads + a.kv_heads) {  // v: the copy
+      StoreN<T>(y + d, x1);
+      StoreN<T>(y + d + half, x2);
+      continue;
+    }
+    float ca[kN], cb[kN], sa[kN], sb[kN], o1[kN], o2[kN];
+    LoadN<T>(c + d, ca);
+    LoadN<T>(c + d + half, cb);
+    LoadN<T>(s + d, sa);
+    LoadN<T>(s + d + half, sb);
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {  // RotatePairs' arithmetic
+      o1[i] = __fadd_rn(Round<T>(__fmul_rn(x1[i], ca[i])), Round<T>(__fmul_rn(-x2[i], sa[i])));
+      o2[i] = __fadd_rn(Round<T>(__fmul_rn(x2[i], cb[i])), Round<T>(__fmul_rn(x1[i], sb[i])));
+    }
+    StoreN<T>(y + d, o1);
+    StoreN<T>(y + d + half, o2);
+  }
+}
+
 // As ATen's CUDA silu and silu_backward compute in float32.
 __device__ __forceinline__ float Silu(float g) { return g / (1.0f + expf(-g)); }
 __device__ __forceinline__ float SiluGrad(float dy, float g) {
@@ -522,6 +608,17 @@ cudaError_t LaunchRopeAppend(const RopeAppendArgs& a, cudaStream_t stream) {
     };
     const bool vec = (a.head_dim / 2) % kN == 0 && rows_aligned(a.q, a.q_stride_b) && rows_aligned(a.k, a.k_stride_b) &&
                      rows_aligned(a.v, a.v_stride_b) && AllAligned({a.cos, a.sin, a.q_out, a.k_cache, a.v_cache});
+    if (a.norm_x != nullptr) {
+      const bool norm_vec = vec && a.norm_hidden % kN == 0 && Aligned16(a.norm_x) &&
+                            (a.norm_stride_b * static_cast<int64_t>(sizeof(T))) % 16 == 0 &&
+                            (a.bias == nullptr || Aligned16(a.bias));
+      if (norm_vec) {
+        LaunchDependent(RopeAppendNormKernel<T, kN>, static_cast<unsigned>(a.batch), kRopeNormThreads, stream, a);
+      } else {
+        LaunchDependent(RopeAppendNormKernel<T, 1>, static_cast<unsigned>(a.batch), kRopeNormThreads, stream, a);
+      }
+      return;
+    }
     const int64_t work = vec ? pairs / kN : pairs;
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((work + threads - 1) / threads, 65535LL * 8));
     if (vec) {

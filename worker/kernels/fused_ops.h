@@ -30,6 +30,16 @@ bool RopeAppendSupported(const at::Tensor& q, const at::Tensor& k, const at::Ten
 at::Tensor RopeAppend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos,
                       const at::Tensor& sin, const at::Tensor& k_cache, const at::Tensor& v_cache,
                       const at::Tensor& rows);
+// RopeAppend with the layer's input RMSNorm folded into the projection (DecoderModel::FoldedQkvWeights): q, k, v are
+// projections of the un-normed residual norm_x [B, 1, hidden] (rows contiguous) by weights whose columns the norm's
+// weight scaled, without bias; each value is first to_dtype(rsqrt(mean(norm_x[b]^2) + eps) * x + bias) (bias: the
+// stacked q, k, v biases, or undefined). What RmsNorm, a projection with bias and RopeAppend compute, to rounding.
+bool RopeAppendNormedSupported(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos,
+                               const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& rows,
+                               const at::Tensor& norm_x, const at::Tensor& bias);
+at::Tensor RopeAppendNormed(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos,
+                            const at::Tensor& sin, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                            const at::Tensor& rows, const at::Tensor& norm_x, double eps, const at::Tensor& bias);
 
 // Decoding's fused forms (inference only: no gradients). x and residual of one shape, contiguous; weight as RmsNorm's.
 bool AddRmsNormSupported(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight);

@@ -88,6 +88,15 @@ struct RopeAppendArgs {
   int q_heads = 0;
   int kv_heads = 0;
   int head_dim = 0;  // even
+  // Where set, the layer's input RMSNorm folded into the projection: q, k and v are projections of the un-normed
+  // residual norm_x ([B, norm_hidden], row b at b * norm_stride_b) by weights whose columns the norm's weight scaled,
+  // and each value is first to_dtype(r_b * x + bias) with r_b = rsqrt(mean(norm_x[b]^2) + eps) in float32. bias: the
+  // stacked q, k, v biases ([(q_heads + 2 * kv_heads) * head_dim]) or null. One block per row then.
+  const void* norm_x = nullptr;
+  int64_t norm_stride_b = 0;
+  int norm_hidden = 0;
+  float eps = 1e-6f;
+  const void* bias = nullptr;
 };
 cudaError_t LaunchRopeAppend(const RopeAppendArgs& args, cudaStream_t stream);
 

@@ -308,6 +308,17 @@ bool DecoderModel::ProjectionsStacked() const {
   return !layers_.empty();
 }
 
+std::vector<at::Tensor> DecoderModel::FoldedQkvWeights() const {
+  std::vector<at::Tensor> out;
+  const at::ScalarType dtype = embed_.scalar_type();
+  if (!DecodeKernelAvailable() || (dtype != at::kBFloat16 && dtype != at::kHalf)) return out;
+  for (const Layer& L : layers_) {
+    const at::Tensor w = L.qkv_w.defined() ? L.qkv_w : at::cat({L.q_w, L.k_w, L.v_w}, 0);
+    out.push_back((w.to(at::kFloat) * L.input_norm.to(at::kFloat).unsqueeze(0)).to(dtype));
+  }
+  return out;
+}
+
 bool DecoderModel::DecodeKernelAvailable() const {
 #ifdef VERL_WITH_CUDA
   if (sharded() && !gathered_) return false;  // layer-by-layer gathers decode in lockstep, under a mask
@@ -413,18 +424,21 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
   // stacked them (the three small GEMMs each cost about as much as the one), and likewise for gate and up below; the
   // residual adds happen inside the RMSNorm kernels.
   const bool decode_step = T == 1 && cache && cache->slot_len.defined() && c10::InferenceMode::is_enabled();
+  // The input norm folded into the q/k/v projection (KvCache::qkv_folded): no norm kernel, the projection reads h_in.
+  const bool folded = decode_step && !cache->qkv_folded.empty();
   at::Tensor h_layer = h_in;  // the layer's input: h_in, plus the previous layer's MLP output where that was deferred
   at::Tensor x;
 #ifdef VERL_WITH_CUDA
+  TORCH_CHECK(!folded || !pending || !pending->defined(), "a folded input norm takes the residual summed");
   if (pending && pending->defined()) {
     x = kernels::AddRmsNorm(h_in, *pending, L.input_norm, config_.rms_norm_eps, &h_layer);
     *pending = at::Tensor();
   }
 #endif
-  if (!x.defined()) x = RmsNorm(h_in, L.input_norm);
+  if (!x.defined() && !folded) x = RmsNorm(h_in, L.input_norm);
   at::Tensor q, k, v;
-  if (decode_step && L.qkv_w.defined()) {
-    const at::Tensor qkv = at::linear(x, L.qkv_w, L.qkv_b);
+  if (folded || (decode_step && L.qkv_w.defined())) {
+    const at::Tensor qkv = folded ? at::linear(h_in, cache->qkv_folded[i]) : at::linear(x, L.qkv_w, L.qkv_b);
     q = SplitHeads(qkv.narrow(-1, 0, heads * hd), heads, hd);
     k = SplitHeads(qkv.narrow(-1, heads * hd, kv_heads * hd), kv_heads, hd);
     v = SplitHeads(qkv.narrow(-1, (heads + kv_heads) * hd, kv_heads * hd), kv_heads, hd);
@@ -438,7 +452,13 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
     TORCH_CHECK(T == 1, "a slot cache takes one token per row, got ", T);
 #ifdef VERL_WITH_CUDA
     at::Tensor q_step;
-    if (kernels::RopeAppendSupported(q, k, v, cos, cache->k[i], cache->v[i], cache->slot_index)) {
+    if (folded) {
+      const at::Tensor bias =
+          L.qkv_b.defined() ? L.qkv_b : (L.q_b.defined() ? at::cat({L.q_b, L.k_b, L.v_b}) : at::Tensor());
+      // The input norm's scale and the bias, RoPE of q and k and both cache writes in one kernel.
+      q_step = kernels::RopeAppendNormed(q, k, v, cos, sin, cache->k[i], cache->v[i], cache->slot_index, h_in,
+                                         config_.rms_norm_eps, bias);
+    } else if (kernels::RopeAppendSupported(q, k, v, cos, cache->k[i], cache->v[i], cache->slot_index)) {
       // RoPE of q and k and both cache writes in one kernel (ApplyRope's values bit for bit).
       q_step = kernels::RopeAppend(q, k, v, cos, sin, cache->k[i], cache->v[i], cache->slot_index);
     } else {
@@ -505,6 +525,12 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
     if (!act.defined()) act = SwiGlu(gate_up.narrow(-1, 0, inter), gate_up.narrow(-1, inter, inter));
   } else {
     act = SwiGlu(at::linear(x, L.gate_w), at::linear(x, L.up_w));
+  }
+  if (folded) {
+    // The residual add in the down projection's GEMM (beta 1 into h): the next layer's projection reads the sum.
+    const int64_t hidden = h.size(-1);
+    h.view({-1, hidden}).addmm_(act.view({-1, act.size(-1)}), L.down_w.t());
+    return h;
   }
   const at::Tensor mlp = at::linear(act, L.down_w);
 #ifdef VERL_WITH_CUDA

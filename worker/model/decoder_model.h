@@ -45,6 +45,11 @@ struct KvCache {
   // order) picks the pass's row for each.
   at::Tensor packed_rows;
   at::Tensor packed_sources;
+  // Decoding over the slot cache with each layer's input RMSNorm folded into its q/k/v projection
+  // (DecoderModel::FoldedQkvWeights; empty: not folded): the projection reads the un-normed residual, and the fused
+  // RoPE + append kernel scales each row by its norm and adds the bias; each layer's MLP output is added into the
+  // residual by the down projection's GEMM.
+  std::vector<at::Tensor> qkv_folded;
 };
 
 // Sequences packed back to back in one row without padding (verl's use_remove_padding): token t belongs to sequence b
@@ -108,6 +113,11 @@ class DecoderModel {
   // Load leaves them), so that a decoding step over the slot cache runs each group as one GEMM (parameters gathered
   // from ZeRO-3 units are not, where the layer has biases: they lie between the weights).
   bool ProjectionsStacked() const;
+  // Per layer, the stacked q, k, v projection weights [(Hq + 2 Hkv) D, H] with each column scaled by the input
+  // RMSNorm's weight (float32 products rounded to the model's dtype), for KvCache::qkv_folded: a copy of the current
+  // weights, made per rollout. Empty where the decode path cannot take it (DecodeKernelAvailable and bfloat16 or
+  // float16 weights; in float32 decoding stays the exact composition).
+  std::vector<at::Tensor> FoldedQkvWeights() const;
   // A cache for `batch` sequences of up to `capacity` positions, zero-filled unless !zeroed (for a caller that writes
   // every position before reading it, e.g. a prefill of `capacity` tokens).
   KvCache NewCache(int64_t batch, int64_t capacity, bool zeroed = true) const;

@@ -193,6 +193,7 @@ KvCache SlotView(const KvCache& slots, int64_t B) {
     view.v.push_back(slots.v[i].narrow(0, 0, B));
   }
   view.capacity = slots.capacity;
+  view.qkv_folded = slots.qkv_folded;
   return view;
 }
 
@@ -471,6 +472,9 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
   at::Tensor pinned_pos[2], pinned_uniforms[2], pinned_tok[2], pinned_lp[2];
   int64_t decode_steps = 0;
   if (decode_kernel) {
+    // The folded weights are made from the weights as they are now (they change between rollouts) and live as long
+    // as this rollout's graphs, which hold their addresses.
+    if (options.fold_input_norms) slots.qkv_folded = model.FoldedQkvWeights();
     dev_last = at::zeros({S}, dev_long);
     steps = std::make_unique<DecodeSteps>(model, slots, options, dev_last, !options.enforce_eager);
     for (int i = 0; i < 2; ++i) {

@@ -57,6 +57,11 @@ struct SamplingOptions {
   // decoding step (forward, LM head and sampling) as a CUDA graph captured once per batch size bucket (powers of two
   // up to the slot count) at its first use; true launches every kernel eagerly (verl's rollout.enforce_eager).
   bool enforce_eager = false;
+  // Continuous batching's decoding steps in the decode kernel in bfloat16 / float16: each layer's input RMSNorm folded
+  // into its q/k/v projection (a per-rollout copy of those weights, scaled by the norm's weight;
+  // DecoderModel::FoldedQkvWeights), so no norm kernel runs before the projection. Rounds differently from the
+  // unfolded composition (the trainer's), within bf16's rounding. Ignored in float32 and without the kernel.
+  bool fold_input_norms = true;
 };
 
 // All tensors on CPU. N = prompts * n; row i*n + j is sample j of prompt i. P = longest prompt, R = max_new_tokens.

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 
+#include <array>
 #include <cmath>
 #include <random>
 #include <string>
@@ -267,6 +268,45 @@ TEST_CASE("a packed bf16 prefill (flash attention) gives the padded prefill's fi
   CHECK(agree >= 0.9);
 }
 
+TEST_CASE("decoding with the input norms folded into the q/k/v projections gives the unfolded steps' tokens",
+          "[worker][rollout][gpu]") {
+  if (SkipWithoutGpu()) return;
+  TestDir dir("gpu_decode_folded");
+  const DecoderConfig config = KernelModelConfig();
+  testing::WriteTinyModel(dir.path(), config);
+  auto model = LoadOn(dir.path(), at::kBFloat16);
+  // Norm weights away from one (the tiny model's are ones), so that folding them into the weights matters.
+  {
+    at::NoGradGuard no_grad;
+    for (const auto& [name, t] : model->named_parameters()) {
+      if (name.find("layernorm") != std::string::npos) t.uniform_(0.5, 1.5);
+    }
+  }
+  REQUIRE(model->FoldedQkvWeights().size() == static_cast<size_t>(config.num_hidden_layers));
+  const auto prompts = RandomPrompts(48, 300, 6);
+  // Two greedy tokens per sample: the first from the prefill (the same in both), the second from one decoding step,
+  // folded or not. bf16 rounds the two differently: the second token's log-prob moves by rounding, and a token may
+  // differ only at a near tie. A missing norm scale or bias moves them by far more.
+  SamplingOptions o = Options(config, /*sample=*/false);
+  o.max_new_tokens = 2;
+  o.eos_token_ids.clear();
+  o.fold_input_norms = false;
+  const RolloutBatch plain = GenerateContinuous(*model, prompts, o);
+  o.fold_input_norms = true;
+  const RolloutBatch folded = GenerateContinuous(*model, prompts, o);
+  CHECK(at::equal(plain.responses.select(1, 0), folded.responses.select(1, 0)));
+  CHECK(at::equal(plain.log_probs.select(1, 0), folded.log_probs.select(1, 0)));
+  const at::Tensor same = plain.responses.select(1, 1).eq(folded.responses.select(1, 1));
+  const double agree = same.to(at::kDouble).mean().item<double>();
+  const double lp_diff =
+      (plain.log_probs.select(1, 1) - folded.log_probs.select(1, 1)).abs().masked_select(same).max().item<double>();
+  CAPTURE(lp_diff, agree);
+  CHECK(lp_diff < 0.1);
+  CHECK(agree >= 0.9);
+  // Float32 weights decode unfolded (the exact composition).
+  CHECK(LoadOn(dir.path(), at::kFloat)->FoldedQkvWeights().empty());
+}
+
 TEST_CASE("fused sampling on the GPU draws what ATen's composition draws", "[worker][rollout][gpu]") {
   if (SkipWithoutGpu()) return;
   c10::InferenceMode guard;
@@ -469,6 +509,46 @@ TEST_CASE("one decoding step's fused RoPE and cache append equal two Rope calls 
       CHECK(at::equal(k_cache, k_want));  // the new rows, and every other row untouched
       CHECK(at::equal(v_cache, v_want));
     }
+  }
+  // With the input norm folded into the projection: what RMSNorm, the projection with bias and RopeAppend give.
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    INFO("folded input norm, " << c10::toString(dtype));
+    const int64_t B = 6, Hq = 14, Hkv = 2, D = 64, H = 96, S = 9, C = 40;
+    const int64_t width = (Hq + 2 * Hkv) * D;
+    auto opts = at::TensorOptions().device(at::kCUDA);
+    at::Tensor h = (at::randn({B, 1, H}, opts) * 3).to(dtype);
+    at::Tensor g = (at::rand({H}, opts) + 0.5).to(dtype);
+    at::Tensor w = (at::randn({width, H}, opts) / std::sqrt(static_cast<double>(H))).to(dtype);
+    at::Tensor bias = (at::randn({width}, opts) * 0.5).to(dtype);
+    at::Tensor pos = at::randint(0, C, {B}, opts.dtype(at::kLong));
+    at::Tensor freqs = pos.to(at::kFloat).view({B, 1}) * at::rand({D / 2}, opts);
+    at::Tensor emb = at::cat({freqs, freqs}, -1).view({B, 1, 1, D});
+    at::Tensor cos = emb.cos().to(dtype), sin = emb.sin().to(dtype);
+    at::Tensor rows = (at::arange(B * Hkv, opts.dtype(at::kLong)).view({B, Hkv}) * C + pos.view({B, 1})).view({-1});
+    auto split = [&](const at::Tensor& qkv) {  // as the layer views the stacked projection
+      auto heads = [&](int64_t from, int64_t n) { return qkv.narrow(-1, from * D, n * D).view({B, 1, n, D}).transpose(1, 2); };
+      return std::array<at::Tensor, 3>{heads(0, Hq), heads(Hq, Hkv), heads(Hq + Hkv, Hkv)};
+    };
+    at::Tensor k_want = at::randn({S, Hkv, C, D}, opts).to(dtype), v_want = at::randn({S, Hkv, C, D}, opts).to(dtype);
+    at::Tensor k_got = k_want.clone(), v_got = v_want.clone();
+    auto [q, k, v] = split(at::linear(kernels::RmsNorm(h, g, 1e-6), w, bias));
+    at::Tensor q_want = kernels::RopeAppend(q, k, v, cos, sin, k_want, v_want, rows);
+    const at::Tensor w_folded = (w.to(at::kFloat) * g.to(at::kFloat).unsqueeze(0)).to(dtype);
+    auto [qf, kf, vf] = split(at::linear(h, w_folded));
+    REQUIRE(kernels::RopeAppendNormedSupported(qf, kf, vf, cos, k_got, v_got, rows, h, bias));
+    at::Tensor q_got = kernels::RopeAppendNormed(qf, kf, vf, cos, sin, k_got, v_got, rows, h, 1e-6, bias);
+    // float32: the same sums in another order; bf16: other roundings (a few of 2^-8 relative each) of values of a
+    // few units. A missing norm scale (h is about 3 times its norm) or bias is off by far more.
+    const double tol = dtype == at::kFloat ? 1e-4 : 0.03;
+    auto rel_err = [](const at::Tensor& got, const at::Tensor& want) {
+      const at::Tensor w = want.to(at::kFloat);
+      return ((got.to(at::kFloat) - w).abs() / (w.abs() + 1)).max().item<double>();
+    };
+    CHECK(rel_err(q_got, q_want) < tol);
+    CHECK(rel_err(k_got, k_want) < tol);  // the new rows; every other row untouched (equal)
+    CHECK(rel_err(v_got, v_want) < tol);
+    // A bias the size of another projection is not taken.
+    CHECK_FALSE(kernels::RopeAppendNormedSupported(qf, kf, vf, cos, k_got, v_got, rows, h, bias.narrow(0, 0, width - D)));
   }
   // What it does not take: an int32 row index, a non-contiguous cache.
   auto opts = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
