@@ -388,24 +388,29 @@ class CpuRank final : public RankInterface {
   }
 
   // The rollout's KV cache slots: rollout.max_num_seqs, and on a GPU what fits in rollout.gpu_memory_utilization of
-  // the device beside what is allocated already (the whole actor gathered, for a sharded one).
+  // the device beside what is allocated already (the whole actor gathered, for a sharded one) and the folded q/k/v
+  // weights the rollout will make.
   absl::StatusOr<int32_t> RolloutSlots(const std::vector<PromptInput>& prompts, const SamplingOptions& opts) const {
     const int32_t max_seqs = std::max(1, config_.actor.rollout_max_num_seqs);
     const DeviceMemory mem = Memory();
     if (!mem.on_gpu || mem.total <= 0) return max_seqs;
     size_t longest = 0;
     for (const PromptInput& p : prompts) longest = std::max(longest, p.token_ids.size());
-    const int64_t slot = KvSlotBytes(actor_->config(), actor_->trainable_parameters().front().second.scalar_type(),
-                                     static_cast<int64_t>(longest) + opts.max_new_tokens);
+    const at::ScalarType dtype = actor_->trainable_parameters().front().second.scalar_type();
+    const int64_t slot =
+        KvSlotBytes(actor_->config(), dtype, static_cast<int64_t>(longest) + opts.max_new_tokens);
+    // The folded q/k/v weights decoding makes for this rollout count against the budget too.
+    const int64_t folded = opts.fold_input_norms ? FoldedQkvBytes(actor_->config(), dtype) : 0;
     const double budget = config_.actor.rollout_gpu_memory_utilization * static_cast<double>(mem.total) -
-                          static_cast<double>(mem.allocated);
+                          static_cast<double>(mem.allocated) - static_cast<double>(folded);
     if (budget < static_cast<double>(slot)) {
       return Error("Generate", absl::ResourceExhaustedError(absl::StrCat(
                                    "actor_rollout_ref.rollout.gpu_memory_utilization ",
                                    config_.actor.rollout_gpu_memory_utilization, " of ", mem.total >> 20,
                                    " MiB leaves ", std::max<int64_t>(0, static_cast<int64_t>(budget)) >> 20,
-                                   " MiB for the KV cache beside the ", mem.allocated >> 20,
-                                   " MiB allocated; one sequence of ", longest, " + ", opts.max_new_tokens,
+                                   " MiB for the KV cache beside the ", mem.allocated >> 20, " MiB allocated",
+                                   folded > 0 ? absl::StrCat(" and ", folded >> 20, " MiB of folded q/k/v weights") : "",
+                                   "; one sequence of ", longest, " + ", opts.max_new_tokens,
                                    " tokens needs ", slot >> 20, " MiB: raise it")));
     }
     return static_cast<int32_t>(std::min<double>(max_seqs, budget / static_cast<double>(slot)));

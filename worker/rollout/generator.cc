@@ -183,6 +183,12 @@ int64_t KvSlotBytes(const DecoderConfig& config, at::ScalarType dtype, int64_t c
          static_cast<int64_t>(c10::elementSize(dtype));
 }
 
+int64_t FoldedQkvBytes(const DecoderConfig& config, at::ScalarType dtype) {
+  if (dtype != at::kBFloat16 && dtype != at::kHalf) return 0;
+  return config.num_hidden_layers * (config.num_attention_heads + 2 * config.num_key_value_heads) * config.head_dim *
+         config.hidden_size * static_cast<int64_t>(c10::elementSize(dtype));
+}
+
 namespace {
 
 // Slots [0, B) of `slots`, for one decoding step (the caller sets slot_pos, and slot_len or attend).

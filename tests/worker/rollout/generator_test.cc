@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <set>
 #include <string>
@@ -360,6 +361,24 @@ TEST_CASE("KvSlotBytes: keys and values of every layer", "[worker][rollout]") {
   const DecoderConfig c = testing::TinyDecoderConfig();  // 2 layers, 2 kv heads of 8
   REQUIRE(KvSlotBytes(c, at::kFloat, 10) == 2 * 2 * 2 * 8 * 10 * 4);
   REQUIRE(KvSlotBytes(c, at::kBFloat16, 10) == 2 * 2 * 2 * 8 * 10 * 2);
+}
+
+TEST_CASE_METHOD(TinyModelFixture, "FoldedQkvBytes: the q, k and v projection weights in bf16 / fp16, none in float32",
+                 "[worker][rollout]") {
+  int64_t elements = 0;  // of the model's own q/k/v weights
+  for (const auto& [name, t] : model().named_parameters()) {
+    for (const char* proj : {"q_proj.weight", "k_proj.weight", "v_proj.weight"}) {
+      if (name.size() > std::strlen(proj) && name.compare(name.size() - std::strlen(proj), std::string::npos, proj) == 0) {
+        elements += t.numel();
+      }
+    }
+  }
+  REQUIRE(elements > 0);
+  CHECK(FoldedQkvBytes(model().config(), at::kBFloat16) == elements * 2);
+  CHECK(FoldedQkvBytes(model().config(), at::kHalf) == elements * 2);
+  CHECK(FoldedQkvBytes(model().config(), at::kFloat) == 0);
+  // The CPU decodes unfolded.
+  CHECK(model().FoldedQkvWeights().empty());
 }
 
 }  // namespace
