@@ -310,11 +310,14 @@ bool DecoderModel::ProjectionsStacked() const {
 
 std::vector<at::Tensor> DecoderModel::FoldedQkvWeights() const {
   std::vector<at::Tensor> out;
-  const at::ScalarType dtype = embed_.scalar_type();
-  if (!DecodeKernelAvailable() || (dtype != at::kBFloat16 && dtype != at::kHalf)) return out;
+  if (!DecodeKernelAvailable() || embed_.scalar_type() != at::kBFloat16) return out;
+  for (const Layer& L : layers_) {
+    if (L.q_b.defined() && !L.qkv_b.defined()) return {};  // biases not stacked (ZeRO-3 gathers): decode unfolded
+  }
   for (const Layer& L : layers_) {
     const at::Tensor w = L.qkv_w.defined() ? L.qkv_w : at::cat({L.q_w, L.k_w, L.v_w}, 0);
-    out.push_back((w.to(at::kFloat) * L.input_norm.to(at::kFloat).unsqueeze(0)).to(dtype));
+    // bf16 * bf16 multiplies in float32 and rounds once: the float32 product rounded to bf16.
+    out.push_back(w * L.input_norm.unsqueeze(0));
   }
   return out;
 }
@@ -453,11 +456,10 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
 #ifdef VERL_WITH_CUDA
     at::Tensor q_step;
     if (folded) {
-      const at::Tensor bias =
-          L.qkv_b.defined() ? L.qkv_b : (L.q_b.defined() ? at::cat({L.q_b, L.k_b, L.v_b}) : at::Tensor());
-      // The input norm's scale and the bias, RoPE of q and k and both cache writes in one kernel.
+      // The input norm's scale and the bias, RoPE of q and k and both cache writes in one kernel (FoldedQkvWeights
+      // folds only where the biases, if any, are stacked).
       q_step = kernels::RopeAppendNormed(q, k, v, cos, sin, cache->k[i], cache->v[i], cache->slot_index, h_in,
-                                         config_.rms_norm_eps, bias);
+                                         config_.rms_norm_eps, L.qkv_b);
     } else if (kernels::RopeAppendSupported(q, k, v, cos, cache->k[i], cache->v[i], cache->slot_index)) {
       // RoPE of q and k and both cache writes in one kernel (ApplyRope's values bit for bit).
       q_step = kernels::RopeAppend(q, k, v, cos, sin, cache->k[i], cache->v[i], cache->slot_index);

@@ -114,9 +114,10 @@ class DecoderModel {
   // from ZeRO-3 units are not, where the layer has biases: they lie between the weights).
   bool ProjectionsStacked() const;
   // Per layer, the stacked q, k, v projection weights [(Hq + 2 Hkv) D, H] with each column scaled by the input
-  // RMSNorm's weight (float32 products rounded to the model's dtype), for KvCache::qkv_folded: a copy of the current
-  // weights, made per rollout. Empty where the decode path cannot take it (DecodeKernelAvailable and bfloat16 or
-  // float16 weights; in float32 decoding stays the exact composition).
+  // RMSNorm's weight (float32 products rounded to bf16), for KvCache::qkv_folded: a copy of the current weights, made
+  // per rollout. Empty unless DecodeKernelAvailable with bfloat16 weights and stacked biases (if any): float32 decodes
+  // the exact composition, and float16 might overflow where the projection reads the un-normed residual (its scale
+  // applied after the GEMM).
   std::vector<at::Tensor> FoldedQkvWeights() const;
   // A cache for `batch` sequences of up to `capacity` positions, zero-filled unless !zeroed (for a caller that writes
   // every position before reading it, e.g. a prefill of `capacity` tokens).

@@ -57,10 +57,10 @@ struct SamplingOptions {
   // decoding step (forward, LM head and sampling) as a CUDA graph captured once per batch size bucket (powers of two
   // up to the slot count) at its first use; true launches every kernel eagerly (verl's rollout.enforce_eager).
   bool enforce_eager = false;
-  // Continuous batching's decoding steps in the decode kernel in bfloat16 / float16: each layer's input RMSNorm folded
-  // into its q/k/v projection (a per-rollout copy of those weights, scaled by the norm's weight;
+  // Continuous batching's decoding steps in the decode kernel in bfloat16: each layer's input RMSNorm folded into its
+  // q/k/v projection (a per-rollout copy of those weights, scaled by the norm's weight;
   // DecoderModel::FoldedQkvWeights), so no norm kernel runs before the projection. Rounds differently from the
-  // unfolded composition (the trainer's), within bf16's rounding. Ignored in float32 and without the kernel.
+  // unfolded composition (the trainer's), within bf16's rounding. Ignored in float32 / float16 and without the kernel.
   bool fold_input_norms = true;
 };
 
@@ -98,7 +98,7 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
 // Bytes of KV cache one sequence slot of `capacity` positions takes in `model`'s dtype.
 int64_t KvSlotBytes(const DecoderConfig& config, at::ScalarType dtype, int64_t capacity);
 // Bytes of the per-rollout copy of the q/k/v projection weights that decoding with folded input norms makes
-// (SamplingOptions::fold_input_norms; DecoderModel::FoldedQkvWeights) in `dtype`: 0 in float32, where it is not made.
+// (SamplingOptions::fold_input_norms; DecoderModel::FoldedQkvWeights) in `dtype`: 0 but in bfloat16, where it is made.
 int64_t FoldedQkvBytes(const DecoderConfig& config, at::ScalarType dtype);
 
 }  // namespace verl
