@@ -311,6 +311,7 @@ bool DecoderModel::ProjectionsStacked() const {
 std::vector<at::Tensor> DecoderModel::FoldedQkvWeights() const {
   std::vector<at::Tensor> out;
   if (!DecodeKernelAvailable() || embed_.scalar_type() != at::kBFloat16) return out;
+  const at::NoGradGuard no_grad;  // a copy for decoding, whatever the trainer's parameters require
   for (const Layer& L : layers_) {
     if (L.q_b.defined() && !L.qkv_b.defined()) return {};  // biases not stacked (ZeRO-3 gathers): decode unfolded
   }
