@@ -292,36 +292,61 @@ __global__ void RopeKernel(const RopeArgs a) {
   }
 }
 
-// kN rotated pairs at once: RotatePair on (x1[i], x2[i]) for i < kN, with 16-byte loads and stores where kN > 1.
-template <typename T, int kN>
-__device__ __forceinline__ void RotatePairs(const T* x1, const T* x2, const T* c1, const T* c2, const T* s1,
-                                            const T* s2, T* y1, T* y2) {
-  float a[kN], b[kN], ca[kN], cb[kN], sa[kN], sb[kN];
-  LoadN<T>(x1, a);
-  LoadN<T>(x2, b);
-  LoadN<T>(c1, ca);
-  LoadN<T>(c2, cb);
-  LoadN<T>(s1, sa);
-  LoadN<T>(s2, sb);
-  float o1[kN], o2[kN];
+// One (row b, head j, piece d) item of a decoding step's RoPE and cache append: kN consecutive pairs (d, d + D/2) of
+// head j of q (j < Hq: rotated into q_out), of k (the next Hkv heads: rotated into the k cache's row) or of v (copied
+// into the v cache's row), with 16-byte loads and stores where kN > 1 (RotatePair's arithmetic, kN pairs at once).
+// prepare(values, j, e) may change the kN loaded values of head j at offset e first (RopeAppendNormKernel's scale and
+// bias).
+template <typename T, int kN, typename F>
+__device__ __forceinline__ void RopeAppendItem(const RopeAppendArgs& a, int b, int j, int d, F&& prepare) {
+  const int half = a.head_dim / 2;
+  const T* x;
+  T* y;
+  if (j < a.q_heads) {
+    x = static_cast<const T*>(a.q) + b * a.q_stride_b + static_cast<int64_t>(j) * a.head_dim;
+    y = static_cast<T*>(a.q_out) + (static_cast<int64_t>(b) * a.q_heads + j) * a.head_dim;
+  } else {
+    const int h = (j - a.q_heads) % a.kv_heads;
+    const int64_t row = a.rows[static_cast<int64_t>(b) * a.kv_heads + h] * a.head_dim;
+    const bool is_k = j < a.q_heads + a.kv_heads;
+    x = static_cast<const T*>(is_k ? a.k : a.v) + b * (is_k ? a.k_stride_b : a.v_stride_b) +
+        static_cast<int64_t>(h) * a.head_dim;
+    y = static_cast<T*>(is_k ? a.k_cache : a.v_cache) + row;
+  }
+  float x1[kN], x2[kN];
+  LoadN<T>(x + d, x1);
+  LoadN<T>(x + d + half, x2);
+  prepare(x1, j, d);
+  prepare(x2, j, d + half);
+  if (j >= a.q_heads + a.kv_heads) {  // v: the copy
+    StoreN<T>(y + d, x1);
+    StoreN<T>(y + d + half, x2);
+    return;
+  }
+  const T* c = static_cast<const T*>(a.cos) + static_cast<int64_t>(b) * a.head_dim;
+  const T* s = static_cast<const T*>(a.sin) + static_cast<int64_t>(b) * a.head_dim;
+  float ca[kN], cb[kN], sa[kN], sb[kN], o1[kN], o2[kN];
+  LoadN<T>(c + d, ca);
+  LoadN<T>(c + d + half, cb);
+  LoadN<T>(s + d, sa);
+  LoadN<T>(s + d + half, sb);
 #pragma unroll
   for (int i = 0; i < kN; ++i) {
-    o1[i] = __fadd_rn(Round<T>(__fmul_rn(a[i], ca[i])), Round<T>(__fmul_rn(-b[i], sa[i])));
-    o2[i] = __fadd_rn(Round<T>(__fmul_rn(b[i], cb[i])), Round<T>(__fmul_rn(a[i], sb[i])));
+    o1[i] = __fadd_rn(Round<T>(__fmul_rn(x1[i], ca[i])), Round<T>(__fmul_rn(-x2[i], sa[i])));
+    o2[i] = __fadd_rn(Round<T>(__fmul_rn(x2[i], cb[i])), Round<T>(__fmul_rn(x1[i], sb[i])));
   }
-  StoreN<T>(y1, o1);
-  StoreN<T>(y2, o2);
+  StoreN<T>(y + d, o1);
+  StoreN<T>(y + d + half, o2);
 }
 
-// The RoPE kernel's outputs, the caches' rows and the v copies of one decoding step: thread (b, j, piece) takes kN
-// consecutive pairs (d, d + D/2) of head j of q (j < Hq), of k (then Hkv heads) or of v (a copy); kN = 16 bytes of T
-// where every row is 16-byte aligned and D/2 a multiple of it (LaunchRopeAppend), else 1. The same values either way.
+// The RoPE kernel's outputs, the caches' rows and the v copies of one decoding step: thread (b, j, piece) takes one
+// RopeAppendItem; kN = 16 bytes of T where every row is 16-byte aligned and D/2 a multiple of it (LaunchRopeAppend),
+// else 1. The same values either way.
 template <typename T, int kN>
 __global__ void RopeAppendKernel(const RopeAppendArgs a) {
   WaitForPriorGrid();
   AllowDependentGrid();
-  const int half = a.head_dim / 2;
-  const int pieces = half / kN;
+  const int pieces = a.head_dim / 2 / kN;
   const int slots = a.q_heads + 2 * a.kv_heads;
   const int64_t total = static_cast<int64_t>(a.batch) * slots * pieces;
   for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
@@ -329,51 +354,15 @@ __global__ void RopeAppendKernel(const RopeAppendArgs a) {
     const int d = static_cast<int>(idx % pieces) * kN;
     const int j = static_cast<int>((idx / pieces) % slots);
     const int b = static_cast<int>(idx / pieces / slots);
-    const T* c = static_cast<const T*>(a.cos) + static_cast<int64_t>(b) * a.head_dim;
-    const T* s = static_cast<const T*>(a.sin) + static_cast<int64_t>(b) * a.head_dim;
-    if (j < a.q_heads) {
-      const T* x = static_cast<const T*>(a.q) + b * a.q_stride_b + static_cast<int64_t>(j) * a.head_dim;
-      T* y = static_cast<T*>(a.q_out) + (static_cast<int64_t>(b) * a.q_heads + j) * a.head_dim;
-      RotatePairs<T, kN>(x + d, x + d + half, c + d, c + d + half, s + d, s + d + half, y + d, y + d + half);
-      continue;
-    }
-    const int h = (j - a.q_heads) % a.kv_heads;
-    const int64_t row = a.rows[static_cast<int64_t>(b) * a.kv_heads + h] * a.head_dim;
-    if (j < a.q_heads + a.kv_heads) {
-      const T* x = static_cast<const T*>(a.k) + b * a.k_stride_b + static_cast<int64_t>(h) * a.head_dim;
-      T* y = static_cast<T*>(a.k_cache) + row;
-      RotatePairs<T, kN>(x + d, x + d + half, c + d, c + d + half, s + d, s + d + half, y + d, y + d + half);
-    } else {
-      const T* x = static_cast<const T*>(a.v) + b * a.v_stride_b + static_cast<int64_t>(h) * a.head_dim;
-      T* y = static_cast<T*>(a.v_cache) + row;
-      float lo[kN], hi[kN];
-      LoadN<T>(x + d, lo);
-      LoadN<T>(x + d + half, hi);
-      StoreN<T>(y + d, lo);
-      StoreN<T>(y + d + half, hi);
-    }
+    RopeAppendItem<T, kN>(a, b, j, d, [](float(&)[kN], int, int) {});
   }
 }
 
 // The layer's input RMSNorm folded into the q/k/v projection (RopeAppendArgs::norm_x): one block per row b. The block
 // sums the squares of norm_x's row (each thread one vector, then the warps' sums), so r_b is in a register before any
-// projected value is used; then each thread takes (head j, piece) items as RopeAppendKernel does, with each value
-// first to_dtype(r_b * x + bias). Where kN > 1 norm_x's rows are read in 16-byte vectors too (LaunchRopeAppend).
+// projected value is used; then each thread takes RopeAppendItems of the row, each value first to_dtype(r_b * x +
+// bias). Where kN > 1 norm_x's rows are read in 16-byte vectors too (LaunchRopeAppend).
 constexpr int kRopeNormThreads = 128;
-
-template <typename T, int kN>
-__device__ __forceinline__ void ScaleBias(const T* x, const T* bias, float r, float (&out)[kN]) {
-  LoadN<T>(x, out);
-  float bv[kN];
-  if (bias != nullptr) {
-    LoadN<T>(bias, bv);
-  } else {
-#pragma unroll
-    for (int i = 0; i < kN; ++i) bv[i] = 0.f;
-  }
-#pragma unroll
-  for (int i = 0; i < kN; ++i) out[i] = Round<T>(__fadd_rn(__fmul_rn(r, out[i]), bv[i]));
-}
 
 template <typename T, int kN>
 __global__ void RopeAppendNormKernel(const RopeAppendArgs a) {
@@ -396,48 +385,21 @@ __global__ void RopeAppendNormKernel(const RopeAppendArgs a) {
 #pragma unroll
   for (int w = 0; w < kRopeNormThreads / 32; ++w) total += warp_ss[w];
   const float r = rsqrtf(total / static_cast<float>(a.norm_hidden) + a.eps);
-  const int half = a.head_dim / 2;
-  const int pieces = half / kN;
-  const int slots = a.q_heads + 2 * a.kv_heads;
-  const T* c = static_cast<const T*>(a.cos) + static_cast<int64_t>(b) * a.head_dim;
-  const T* s = static_cast<const T*>(a.sin) + static_cast<int64_t>(b) * a.head_dim;
-  for (int idx = threadIdx.x; idx < slots * pieces; idx += kRopeNormThreads) {
-    const int d = (idx % pieces) * kN;
-    const int j = idx / pieces;
-    const T* bias = a.bias != nullptr ? static_cast<const T*>(a.bias) + static_cast<int64_t>(j) * a.head_dim : nullptr;
-    const T* x;
-    T* y;
-    if (j < a.q_heads) {
-      x = static_cast<const T*>(a.q) + b * a.q_stride_b + static_cast<int64_t>(j) * a.head_dim;
-      y = static_cast<T*>(a.q_out) + (static_cast<int64_t>(b) * a.q_heads + j) * a.head_dim;
+  const T* bias = static_cast<const T*>(a.bias);
+  auto scale_bias = [&](float(&v)[kN], int j, int e) {
+    float bv[kN];
+    if (bias != nullptr) {
+      LoadN<T>(bias + static_cast<int64_t>(j) * a.head_dim + e, bv);
     } else {
-      const int h = (j - a.q_heads) % a.kv_heads;
-      const int64_t row = a.rows[static_cast<int64_t>(b) * a.kv_heads + h] * a.head_dim;
-      const bool is_k = j < a.q_heads + a.kv_heads;
-      x = static_cast<const T*>(is_k ? a.k : a.v) + b * (is_k ? a.k_stride_b : a.v_stride_b) +
-          static_cast<int64_t>(h) * a.head_dim;
-      y = static_cast<T*>(is_k ? a.k_cache : a.v_cache) + row;
-    }
-    float x1[kN], x2[kN];
-    ScaleBias<T, kN>(x + d, bias == nullptr ? nullptr : bias + d, r, x1);
-    ScaleBias<T, kN>(x + d + half, bias == nullptr ? nullptr : bias + d + half, r, x2);
-    if (j >= a.q_heads + a.kv_heads) {  // v: the copy
-      StoreN<T>(y + d, x1);
-      StoreN<T>(y + d + half, x2);
-      continue;
-    }
-    float ca[kN], cb[kN], sa[kN], sb[kN], o1[kN], o2[kN];
-    LoadN<T>(c + d, ca);
-    LoadN<T>(c + d + half, cb);
-    LoadN<T>(s + d, sa);
-    LoadN<T>(s + d + half, sb);
 #pragma unroll
-    for (int i = 0; i < kN; ++i) {  // RotatePairs' arithmetic
-      o1[i] = __fadd_rn(Round<T>(__fmul_rn(x1[i], ca[i])), Round<T>(__fmul_rn(-x2[i], sa[i])));
-      o2[i] = __fadd_rn(Round<T>(__fmul_rn(x2[i], cb[i])), Round<T>(__fmul_rn(x1[i], sb[i])));
+      for (int i = 0; i < kN; ++i) bv[i] = 0.f;
     }
-    StoreN<T>(y + d, o1);
-    StoreN<T>(y + d + half, o2);
+#pragma unroll
+    for (int i = 0; i < kN; ++i) v[i] = Round<T>(__fadd_rn(__fmul_rn(r, v[i]), bv[i]));
+  };
+  const int pieces = a.head_dim / 2 / kN;
+  for (int idx = threadIdx.x; idx < (a.q_heads + 2 * a.kv_heads) * pieces; idx += kRopeNormThreads) {
+    RopeAppendItem<T, kN>(a, b, idx / pieces, (idx % pieces) * kN, scale_bias);
   }
 }
 

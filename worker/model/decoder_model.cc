@@ -310,7 +310,7 @@ bool DecoderModel::ProjectionsStacked() const {
 
 std::vector<at::Tensor> DecoderModel::FoldedQkvWeights() const {
   std::vector<at::Tensor> out;
-  if (!DecodeKernelAvailable() || embed_.scalar_type() != at::kBFloat16) return out;
+  if (!DecodeKernelAvailable() || !FoldsInputNorms(embed_.scalar_type())) return out;
   const at::NoGradGuard no_grad;  // a copy for decoding, whatever the trainer's parameters require
   for (const Layer& L : layers_) {
     if (L.q_b.defined() && !L.qkv_b.defined()) return {};  // biases not stacked (ZeRO-3 gathers): decode unfolded
@@ -377,6 +377,8 @@ at::Tensor PackedAttention(const at::Tensor& q, const at::Tensor& k, const at::T
 
 }  // namespace
 
+bool FoldsInputNorms(at::ScalarType dtype) { return dtype == at::kBFloat16; }
+
 bool PackedAttentionIsFlash(at::Device device, at::ScalarType dtype) {
   return device.is_cuda() && (dtype == at::kBFloat16 || dtype == at::kHalf);
 }
@@ -426,7 +428,7 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
   const int64_t start = cache ? cache->length : 0;
   // A decoding step over the slot cache (inference mode): one GEMM over the stacked q/k/v projections where Load
   // stacked them (the three small GEMMs each cost about as much as the one), and likewise for gate and up below; the
-  // residual adds happen inside the RMSNorm kernels.
+  // residual adds happen inside the RMSNorm kernels, or, with the input norm folded, the MLP's in the down GEMM.
   const bool decode_step = T == 1 && cache && cache->slot_len.defined() && c10::InferenceMode::is_enabled();
   // The input norm folded into the q/k/v projection (KvCache::qkv_folded): no norm kernel, the projection reads h_in.
   const bool folded = decode_step && !cache->qkv_folded.empty();

@@ -67,6 +67,11 @@ PackedSequences PackLengths(const std::vector<int64_t>& lengths, at::Device devi
 // float16) rather than one call per sequence.
 bool PackedAttentionIsFlash(at::Device device, at::ScalarType dtype);
 
+// Whether decoding folds the input RMSNorms into the q/k/v projections for weights of this dtype
+// (DecoderModel::FoldedQkvWeights): bfloat16 only (float32 decodes the exact composition; float16 might overflow where
+// the projection reads the un-normed residual).
+bool FoldsInputNorms(at::ScalarType dtype);
+
 // A batch of prompt (left-padded) + response (right-padded) rows packed for Forward: its valid tokens in row order.
 struct PackedBatch {
   at::Tensor input_ids;     // [1, T]
@@ -115,9 +120,8 @@ class DecoderModel {
   bool ProjectionsStacked() const;
   // Per layer, the stacked q, k, v projection weights [(Hq + 2 Hkv) D, H] with each column scaled by the input
   // RMSNorm's weight (float32 products rounded to bf16), for KvCache::qkv_folded: a copy of the current weights, made
-  // per rollout. Empty unless DecodeKernelAvailable with bfloat16 weights and stacked biases (if any): float32 decodes
-  // the exact composition, and float16 might overflow where the projection reads the un-normed residual (its scale
-  // applied after the GEMM).
+  // per rollout. Empty unless DecodeKernelAvailable, FoldsInputNorms(the weights' dtype) and the biases, if any, are
+  // stacked.
   std::vector<at::Tensor> FoldedQkvWeights() const;
   // A cache for `batch` sequences of up to `capacity` positions, zero-filled unless !zeroed (for a caller that writes
   // every position before reading it, e.g. a prefill of `capacity` tokens).

@@ -184,7 +184,7 @@ int64_t KvSlotBytes(const DecoderConfig& config, at::ScalarType dtype, int64_t c
 }
 
 int64_t FoldedQkvBytes(const DecoderConfig& config, at::ScalarType dtype) {
-  if (dtype != at::kBFloat16) return 0;
+  if (!FoldsInputNorms(dtype)) return 0;
   return config.num_hidden_layers * (config.num_attention_heads + 2 * config.num_key_value_heads) * config.head_dim *
          config.hidden_size * static_cast<int64_t>(c10::elementSize(dtype));
 }

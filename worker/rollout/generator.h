@@ -98,7 +98,8 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
 // Bytes of KV cache one sequence slot of `capacity` positions takes in `model`'s dtype.
 int64_t KvSlotBytes(const DecoderConfig& config, at::ScalarType dtype, int64_t capacity);
 // Bytes of the per-rollout copy of the q/k/v projection weights that decoding with folded input norms makes
-// (SamplingOptions::fold_input_norms; DecoderModel::FoldedQkvWeights) in `dtype`: 0 but in bfloat16, where it is made.
+// (SamplingOptions::fold_input_norms; DecoderModel::FoldedQkvWeights) in `dtype`: 0 where it is not made
+// (FoldsInputNorms).
 int64_t FoldedQkvBytes(const DecoderConfig& config, at::ScalarType dtype);
 
 }  // namespace verl
