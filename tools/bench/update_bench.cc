@@ -8,8 +8,10 @@
 //
 //   verl-bench-update --model DIR [--sequences 512] [--prompt-len 256] [--response-len 512] [--micro 8]
 //                     [--device cuda] [--dtype bfloat16] [--warmup 1] [--repeats 2] [--seed 0] [--checkpointing 0]
-//                     [--max-token-len 0] [--remove-padding 0] [--profile 0]
+//                     [--max-token-len 0] [--remove-padding 0] [--profile 0] [--log-probs 0]
 // --profile 1 adds one more update under the Kineto profiler: device time per kernel name (kernel_profile.h).
+// --log-probs 1 times the no-grad log-prob pass over the same sequences instead (a GRPO step's old and reference
+// log-probs: ComputeLogProbsNoGrad, micro-batches as the update's), e.g. B3's 1,024 x 768 tokens at a 24,576 budget.
 //
 // --checkpointing 1 recomputes each layer in backward (enable_gradient_checkpointing). The peak resident set of the
 // process is reported too (the CPU's memory measure).
@@ -54,7 +56,8 @@ int main(int argc, char** argv) {
   std::map<std::string, std::string> flags = {
       {"model", ""},     {"sequences", "512"}, {"prompt-len", "256"}, {"response-len", "512"}, {"micro", "8"},
       {"device", "cuda"}, {"dtype", "bfloat16"}, {"warmup", "1"},      {"repeats", "2"},        {"seed", "0"},
-      {"checkpointing", "0"}, {"max-token-len", "0"}, {"remove-padding", "0"}, {"profile", "0"}};
+      {"checkpointing", "0"}, {"max-token-len", "0"}, {"remove-padding", "0"}, {"profile", "0"},
+      {"log-probs", "0"}};
   auto parsed = verl::bench::ParseFlags(argc, argv, flags, "model");
   if (!parsed) {
     Usage();
@@ -102,7 +105,18 @@ int main(int argc, char** argv) {
     verl::AdamW optimizer(m.named_parameters(), verl::AdamWOptions{1e-6, 0.01, 0.9, 0.999, 1e-8});
     verl::GradScope<verl::DecoderModel> grads(m);
     auto sync = [&] { verl::bench::SyncDevice(device); };
-    auto update = [&] {
+    const bool log_probs_only = flags["log-probs"] == "1";
+    verl::MicroBatching micro_batching;
+    micro_batching.rows = micro;
+    micro_batching.max_token_len = o.max_token_len;
+    micro_batching.budget_key = "--max-token-len";
+    micro_batching.packed = o.remove_padding;
+    auto update = [&]() -> std::map<std::string, double> {
+      if (log_probs_only) {
+        auto lp = verl::ComputeLogProbsNoGrad(m, batch, 1.0, micro_batching);
+        if (!lp.ok()) throw std::runtime_error(std::string(lp.status().message()));
+        return {{"log_prob_mean", lp->mean().item<double>()}};  // reads back: synchronised
+      }
       auto metrics = verl::UpdatePolicy(m, optimizer, batch, inputs, o);
       if (!metrics.ok()) throw std::runtime_error(std::string(metrics.status().message()));
       return *metrics;
@@ -122,6 +136,7 @@ int main(int argc, char** argv) {
     const double peak_gb = verl::bench::PeakAllocatedGb(device);
     const int64_t tokens = N * (P + R);
     nlohmann::json result = {{"engine", "verl-cpp"},
+                             {"pass", log_probs_only ? "log-probs (no grad)" : "update"},
                              {"model", flags["model"]},
                              {"sequences", N},
                              {"prompt_len", P},
@@ -141,7 +156,8 @@ int main(int argc, char** argv) {
                              {"gradient_checkpointing", m.gradient_checkpointing()},
                              {"peak_rss_gb", PeakRssGb()},
                              {"grad_norm", last["actor/grad_norm"]},
-                             {"pg_loss", last["actor/pg_loss"]}};
+                             {"pg_loss", last["actor/pg_loss"]},
+                             {"log_prob_mean", last["log_prob_mean"]}};
     if (flags["profile"] == "1") {
       result["profile"] = verl::bench::ProfileKernels([&] {
         (void)update();
