@@ -257,44 +257,63 @@ __global__ void RmsNormWeightGradKernel(const RmsNormBackwardArgs a, int64_t row
   a.dweight_partial[static_cast<int64_t>(blockIdx.y) * a.hidden + col] = acc;
 }
 
-// One rotated pair: y1 = x1 c1 - x2 s1, y2 = x2 c2 + x1 s2 (rotate_half(x) = cat(-x2, x1)), each product and the sum
-// rounded to T as the ATen ops store them (_rn intrinsics: never contracted into an FMA, which would round once).
-template <typename T>
-__device__ __forceinline__ void RotatePair(const T* x1p, const T* x2p, float c1, float c2, float s1, float s2, T* y1,
-                                           T* y2) {
-  const float x1 = ToFloat(*x1p);
-  const float x2 = ToFloat(*x2p);
-  *y1 = FromFloat<T>(__fadd_rn(Round<T>(__fmul_rn(x1, c1)), Round<T>(__fmul_rn(-x2, s1))));
-  *y2 = FromFloat<T>(__fadd_rn(Round<T>(__fmul_rn(x2, c2)), Round<T>(__fmul_rn(x1, s2))));
+// kN rotated pairs: y1 = x1 c1 - x2 s1, y2 = x2 c2 + x1 s2 (rotate_half(x) = cat(-x2, x1)), each product and the
+// sum rounded to T as the ATen ops store them (_rn intrinsics: never contracted into an FMA, which would round once).
+template <typename T, int kN>
+__device__ __forceinline__ void RotatePairs(const float (&x1)[kN], const float (&x2)[kN], const float (&c1)[kN],
+                                            const float (&c2)[kN], const float (&s1)[kN], const float (&s2)[kN],
+                                            float (&y1)[kN], float (&y2)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    y1[i] = __fadd_rn(Round<T>(__fmul_rn(x1[i], c1[i])), Round<T>(__fmul_rn(-x2[i], s1[i])));
+    y2[i] = __fadd_rn(Round<T>(__fmul_rn(x2[i], c2[i])), Round<T>(__fmul_rn(x1[i], s2[i])));
+  }
 }
 
-template <typename T>
+// kN consecutive pairs (d, d + D/2) per item (16-byte loads and stores where kN > 1; RotatePairs), items
+// in the order (piece, head, token, row): a head's pieces are adjacent threads, and a token's heads share its cos and
+// sin. 32-bit indices (RopeSupported: numel <= INT_MAX).
+template <typename T, int kN>
 __global__ void RopeKernel(const RopeArgs a) {
   const int half = a.head_dim / 2;
-  const int64_t total = static_cast<int64_t>(a.batch) * a.heads * a.tokens * half;
-  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
-       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int d = static_cast<int>(idx % half);
-    int64_t rest = idx / half;
-    const int t = static_cast<int>(rest % a.tokens);
-    rest /= a.tokens;
-    const int h = static_cast<int>(rest % a.heads);
-    const int b = static_cast<int>(rest / a.heads);
+  const int pieces = half / kN;
+  const int total = a.batch * a.heads * a.tokens * pieces;
+  for (int idx = blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += gridDim.x * blockDim.x) {
+    const int d = (idx % pieces) * kN;
+    int rest = idx / pieces;
+    const int h = rest % a.heads;
+    rest /= a.heads;
+    const int t = rest % a.tokens;
+    const int b = rest / a.tokens;
     const int64_t at = b * a.stride_b + h * a.stride_h + t * a.stride_t;
     const int64_t ct = (static_cast<int64_t>(b) * a.tokens + t) * a.head_dim;
     const T* x = static_cast<const T*>(a.x) + at;
     const T* c = static_cast<const T*>(a.cos) + ct;
     const T* s = static_cast<const T*>(a.sin) + ct;
     T* y = static_cast<T*>(a.y) + at;
-    const float s1 = a.negate_sin ? -ToFloat(s[d]) : ToFloat(s[d]);
-    const float s2 = a.negate_sin ? -ToFloat(s[d + half]) : ToFloat(s[d + half]);
-    RotatePair(x + d, x + d + half, ToFloat(c[d]), ToFloat(c[d + half]), s1, s2, y + d, y + d + half);
+    float x1[kN], x2[kN], ca[kN], cb[kN], sa[kN], sb[kN], o1[kN], o2[kN];
+    LoadN<T>(x + d, x1);
+    LoadN<T>(x + d + half, x2);
+    LoadN<T>(c + d, ca);
+    LoadN<T>(c + d + half, cb);
+    LoadN<T>(s + d, sa);
+    LoadN<T>(s + d + half, sb);
+    if (a.negate_sin) {
+#pragma unroll
+      for (int i = 0; i < kN; ++i) {
+        sa[i] = -sa[i];
+        sb[i] = -sb[i];
+      }
+    }
+    RotatePairs<T, kN>(x1, x2, ca, cb, sa, sb, o1, o2);
+    StoreN<T>(y + d, o1);
+    StoreN<T>(y + d + half, o2);
   }
 }
 
 // One (row b, head j, piece d) item of a decoding step's RoPE and cache append: kN consecutive pairs (d, d + D/2) of
 // head j of q (j < Hq: rotated into q_out), of k (the next Hkv heads: rotated into the k cache's row) or of v (copied
-// into the v cache's row), with 16-byte loads and stores where kN > 1 (RotatePair's arithmetic, kN pairs at once).
+// into the v cache's row), with 16-byte loads and stores where kN > 1 (RotatePairs).
 // prepare(values, j, e) may change the kN loaded values of head j at offset e first (RopeAppendNormKernel's scale and
 // bias).
 template <typename T, int kN, typename F>
@@ -330,11 +349,7 @@ __device__ __forceinline__ void RopeAppendItem(const RopeAppendArgs& a, int b, i
   LoadN<T>(c + d + half, cb);
   LoadN<T>(s + d, sa);
   LoadN<T>(s + d + half, sb);
-#pragma unroll
-  for (int i = 0; i < kN; ++i) {
-    o1[i] = __fadd_rn(Round<T>(__fmul_rn(x1[i], ca[i])), Round<T>(__fmul_rn(-x2[i], sa[i])));
-    o2[i] = __fadd_rn(Round<T>(__fmul_rn(x2[i], cb[i])), Round<T>(__fmul_rn(x1[i], sb[i])));
-  }
+  RotatePairs<T, kN>(x1, x2, ca, cb, sa, sb, o1, o2);
   StoreN<T>(y + d, o1);
   StoreN<T>(y + d + half, o2);
 }
@@ -546,12 +561,24 @@ cudaError_t LaunchRmsNormBackward(const RmsNormBackwardArgs& a, cudaStream_t str
 
 cudaError_t LaunchRope(const RopeArgs& a, cudaStream_t stream) {
   if (a.head_dim % 2 != 0) return cudaErrorInvalidValue;
-  const int64_t total = static_cast<int64_t>(a.batch) * a.heads * a.tokens * (a.head_dim / 2);
-  if (total == 0) return cudaSuccess;
+  const int64_t pairs = static_cast<int64_t>(a.batch) * a.heads * a.tokens * (a.head_dim / 2);
+  if (pairs == 0) return cudaSuccess;
   const int threads = 256;
-  const int64_t blocks = std::min<int64_t>((total + threads - 1) / threads, 65535LL * 8);
   WithElementType(a.dtype, [&](auto t) {
-    RopeKernel<typename decltype(t)::type><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(a);
+    using T = typename decltype(t)::type;
+    constexpr int kN = Vec<T>::kN;
+    // 16-byte pieces where every head's row of x and y and every token's cos and sin start 16-byte aligned.
+    const int64_t bytes = sizeof(T);
+    const bool vec = (a.head_dim / 2) % kN == 0 && AllAligned({a.x, a.y, a.cos, a.sin}) &&
+                     (a.stride_b * bytes) % 16 == 0 && (a.stride_h * bytes) % 16 == 0 &&
+                     (a.stride_t * bytes) % 16 == 0;
+    const int64_t items = vec ? pairs / kN : pairs;
+    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((items + threads - 1) / threads, 65535LL * 8));
+    if (vec) {
+      RopeKernel<T, kN><<<blocks, threads, 0, stream>>>(a);
+    } else {
+      RopeKernel<T, 1><<<blocks, threads, 0, stream>>>(a);
+    }
   });
   return cudaGetLastError();
 }

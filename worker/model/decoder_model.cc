@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -350,6 +351,14 @@ KvCache DecoderModel::NewCache(int64_t batch, int64_t capacity, bool zeroed) con
 
 namespace {
 
+// scaled_dot_product_attention turns a boolean mask into an additive one (0 where a position is attended, -inf where
+// not, in the query's dtype) on every call; a pass does it once here instead of once per layer.
+at::Tensor AdditiveMask(const at::Tensor& mask, at::ScalarType dtype) {
+  if (!mask.defined() || mask.scalar_type() != at::kBool) return mask;
+  const auto opts = mask.options().dtype(dtype);
+  return at::where(mask, at::scalar_tensor(0.0, opts), at::scalar_tensor(-std::numeric_limits<double>::infinity(), opts));
+}
+
 // Causal attention within each packed sequence. q [1, heads, T, hd], k and v [1, kv_heads, T, hd]; returns
 // [1, heads, T, hd]. On a GPU in bf16/fp16, flash attention's variable-length kernel (GQA without repeating k and v,
 // with autograd); otherwise one scaled_dot_product_attention call per sequence.
@@ -430,6 +439,10 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
   // stacked them (the three small GEMMs each cost about as much as the one), and likewise for gate and up below; the
   // residual adds happen inside the RMSNorm kernels, or, with the input norm folded, the MLP's in the down GEMM.
   const bool decode_step = T == 1 && cache && cache->slot_len.defined() && c10::InferenceMode::is_enabled();
+  // Without gradients (decoding, the prefill, the trainer's log-prob passes) a residual add and the RMSNorm after it
+  // are one kernel (kernels::AddRmsNorm: the add's rounding, the same bits as the two ops the forward with gradients
+  // runs).
+  const bool fuse_adds = decode_step || !at::GradMode::is_enabled();
   // The input norm folded into the q/k/v projection (KvCache::qkv_folded): no norm kernel, the projection reads h_in.
   const bool folded = decode_step && !cache->qkv_folded.empty();
   at::Tensor h_layer = h_in;  // the layer's input: h_in, plus the previous layer's MLP output where that was deferred
@@ -512,7 +525,7 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
   const at::Tensor o = at::linear(attn, L.o_w, L.o_b);
   at::Tensor h;
 #ifdef VERL_WITH_CUDA
-  if (decode_step && kernels::AddRmsNormSupported(h_layer, o, L.post_norm)) {
+  if (fuse_adds && kernels::AddRmsNormSupported(h_layer, o, L.post_norm)) {
     x = kernels::AddRmsNorm(h_layer, o, L.post_norm, config_.rms_norm_eps, &h);  // the two lines below in one kernel
   }
 #endif
@@ -540,7 +553,7 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
   const at::Tensor mlp = at::linear(act, L.down_w);
 #ifdef VERL_WITH_CUDA
   // The next norm (the next layer's input norm, or the final one) has this layer's norms' shape and dtype.
-  if (pending && decode_step && kernels::AddRmsNormSupported(h, mlp, L.input_norm)) {
+  if (pending && fuse_adds && kernels::AddRmsNormSupported(h, mlp, L.input_norm)) {
     *pending = mlp;
     return h;
   }
@@ -620,6 +633,7 @@ at::Tensor DecoderModel::Forward(const at::Tensor& input_ids, const at::Tensor& 
   }
   at::Tensor h = at::embedding(embed_, input_ids);
   auto [cos, sin] = RopeCosSin(position_ids, h.scalar_type());
+  const at::Tensor mask = AdditiveMask(attn_mask, h.scalar_type());
   if (cache && cache->slot_len.defined()) {
     // Row b's new key goes to (b, head, slot_pos[b]) of each layer's cache: flat row (b * kv_heads + head) * C + pos.
     const int64_t kv_heads = config_.num_key_value_heads;
@@ -630,12 +644,12 @@ at::Tensor DecoderModel::Forward(const at::Tensor& input_ids, const at::Tensor& 
             .view({-1});
   }
   const bool checkpoint = gradient_checkpointing_ && cache == nullptr && at::GradMode::is_enabled();
-  // Decoding over the slot cache: each layer's last residual add is left to the next RMSNorm's kernel.
+  // Without gradients (LayerForward's fuse_adds) each layer's last residual add is left to the next RMSNorm's kernel.
   at::Tensor pending;
-  at::Tensor* defer = cache && cache->slot_len.defined() ? &pending : nullptr;
+  at::Tensor* defer = (cache && cache->slot_len.defined()) || !at::GradMode::is_enabled() ? &pending : nullptr;
   for (size_t i = 0; i < layers_.size(); ++i) {
-    h = checkpoint ? CheckpointedLayer(i, h, cos, sin, attn_mask, packed)
-                   : LayerForward(layers_[i], h, cos, sin, attn_mask, cache, i, packed, defer);
+    h = checkpoint ? CheckpointedLayer(i, h, cos, sin, mask, packed)
+                   : LayerForward(layers_[i], h, cos, sin, mask, cache, i, packed, defer);
   }
   if (cache) cache->length += input_ids.size(1);
 #ifdef VERL_WITH_CUDA
@@ -654,21 +668,22 @@ at::Tensor DecoderModel::ShardedForward(const at::Tensor& input_ids, const at::T
                                         const PackedSequences* packed) const {
   at::Tensor h = at::embedding(units_.front().unit->Views(units_.front().unit->GatherForAutograd())[0], input_ids);
   auto [cos, sin] = RopeCosSin(position_ids, h.scalar_type());
+  const at::Tensor mask = AdditiveMask(attn_mask, h.scalar_type());
   // Each block runs again in backward, after the caller's PackedSequences may be gone: they share a copy.
   std::shared_ptr<const PackedSequences> own = packed ? std::make_shared<const PackedSequences>(*packed) : nullptr;
   for (size_t i = 0; i < layers_.size(); ++i) {
     const FlatUnit& unit = *units_[1 + i].unit;
     h = RunShardedBlock(
         unit,
-        [this, &unit, cos = cos, sin = sin, attn_mask, cache, i, own](const std::vector<at::Tensor>& params,
-                                                                      const at::Tensor& x) {
+        [this, &unit, cos = cos, sin = sin, mask, cache, i, own](const std::vector<at::Tensor>& params,
+                                                                 const at::Tensor& x) {
           const Layer L = MakeLayer([&](const std::string& name) {
             for (size_t k = 0; k < params.size(); ++k) {
               if (unit.names()[k] == name) return params[k];
             }
             return at::Tensor();
           });
-          return LayerForward(L, x, cos, sin, attn_mask, cache, i, own.get());  // a cache only without gradients
+          return LayerForward(L, x, cos, sin, mask, cache, i, own.get());  // a cache only without gradients
         },
         h);
   }

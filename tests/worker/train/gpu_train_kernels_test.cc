@@ -1,6 +1,7 @@
 // The trainer's CUDA kernels against plain ATen: fused RMSNorm, RoPE and SwiGLU (values and gradients), the fused
 // token log-prob / entropy kernels inside ChunkedLogProbs (values and gradients), and a whole decoder's training
-// forward and backward on the GPU (all of them together, with and without gradient checkpointing) against the CPU.
+// forward and backward on the GPU (all of them together, with and without gradient checkpointing) against the CPU, and
+// the no-grad log-prob passes (residual adds fused into the norms) against the forward with gradients, bit for bit.
 // Tagged [gpu]: each case skips with a warning where the build has no CUDA or no GPU is visible.
 
 #include <torch/csrc/autograd/autograd.h>
@@ -17,6 +18,7 @@
 #include "tests/worker/gpu_skip.h"
 #include "tests/worker/tiny_model.h"
 #include "worker/train/chunked_log_probs.h"
+#include "worker/train/ppo_actor.h"
 #ifdef VERL_WITH_CUDA
 #include "worker/kernels/fused_ops.h"
 #include "worker/kernels/log_probs.h"
@@ -152,6 +154,13 @@ TEST_CASE("fused RoPE gives the ATen composition's values and gradients", "[work
       const at::Tensor dxa = Grads(ya, gy, {xa})[0];
       CAPTURE((dx.to(at::kFloat) - dxa.to(at::kFloat)).abs().max().item<double>());
       CHECK(at::equal(dx, dxa));
+      // The same values from an input one element off 16-byte alignment (the kernel's element-by-element form; the
+      // aligned head dims above take its 16-byte one).
+      at::Tensor buf = at::empty({x0.numel() + 1}, x0.options());
+      buf.narrow(0, 1, x0.numel()).copy_(x0.reshape({-1}));
+      const at::Tensor xu = buf.narrow(0, 1, x0.numel()).view(x0.sizes()).transpose(1, 2);
+      REQUIRE(reinterpret_cast<uintptr_t>(xu.data_ptr()) % 16 != 0);
+      CHECK(at::equal(kernels::Rope(xu, cos, sin).detach(), ya.detach()));
     }
   }
 #endif
@@ -371,6 +380,55 @@ TEST_CASE("a decoder's training forward and backward on the GPU (fused kernels) 
       REQUIRE(cpu.grads[i].defined());
       REQUIRE(gpu.grads[i].defined());
       CHECK(MaxAbsDiff(gpu.grads[i], cpu.grads[i]) <= 1e-4 * (1 + MaxAbs(cpu.grads[i])));
+    }
+  }
+}
+
+TEST_CASE("no-grad log-prob passes on the GPU equal the forward with gradients, bit for bit", "[worker][train][gpu]") {
+  if (SkipWithoutGpu()) return;
+  // Without gradients a layer's residual adds run inside the RMSNorm kernels (AddRmsNorm); with them, as two ops. The
+  // old log-probs of a GRPO step must be the first update's own, so the two forms must agree exactly, padded (a
+  // boolean mask made additive once per pass) and packed, in bf16 and float32.
+  TestDir dir;
+  testing::WriteTinyModel(dir.path(), testing::TinyDecoderConfig());
+  at::manual_seed(5);
+  const int64_t N = 4, P = 6, R = 7;
+  SequenceBatch batch;
+  batch.input_ids = at::randint(0, 50, {N, P + R}, at::kLong);
+  batch.attention_mask = at::ones({N, P + R}, at::kBool);
+  batch.attention_mask[1].narrow(0, 0, 2).fill_(false);  // left padding: shorter prompts
+  batch.attention_mask[3].narrow(0, 0, 4).fill_(false);
+  batch.response_mask = at::ones({N, R}, at::kBool);
+  batch.response_mask[2].narrow(0, 5, 2).fill_(false);  // a response that ended early
+  batch.attention_mask[2].narrow(0, P + 5, 2).fill_(false);
+  batch.responses = batch.input_ids.narrow(1, P, R).contiguous();
+  SequenceBatch on;
+  on.input_ids = batch.input_ids.cuda();
+  on.attention_mask = batch.attention_mask.cuda();
+  on.response_mask = batch.response_mask.cuda();
+  on.responses = batch.responses.cuda();
+  for (at::ScalarType dtype : {at::kBFloat16, at::kFloat}) {
+    INFO(c10::toString(dtype));
+    auto loaded = DecoderModel::Load(dir.path(), dtype, at::kCUDA);
+    REQUIRE(loaded.ok());
+    DecoderModel& model = **loaded;
+    model.SetRequiresGrad(true);
+    for (bool packed : {false, true}) {
+      CAPTURE(packed);
+      auto pass = [&] {
+        return packed ? ForwardLogProbsPacked(model, on, 1.0, false).log_probs
+                      : ForwardLogProbs(model, on, 0, N, 1.0, false).log_probs;
+      };
+      const at::Tensor with_grad = pass();
+      REQUIRE(with_grad.requires_grad());
+      at::Tensor no_grad;
+      {
+        at::NoGradGuard guard;
+        no_grad = pass();
+      }
+      const at::Tensor valid = on.response_mask;
+      CHECK(at::equal(with_grad.detach().masked_select(valid), no_grad.masked_select(valid)));
+      CHECK(at::isfinite(no_grad.masked_select(valid)).all().item<bool>());
     }
   }
 }
