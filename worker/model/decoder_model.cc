@@ -429,7 +429,7 @@ PackedBatch PackBatch(const at::Tensor& input_ids, const at::Tensor& attention_m
 
 at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, const at::Tensor& cos,
                                       const at::Tensor& sin, const at::Tensor& attn_mask, KvCache* cache, size_t i,
-                                      const PackedSequences* packed, at::Tensor* pending) const {
+                                      const PackedSequences* packed, at::Tensor* pending, bool causal) const {
   const int64_t heads = config_.num_attention_heads;
   const int64_t kv_heads = config_.num_key_value_heads;
   const int64_t hd = config_.head_dim;
@@ -518,7 +518,10 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
       v = cache->v[i].narrow(2, 0, start + T);
     }
     attn = packed ? PackedAttention(q, k, v, *packed)
-                  : at::scaled_dot_product_attention(q, k, v, attn_mask, 0.0, false, std::nullopt,
+                  : at::scaled_dot_product_attention(q, k, v,
+                                                     attn_mask.defined() ? std::optional<at::Tensor>(attn_mask)
+                                                                         : std::nullopt,
+                                                     0.0, /*is_causal=*/causal, std::nullopt,
                                                      /*enable_gqa=*/heads != kv_heads);
   }
   attn = attn.transpose(1, 2).reshape({h_in.size(0), T, heads * hd});
@@ -604,7 +607,8 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
 }  // namespace
 
 at::Tensor DecoderModel::CheckpointedLayer(size_t i, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
-                                           const at::Tensor& attn_mask, const PackedSequences* packed) const {
+                                           const at::Tensor& attn_mask, const PackedSequences* packed,
+                                           bool causal) const {
   const Layer& L = layers_[i];
   auto holder = c10::make_intrusive<CheckpointHolder>();
   for (const at::Tensor& t : {L.input_norm, L.q_w, L.q_b, L.k_w, L.k_b, L.v_w, L.v_b, L.o_w, L.o_b, L.post_norm,
@@ -613,8 +617,8 @@ at::Tensor DecoderModel::CheckpointedLayer(size_t i, const at::Tensor& h, const 
   }
   // The block runs again in backward, after the caller's PackedSequences may be gone: it keeps its own copy.
   std::shared_ptr<const PackedSequences> own = packed ? std::make_shared<const PackedSequences>(*packed) : nullptr;
-  holder->block = [this, i, cos, sin, attn_mask, own](const at::Tensor& x) {
-    return LayerForward(layers_[i], x, cos, sin, attn_mask, nullptr, i, own.get());
+  holder->block = [this, i, cos, sin, attn_mask, own, causal](const at::Tensor& x) {
+    return LayerForward(layers_[i], x, cos, sin, attn_mask, nullptr, i, own.get(), nullptr, causal);
   };
   const std::vector<at::Tensor> params = holder->params;
   return CheckpointFunction::apply(h, at::TensorList(params), std::move(holder));
@@ -622,6 +626,16 @@ at::Tensor DecoderModel::CheckpointedLayer(size_t i, const at::Tensor& h, const 
 
 at::Tensor DecoderModel::Forward(const at::Tensor& input_ids, const at::Tensor& position_ids,
                                  const at::Tensor& attn_mask, KvCache* cache, const PackedSequences* packed) const {
+  return ForwardImpl(input_ids, position_ids, attn_mask, cache, packed, /*causal=*/false);
+}
+
+at::Tensor DecoderModel::ForwardCausal(const at::Tensor& input_ids, const at::Tensor& position_ids) const {
+  return ForwardImpl(input_ids, position_ids, at::Tensor(), nullptr, nullptr, /*causal=*/true);
+}
+
+at::Tensor DecoderModel::ForwardImpl(const at::Tensor& input_ids, const at::Tensor& position_ids,
+                                     const at::Tensor& attn_mask, KvCache* cache, const PackedSequences* packed,
+                                     bool causal) const {
   TORCH_CHECK(packed == nullptr || ((cache == nullptr || cache->packed_rows.defined()) && input_ids.size(0) == 1),
               "packed sequences run as one row, without a cache or into one's packed_rows");
   TORCH_CHECK(cache == nullptr || !cache->packed_rows.defined() || packed != nullptr,
@@ -629,7 +643,7 @@ at::Tensor DecoderModel::Forward(const at::Tensor& input_ids, const at::Tensor& 
   if (sharded() && !gathered_) {
     TORCH_CHECK(cache == nullptr || !at::GradMode::is_enabled(),
                 "a sharded model decodes with a cache layer by layer only without gradients");
-    return ShardedForward(input_ids, position_ids, attn_mask, cache, packed);
+    return ShardedForward(input_ids, position_ids, attn_mask, cache, packed, causal);
   }
   at::Tensor h = at::embedding(embed_, input_ids);
   auto [cos, sin] = RopeCosSin(position_ids, h.scalar_type());
@@ -648,8 +662,8 @@ at::Tensor DecoderModel::Forward(const at::Tensor& input_ids, const at::Tensor& 
   at::Tensor pending;
   at::Tensor* defer = (cache && cache->slot_len.defined()) || !at::GradMode::is_enabled() ? &pending : nullptr;
   for (size_t i = 0; i < layers_.size(); ++i) {
-    h = checkpoint ? CheckpointedLayer(i, h, cos, sin, mask, packed)
-                   : LayerForward(layers_[i], h, cos, sin, mask, cache, i, packed, defer);
+    h = checkpoint ? CheckpointedLayer(i, h, cos, sin, mask, packed, causal)
+                   : LayerForward(layers_[i], h, cos, sin, mask, cache, i, packed, defer, causal);
   }
   if (cache) cache->length += input_ids.size(1);
 #ifdef VERL_WITH_CUDA
@@ -665,7 +679,7 @@ at::Tensor DecoderModel::Forward(const at::Tensor& input_ids, const at::Tensor& 
 // through RunShardedBlock (recomputed in backward).
 at::Tensor DecoderModel::ShardedForward(const at::Tensor& input_ids, const at::Tensor& position_ids,
                                         const at::Tensor& attn_mask, KvCache* cache,
-                                        const PackedSequences* packed) const {
+                                        const PackedSequences* packed, bool causal) const {
   at::Tensor h = at::embedding(units_.front().unit->Views(units_.front().unit->GatherForAutograd())[0], input_ids);
   auto [cos, sin] = RopeCosSin(position_ids, h.scalar_type());
   const at::Tensor mask = AdditiveMask(attn_mask, h.scalar_type());
@@ -675,15 +689,16 @@ at::Tensor DecoderModel::ShardedForward(const at::Tensor& input_ids, const at::T
     const FlatUnit& unit = *units_[1 + i].unit;
     h = RunShardedBlock(
         unit,
-        [this, &unit, cos = cos, sin = sin, mask, cache, i, own](const std::vector<at::Tensor>& params,
-                                                                 const at::Tensor& x) {
+        [this, &unit, cos = cos, sin = sin, mask, cache, i, own, causal](const std::vector<at::Tensor>& params,
+                                                                         const at::Tensor& x) {
           const Layer L = MakeLayer([&](const std::string& name) {
             for (size_t k = 0; k < params.size(); ++k) {
               if (unit.names()[k] == name) return params[k];
             }
             return at::Tensor();
           });
-          return LayerForward(L, x, cos, sin, mask, cache, i, own.get());  // a cache only without gradients
+          // a cache only without gradients
+          return LayerForward(L, x, cos, sin, mask, cache, i, own.get(), nullptr, causal);
         },
         h);
   }
@@ -742,6 +757,13 @@ at::Tensor BuildAttentionMask(const at::Tensor& key_valid, int64_t start, int64_
   at::Tensor self = k_pos.eq(q_pos);
   at::Tensor mask = causal.unsqueeze(0).logical_and(key_valid.unsqueeze(1));  // [B, T, S]
   return mask.logical_or(self.unsqueeze(0)).unsqueeze(1);
+}
+
+bool NoLeftPadding(const at::Tensor& valid) {
+  if (valid.size(1) < 2) return true;
+  // Valid tokens first: no row goes from padding to a valid token.
+  const at::Tensor rises = valid.narrow(1, 1, valid.size(1) - 1).logical_and(valid.narrow(1, 0, valid.size(1) - 1).logical_not());
+  return !rises.any().item<bool>();
 }
 
 at::Tensor PositionIdsFromMask(const at::Tensor& valid) { return (valid.to(at::kLong).cumsum(1) - 1).clamp_min(0); }

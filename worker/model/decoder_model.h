@@ -103,6 +103,11 @@ class DecoderModel {
   // sequence (flash attention's variable-length kernel on a GPU in bf16/fp16, one call per sequence otherwise).
   at::Tensor Forward(const at::Tensor& input_ids, const at::Tensor& position_ids, const at::Tensor& attn_mask,
                      KvCache* cache, const PackedSequences* packed = nullptr) const;
+  // Forward without a cache over rows whose valid tokens all come first (no left padding; NoLeftPadding): causal
+  // attention without a mask (SDPA's is_causal, which skips the tiles above the diagonal). At valid positions the
+  // hidden states are Forward's with BuildAttentionMask(valid, 0, T); at padding positions they differ (they attend to
+  // the padding before them), so callers read valid positions only.
+  at::Tensor ForwardCausal(const at::Tensor& input_ids, const at::Tensor& position_ids) const;
 
   // hidden [..., H] -> logits [..., vocab] in float32 (in the model's dtype with keep_dtype).
   at::Tensor Logits(const at::Tensor& hidden, bool keep_dtype = false) const;
@@ -192,14 +197,18 @@ class DecoderModel {
   // `pending` (decoding steps over the slot cache only, else null): on entry, where defined, the previous layer's MLP
   // output, which the layer adds to `h` inside its input RMSNorm's kernel; on exit, this layer's MLP output where the
   // layer left its own residual add to the next norm (then the result is `h` + *pending), else undefined.
+  // `causal` (ForwardCausal): attention is causal within each row, attn_mask undefined.
   at::Tensor LayerForward(const Layer& L, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
                           const at::Tensor& attn_mask, KvCache* cache, size_t i,
-                          const PackedSequences* packed = nullptr, at::Tensor* pending = nullptr) const;
+                          const PackedSequences* packed = nullptr, at::Tensor* pending = nullptr,
+                          bool causal = false) const;
   // LayerForward of layer i through an autograd function that recomputes it in backward.
   at::Tensor CheckpointedLayer(size_t i, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
-                               const at::Tensor& attn_mask, const PackedSequences* packed) const;
+                               const at::Tensor& attn_mask, const PackedSequences* packed, bool causal) const;
   at::Tensor ShardedForward(const at::Tensor& input_ids, const at::Tensor& position_ids, const at::Tensor& attn_mask,
-                            KvCache* cache, const PackedSequences* packed) const;
+                            KvCache* cache, const PackedSequences* packed, bool causal) const;
+  at::Tensor ForwardImpl(const at::Tensor& input_ids, const at::Tensor& position_ids, const at::Tensor& attn_mask,
+                         KvCache* cache, const PackedSequences* packed, bool causal) const;
   at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight) const;
   std::pair<at::Tensor, at::Tensor> RopeCosSin(const at::Tensor& position_ids, at::ScalarType dtype) const;
 
@@ -229,6 +238,10 @@ at::Tensor RopeInverseFrequencies(const DecoderConfig& config);
 // a query attends to valid keys at or before its own position, and always to itself (so rows of padding never
 // become all -inf, which would turn into NaN). Returns bool [B, 1, T, S].
 at::Tensor BuildAttentionMask(const at::Tensor& key_valid, int64_t start, int64_t T);
+
+// Whether every row of `valid` [B, S] (bool) holds its valid tokens first and its padding, if any, after them
+// (DecoderModel::ForwardCausal's condition). Reads one flag back from the device.
+bool NoLeftPadding(const at::Tensor& valid);
 
 // Position ids from a validity mask [B, S]: the count of valid tokens before each position (left padding -> 0).
 at::Tensor PositionIdsFromMask(const at::Tensor& valid);

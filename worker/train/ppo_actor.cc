@@ -21,7 +21,11 @@ LogProbResult ForwardLogProbs(const DecoderModel& model, const SequenceBatch& ba
   at::Tensor responses = batch.responses.narrow(0, begin, count);
   const int64_t S = ids.size(1);
   const int64_t R = responses.size(1);
-  at::Tensor hidden = model.Forward(ids, PositionIdsFromMask(valid), BuildAttentionMask(valid, 0, S), nullptr);
+  // Rows without left padding (e.g. prompts of one length) attend causally without a mask: SDPA then skips the tiles
+  // above the diagonal, which a mask makes it compute. Only valid positions are read below.
+  at::Tensor hidden = NoLeftPadding(valid)
+                          ? model.ForwardCausal(ids, PositionIdsFromMask(valid))
+                          : model.Forward(ids, PositionIdsFromMask(valid), BuildAttentionMask(valid, 0, S), nullptr);
   // The hidden state at position t predicts token t + 1: responses start at S - R. The [tokens, vocab] logits are
   // formed a chunk of tokens at a time (worker/train/chunked_log_probs.h).
   ChunkedLogProbsResult c = ChunkedLogProbs(hidden.narrow(1, S - R - 1, R), model.LmHeadWeight(), responses,

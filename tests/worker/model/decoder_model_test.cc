@@ -40,6 +40,28 @@ TEST_CASE("BuildAttentionMask and PositionIdsFromMask", "[worker][model]") {
   REQUIRE(at::equal(BuildAttentionMask(valid4, 3, 1)[0][0], LongTensor2d({{0, 1, 1, 1}}).to(at::kBool)));
 }
 
+TEST_CASE("ForwardCausal equals Forward with the mask on rows without left padding", "[worker][model]") {
+  REQUIRE(NoLeftPadding(LongTensor2d({{1, 1, 1}, {1, 1, 0}, {1, 0, 0}, {0, 0, 0}}).to(at::kBool)));
+  REQUIRE_FALSE(NoLeftPadding(LongTensor2d({{1, 1, 1}, {0, 1, 1}}).to(at::kBool)));
+  REQUIRE_FALSE(NoLeftPadding(LongTensor2d({{1, 0, 1}}).to(at::kBool)));
+  REQUIRE(NoLeftPadding(LongTensor2d({{0}, {1}}).to(at::kBool)));
+  TestDir dir("decoder_causal");
+  testing::WriteTinyModel(dir.path(), testing::TinyDecoderConfig());
+  auto model = LoadModelOrDie(dir.path());
+  at::NoGradGuard no_grad;
+  // Right padding only (responses that ended early): the valid positions see the same keys either way.
+  const at::Tensor ids = LongTensor2d({{3, 9, 4, 7, 1, 0}, {5, 2, 8, 6, 0, 0}, {7, 7, 3, 1, 2, 9}});
+  const at::Tensor valid = LongTensor2d({{1, 1, 1, 1, 1, 0}, {1, 1, 1, 1, 0, 0}, {1, 1, 1, 1, 1, 1}}).to(at::kBool);
+  REQUIRE(NoLeftPadding(valid));
+  const at::Tensor masked = model->Forward(ids, PositionIdsFromMask(valid), BuildAttentionMask(valid, 0, 6), nullptr);
+  const at::Tensor causal = model->ForwardCausal(ids, PositionIdsFromMask(valid));
+  REQUIRE(causal.sizes() == masked.sizes());
+  const at::Tensor at_valid = valid.unsqueeze(-1).expand_as(masked);
+  REQUIRE(MaxAbsDiff(causal.masked_select(at_valid), masked.masked_select(at_valid)) <= 1e-5);
+  // At a padding position the two differ (the mask lets it see only valid keys and itself).
+  REQUIRE(MaxAbsDiff(causal[1][5], masked[1][5]) > 1e-4);
+}
+
 TEST_CASE("DecoderModel loads the tiny model with the expected shapes", "[worker][model]") {
   TestDir dir("decoder_shapes");
   testing::WriteTinyModel(dir.path(), testing::TinyDecoderConfig());

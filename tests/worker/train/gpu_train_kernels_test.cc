@@ -387,48 +387,69 @@ TEST_CASE("a decoder's training forward and backward on the GPU (fused kernels) 
 TEST_CASE("no-grad log-prob passes on the GPU equal the forward with gradients, bit for bit", "[worker][train][gpu]") {
   if (SkipWithoutGpu()) return;
   // Without gradients a layer's residual adds run inside the RMSNorm kernels (AddRmsNorm); with them, as two ops. The
-  // old log-probs of a GRPO step must be the first update's own, so the two forms must agree exactly, padded (a
-  // boolean mask made additive once per pass) and packed, in bf16 and float32.
+  // old log-probs of a GRPO step must be the first update's own, so the two forms must agree exactly: padded (a
+  // boolean mask made additive once per pass, or causal attention without one where no row is left-padded) and
+  // packed, in bf16 and float32.
   TestDir dir;
   testing::WriteTinyModel(dir.path(), testing::TinyDecoderConfig());
   at::manual_seed(5);
   const int64_t N = 4, P = 6, R = 7;
-  SequenceBatch batch;
-  batch.input_ids = at::randint(0, 50, {N, P + R}, at::kLong);
-  batch.attention_mask = at::ones({N, P + R}, at::kBool);
-  batch.attention_mask[1].narrow(0, 0, 2).fill_(false);  // left padding: shorter prompts
-  batch.attention_mask[3].narrow(0, 0, 4).fill_(false);
-  batch.response_mask = at::ones({N, R}, at::kBool);
-  batch.response_mask[2].narrow(0, 5, 2).fill_(false);  // a response that ended early
-  batch.attention_mask[2].narrow(0, P + 5, 2).fill_(false);
-  batch.responses = batch.input_ids.narrow(1, P, R).contiguous();
-  SequenceBatch on;
-  on.input_ids = batch.input_ids.cuda();
-  on.attention_mask = batch.attention_mask.cuda();
-  on.response_mask = batch.response_mask.cuda();
-  on.responses = batch.responses.cuda();
-  for (at::ScalarType dtype : {at::kBFloat16, at::kFloat}) {
-    INFO(c10::toString(dtype));
-    auto loaded = DecoderModel::Load(dir.path(), dtype, at::kCUDA);
-    REQUIRE(loaded.ok());
-    DecoderModel& model = **loaded;
-    model.SetRequiresGrad(true);
-    for (bool packed : {false, true}) {
-      CAPTURE(packed);
-      auto pass = [&] {
-        return packed ? ForwardLogProbsPacked(model, on, 1.0, false).log_probs
-                      : ForwardLogProbs(model, on, 0, N, 1.0, false).log_probs;
-      };
-      const at::Tensor with_grad = pass();
-      REQUIRE(with_grad.requires_grad());
-      at::Tensor no_grad;
-      {
-        at::NoGradGuard guard;
-        no_grad = pass();
+  for (bool left_padding : {true, false}) {
+    // Without left padding ForwardLogProbs attends causally without a mask (ForwardCausal).
+    CAPTURE(left_padding);
+    SequenceBatch batch;
+    batch.input_ids = at::randint(0, 50, {N, P + R}, at::kLong);
+    batch.attention_mask = at::ones({N, P + R}, at::kBool);
+    if (left_padding) {
+      batch.attention_mask[1].narrow(0, 0, 2).fill_(false);  // shorter prompts
+      batch.attention_mask[3].narrow(0, 0, 4).fill_(false);
+    }
+    REQUIRE(NoLeftPadding(batch.attention_mask) == !left_padding);
+    batch.response_mask = at::ones({N, R}, at::kBool);
+    batch.response_mask[2].narrow(0, 5, 2).fill_(false);  // a response that ended early
+    batch.attention_mask[2].narrow(0, P + 5, 2).fill_(false);
+    batch.responses = batch.input_ids.narrow(1, P, R).contiguous();
+    SequenceBatch on;
+    on.input_ids = batch.input_ids.cuda();
+    on.attention_mask = batch.attention_mask.cuda();
+    on.response_mask = batch.response_mask.cuda();
+    on.responses = batch.responses.cuda();
+    for (at::ScalarType dtype : {at::kBFloat16, at::kFloat}) {
+      INFO(c10::toString(dtype));
+      auto loaded = DecoderModel::Load(dir.path(), dtype, at::kCUDA);
+      REQUIRE(loaded.ok());
+      DecoderModel& model = **loaded;
+      model.SetRequiresGrad(true);
+      for (bool packed : {false, true}) {
+        CAPTURE(packed);
+        auto pass = [&] {
+          return packed ? ForwardLogProbsPacked(model, on, 1.0, false).log_probs
+                        : ForwardLogProbs(model, on, 0, N, 1.0, false).log_probs;
+        };
+        const at::Tensor with_grad = pass();
+        REQUIRE(with_grad.requires_grad());
+        at::Tensor no_grad;
+        {
+          at::NoGradGuard guard;
+          no_grad = pass();
+        }
+        const at::Tensor valid = on.response_mask;
+        CHECK(at::equal(with_grad.detach().masked_select(valid), no_grad.masked_select(valid)));
+        CHECK(at::isfinite(no_grad.masked_select(valid)).all().item<bool>());
+        if (!packed && !left_padding) {
+          // The causal pass against the same rows through the attention mask (BuildAttentionMask), at the responses:
+          // the same values but for the attention kernel's rounding.
+          at::NoGradGuard guard;
+          const int64_t S = P + R;
+          const at::Tensor hidden = model.Forward(on.input_ids, PositionIdsFromMask(on.attention_mask),
+                                                  BuildAttentionMask(on.attention_mask, 0, S), nullptr);
+          const at::Tensor masked =
+              ChunkedLogProbs(hidden.narrow(1, S - R - 1, R), model.LmHeadWeight(), on.responses, 1.0, false).log_probs;
+          const double diff = (masked - no_grad).abs().masked_select(valid).max().item<double>();
+          CAPTURE(diff);
+          CHECK(diff <= (dtype == at::kFloat ? 1e-4 : 0.05));
+        }
       }
-      const at::Tensor valid = on.response_mask;
-      CHECK(at::equal(with_grad.detach().masked_select(valid), no_grad.masked_select(valid)));
-      CHECK(at::isfinite(no_grad.masked_select(valid)).all().item<bool>());
     }
   }
 }
