@@ -204,6 +204,10 @@ TEST_CASE("ValueModel::Values reads the hidden state before each response token"
   // Rows are independent: a row alone gives the same values.
   at::Tensor alone = model->Values(ids.narrow(0, 1, 1), valid.narrow(0, 1, 1), 3);
   REQUIRE(MaxAbsDiff(alone[0].narrow(0, 0, 2), values[1].narrow(0, 0, 2)) < 1e-5);
+  // Row 0 alone has no left padding, so it attends causally without a mask (ForwardCausal): the same values.
+  REQUIRE(NoLeftPadding(valid.narrow(0, 0, 1)));
+  at::Tensor causal = model->Values(ids.narrow(0, 0, 1), valid.narrow(0, 0, 1), 3);
+  REQUIRE(MaxAbsDiff(causal[0], values[0]) < 1e-5);
 }
 
 TEST_CASE("ValueModel::Values records autograd history for the head and the decoder", "[worker][model]") {
