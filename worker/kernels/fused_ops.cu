@@ -563,6 +563,7 @@ cudaError_t LaunchRope(const RopeArgs& a, cudaStream_t stream) {
   if (a.head_dim % 2 != 0) return cudaErrorInvalidValue;
   const int64_t pairs = static_cast<int64_t>(a.batch) * a.heads * a.tokens * (a.head_dim / 2);
   if (pairs == 0) return cudaSuccess;
+  if (pairs > INT32_MAX) return cudaErrorInvalidValue;  // the kernel's indices are 32-bit
   const int threads = 256;
   WithElementType(a.dtype, [&](auto t) {
     using T = typename decltype(t)::type;

@@ -356,7 +356,8 @@ namespace {
 at::Tensor AdditiveMask(const at::Tensor& mask, at::ScalarType dtype) {
   if (!mask.defined() || mask.scalar_type() != at::kBool) return mask;
   const auto opts = mask.options().dtype(dtype);
-  return at::where(mask, at::scalar_tensor(0.0, opts), at::scalar_tensor(-std::numeric_limits<double>::infinity(), opts));
+  const double inf = std::numeric_limits<double>::infinity();
+  return at::where(mask, at::scalar_tensor(0.0, opts), at::scalar_tensor(-inf, opts));
 }
 
 // Causal attention within each packed sequence. q [1, heads, T, hd], k and v [1, kv_heads, T, hd]; returns
@@ -442,7 +443,7 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
   // Without gradients (decoding, the prefill, the trainer's log-prob passes) a residual add and the RMSNorm after it
   // are one kernel (kernels::AddRmsNorm: the add's rounding, the same bits as the two ops the forward with gradients
   // runs).
-  const bool fuse_adds = decode_step || !at::GradMode::is_enabled();
+  [[maybe_unused]] const bool fuse_adds = decode_step || !at::GradMode::is_enabled();
   // The input norm folded into the q/k/v projection (KvCache::qkv_folded): no norm kernel, the projection reads h_in.
   const bool folded = decode_step && !cache->qkv_folded.empty();
   at::Tensor h_layer = h_in;  // the layer's input: h_in, plus the previous layer's MLP output where that was deferred
@@ -762,7 +763,8 @@ at::Tensor BuildAttentionMask(const at::Tensor& key_valid, int64_t start, int64_
 bool NoLeftPadding(const at::Tensor& valid) {
   if (valid.size(1) < 2) return true;
   // Valid tokens first: no row goes from padding to a valid token.
-  const at::Tensor rises = valid.narrow(1, 1, valid.size(1) - 1).logical_and(valid.narrow(1, 0, valid.size(1) - 1).logical_not());
+  const at::Tensor rises =
+      valid.narrow(1, 1, valid.size(1) - 1).logical_and(valid.narrow(1, 0, valid.size(1) - 1).logical_not());
   return !rises.any().item<bool>();
 }
 

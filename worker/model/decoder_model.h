@@ -104,9 +104,10 @@ class DecoderModel {
   at::Tensor Forward(const at::Tensor& input_ids, const at::Tensor& position_ids, const at::Tensor& attn_mask,
                      KvCache* cache, const PackedSequences* packed = nullptr) const;
   // Forward without a cache over rows whose valid tokens all come first (no left padding; NoLeftPadding): causal
-  // attention without a mask (SDPA's is_causal, which skips the tiles above the diagonal). At valid positions the
-  // hidden states are Forward's with BuildAttentionMask(valid, 0, T); at padding positions they differ (they attend to
-  // the padding before them), so callers read valid positions only.
+  // attention without a mask (SDPA's is_causal, which skips the tiles above the diagonal). At valid positions each
+  // query attends to the same keys as in Forward with BuildAttentionMask(valid, 0, T), so the hidden states are the
+  // same but for the attention kernel's rounding (another SDPA backend may run); at padding positions they differ (they
+  // attend to the padding before them), so callers read valid positions only.
   at::Tensor ForwardCausal(const at::Tensor& input_ids, const at::Tensor& position_ids) const;
 
   // hidden [..., H] -> logits [..., vocab] in float32 (in the model's dtype with keep_dtype).

@@ -28,10 +28,12 @@ class ValueModel {
                                                           uint64_t seed, at::Device device = at::kCPU);
 
   // Values of the last `response_length` tokens of every row: [N, R] float32, aligned like the log-probs
-  // (the hidden state before each response token). Records autograd history when grad mode is on. Where no row is
-  // left-padded the decoder attends causally without a mask (DecoderModel::ForwardCausal): values at padding positions
-  // are then not the masked pass's, so callers mask them (as the critic does).
-  at::Tensor Values(const at::Tensor& input_ids, const at::Tensor& attention_mask, int64_t response_length) const;
+  // (the hidden state before each response token). Records autograd history when grad mode is on. `causal`: no row
+  // is left-padded (NoLeftPadding; checked), so the decoder attends causally without a mask
+  // (DecoderModel::ForwardCausal): the same values at valid positions but for the attention kernel's rounding, others
+  // at padding positions, which callers mask (as the critic does). The critic decides it once per step's batch.
+  at::Tensor Values(const at::Tensor& input_ids, const at::Tensor& attention_mask, int64_t response_length,
+                    bool causal = false) const;
   // The same computed with the rows packed without padding (use_remove_padding); 0 outside `response_mask` [N, R].
   at::Tensor ValuesPacked(const at::Tensor& input_ids, const at::Tensor& attention_mask,
                           const at::Tensor& response_mask) const;

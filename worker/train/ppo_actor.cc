@@ -15,7 +15,7 @@
 namespace verl {
 
 LogProbResult ForwardLogProbs(const DecoderModel& model, const SequenceBatch& batch, int64_t begin, int64_t count,
-                              double temperature, bool with_entropy) {
+                              double temperature, bool with_entropy, bool causal) {
   at::Tensor ids = batch.input_ids.narrow(0, begin, count);
   at::Tensor valid = batch.attention_mask.narrow(0, begin, count);
   at::Tensor responses = batch.responses.narrow(0, begin, count);
@@ -23,9 +23,9 @@ LogProbResult ForwardLogProbs(const DecoderModel& model, const SequenceBatch& ba
   const int64_t R = responses.size(1);
   // Rows without left padding (e.g. prompts of one length) attend causally without a mask: SDPA then skips the tiles
   // above the diagonal, which a mask makes it compute. Only valid positions are read below.
-  at::Tensor hidden = NoLeftPadding(valid)
-                          ? model.ForwardCausal(ids, PositionIdsFromMask(valid))
-                          : model.Forward(ids, PositionIdsFromMask(valid), BuildAttentionMask(valid, 0, S), nullptr);
+  TORCH_CHECK(!causal || NoLeftPadding(valid), "ForwardLogProbs: causal attention asked for rows with left padding");
+  at::Tensor hidden = causal ? model.ForwardCausal(ids, PositionIdsFromMask(valid))
+                             : model.Forward(ids, PositionIdsFromMask(valid), BuildAttentionMask(valid, 0, S), nullptr);
   // The hidden state at position t predicts token t + 1: responses start at S - R. The [tokens, vocab] logits are
   // formed a chunk of tokens at a time (worker/train/chunked_log_probs.h).
   ChunkedLogProbsResult c = ChunkedLogProbs(hidden.narrow(1, S - R - 1, R), model.LmHeadWeight(), responses,
@@ -52,10 +52,12 @@ absl::StatusOr<at::Tensor> ComputeLogProbsNoGrad(const DecoderModel& model, cons
   ASSIGN_OR_RETURN(std::vector<at::Tensor> parts, SplitMicroBatches(batch, micro));
   const int64_t R = batch.responses.size(1);
   at::Tensor out = at::zeros({batch.size(), R}, at::TensorOptions().dtype(at::kFloat).device(batch.input_ids.device()));
+  const bool causal = !micro.packed && NoLeftPadding(batch.attention_mask);
   for (const at::Tensor& rows : parts) {
     const SequenceBatch sub = SelectTrimmed(batch, rows);
-    const at::Tensor lp = micro.packed ? ForwardLogProbsPacked(model, sub, temperature, false).log_probs
-                                       : ForwardLogProbs(model, sub, 0, sub.size(), temperature, false).log_probs;
+    const at::Tensor lp = micro.packed
+                              ? ForwardLogProbsPacked(model, sub, temperature, false).log_probs
+                              : ForwardLogProbs(model, sub, 0, sub.size(), temperature, false, causal).log_probs;
     out.index_copy_(0, rows, PadResponseColumns(lp * sub.response_mask.to(lp.scalar_type()), R));
   }
   return out;
@@ -96,6 +98,9 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
   micro.budget_key = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu";
   micro.agree = sum_over_shards;  // a sharded model gathers its layers in every pass: same pass count on every rank
   micro.packed = options.remove_padding;
+  // Causal attention without a mask where no row of the step's batch is left-padded, as ComputeLogProbsNoGrad decides
+  // it for the old log-probs: both passes over a row take the same attention path.
+  const bool causal = !options.remove_padding && NoLeftPadding(batch.attention_mask);
   for (int64_t epoch = 0; epoch < options.ppo_epochs; ++epoch) {
     at::Tensor order = options.shuffle ? at::randperm(N, gen, at::TensorOptions().dtype(at::kLong))
                                        : at::arange(N, at::TensorOptions().dtype(at::kLong));
@@ -118,9 +123,10 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
         const SequenceBatch sub = SelectTrimmed(mini, rows);
         const int64_t r = sub.responses.size(1);
         auto cut = [&](const at::Tensor& t) { return t.index_select(0, rows).narrow(1, 0, r); };
-        LogProbResult lp = options.remove_padding
-                               ? ForwardLogProbsPacked(model, sub, options.temperature, /*with_entropy=*/true)
-                               : ForwardLogProbs(model, sub, 0, sub.size(), options.temperature, /*with_entropy=*/true);
+        LogProbResult lp =
+            options.remove_padding
+                ? ForwardLogProbsPacked(model, sub, options.temperature, /*with_entropy=*/true)
+                : ForwardLogProbs(model, sub, 0, sub.size(), options.temperature, /*with_entropy=*/true, causal);
         at::Tensor mask = sub.response_mask.to(at::kFloat);
         ASSIGN_OR_RETURN(PolicyLossResult pl,
                          ComputePolicyLossByMode(cut(old_lp), lp.log_probs, cut(adv), mask,

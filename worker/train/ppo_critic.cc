@@ -19,10 +19,13 @@ absl::StatusOr<at::Tensor> ComputeValuesNoGrad(const ValueModel& model, const Se
   ASSIGN_OR_RETURN(std::vector<at::Tensor> parts, SplitMicroBatches(batch, micro));
   const int64_t R = batch.responses.size(1);
   at::Tensor out = at::zeros({batch.size(), R}, at::TensorOptions().dtype(at::kFloat).device(batch.input_ids.device()));
+  // Causal attention without a mask where no row of the step's batch is left-padded (ValueModel::Values), decided
+  // once, as UpdateCritic does, so that both passes over a row take the same attention path.
+  const bool causal = !micro.packed && NoLeftPadding(batch.attention_mask);
   for (const at::Tensor& rows : parts) {
     const SequenceBatch sub = SelectTrimmed(batch, rows);
     at::Tensor values = micro.packed ? model.ValuesPacked(sub.input_ids, sub.attention_mask, sub.response_mask)
-                                     : model.Values(sub.input_ids, sub.attention_mask, sub.responses.size(1));
+                                     : model.Values(sub.input_ids, sub.attention_mask, sub.responses.size(1), causal);
     out.index_copy_(0, rows, PadResponseColumns(values * sub.response_mask.to(at::kFloat), R));
   }
   return out;
@@ -52,6 +55,7 @@ absl::StatusOr<std::map<std::string, double>> UpdateValue(ValueModel& model, Ada
   micro.max_token_len = options.max_token_len;
   micro.budget_key = "critic.ppo_max_token_len_per_gpu";
   micro.packed = options.remove_padding;
+  const bool causal = !options.remove_padding && NoLeftPadding(batch.attention_mask);  // as in ComputeValuesNoGrad
   for (int64_t epoch = 0; epoch < options.ppo_epochs; ++epoch) {
     at::Tensor order = options.shuffle ? at::randperm(N, gen, long_opts) : at::arange(N, long_opts);
     for (int64_t mb = 0; mb < N; mb += options.mini_batch_size) {
@@ -71,7 +75,7 @@ absl::StatusOr<std::map<std::string, double>> UpdateValue(ValueModel& model, Ada
         at::Tensor m = sub.response_mask.to(at::kFloat);
         at::Tensor vpreds = options.remove_padding
                                 ? model.ValuesPacked(sub.input_ids, sub.attention_mask, sub.response_mask)
-                                : model.Values(sub.input_ids, sub.attention_mask, r);
+                                : model.Values(sub.input_ids, sub.attention_mask, r, causal);
         ASSIGN_OR_RETURN(ValueLossResult vl, ComputeValueLoss(vpreds, cut(ret), cut(vold), m, options.cliprange_value,
                                                               options.loss_agg_mode, norm));
         vl.vf_loss.backward();

@@ -395,7 +395,7 @@ TEST_CASE("no-grad log-prob passes on the GPU equal the forward with gradients, 
   at::manual_seed(5);
   const int64_t N = 4, P = 6, R = 7;
   for (bool left_padding : {true, false}) {
-    // Without left padding ForwardLogProbs attends causally without a mask (ForwardCausal).
+    // Without left padding the passes attend causally without a mask (ForwardLogProbs with causal: ForwardCausal).
     CAPTURE(left_padding);
     SequenceBatch batch;
     batch.input_ids = at::randint(0, 50, {N, P + R}, at::kLong);
@@ -422,9 +422,10 @@ TEST_CASE("no-grad log-prob passes on the GPU equal the forward with gradients, 
       model.SetRequiresGrad(true);
       for (bool packed : {false, true}) {
         CAPTURE(packed);
+        const bool causal = NoLeftPadding(on.attention_mask);  // as ComputeLogProbsNoGrad and UpdatePolicy decide
         auto pass = [&] {
           return packed ? ForwardLogProbsPacked(model, on, 1.0, false).log_probs
-                        : ForwardLogProbs(model, on, 0, N, 1.0, false).log_probs;
+                        : ForwardLogProbs(model, on, 0, N, 1.0, false, causal).log_probs;
         };
         const at::Tensor with_grad = pass();
         REQUIRE(with_grad.requires_grad());
