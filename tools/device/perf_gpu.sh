@@ -2,12 +2,15 @@
 # Runs THERE (the GPU machine): the CUDA build, the [gpu] tests of the rollout engine (decode kernel, CUDA graphs), of
 # the trainer's kernels and of the rank, then the benchmarks of BENCHMARKS.md on one GPU: B1 (rollout against HF
 # generate; with the decode attention kernel alone), B2 (actor update against PyTorch eager), B3 (a GRPO step against
-# TRL's GRPOTrainer; TRL's wheels carried in .device-wheels/, see tools/device/fetch_wheels.sh). Results in $OUT:
-# summary.json, build.log, tests.log, decode_attention.jsonl, gemm.jsonl, b1.json, b2.json, b3.json, b*.log.
+# TRL's GRPOTrainer; TRL's wheels carried in .device-wheels/, see tools/device/fetch_wheels.sh), and with LP=1 the
+# trainer's no-grad log-prob pass alone at B3's shape, profiled (verl-bench-update --log-probs 1). Results in $OUT:
+# summary.json, build.log, tests.log, decode_attention.jsonl, gemm.jsonl, b1.json, b2.json, b3.json, lp.json, *.log.
 #
 #   VERL_COMMIT=<hash> tools/device/perf_gpu.sh      # TESTS=1 B1=1 B2=1 B3=1
 # Pass the commit's hash as a literal (taken on your machine): the device copy's .git can be stale.
 #   B1_ARGS="--variants" B2_ARGS="--micro 8" B3_ARGS="--steps 2"
+#   B1_ARGS="--skip-hf --profile --repeats 3 --flag-variants '--fold-norms 0'"   (single quotes inside: B1_ARGS is eval'd)
+#   LP=1 LP_ARGS="--remove-padding 1"   (LP_ARGS: more verl-bench-update flags for the log-prob pass)
 #   MICRO=0: B1 without the decode attention micro-benchmark; GEMM=0: without the GEMM one
 # B2_ARGS defaults to the configuration docs/bench reports (micro-batches of 32, a 24,576-token budget for ours).
 set -uo pipefail
@@ -20,6 +23,7 @@ B1="${B1:-1}"
 B2="${B2:-1}"
 B3="${B3:-1}"
 MICRO="${MICRO:-1}"
+LP="${LP:-0}"
 GEMM="${GEMM:-1}"
 mkdir -p "$OUT"
 start=$(date +%s)
@@ -34,7 +38,7 @@ set +e
 build_rc=$?
 build_s=$(secs)
 
-tests_rc=-1; b1_rc=-1; b2_rc=-1; b3_rc=-1
+tests_rc=-1; b1_rc=-1; b2_rc=-1; b3_rc=-1; lp_rc=-1
 if [ $build_rc = 0 ]; then
   if [ "$TESTS" = 1 ]; then
     timeout 240 "$BUILD_DIR/bin/gpu_decode_test" --durations yes > "$OUT/tests.log" 2>&1
@@ -76,11 +80,21 @@ if [ $build_rc = 0 ]; then
       "${B3_ARGS:-}" > "$OUT/b3.log" 2>&1
     b3_rc=$?
   fi
+  if [ "$LP" = 1 ]; then
+    # B3's old-log-prob pass alone: 1,024 x (256 + 512) tokens in passes of 24,576 tokens, bf16, with its profile.
+    lp_model="$(mktemp -d)/bench-0.5b"
+    (cd "$ROOT/tools/bench" && python3 -c "import sys, gpu_bench_common as g; g.make_bench_model(sys.argv[1], sys.argv[2])" \
+      "$BUILD_DIR/bin" "$lp_model") > "$OUT/lp.log" 2>&1 &&
+      eval timeout 300 "$BUILD_DIR/bin/verl-bench-update" --model "$lp_model" --sequences 1024 --prompt-len 256 \
+        --response-len 512 --max-token-len 24576 --repeats 2 --log-probs 1 --profile 1 "${LP_ARGS:-}" \
+        > "$OUT/lp.json" 2>> "$OUT/lp.log"
+    lp_rc=$?
+  fi
 fi
 cat > "$OUT/summary.json" <<JSON
 {"build_rc": $build_rc, "build_s": $build_s, "tests_rc": $tests_rc, "b1_rc": $b1_rc, "b2_rc": $b2_rc,
- "b3_rc": $b3_rc, "total_s": $(secs)}
+ "b3_rc": $b3_rc, "lp_rc": $lp_rc, "total_s": $(secs)}
 JSON
 cat "$OUT/summary.json"
 grep -E "test cases|assertions|FAILED|skipped" "$OUT/tests.log" 2>/dev/null | head -20
-tail -3 "$OUT/b1.log" "$OUT/b2.log" "$OUT/b3.log" 2>/dev/null
+tail -3 "$OUT/b1.log" "$OUT/b2.log" "$OUT/b3.log" "$OUT/lp.log" 2>/dev/null
