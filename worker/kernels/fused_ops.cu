@@ -257,20 +257,35 @@ __global__ void RmsNormWeightGradKernel(const RmsNormBackwardArgs a, int64_t row
   a.dweight_partial[static_cast<int64_t>(blockIdx.y) * a.hidden + col] = acc;
 }
 
-// kN rotated pairs: y1 = x1 c1 - x2 s1, y2 = x2 c2 + x1 s2 (rotate_half(x) = cat(-x2, x1)), each product and the
-// sum rounded to T as the ATen ops store them (_rn intrinsics: never contracted into an FMA, which would round once).
+// kN rotated pairs: the loaded halves (x1 at offset d, x2 at d + half) rotated by the position's cos and sin (-sin
+// where negate_sin, the backward), y1 = x1 c1 - x2 s1 and y2 = x2 c2 + x1 s2 (rotate_half(x) = cat(-x2, x1)), stored
+// at y + d and y + d + half. Each product and the sum rounded to T as the ATen ops store them (_rn intrinsics: never
+// contracted into an FMA, which would round once).
 template <typename T, int kN>
-__device__ __forceinline__ void RotatePairs(const float (&x1)[kN], const float (&x2)[kN], const float (&c1)[kN],
-                                            const float (&c2)[kN], const float (&s1)[kN], const float (&s2)[kN],
-                                            float (&y1)[kN], float (&y2)[kN]) {
+__device__ __forceinline__ void RotateStore(const float (&x1)[kN], const float (&x2)[kN], const T* c, const T* s, int d,
+                                            int half, bool negate_sin, T* y) {
+  float ca[kN], cb[kN], sa[kN], sb[kN], o1[kN], o2[kN];
+  LoadN<T>(c + d, ca);
+  LoadN<T>(c + d + half, cb);
+  LoadN<T>(s + d, sa);
+  LoadN<T>(s + d + half, sb);
+  if (negate_sin) {
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      sa[i] = -sa[i];
+      sb[i] = -sb[i];
+    }
+  }
 #pragma unroll
   for (int i = 0; i < kN; ++i) {
-    y1[i] = __fadd_rn(Round<T>(__fmul_rn(x1[i], c1[i])), Round<T>(__fmul_rn(-x2[i], s1[i])));
-    y2[i] = __fadd_rn(Round<T>(__fmul_rn(x2[i], c2[i])), Round<T>(__fmul_rn(x1[i], s2[i])));
+    o1[i] = __fadd_rn(Round<T>(__fmul_rn(x1[i], ca[i])), Round<T>(__fmul_rn(-x2[i], sa[i])));
+    o2[i] = __fadd_rn(Round<T>(__fmul_rn(x2[i], cb[i])), Round<T>(__fmul_rn(x1[i], sb[i])));
   }
+  StoreN<T>(y + d, o1);
+  StoreN<T>(y + d + half, o2);
 }
 
-// kN consecutive pairs (d, d + D/2) per item (16-byte loads and stores where kN > 1; RotatePairs), items
+// kN consecutive pairs (d, d + D/2) per item (16-byte loads and stores where kN > 1; RotateStore), items
 // in the order (piece, head, token, row): a head's pieces are adjacent threads, and a token's heads share its cos and
 // sin. 32-bit indices (RopeSupported: numel <= INT_MAX).
 template <typename T, int kN>
@@ -290,30 +305,16 @@ __global__ void RopeKernel(const RopeArgs a) {
     const T* x = static_cast<const T*>(a.x) + at;
     const T* c = static_cast<const T*>(a.cos) + ct;
     const T* s = static_cast<const T*>(a.sin) + ct;
-    T* y = static_cast<T*>(a.y) + at;
-    float x1[kN], x2[kN], ca[kN], cb[kN], sa[kN], sb[kN], o1[kN], o2[kN];
+    float x1[kN], x2[kN];
     LoadN<T>(x + d, x1);
     LoadN<T>(x + d + half, x2);
-    LoadN<T>(c + d, ca);
-    LoadN<T>(c + d + half, cb);
-    LoadN<T>(s + d, sa);
-    LoadN<T>(s + d + half, sb);
-    if (a.negate_sin) {
-#pragma unroll
-      for (int i = 0; i < kN; ++i) {
-        sa[i] = -sa[i];
-        sb[i] = -sb[i];
-      }
-    }
-    RotatePairs<T, kN>(x1, x2, ca, cb, sa, sb, o1, o2);
-    StoreN<T>(y + d, o1);
-    StoreN<T>(y + d + half, o2);
+    RotateStore<T, kN>(x1, x2, c, s, d, half, a.negate_sin, static_cast<T*>(a.y) + at);
   }
 }
 
 // One (row b, head j, piece d) item of a decoding step's RoPE and cache append: kN consecutive pairs (d, d + D/2) of
 // head j of q (j < Hq: rotated into q_out), of k (the next Hkv heads: rotated into the k cache's row) or of v (copied
-// into the v cache's row), with 16-byte loads and stores where kN > 1 (RotatePairs).
+// into the v cache's row), with 16-byte loads and stores where kN > 1 (RotateStore).
 // prepare(values, j, e) may change the kN loaded values of head j at offset e first (RopeAppendNormKernel's scale and
 // bias).
 template <typename T, int kN, typename F>
@@ -344,14 +345,7 @@ __device__ __forceinline__ void RopeAppendItem(const RopeAppendArgs& a, int b, i
   }
   const T* c = static_cast<const T*>(a.cos) + static_cast<int64_t>(b) * a.head_dim;
   const T* s = static_cast<const T*>(a.sin) + static_cast<int64_t>(b) * a.head_dim;
-  float ca[kN], cb[kN], sa[kN], sb[kN], o1[kN], o2[kN];
-  LoadN<T>(c + d, ca);
-  LoadN<T>(c + d + half, cb);
-  LoadN<T>(s + d, sa);
-  LoadN<T>(s + d + half, sb);
-  RotatePairs<T, kN>(x1, x2, ca, cb, sa, sb, o1, o2);
-  StoreN<T>(y + d, o1);
-  StoreN<T>(y + d + half, o2);
+  RotateStore<T, kN>(x1, x2, c, s, d, half, /*negate_sin=*/false, y);
 }
 
 // The RoPE kernel's outputs, the caches' rows and the v copies of one decoding step: thread (b, j, piece) takes one
@@ -514,6 +508,15 @@ bool AllAligned(std::initializer_list<const void*> ptrs) {
   return true;
 }
 
+// Whether each stride (in elements of `elem_bytes`) steps by whole 16-byte units, so that rows starting from an
+// aligned pointer stay aligned.
+bool StridesAligned(int64_t elem_bytes, std::initializer_list<int64_t> strides) {
+  for (int64_t stride : strides) {
+    if ((stride * elem_bytes) % 16 != 0) return false;
+  }
+  return true;
+}
+
 unsigned NormBlocks(int64_t rows) {
   const int per_block = kNormThreads / 32;
   return static_cast<unsigned>((rows + per_block - 1) / per_block);
@@ -569,10 +572,8 @@ cudaError_t LaunchRope(const RopeArgs& a, cudaStream_t stream) {
     using T = typename decltype(t)::type;
     constexpr int kN = Vec<T>::kN;
     // 16-byte pieces where every head's row of x and y and every token's cos and sin start 16-byte aligned.
-    const int64_t bytes = sizeof(T);
     const bool vec = (a.head_dim / 2) % kN == 0 && AllAligned({a.x, a.y, a.cos, a.sin}) &&
-                     (a.stride_b * bytes) % 16 == 0 && (a.stride_h * bytes) % 16 == 0 &&
-                     (a.stride_t * bytes) % 16 == 0;
+                     StridesAligned(sizeof(T), {a.stride_b, a.stride_h, a.stride_t});
     const int64_t items = vec ? pairs / kN : pairs;
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((items + threads - 1) / threads, 65535LL * 8));
     if (vec) {
@@ -593,15 +594,12 @@ cudaError_t LaunchRopeAppend(const RopeAppendArgs& a, cudaStream_t stream) {
     using T = typename decltype(t)::type;
     constexpr int kN = Vec<T>::kN;
     // 16-byte pieces where each row of q, k, v, the caches and cos/sin starts 16-byte aligned (the strides keep it).
-    auto rows_aligned = [&](const void* p, int64_t stride) {
-      return Aligned16(p) && (stride * static_cast<int64_t>(sizeof(T))) % 16 == 0;
-    };
-    const bool vec = (a.head_dim / 2) % kN == 0 && rows_aligned(a.q, a.q_stride_b) && rows_aligned(a.k, a.k_stride_b) &&
-                     rows_aligned(a.v, a.v_stride_b) && AllAligned({a.cos, a.sin, a.q_out, a.k_cache, a.v_cache});
+    const bool vec = (a.head_dim / 2) % kN == 0 &&
+                     AllAligned({a.q, a.k, a.v, a.cos, a.sin, a.q_out, a.k_cache, a.v_cache}) &&
+                     StridesAligned(sizeof(T), {a.q_stride_b, a.k_stride_b, a.v_stride_b});
     if (a.norm_x != nullptr) {
       const bool norm_vec = vec && a.norm_hidden % kN == 0 && Aligned16(a.norm_x) &&
-                            (a.norm_stride_b * static_cast<int64_t>(sizeof(T))) % 16 == 0 &&
-                            (a.bias == nullptr || Aligned16(a.bias));
+                            StridesAligned(sizeof(T), {a.norm_stride_b}) && (a.bias == nullptr || Aligned16(a.bias));
       if (norm_vec) {
         LaunchDependent(RopeAppendNormKernel<T, kN>, static_cast<unsigned>(a.batch), kRopeNormThreads, stream, a);
       } else {

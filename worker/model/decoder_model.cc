@@ -443,7 +443,7 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
   // Without gradients (decoding, the prefill, the trainer's log-prob passes) a residual add and the RMSNorm after it
   // are one kernel (kernels::AddRmsNorm: the add's rounding, the same bits as the two ops the forward with gradients
   // runs).
-  [[maybe_unused]] const bool fuse_adds = decode_step || !at::GradMode::is_enabled();
+  [[maybe_unused]] const bool fuse_adds = !at::GradMode::is_enabled();  // decode_step too (inference mode)
   // The input norm folded into the q/k/v projection (KvCache::qkv_folded): no norm kernel, the projection reads h_in.
   const bool folded = decode_step && !cache->qkv_folded.empty();
   at::Tensor h_layer = h_in;  // the layer's input: h_in, plus the previous layer's MLP output where that was deferred
@@ -661,7 +661,7 @@ at::Tensor DecoderModel::ForwardImpl(const at::Tensor& input_ids, const at::Tens
   const bool checkpoint = gradient_checkpointing_ && cache == nullptr && at::GradMode::is_enabled();
   // Without gradients (LayerForward's fuse_adds) each layer's last residual add is left to the next RMSNorm's kernel.
   at::Tensor pending;
-  at::Tensor* defer = (cache && cache->slot_len.defined()) || !at::GradMode::is_enabled() ? &pending : nullptr;
+  at::Tensor* defer = at::GradMode::is_enabled() ? nullptr : &pending;
   for (size_t i = 0; i < layers_.size(); ++i) {
     h = checkpoint ? CheckpointedLayer(i, h, cos, sin, mask, packed, causal)
                    : LayerForward(layers_[i], h, cos, sin, mask, cache, i, packed, defer, causal);

@@ -52,7 +52,7 @@ absl::StatusOr<at::Tensor> ComputeLogProbsNoGrad(const DecoderModel& model, cons
   ASSIGN_OR_RETURN(std::vector<at::Tensor> parts, SplitMicroBatches(batch, micro));
   const int64_t R = batch.responses.size(1);
   at::Tensor out = at::zeros({batch.size(), R}, at::TensorOptions().dtype(at::kFloat).device(batch.input_ids.device()));
-  const bool causal = !micro.packed && NoLeftPadding(batch.attention_mask);
+  const bool causal = CausalPasses(batch, micro.packed);
   for (const at::Tensor& rows : parts) {
     const SequenceBatch sub = SelectTrimmed(batch, rows);
     const at::Tensor lp = micro.packed
@@ -98,9 +98,7 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
   micro.budget_key = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu";
   micro.agree = sum_over_shards;  // a sharded model gathers its layers in every pass: same pass count on every rank
   micro.packed = options.remove_padding;
-  // Causal attention without a mask where no row of the step's batch is left-padded, as ComputeLogProbsNoGrad decides
-  // it for the old log-probs: both passes over a row take the same attention path.
-  const bool causal = !options.remove_padding && NoLeftPadding(batch.attention_mask);
+  const bool causal = CausalPasses(batch, options.remove_padding);  // as ComputeLogProbsNoGrad's
   for (int64_t epoch = 0; epoch < options.ppo_epochs; ++epoch) {
     at::Tensor order = options.shuffle ? at::randperm(N, gen, at::TensorOptions().dtype(at::kLong))
                                        : at::arange(N, at::TensorOptions().dtype(at::kLong));

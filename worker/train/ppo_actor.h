@@ -26,8 +26,7 @@ struct LogProbResult {
 // Log-probs of `responses` under softmax(logits / temperature) for rows [begin, begin + count) of `batch`. Records
 // autograd history when grad mode is on. `causal`: no row has left padding (NoLeftPadding; checked), so attention is
 // causal without a mask (DecoderModel::ForwardCausal: the same values at the responses but for the attention kernel's
-// rounding). Passes decide it once per step's batch (NoLeftPadding of its mask), so that every pass over a row (its old
-// log-probs, the update) takes the same attention path.
+// rounding). The passes decide it once per step's batch (CausalPasses).
 LogProbResult ForwardLogProbs(const DecoderModel& model, const SequenceBatch& batch, int64_t begin, int64_t count,
                               double temperature, bool with_entropy, bool causal = false);
 

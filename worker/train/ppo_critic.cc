@@ -19,9 +19,7 @@ absl::StatusOr<at::Tensor> ComputeValuesNoGrad(const ValueModel& model, const Se
   ASSIGN_OR_RETURN(std::vector<at::Tensor> parts, SplitMicroBatches(batch, micro));
   const int64_t R = batch.responses.size(1);
   at::Tensor out = at::zeros({batch.size(), R}, at::TensorOptions().dtype(at::kFloat).device(batch.input_ids.device()));
-  // Causal attention without a mask where no row of the step's batch is left-padded (ValueModel::Values), decided
-  // once, as UpdateCritic does, so that both passes over a row take the same attention path.
-  const bool causal = !micro.packed && NoLeftPadding(batch.attention_mask);
+  const bool causal = CausalPasses(batch, micro.packed);
   for (const at::Tensor& rows : parts) {
     const SequenceBatch sub = SelectTrimmed(batch, rows);
     at::Tensor values = micro.packed ? model.ValuesPacked(sub.input_ids, sub.attention_mask, sub.response_mask)
@@ -55,7 +53,7 @@ absl::StatusOr<std::map<std::string, double>> UpdateValue(ValueModel& model, Ada
   micro.max_token_len = options.max_token_len;
   micro.budget_key = "critic.ppo_max_token_len_per_gpu";
   micro.packed = options.remove_padding;
-  const bool causal = !options.remove_padding && NoLeftPadding(batch.attention_mask);  // as in ComputeValuesNoGrad
+  const bool causal = CausalPasses(batch, options.remove_padding);  // as ComputeValuesNoGrad's
   for (int64_t epoch = 0; epoch < options.ppo_epochs; ++epoch) {
     at::Tensor order = options.shuffle ? at::randperm(N, gen, long_opts) : at::arange(N, long_opts);
     for (int64_t mb = 0; mb < N; mb += options.mini_batch_size) {

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "worker/model/decoder_model.h"
 
 namespace verl {
 
@@ -131,6 +132,10 @@ absl::StatusOr<std::vector<at::Tensor>> SplitMicroBatches(const SequenceBatch& b
   std::vector<at::Tensor> out;
   for (const auto& g : groups) out.push_back(at::tensor(g, at::TensorOptions().dtype(at::kLong)).to(device));
   return out;
+}
+
+bool CausalPasses(const SequenceBatch& batch, bool packed) {
+  return !packed && NoLeftPadding(batch.attention_mask);
 }
 
 }  // namespace verl

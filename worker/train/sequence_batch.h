@@ -33,6 +33,11 @@ SequenceBatch SelectRows(const SequenceBatch& b, const at::Tensor& idx);
 // longest selected response (at least one column stays). The result's R is the kept response width.
 SequenceBatch SelectTrimmed(const SequenceBatch& b, const at::Tensor& idx);
 
+// Whether the padded (not `packed`) passes over `batch` attend causally without a mask: no row is left-padded
+// (NoLeftPadding of its mask; one flag read back). Decided once per step's batch, not per micro-batch, so that every
+// pass over a row (the no-grad one and the update, which group rows differently) takes the same attention path.
+bool CausalPasses(const SequenceBatch& batch, bool packed);
+
 // `t` [n, r] widened with zeros to [n, R].
 at::Tensor PadResponseColumns(const at::Tensor& t, int64_t R);
 
