@@ -9,9 +9,13 @@
 //   verl-bench-update --model DIR [--sequences 512] [--prompt-len 256] [--response-len 512] [--micro 8]
 //                     [--device cuda] [--dtype bfloat16] [--warmup 1] [--repeats 2] [--seed 0] [--checkpointing 0]
 //                     [--max-token-len 0] [--remove-padding 0] [--profile 0] [--log-probs 0]
+//                     [--min-prompt-len P] [--min-response-len R]
 // --profile 1 adds one more update under the Kineto profiler: device time per kernel name (kernel_profile.h).
 // --log-probs 1 times the no-grad log-prob pass over the same sequences instead (a GRPO step's old and reference
 // log-probs: ComputeLogProbsNoGrad, micro-batches as the update's), e.g. B3's 1,024 x 768 tokens at a 24,576 budget.
+// --min-prompt-len / --min-response-len draw each row's prompt and response lengths uniformly from [min, max] (seeded):
+// prompts left-padded, responses right-padded, as a rollout's batch; `tokens` then counts the valid ones
+// (`padded_tokens` all). VERL_CAUSAL_PASSES=0 in the environment runs the padded passes with the explicit mask.
 //
 // --checkpointing 1 recomputes each layer in backward (enable_gradient_checkpointing). The peak resident set of the
 // process is reported too (the CPU's memory measure).
@@ -57,7 +61,7 @@ int main(int argc, char** argv) {
       {"model", ""},     {"sequences", "512"}, {"prompt-len", "256"}, {"response-len", "512"}, {"micro", "8"},
       {"device", "cuda"}, {"dtype", "bfloat16"}, {"warmup", "1"},      {"repeats", "2"},        {"seed", "0"},
       {"checkpointing", "0"}, {"max-token-len", "0"}, {"remove-padding", "0"}, {"profile", "0"},
-      {"log-probs", "0"}};
+      {"log-probs", "0"}, {"min-prompt-len", ""}, {"min-response-len", ""}};
   auto parsed = verl::bench::ParseFlags(argc, argv, flags, "model");
   if (!parsed) {
     Usage();
@@ -81,9 +85,20 @@ int main(int argc, char** argv) {
     const auto long_on = at::TensorOptions(at::kLong).device(device);
     verl::SequenceBatch batch;
     batch.input_ids = at::randint(0, m.config().vocab_size, {N, P + R}, long_on);
-    batch.attention_mask = at::ones({N, P + R}, at::TensorOptions(at::kBool).device(device));
+    // Each row's prompt and response lengths, uniform in [min, max] (all of them at max by default).
+    const int64_t min_p = flags["min-prompt-len"].empty() ? P : std::stoll(flags["min-prompt-len"]);
+    const int64_t min_r = flags["min-response-len"].empty() ? R : std::stoll(flags["min-response-len"]);
+    if (min_p < 1 || min_p > P || min_r < 1 || min_r > R) {
+      std::cerr << "verl-bench-update: --min-prompt-len must be in [1, " << P << "] and --min-response-len in [1, " << R
+                << "]\n";
+      return 2;
+    }
+    const at::Tensor prompt_len = at::randint(min_p, P + 1, {N, 1}, long_on);
+    const at::Tensor response_len = at::randint(min_r, R + 1, {N, 1}, long_on);
+    const at::Tensor column = at::arange(P + R, long_on).view({1, P + R});
+    batch.attention_mask = column.ge(P - prompt_len).logical_and(column.lt(P + response_len));
     batch.responses = batch.input_ids.narrow(1, P, R).contiguous();
-    batch.response_mask = at::ones({N, R}, at::TensorOptions(at::kBool).device(device));
+    batch.response_mask = batch.attention_mask.narrow(1, P, R).contiguous();
     const auto float_on = at::TensorOptions(at::kFloat).device(device);
     // Stored log-probs near a uniform distribution's (the random model's), so ratios and KL stay moderate.
     const double uniform = -std::log(static_cast<double>(m.config().vocab_size));
@@ -134,13 +149,17 @@ int main(int argc, char** argv) {
     double best = seconds.front();
     for (double s : seconds) best = std::min(best, s);
     const double peak_gb = verl::bench::PeakAllocatedGb(device);
-    const int64_t tokens = N * (P + R);
+    const int64_t tokens = batch.attention_mask.sum().item<int64_t>();
     nlohmann::json result = {{"engine", "verl-cpp"},
                              {"pass", log_probs_only ? "log-probs (no grad)" : "update"},
                              {"model", flags["model"]},
                              {"sequences", N},
                              {"prompt_len", P},
                              {"response_len", R},
+                             {"min_prompt_len", min_p},
+                             {"min_response_len", min_r},
+                             {"causal_passes", verl::CausalPasses(batch, o.remove_padding)},
+                             {"padded_tokens", N * (P + R)},
                              {"micro_batch", micro},
                              {"max_token_len", o.max_token_len},
                              {"remove_padding", o.remove_padding},

@@ -5,6 +5,9 @@
 # TRL's GRPOTrainer; TRL's wheels carried in .device-wheels/, see tools/device/fetch_wheels.sh), and with LP=1 the
 # trainer's no-grad log-prob pass alone at B3's shape, profiled (verl-bench-update --log-probs 1). Results in $OUT:
 # summary.json, build.log, tests.log, decode_attention.jsonl, gemm.jsonl, b1.json, b2.json, b3.json, lp.json, *.log.
+# PAD=1: the log-prob pass (B3's shape) and the update (B2's) over rows of varied prompt and response lengths (left and
+# right padding), each three ways: causal passes over rolled rows (the default), the explicit mask
+# (VERL_CAUSAL_PASSES=0) and packed (--remove-padding 1): pad.jsonl.
 #
 #   VERL_COMMIT=<hash> tools/device/perf_gpu.sh      # TESTS=1 B1=1 B2=1 B3=1
 # Pass the commit's hash as a literal (taken on your machine): the device copy's .git can be stale.
@@ -24,6 +27,7 @@ B2="${B2:-1}"
 B3="${B3:-1}"
 MICRO="${MICRO:-1}"
 LP="${LP:-0}"
+PAD="${PAD:-0}"
 GEMM="${GEMM:-1}"
 mkdir -p "$OUT"
 start=$(date +%s)
@@ -38,7 +42,7 @@ set +e
 build_rc=$?
 build_s=$(secs)
 
-tests_rc=-1; b1_rc=-1; b2_rc=-1; b3_rc=-1; lp_rc=-1
+tests_rc=-1; b1_rc=-1; b2_rc=-1; b3_rc=-1; lp_rc=-1; pad_rc=-1
 if [ $build_rc = 0 ]; then
   if [ "$TESTS" = 1 ]; then
     timeout 240 "$BUILD_DIR/bin/gpu_decode_test" --durations yes > "$OUT/tests.log" 2>&1
@@ -90,11 +94,28 @@ if [ $build_rc = 0 ]; then
         > "$OUT/lp.json" 2>> "$OUT/lp.log"
     lp_rc=$?
   fi
+  if [ "$PAD" = 1 ]; then
+    # Prompts of 64-256 tokens and responses of 64-512, uniform per row (seeded), in the passes' token budgets.
+    pad_model="$(mktemp -d)/bench-0.5b"
+    pad_rc=0
+    (cd "$ROOT/tools/bench" && python3 -c "import sys, gpu_bench_common as g; g.make_bench_model(sys.argv[1], sys.argv[2])" \
+      "$BUILD_DIR/bin" "$pad_model") > "$OUT/pad.log" 2>&1 || pad_rc=1
+    for pass in "--log-probs 1 --sequences 1024" "--log-probs 0 --sequences 512"; do
+      for way in "" "VERL_CAUSAL_PASSES=0" "--remove-padding 1"; do
+        env_set=""; extra=""
+        case "$way" in VERL_*) env_set="$way" ;; *) extra="$way" ;; esac
+        env $env_set timeout 200 "$BUILD_DIR/bin/verl-bench-update" --model "$pad_model" $pass --prompt-len 256 \
+          --response-len 512 --min-prompt-len 64 --min-response-len 64 --max-token-len 24576 --micro 32 --repeats 3 \
+          $extra >> "$OUT/pad.jsonl" 2>> "$OUT/pad.log" || pad_rc=1
+        echo "{\"way\": \"${way:-causal}\", \"pass\": \"$pass\"}" >> "$OUT/pad.jsonl"
+      done
+    done
+  fi
 fi
 cat > "$OUT/summary.json" <<JSON
 {"build_rc": $build_rc, "build_s": $build_s, "tests_rc": $tests_rc, "b1_rc": $b1_rc, "b2_rc": $b2_rc,
- "b3_rc": $b3_rc, "lp_rc": $lp_rc, "total_s": $(secs)}
+ "b3_rc": $b3_rc, "lp_rc": $lp_rc, "pad_rc": $pad_rc, "total_s": $(secs)}
 JSON
 cat "$OUT/summary.json"
 grep -E "test cases|assertions|FAILED|skipped" "$OUT/tests.log" 2>/dev/null | head -20
-tail -3 "$OUT/b1.log" "$OUT/b2.log" "$OUT/b3.log" "$OUT/lp.log" 2>/dev/null
+tail -3 "$OUT/b1.log" "$OUT/b2.log" "$OUT/b3.log" "$OUT/lp.log" "$OUT/pad.log" 2>/dev/null

@@ -634,6 +634,22 @@ at::Tensor DecoderModel::ForwardCausal(const at::Tensor& input_ids, const at::Te
   return ForwardImpl(input_ids, position_ids, at::Tensor(), nullptr, nullptr, /*causal=*/true);
 }
 
+at::Tensor DecoderModel::ForwardCausalColumns(const at::Tensor& input_ids, const at::Tensor& valid, int64_t begin,
+                                              int64_t length) const {
+  const int64_t B = input_ids.size(0), T = input_ids.size(1);
+  TORCH_CHECK(valid.sizes() == input_ids.sizes() && begin >= 0 && length >= 0 && begin + length <= T,
+              "ForwardCausalColumns: columns [", begin, ", ", begin + length, ") of rows of ", T, " tokens");
+  // lead[b]: the row's leading padding (T for a row without valid tokens, which then stays as it is). Rolled column j
+  // holds column (j + lead) mod T, so a row [pad x a, valid x n, pad x c] becomes [valid x n, pad x c, pad x a].
+  const at::Tensor lead = valid.to(at::kLong).cumsum(1).eq(0).sum(1, /*keepdim=*/true);
+  const auto long_on = at::TensorOptions().dtype(at::kLong).device(input_ids.device());
+  const at::Tensor rolled = at::remainder(at::arange(T, long_on).view({1, T}) + lead, T);
+  const at::Tensor rolled_valid = valid.gather(1, rolled);
+  const at::Tensor hidden = ForwardCausal(input_ids.gather(1, rolled), PositionIdsFromMask(rolled_valid));
+  const at::Tensor back = at::remainder(at::arange(begin, begin + length, long_on).view({1, length}) - lead, T);
+  return hidden.gather(1, back.unsqueeze(-1).expand({B, length, hidden.size(2)}));
+}
+
 at::Tensor DecoderModel::ForwardImpl(const at::Tensor& input_ids, const at::Tensor& position_ids,
                                      const at::Tensor& attn_mask, KvCache* cache, const PackedSequences* packed,
                                      bool causal) const {
@@ -766,6 +782,17 @@ bool NoLeftPadding(const at::Tensor& valid) {
   const at::Tensor rises =
       valid.narrow(1, 1, valid.size(1) - 1).logical_and(valid.narrow(1, 0, valid.size(1) - 1).logical_not());
   return !rises.any().item<bool>();
+}
+
+bool OneValidRun(const at::Tensor& valid) {
+  // A run starts at a valid token that is a row's first or follows padding; at most one start per row.
+  if (valid.size(1) == 0) return true;
+  const at::Tensor v = valid.to(at::kBool);
+  at::Tensor starts = v.select(1, 0).to(at::kLong);
+  if (v.size(1) > 1) {
+    starts = starts + v.narrow(1, 1, v.size(1) - 1).logical_and(v.narrow(1, 0, v.size(1) - 1).logical_not()).sum(1);
+  }
+  return starts.le(1).all().item<bool>();
 }
 
 at::Tensor PositionIdsFromMask(const at::Tensor& valid) { return (valid.to(at::kLong).cumsum(1) - 1).clamp_min(0); }

@@ -109,6 +109,14 @@ class DecoderModel {
   // same but for the attention kernel's rounding (another SDPA backend may run); at padding positions they differ (they
   // attend to the padding before them), so callers read valid positions only.
   at::Tensor ForwardCausal(const at::Tensor& input_ids, const at::Tensor& position_ids) const;
+  // The hidden states [B, length, hidden] at columns [begin, begin + length) of rows whose valid tokens (`valid`
+  // [B, T], bool) form one run each (OneValidRun: prompt left padding, response right padding): each row is rolled
+  // left past its leading padding, so that its valid tokens come first, the rolled rows run through ForwardCausal, and
+  // the states are gathered back to the rows' own columns. At valid columns these are Forward's states with
+  // BuildAttentionMask(valid, 0, T) but for the attention kernel's rounding; at padding columns, other values. Rows
+  // without leading padding give ForwardCausal's states bit for bit.
+  at::Tensor ForwardCausalColumns(const at::Tensor& input_ids, const at::Tensor& valid, int64_t begin,
+                                  int64_t length) const;
 
   // hidden [..., H] -> logits [..., vocab] in float32 (in the model's dtype with keep_dtype).
   at::Tensor Logits(const at::Tensor& hidden, bool keep_dtype = false) const;
@@ -243,6 +251,10 @@ at::Tensor BuildAttentionMask(const at::Tensor& key_valid, int64_t start, int64_
 // Whether every row of `valid` [B, S] (bool) holds its valid tokens first and its padding, if any, after them
 // (DecoderModel::ForwardCausal's condition). Reads one flag back from the device.
 bool NoLeftPadding(const at::Tensor& valid);
+
+// Whether the valid tokens of every row of `valid` [B, S] (bool) form one run, if any (padding only before and after
+// them; DecoderModel::ForwardCausalColumns's condition). Reads one flag back from the device.
+bool OneValidRun(const at::Tensor& valid);
 
 // Position ids from a validity mask [B, S]: the count of valid tokens before each position (left padding -> 0).
 at::Tensor PositionIdsFromMask(const at::Tensor& valid);

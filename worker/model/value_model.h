@@ -28,11 +28,11 @@ class ValueModel {
                                                           uint64_t seed, at::Device device = at::kCPU);
 
   // Values of the last `response_length` tokens of every row: [N, R] float32, aligned like the log-probs
-  // (the hidden state before each response token). Records autograd history when grad mode is on. `causal`: no row
-  // is left-padded (NoLeftPadding; checked), so the decoder attends causally without a mask
-  // (DecoderModel::ForwardCausal): the same values at valid positions but for the attention kernel's rounding, others
-  // at padding positions, which callers mask (as the critic does). The critic decides it once per step's batch
-  // (CausalPasses).
+  // (the hidden state before each response token). Records autograd history when grad mode is on. `causal`: every
+  // row's valid tokens form one run (OneValidRun; checked), so the decoder attends causally without a mask, each row
+  // rolled past its leading padding (DecoderModel::ForwardCausalColumns): the same values at valid positions but for
+  // the attention kernel's rounding, others at padding positions, which callers mask (as the critic does). The critic
+  // decides it once per step's batch (CausalPasses).
   at::Tensor Values(const at::Tensor& input_ids, const at::Tensor& attention_mask, int64_t response_length,
                     bool causal = false) const;
   // The same computed with the rows packed without padding (use_remove_padding); 0 outside `response_mask` [N, R].

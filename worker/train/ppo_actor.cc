@@ -21,15 +21,18 @@ LogProbResult ForwardLogProbs(const DecoderModel& model, const SequenceBatch& ba
   at::Tensor responses = batch.responses.narrow(0, begin, count);
   const int64_t S = ids.size(1);
   const int64_t R = responses.size(1);
-  // Rows without left padding (e.g. prompts of one length) attend causally without a mask: SDPA then skips the tiles
-  // above the diagonal, which a mask makes it compute. Only valid positions are read below.
-  TORCH_CHECK(!causal || NoLeftPadding(valid), "ForwardLogProbs: causal attention asked for rows with left padding");
-  at::Tensor hidden = causal ? model.ForwardCausal(ids, PositionIdsFromMask(valid))
-                             : model.Forward(ids, PositionIdsFromMask(valid), BuildAttentionMask(valid, 0, S), nullptr);
-  // The hidden state at position t predicts token t + 1: responses start at S - R. The [tokens, vocab] logits are
-  // formed a chunk of tokens at a time (worker/train/chunked_log_probs.h).
-  ChunkedLogProbsResult c = ChunkedLogProbs(hidden.narrow(1, S - R - 1, R), model.LmHeadWeight(), responses,
-                                            temperature, with_entropy);
+  // Rows whose valid tokens form one run (prompt left padding, response right padding) attend causally without a
+  // mask, each rolled past its leading padding (ForwardCausalColumns): SDPA then skips the tiles above the diagonal,
+  // which a mask makes it compute. Only valid positions are read below.
+  TORCH_CHECK(!causal || OneValidRun(valid),
+              "ForwardLogProbs: causal attention asked for rows whose valid tokens are not one run");
+  // The hidden state at position t predicts token t + 1: responses start at S - R.
+  at::Tensor hidden =
+      causal ? model.ForwardCausalColumns(ids, valid, S - R - 1, R)
+             : model.Forward(ids, PositionIdsFromMask(valid), BuildAttentionMask(valid, 0, S), nullptr)
+                   .narrow(1, S - R - 1, R);
+  // The [tokens, vocab] logits are formed a chunk of tokens at a time (worker/train/chunked_log_probs.h).
+  ChunkedLogProbsResult c = ChunkedLogProbs(hidden, model.LmHeadWeight(), responses, temperature, with_entropy);
   return {c.log_probs, c.entropy};
 }
 

@@ -1,7 +1,9 @@
 #include "worker/train/sequence_batch.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <numeric>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -135,7 +137,11 @@ absl::StatusOr<std::vector<at::Tensor>> SplitMicroBatches(const SequenceBatch& b
 }
 
 bool CausalPasses(const SequenceBatch& batch, bool packed) {
-  return !packed && NoLeftPadding(batch.attention_mask);
+  static const bool masked_only = [] {
+    const char* env = std::getenv("VERL_CAUSAL_PASSES");
+    return env != nullptr && std::string(env) == "0";
+  }();
+  return !packed && !masked_only && OneValidRun(batch.attention_mask);
 }
 
 }  // namespace verl

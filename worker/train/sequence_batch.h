@@ -33,9 +33,12 @@ SequenceBatch SelectRows(const SequenceBatch& b, const at::Tensor& idx);
 // longest selected response (at least one column stays). The result's R is the kept response width.
 SequenceBatch SelectTrimmed(const SequenceBatch& b, const at::Tensor& idx);
 
-// Whether the padded (not `packed`) passes over `batch` attend causally without a mask: no row is left-padded
-// (NoLeftPadding of its mask; one flag read back). Decided once per step's batch, not per micro-batch, so that every
-// pass over a row (the no-grad one and the update, which group rows differently) takes the same attention path.
+// Whether the padded (not `packed`) passes over `batch` attend causally without a mask: every row's valid tokens form
+// one run (OneValidRun of its mask, one flag read back: prompt left padding and response right padding; each row is
+// rolled past its leading padding, DecoderModel::ForwardCausalColumns). Decided once per step's batch, not per
+// micro-batch, so that every pass over a row (the no-grad one and the update, which group rows differently) takes the
+// same attention path. VERL_CAUSAL_PASSES=0 in the environment makes every padded pass use the explicit mask (the
+// path before; for A/B runs).
 bool CausalPasses(const SequenceBatch& batch, bool packed);
 
 // `t` [n, r] widened with zeros to [n, R].

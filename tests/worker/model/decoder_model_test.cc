@@ -62,6 +62,45 @@ TEST_CASE("ForwardCausal equals Forward with the mask on rows without left paddi
   REQUIRE(MaxAbsDiff(causal[1][5], masked[1][5]) > 1e-4);
 }
 
+TEST_CASE("ForwardCausalColumns equals Forward with the mask at the valid columns of left- and right-padded rows",
+          "[worker][model]") {
+  REQUIRE(OneValidRun(LongTensor2d({{1, 1, 1}, {0, 1, 1}, {0, 1, 0}, {1, 0, 0}, {0, 0, 0}}).to(at::kBool)));
+  REQUIRE_FALSE(OneValidRun(LongTensor2d({{1, 1, 1}, {1, 0, 1}}).to(at::kBool)));
+  REQUIRE_FALSE(OneValidRun(LongTensor2d({{0, 1, 0, 1}}).to(at::kBool)));
+  REQUIRE(OneValidRun(LongTensor2d({{0}, {1}}).to(at::kBool)));
+  TestDir dir("decoder_causal_columns");
+  testing::WriteTinyModel(dir.path(), testing::TinyDecoderConfig());
+  auto model = LoadModelOrDie(dir.path());
+  at::NoGradGuard no_grad;
+  // Prompts of several lengths (left padding), responses that ended early (right padding), a row without padding
+  // and one without valid tokens.
+  const at::Tensor ids = LongTensor2d(
+      {{0, 0, 9, 4, 7, 1, 3}, {5, 2, 8, 6, 0, 0, 0}, {0, 7, 3, 1, 2, 9, 8}, {7, 7, 3, 1, 2, 9, 4}, {0, 0, 0, 0, 0, 0, 0}});
+  const at::Tensor valid = LongTensor2d({{0, 0, 1, 1, 1, 1, 1},
+                                         {1, 1, 1, 1, 0, 0, 0},
+                                         {0, 1, 1, 1, 1, 1, 0},
+                                         {1, 1, 1, 1, 1, 1, 1},
+                                         {0, 0, 0, 0, 0, 0, 0}})
+                               .to(at::kBool);
+  REQUIRE(OneValidRun(valid));
+  REQUIRE_FALSE(NoLeftPadding(valid));
+  const at::Tensor masked = model->Forward(ids, PositionIdsFromMask(valid), BuildAttentionMask(valid, 0, 7), nullptr);
+  for (const auto& [begin, length] : {std::pair<int64_t, int64_t>{0, 7}, {2, 4}, {6, 1}}) {
+    CAPTURE(begin, length);
+    const at::Tensor columns = model->ForwardCausalColumns(ids, valid, begin, length);
+    REQUIRE(columns.sizes() == at::IntArrayRef({5, length, masked.size(2)}));
+    const at::Tensor want = masked.narrow(1, begin, length);
+    const at::Tensor at_valid = valid.narrow(1, begin, length).unsqueeze(-1).expand_as(want);
+    REQUIRE(at_valid.any().item<bool>());
+    REQUIRE(MaxAbsDiff(columns.masked_select(at_valid), want.masked_select(at_valid)) <= 1e-5);
+  }
+  // A row without leading padding is ForwardCausal's, bit for bit.
+  const at::Tensor plain = model->ForwardCausal(ids.narrow(0, 3, 1), PositionIdsFromMask(valid.narrow(0, 3, 1)));
+  REQUIRE(at::equal(model->ForwardCausalColumns(ids.narrow(0, 3, 1), valid.narrow(0, 3, 1), 1, 5),
+                    plain.narrow(1, 1, 5)));
+  REQUIRE_THROWS(model->ForwardCausalColumns(ids, valid, 3, 5));
+}
+
 TEST_CASE("DecoderModel loads the tiny model with the expected shapes", "[worker][model]") {
   TestDir dir("decoder_shapes");
   testing::WriteTinyModel(dir.path(), testing::TinyDecoderConfig());

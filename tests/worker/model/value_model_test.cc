@@ -204,15 +204,19 @@ TEST_CASE("ValueModel::Values reads the hidden state before each response token"
   // Rows are independent: a row alone gives the same values.
   at::Tensor alone = model->Values(ids.narrow(0, 1, 1), valid.narrow(0, 1, 1), 3);
   REQUIRE(MaxAbsDiff(alone[0].narrow(0, 0, 2), values[1].narrow(0, 0, 2)) < 1e-5);
-  // Causal attention without a mask (ForwardCausal) over rows with right padding only: the same values at the valid
-  // response positions (the critic masks the others); asking for it with left padding is an error.
+  // Causal attention without a mask (ForwardCausalColumns) over rows with right padding only, and over the left- and
+  // right-padded rows above: the same values at the valid response positions (the critic masks the others); asking
+  // for it over a row whose valid tokens are not one run is an error.
   const at::Tensor right = LongTensor2d({{1, 1, 1, 1, 1, 1}, {1, 1, 1, 1, 1, 0}, {1, 1, 1, 1, 0, 0}}).to(at::kBool);
   const at::Tensor ids3 = LongTensor2d({{3, 4, 5, 10, 11, 12}, {49, 7, 8, 20, 21, 49}, {6, 2, 9, 30, 49, 49}});
-  const at::Tensor masked = model->Values(ids3, right, 3, /*causal=*/false);
-  const at::Tensor causal = model->Values(ids3, right, 3, /*causal=*/true);
-  const at::Tensor at_valid = right.narrow(1, 3, 3);
-  REQUIRE(MaxAbsDiff(causal.masked_select(at_valid), masked.masked_select(at_valid)) < 1e-5);
-  REQUIRE_THROWS(model->Values(ids, valid, 3, /*causal=*/true));
+  for (const auto& [rows, mask] : {std::pair{ids3, right}, std::pair{ids, valid}}) {
+    const at::Tensor masked = model->Values(rows, mask, 3, /*causal=*/false);
+    const at::Tensor causal = model->Values(rows, mask, 3, /*causal=*/true);
+    const at::Tensor at_valid = mask.narrow(1, 3, 3);
+    REQUIRE(MaxAbsDiff(causal.masked_select(at_valid), masked.masked_select(at_valid)) < 1e-5);
+  }
+  const at::Tensor holed = LongTensor2d({{1, 1, 0, 1, 1, 1}, {1, 1, 1, 1, 1, 1}}).to(at::kBool);
+  REQUIRE_THROWS_WITH(model->Values(ids, holed, 3, /*causal=*/true), Catch::Contains("not one run"));
 }
 
 TEST_CASE("ValueModel::Values records autograd history for the head and the decoder", "[worker][model]") {

@@ -388,14 +388,15 @@ TEST_CASE("no-grad log-prob passes on the GPU equal the forward with gradients, 
   if (SkipWithoutGpu()) return;
   // Without gradients a layer's residual adds run inside the RMSNorm kernels (AddRmsNorm); with them, as two ops. The
   // old log-probs of a GRPO step must be the first update's own, so the two forms must agree exactly: padded (a
-  // boolean mask made additive once per pass, or causal attention without one where no row is left-padded) and
-  // packed, in bf16 and float32.
+  // boolean mask made additive once per pass, or causal attention without one, each row rolled past its left padding)
+  // and packed, in bf16 and float32.
   TestDir dir;
   testing::WriteTinyModel(dir.path(), testing::TinyDecoderConfig());
   at::manual_seed(5);
   const int64_t N = 4, P = 6, R = 7;
   for (bool left_padding : {true, false}) {
-    // Without left padding the passes attend causally without a mask (ForwardLogProbs with causal: ForwardCausal).
+    // Every row's valid tokens form one run, so the passes attend causally without a mask (ForwardLogProbs with causal:
+    // ForwardCausalColumns), rolling the left-padded rows.
     CAPTURE(left_padding);
     SequenceBatch batch;
     batch.input_ids = at::randint(0, 50, {N, P + R}, at::kLong);
@@ -405,6 +406,7 @@ TEST_CASE("no-grad log-prob passes on the GPU equal the forward with gradients, 
       batch.attention_mask[3].narrow(0, 0, 4).fill_(false);
     }
     REQUIRE(NoLeftPadding(batch.attention_mask) == !left_padding);
+    REQUIRE(OneValidRun(batch.attention_mask));
     batch.response_mask = at::ones({N, R}, at::kBool);
     batch.response_mask[2].narrow(0, 5, 2).fill_(false);  // a response that ended early
     batch.attention_mask[2].narrow(0, P + 5, 2).fill_(false);
@@ -422,7 +424,8 @@ TEST_CASE("no-grad log-prob passes on the GPU equal the forward with gradients, 
       model.SetRequiresGrad(true);
       for (bool packed : {false, true}) {
         CAPTURE(packed);
-        const bool causal = NoLeftPadding(on.attention_mask);  // as ComputeLogProbsNoGrad and UpdatePolicy decide
+        const bool causal = CausalPasses(on, packed);  // as ComputeLogProbsNoGrad and UpdatePolicy decide
+        REQUIRE(causal == !packed);
         auto pass = [&] {
           return packed ? ForwardLogProbsPacked(model, on, 1.0, false).log_probs
                         : ForwardLogProbs(model, on, 0, N, 1.0, false, causal).log_probs;
@@ -437,7 +440,7 @@ TEST_CASE("no-grad log-prob passes on the GPU equal the forward with gradients, 
         const at::Tensor valid = on.response_mask;
         CHECK(at::equal(with_grad.detach().masked_select(valid), no_grad.masked_select(valid)));
         CHECK(at::isfinite(no_grad.masked_select(valid)).all().item<bool>());
-        if (!packed && !left_padding) {
+        if (!packed) {
           // The causal pass against the same rows through the attention mask (BuildAttentionMask), at the responses:
           // the same values but for the attention kernel's rounding.
           at::NoGradGuard guard;

@@ -48,9 +48,45 @@ TEST_CASE("ForwardLogProbs reads the logits that predict each response token", "
     REQUIRE(r.log_probs[0][j].item<double>() ==
             Approx(lsm[0][2 + j][b.responses[0][j].item<int64_t>()].item<double>()).margin(1e-5));
   }
-  // Micro-batching does not change the numbers.
+  // Micro-batching does not change the numbers (ComputeLogProbsNoGrad attends causally, row 1 rolled past its
+  // padding: CausalPasses).
+  REQUIRE(CausalPasses(b, /*packed=*/false));
   at::Tensor micro = ComputeLogProbsNoGrad(*model, b, 0.5, /*micro_batch_size=*/1);
   REQUIRE(MaxAbsDiff(micro, r.log_probs) < 1e-5);
+}
+
+TEST_CASE("ForwardLogProbs: causal attention over rolled rows gives the masked pass's log-probs and gradients",
+          "[worker][train]") {
+  TestDir dir("ppo_lp_causal");
+  testing::WriteTinyModel(dir.path(), testing::TinyDecoderConfig());
+  auto model = LoadModelOrDie(dir.path());
+  model->SetRequiresGrad(true);
+  SequenceBatch b = TinyBatch();  // row 1 left-padded
+  b.response_mask[0][2] = false;  // and row 0's response ended early
+  b.attention_mask[0][5] = false;
+  std::vector<std::vector<at::Tensor>> grads;
+  std::vector<at::Tensor> log_probs;
+  for (bool causal : {false, true}) {
+    for (const auto& [name, p] : model->named_parameters()) p.mutable_grad() = at::Tensor();
+    const LogProbResult r = ForwardLogProbs(*model, b, 0, 2, 1.0, /*with_entropy=*/true, causal);
+    (r.log_probs * b.response_mask).sum().backward();
+    log_probs.push_back(r.log_probs.detach().masked_select(b.response_mask));
+    grads.emplace_back();
+    for (const auto& [name, p] : model->named_parameters()) grads.back().push_back(p.grad().clone());
+  }
+  REQUIRE(MaxAbsDiff(log_probs[0], log_probs[1]) < 1e-5);
+  for (size_t i = 0; i < grads[0].size(); ++i) {
+    INFO(model->named_parameters()[i].first);
+    REQUIRE(MaxAbsDiff(grads[0][i], grads[1][i]) < 1e-5);
+  }
+  double largest = 0;
+  for (const at::Tensor& g : grads[1]) largest = std::max(largest, g.abs().max().item<double>());
+  REQUIRE(largest > 1e-3);
+  // A row whose valid tokens are not one run cannot run causally.
+  b.attention_mask[1][4] = false;
+  REQUIRE_FALSE(CausalPasses(b, /*packed=*/false));
+  REQUIRE_THROWS_WITH(ForwardLogProbs(*model, b, 0, 2, 1.0, false, /*causal=*/true), Catch::Contains("not one run"));
+  model->SetRequiresGrad(false);
 }
 
 TEST_CASE("UpdatePolicy raises the log-prob of a response with positive advantage", "[worker][train]") {
