@@ -637,16 +637,29 @@ at::Tensor DecoderModel::ForwardCausal(const at::Tensor& input_ids, const at::Te
 at::Tensor DecoderModel::ForwardCausalColumns(const at::Tensor& input_ids, const at::Tensor& valid, int64_t begin,
                                               int64_t length) const {
   const int64_t B = input_ids.size(0), T = input_ids.size(1);
-  TORCH_CHECK(valid.sizes() == input_ids.sizes() && begin >= 0 && length >= 0 && begin + length <= T,
+  TORCH_CHECK(valid.sizes() == input_ids.sizes() && T > 0 && begin >= 0 && length >= 0 && begin + length <= T,
               "ForwardCausalColumns: columns [", begin, ", ", begin + length, ") of rows of ", T, " tokens");
+  // One read back: whether every row's valid tokens are one run (OneValidRun), and the longest run, which is the
+  // width the rolled rows need.
+  const at::Tensor v = valid.to(at::kBool);
+  const at::Tensor count = v.sum(1);
+  const at::Tensor starts = RunStarts(v);
+  const at::Tensor host = at::stack({starts.max(), count.max()}).to(at::kCPU);
+  TORCH_CHECK(host[0].item<int64_t>() <= 1,
+              "ForwardCausalColumns: causal attention asked for rows whose valid tokens are not one run");
+  const int64_t width = std::max<int64_t>(1, host[1].item<int64_t>());
   // lead[b]: the row's leading padding (T for a row without valid tokens, which then stays as it is). Rolled column j
-  // holds column (j + lead) mod T, so a row [pad x a, valid x n, pad x c] becomes [valid x n, pad x c, pad x a].
-  const at::Tensor lead = valid.to(at::kLong).cumsum(1).eq(0).sum(1, /*keepdim=*/true);
+  // holds column (j + lead) mod T, so a row [pad x a, valid x n, pad x c] becomes [valid x n, pad x c, pad x a], of
+  // which the first `width` columns run.
+  const at::Tensor lead = v.cumsum(1).eq(0).sum(1, /*keepdim=*/true);
   const auto long_on = at::TensorOptions().dtype(at::kLong).device(input_ids.device());
-  const at::Tensor rolled = at::remainder(at::arange(T, long_on).view({1, T}) + lead, T);
-  const at::Tensor rolled_valid = valid.gather(1, rolled);
-  const at::Tensor hidden = ForwardCausal(input_ids.gather(1, rolled), PositionIdsFromMask(rolled_valid));
-  const at::Tensor back = at::remainder(at::arange(begin, begin + length, long_on).view({1, length}) - lead, T);
+  const at::Tensor rolled = at::remainder(at::arange(width, long_on).view({1, width}) + lead, T);
+  const at::Tensor hidden =
+      ForwardCausal(input_ids.gather(1, rolled), PositionIdsFromMask(v.gather(1, rolled)));
+  // Back to the rows' own columns; padding columns past the run read the last rolled column (their values are not
+  // meaningful either way).
+  const at::Tensor back =
+      at::remainder(at::arange(begin, begin + length, long_on).view({1, length}) - lead, T).clamp_max(width - 1);
   return hidden.gather(1, back.unsqueeze(-1).expand({B, length, hidden.size(2)}));
 }
 
@@ -784,15 +797,18 @@ bool NoLeftPadding(const at::Tensor& valid) {
   return !rises.any().item<bool>();
 }
 
-bool OneValidRun(const at::Tensor& valid) {
-  // A run starts at a valid token that is a row's first or follows padding; at most one start per row.
-  if (valid.size(1) == 0) return true;
+at::Tensor RunStarts(const at::Tensor& valid) {
+  // A run starts at a valid token that is a row's first or follows padding.
   const at::Tensor v = valid.to(at::kBool);
   at::Tensor starts = v.select(1, 0).to(at::kLong);
   if (v.size(1) > 1) {
     starts = starts + v.narrow(1, 1, v.size(1) - 1).logical_and(v.narrow(1, 0, v.size(1) - 1).logical_not()).sum(1);
   }
-  return starts.le(1).all().item<bool>();
+  return starts;
+}
+
+bool OneValidRun(const at::Tensor& valid) {
+  return valid.size(1) == 0 || RunStarts(valid).le(1).all().item<bool>();
 }
 
 at::Tensor PositionIdsFromMask(const at::Tensor& valid) { return (valid.to(at::kLong).cumsum(1) - 1).clamp_min(0); }

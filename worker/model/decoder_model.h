@@ -111,10 +111,11 @@ class DecoderModel {
   at::Tensor ForwardCausal(const at::Tensor& input_ids, const at::Tensor& position_ids) const;
   // The hidden states [B, length, hidden] at columns [begin, begin + length) of rows whose valid tokens (`valid`
   // [B, T], bool) form one run each (OneValidRun: prompt left padding, response right padding): each row is rolled
-  // left past its leading padding, so that its valid tokens come first, the rolled rows run through ForwardCausal, and
-  // the states are gathered back to the rows' own columns. At valid columns these are Forward's states with
-  // BuildAttentionMask(valid, 0, T) but for the attention kernel's rounding; at padding columns, other values. Rows
-  // without leading padding give ForwardCausal's states bit for bit.
+  // left past its leading padding, so that its valid tokens come first, the rolled rows, cut to the longest run, run
+  // through ForwardCausal, and the states are gathered back to the rows' own columns. At valid columns these are
+  // Forward's states with BuildAttentionMask(valid, 0, T) but for the attention kernel's rounding; at padding columns,
+  // other values. Rows without leading padding, the longest of which fills T, give ForwardCausal's states bit for bit.
+  // Rows whose valid tokens are not one run are an error. Reads two numbers back from the device.
   at::Tensor ForwardCausalColumns(const at::Tensor& input_ids, const at::Tensor& valid, int64_t begin,
                                   int64_t length) const;
 
@@ -255,6 +256,8 @@ bool NoLeftPadding(const at::Tensor& valid);
 // Whether the valid tokens of every row of `valid` [B, S] (bool) form one run, if any (padding only before and after
 // them; DecoderModel::ForwardCausalColumns's condition). Reads one flag back from the device.
 bool OneValidRun(const at::Tensor& valid);
+// The number of runs of valid tokens in each row of `valid` [B, S] (S > 0): int64 [B], on its device.
+at::Tensor RunStarts(const at::Tensor& valid);
 
 // Position ids from a validity mask [B, S]: the count of valid tokens before each position (left padding -> 0).
 at::Tensor PositionIdsFromMask(const at::Tensor& valid);

@@ -65,11 +65,9 @@ absl::StatusOr<std::unique_ptr<ValueModel>> ValueModel::Load(const std::string& 
 at::Tensor ValueModel::Values(const at::Tensor& input_ids, const at::Tensor& attention_mask, int64_t response_length,
                               bool causal) const {
   const int64_t S = input_ids.size(1);
-  // As the actor's ForwardLogProbs: rows whose valid tokens form one run attend causally without a mask. Values at
-  // padding positions then differ from the masked pass's; the critic masks them everywhere (ComputeValues, the value
-  // loss).
-  TORCH_CHECK(!causal || OneValidRun(attention_mask),
-              "ValueModel::Values: causal attention asked for rows whose valid tokens are not one run");
+  // As the actor's ForwardLogProbs: rows whose valid tokens form one run (checked) attend causally without a mask.
+  // Values at padding positions then differ from the masked pass's; the critic masks them everywhere (ComputeValues,
+  // the value loss).
   const int64_t begin = S - response_length - 1;
   at::Tensor h = causal ? decoder_->ForwardCausalColumns(input_ids, attention_mask, begin, response_length)
                         : decoder_->Forward(input_ids, PositionIdsFromMask(attention_mask),

@@ -21,11 +21,9 @@ LogProbResult ForwardLogProbs(const DecoderModel& model, const SequenceBatch& ba
   at::Tensor responses = batch.responses.narrow(0, begin, count);
   const int64_t S = ids.size(1);
   const int64_t R = responses.size(1);
-  // Rows whose valid tokens form one run (prompt left padding, response right padding) attend causally without a
-  // mask, each rolled past its leading padding (ForwardCausalColumns): SDPA then skips the tiles above the diagonal,
-  // which a mask makes it compute. Only valid positions are read below.
-  TORCH_CHECK(!causal || OneValidRun(valid),
-              "ForwardLogProbs: causal attention asked for rows whose valid tokens are not one run");
+  // Rows whose valid tokens form one run (prompt left padding, response right padding; checked) attend causally
+  // without a mask, each rolled past its leading padding and cut to the longest (ForwardCausalColumns): SDPA then
+  // skips the tiles above the diagonal, which a mask makes it compute. Only valid positions are read below.
   // The hidden state at position t predicts token t + 1: responses start at S - R.
   at::Tensor hidden =
       causal ? model.ForwardCausalColumns(ids, valid, S - R - 1, R)
@@ -52,10 +50,12 @@ LogProbResult ForwardLogProbsPacked(const DecoderModel& model, const SequenceBat
 absl::StatusOr<at::Tensor> ComputeLogProbsNoGrad(const DecoderModel& model, const SequenceBatch& batch,
                                                  double temperature, const MicroBatching& micro) {
   at::NoGradGuard no_grad;
-  ASSIGN_OR_RETURN(std::vector<at::Tensor> parts, SplitMicroBatches(batch, micro));
+  const bool causal = CausalPasses(batch, micro.packed);
+  MicroBatching how = micro;
+  how.rolled = causal;  // the passes compute rows x the longest row
+  ASSIGN_OR_RETURN(std::vector<at::Tensor> parts, SplitMicroBatches(batch, how));
   const int64_t R = batch.responses.size(1);
   at::Tensor out = at::zeros({batch.size(), R}, at::TensorOptions().dtype(at::kFloat).device(batch.input_ids.device()));
-  const bool causal = CausalPasses(batch, micro.packed);
   for (const at::Tensor& rows : parts) {
     const SequenceBatch sub = SelectTrimmed(batch, rows);
     const at::Tensor lp = micro.packed
@@ -102,6 +102,7 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
   micro.agree = sum_over_shards;  // a sharded model gathers its layers in every pass: same pass count on every rank
   micro.packed = options.remove_padding;
   const bool causal = CausalPasses(batch, options.remove_padding);  // as ComputeLogProbsNoGrad's
+  micro.rolled = causal;
   for (int64_t epoch = 0; epoch < options.ppo_epochs; ++epoch) {
     at::Tensor order = options.shuffle ? at::randperm(N, gen, at::TensorOptions().dtype(at::kLong))
                                        : at::arange(N, at::TensorOptions().dtype(at::kLong));

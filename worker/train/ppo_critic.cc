@@ -16,10 +16,12 @@ namespace verl {
 absl::StatusOr<at::Tensor> ComputeValuesNoGrad(const ValueModel& model, const SequenceBatch& batch,
                                                const MicroBatching& micro) {
   at::NoGradGuard no_grad;
-  ASSIGN_OR_RETURN(std::vector<at::Tensor> parts, SplitMicroBatches(batch, micro));
+  const bool causal = CausalPasses(batch, micro.packed);
+  MicroBatching how = micro;
+  how.rolled = causal;  // the passes compute rows x the longest row
+  ASSIGN_OR_RETURN(std::vector<at::Tensor> parts, SplitMicroBatches(batch, how));
   const int64_t R = batch.responses.size(1);
   at::Tensor out = at::zeros({batch.size(), R}, at::TensorOptions().dtype(at::kFloat).device(batch.input_ids.device()));
-  const bool causal = CausalPasses(batch, micro.packed);
   for (const at::Tensor& rows : parts) {
     const SequenceBatch sub = SelectTrimmed(batch, rows);
     at::Tensor values = micro.packed ? model.ValuesPacked(sub.input_ids, sub.attention_mask, sub.response_mask)
@@ -54,6 +56,7 @@ absl::StatusOr<std::map<std::string, double>> UpdateValue(ValueModel& model, Ada
   micro.budget_key = "critic.ppo_max_token_len_per_gpu";
   micro.packed = options.remove_padding;
   const bool causal = CausalPasses(batch, options.remove_padding);  // as ComputeValuesNoGrad's
+  micro.rolled = causal;
   for (int64_t epoch = 0; epoch < options.ppo_epochs; ++epoch) {
     at::Tensor order = options.shuffle ? at::randperm(N, gen, long_opts) : at::arange(N, long_opts);
     for (int64_t mb = 0; mb < N; mb += options.mini_batch_size) {

@@ -86,7 +86,8 @@ absl::StatusOr<std::vector<at::Tensor>> SplitMicroBatches(const SequenceBatch& b
     std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
       return prompt_len[a] + response_len[a] > prompt_len[b] + response_len[b];
     });
-    int64_t max_p = 0, max_r = 0;
+    // The current micro-batch's longest prompt, response and row, and its token count.
+    int64_t max_p = 0, max_r = 0, max_len = 0, sum_len = 0;
     for (int64_t row : order) {
       if (prompt_len[row] + response_len[row] > how.max_token_len) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -94,17 +95,25 @@ absl::StatusOr<std::vector<at::Tensor>> SplitMicroBatches(const SequenceBatch& b
             prompt_len[row] + response_len[row], " tokens (prompt ", prompt_len[row], " + response ",
             response_len[row], "); raise it to at least data.max_prompt_length + data.max_response_length"));
       }
-      const int64_t p = std::max(max_p, prompt_len[row]);
-      const int64_t r = std::max(max_r, response_len[row]);
-      if (groups.empty() || static_cast<int64_t>(groups.back().size() + 1) * (p + r) > how.max_token_len) {
-        groups.push_back({row});
-        max_p = prompt_len[row];
-        max_r = response_len[row];
-      } else {
-        groups.back().push_back(row);
-        max_p = p;
-        max_r = r;
+      const int64_t len = prompt_len[row] + response_len[row];
+      // The tokens the pass computes with this row added.
+      auto computed = [&](int64_t rows, int64_t p, int64_t r, int64_t longest, int64_t sum) {
+        if (how.packed) return sum;
+        return rows * (how.rolled ? longest : p + r);
+      };
+      const bool fits = !groups.empty() &&
+                        computed(static_cast<int64_t>(groups.back().size()) + 1, std::max(max_p, prompt_len[row]),
+                                 std::max(max_r, response_len[row]), std::max(max_len, len),
+                                 sum_len + len) <= how.max_token_len;
+      if (!fits) {
+        groups.push_back({});
+        max_p = max_r = max_len = sum_len = 0;
       }
+      groups.back().push_back(row);
+      max_p = std::max(max_p, prompt_len[row]);
+      max_r = std::max(max_r, response_len[row]);
+      max_len = std::max(max_len, len);
+      sum_len += len;
     }
     if (how.agree) {
       if (static_cast<int64_t>(groups.size()) > kMaxAgreedMicroBatches) {

@@ -49,14 +49,17 @@ struct MicroBatching {
   int64_t max_token_len = 0;  // > 0: by token budget (use_dynamic_bsz), `rows` unused
   std::string budget_key;     // the config key of max_token_len, for errors
   bool packed = false;        // each pass runs packed without padding (use_remove_padding)
+  bool rolled = false;        // each pass rolls its rows past their left padding (CausalPasses), not packed
   // Ranks that must make the same number of passes (a sharded model gathers its layers in every pass): a sum over
   // them, to agree on the largest count any of them needs. Unset: each rank packs on its own.
   ReduceSumFn agree;
 };
 
 // Row index tensors (on the batch's device), one per micro-batch, covering every row once. By budget: rows longest
-// first, each added to the current micro-batch while rows x (longest prompt + longest response) stays within
-// max_token_len; with `agree`, micro-batches with the most rows are halved until every rank has the same count.
+// first, each added to the current micro-batch while the tokens its pass computes stay within max_token_len: rows x
+// (longest prompt + longest response) padded, rows x the longest row rolled, the rows' tokens packed (as verl's
+// use_dynamic_bsz counts); with `agree`, micro-batches with the most rows are halved until every rank has the same
+// count.
 // A single sequence longer than the budget is an error naming budget_key.
 absl::StatusOr<std::vector<at::Tensor>> SplitMicroBatches(const SequenceBatch& batch, const MicroBatching& how);
 

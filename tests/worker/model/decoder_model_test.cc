@@ -84,21 +84,31 @@ TEST_CASE("ForwardCausalColumns equals Forward with the mask at the valid column
                                .to(at::kBool);
   REQUIRE(OneValidRun(valid));
   REQUIRE_FALSE(NoLeftPadding(valid));
-  const at::Tensor masked = model->Forward(ids, PositionIdsFromMask(valid), BuildAttentionMask(valid, 0, 7), nullptr);
-  for (const auto& [begin, length] : {std::pair<int64_t, int64_t>{0, 7}, {2, 4}, {6, 1}}) {
-    CAPTURE(begin, length);
-    const at::Tensor columns = model->ForwardCausalColumns(ids, valid, begin, length);
-    REQUIRE(columns.sizes() == at::IntArrayRef({5, length, masked.size(2)}));
-    const at::Tensor want = masked.narrow(1, begin, length);
-    const at::Tensor at_valid = valid.narrow(1, begin, length).unsqueeze(-1).expand_as(want);
-    REQUIRE(at_valid.any().item<bool>());
-    REQUIRE(MaxAbsDiff(columns.masked_select(at_valid), want.masked_select(at_valid)) <= 1e-5);
+  // All rows (the longest run fills the row), and without the unpadded row (the rolled rows are cut to 5 columns).
+  const at::Tensor without_full = at::tensor({0, 1, 2, 4}, at::kLong);
+  for (const auto& [rows, mask] : {std::pair{ids, valid}, std::pair{ids.index_select(0, without_full),
+                                                                      valid.index_select(0, without_full)}}) {
+    const at::Tensor masked =
+        model->Forward(rows, PositionIdsFromMask(mask), BuildAttentionMask(mask, 0, 7), nullptr);
+    for (const auto& [begin, length] : {std::pair<int64_t, int64_t>{0, 7}, {2, 4}, {6, 1}}) {
+      CAPTURE(rows.size(0), begin, length);
+      const at::Tensor columns = model->ForwardCausalColumns(rows, mask, begin, length);
+      REQUIRE(columns.sizes() == at::IntArrayRef({rows.size(0), length, masked.size(2)}));
+      const at::Tensor want = masked.narrow(1, begin, length);
+      const at::Tensor at_valid = mask.narrow(1, begin, length).unsqueeze(-1).expand_as(want);
+      REQUIRE(at_valid.any().item<bool>());
+      REQUIRE(MaxAbsDiff(columns.masked_select(at_valid), want.masked_select(at_valid)) <= 1e-5);
+      REQUIRE(at::isfinite(columns).all().item<bool>());
+    }
   }
   // A row without leading padding is ForwardCausal's, bit for bit.
   const at::Tensor plain = model->ForwardCausal(ids.narrow(0, 3, 1), PositionIdsFromMask(valid.narrow(0, 3, 1)));
   REQUIRE(at::equal(model->ForwardCausalColumns(ids.narrow(0, 3, 1), valid.narrow(0, 3, 1), 1, 5),
                     plain.narrow(1, 1, 5)));
   REQUIRE_THROWS(model->ForwardCausalColumns(ids, valid, 3, 5));
+  const at::Tensor holed = valid.clone();
+  holed[3][2] = false;
+  REQUIRE_THROWS_WITH(model->ForwardCausalColumns(ids, holed, 0, 7), Catch::Contains("not one run"));
 }
 
 TEST_CASE("DecoderModel loads the tiny model with the expected shapes", "[worker][model]") {

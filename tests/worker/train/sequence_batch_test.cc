@@ -98,6 +98,18 @@ TEST_CASE("SplitMicroBatches: fixed sizes in order, or token budgets longest fir
   REQUIRE(groups.front() == std::vector<int64_t>{5});
   REQUIRE(groups.size() < 6);  // sequences were packed together
 
+  // What a pass computes decides what fits: padded, rows x (longest prompt + longest response); rolled past the left
+  // padding (causal passes), rows x the longest row; packed, the rows' tokens (verl's count).
+  MicroBatching ways = dynamic;
+  ways.max_token_len = 18;
+  REQUIRE(AsLists(SplitMicroBatches(b, ways).value()) == std::vector<std::vector<int64_t>>{{5}, {0, 1}, {2, 3}, {4}});
+  ways.rolled = true;
+  REQUIRE(AsLists(SplitMicroBatches(b, ways).value()) == std::vector<std::vector<int64_t>>{{5}, {0, 1, 2}, {3, 4}});
+  ways.rolled = false;
+  ways.packed = true;
+  ways.max_token_len = 17;
+  REQUIRE(AsLists(SplitMicroBatches(b, ways).value()) == std::vector<std::vector<int64_t>>{{0, 5}, {1, 2}, {3, 4}});
+
   // A budget smaller than one sequence names the key.
   dynamic.max_token_len = 10;
   auto too_small = SplitMicroBatches(b, dynamic);
