@@ -63,7 +63,7 @@ const std::vector<ConfigKeySpec>& Table() {
       {"actor_rollout_ref.actor.use_dynamic_bsz", T::kBool, "false", "", false, O::kVerl,
        "Cut each mini-batch into micro-batches by a token budget (ppo_max_token_len_per_gpu) instead of a number of samples: sequences longest first, as many per pass as fit. Every pass (fixed or dynamic) drops the padding columns none of its sequences uses."},
       {"actor_rollout_ref.actor.ppo_max_token_len_per_gpu", T::kInt, "16384", "", false, O::kVerl,
-       "With use_dynamic_bsz: the most tokens one forward/backward pass takes on a rank, counted as the tokens the pass computes: samples x the longest sample (the padded passes roll each sample past its prompt's left padding), samples x (longest prompt + longest response) where a sample's attention mask has holes, the samples' tokens with use_remove_padding; at least data.max_prompt_length + data.max_response_length."},
+       "With use_dynamic_bsz: the most tokens one forward/backward pass takes on a rank, counted as the tokens the pass computes: samples x the longest sample (the padded passes roll each sample past its prompt's left padding), samples x (longest prompt + longest response, in columns) for every pass of a step whose batch holds a sample with holes in its attention mask (or with VERL_CAUSAL_PASSES=0 set), the samples' tokens with use_remove_padding; at least data.max_prompt_length + data.max_response_length."},
       {"actor_rollout_ref.actor.ppo_epochs", T::kInt, "1", "", false, O::kVerl,
        "Passes over each step's batch in the actor update."},
       {"actor_rollout_ref.actor.shuffle", T::kBool, "false", "", false, O::kVerl,

@@ -100,7 +100,7 @@ if [ $build_rc = 0 ]; then
     pad_rc=0
     (cd "$ROOT/tools/bench" && python3 -c "import sys, gpu_bench_common as g; g.make_bench_model(sys.argv[1], sys.argv[2])" \
       "$BUILD_DIR/bin" "$pad_model") > "$OUT/pad.log" 2>&1 || pad_rc=1
-    for pass in "--log-probs 1 --sequences 1024" "--log-probs 0 --sequences 512"; do
+    [ $pad_rc = 0 ] && for pass in "--log-probs 1 --sequences 1024" "--log-probs 0 --sequences 512"; do
       for way in "" "VERL_CAUSAL_PASSES=0" "--remove-padding 1"; do
         env_set=""; extra=""
         case "$way" in VERL_*) env_set="$way" ;; *) extra="$way" ;; esac

@@ -639,27 +639,15 @@ at::Tensor DecoderModel::ForwardCausalColumns(const at::Tensor& input_ids, const
   const int64_t B = input_ids.size(0), T = input_ids.size(1);
   TORCH_CHECK(valid.sizes() == input_ids.sizes() && T > 0 && begin >= 0 && length >= 0 && begin + length <= T,
               "ForwardCausalColumns: columns [", begin, ", ", begin + length, ") of rows of ", T, " tokens");
-  // One read back: whether every row's valid tokens are one run (OneValidRun), and the longest run, which is the
-  // width the rolled rows need.
-  const at::Tensor v = valid.to(at::kBool);
-  const at::Tensor count = v.sum(1);
-  const at::Tensor starts = RunStarts(v);
-  const at::Tensor host = at::stack({starts.max(), count.max()}).to(at::kCPU);
-  TORCH_CHECK(host[0].item<int64_t>() <= 1,
-              "ForwardCausalColumns: causal attention asked for rows whose valid tokens are not one run");
-  const int64_t width = std::max<int64_t>(1, host[1].item<int64_t>());
-  // lead[b]: the row's leading padding (T for a row without valid tokens, which then stays as it is). Rolled column j
-  // holds column (j + lead) mod T, so a row [pad x a, valid x n, pad x c] becomes [valid x n, pad x c, pad x a], of
-  // which the first `width` columns run.
-  const at::Tensor lead = v.cumsum(1).eq(0).sum(1, /*keepdim=*/true);
-  const auto long_on = at::TensorOptions().dtype(at::kLong).device(input_ids.device());
-  const at::Tensor rolled = at::remainder(at::arange(width, long_on).view({1, width}) + lead, T);
+  const RolledRows r = RollRows(valid);
   const at::Tensor hidden =
-      ForwardCausal(input_ids.gather(1, rolled), PositionIdsFromMask(v.gather(1, rolled)));
-  // Back to the rows' own columns; padding columns past the run read the last rolled column (their values are not
-  // meaningful either way).
+      ForwardCausal(input_ids.gather(1, r.index), PositionIdsFromMask(valid.to(at::kBool).gather(1, r.index)));
+  // Back to the rows' own columns: valid column c of a row is rolled column c - lead. A padding column reads the
+  // row's last valid token's state (a state of the row's own, whatever rows share the pass; not meaningful).
+  const auto long_on = at::TensorOptions().dtype(at::kLong).device(input_ids.device());
   const at::Tensor back =
-      at::remainder(at::arange(begin, begin + length, long_on).view({1, length}) - lead, T).clamp_max(width - 1);
+      at::minimum(at::remainder(at::arange(begin, begin + length, long_on).view({1, length}) - r.lead, T),
+                  (r.count - 1).clamp_min(0).view({B, 1}));
   return hidden.gather(1, back.unsqueeze(-1).expand({B, length, hidden.size(2)}));
 }
 
@@ -789,14 +777,6 @@ at::Tensor BuildAttentionMask(const at::Tensor& key_valid, int64_t start, int64_
   return mask.logical_or(self.unsqueeze(0)).unsqueeze(1);
 }
 
-bool NoLeftPadding(const at::Tensor& valid) {
-  if (valid.size(1) < 2) return true;
-  // Valid tokens first: no row goes from padding to a valid token.
-  const at::Tensor rises =
-      valid.narrow(1, 1, valid.size(1) - 1).logical_and(valid.narrow(1, 0, valid.size(1) - 1).logical_not());
-  return !rises.any().item<bool>();
-}
-
 at::Tensor RunStarts(const at::Tensor& valid) {
   // A run starts at a valid token that is a row's first or follows padding.
   const at::Tensor v = valid.to(at::kBool);
@@ -805,6 +785,23 @@ at::Tensor RunStarts(const at::Tensor& valid) {
     starts = starts + v.narrow(1, 1, v.size(1) - 1).logical_and(v.narrow(1, 0, v.size(1) - 1).logical_not()).sum(1);
   }
   return starts;
+}
+
+RolledRows RollRows(const at::Tensor& valid) {
+  const int64_t T = valid.size(1);
+  TORCH_CHECK(T > 0, "RollRows: rows without columns");
+  const at::Tensor v = valid.to(at::kBool);
+  RolledRows r;
+  r.count = v.sum(1);
+  // One read back: whether every row's valid tokens are one run, and the longest run (the rolled rows' width).
+  const at::Tensor host = at::stack({RunStarts(v).max(), r.count.max()}).to(at::kCPU);
+  TORCH_CHECK(host[0].item<int64_t>() <= 1, "causal attention asked for rows whose valid tokens are not one run");
+  r.width = std::max<int64_t>(1, host[1].item<int64_t>());
+  // The leading padding: columns before the first valid token (T for a row without any, which then stays as it is).
+  // Rolled column j holds column (j + lead) mod T: [pad x a, valid x n, pad x c] becomes [valid x n, pad x c, pad x a].
+  r.lead = v.cumsum(1).eq(0).sum(1, /*keepdim=*/true);
+  r.index = at::remainder(at::arange(r.width, r.lead.options()).view({1, r.width}) + r.lead, T);
+  return r;
 }
 
 bool OneValidRun(const at::Tensor& valid) {

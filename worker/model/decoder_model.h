@@ -103,7 +103,7 @@ class DecoderModel {
   // sequence (flash attention's variable-length kernel on a GPU in bf16/fp16, one call per sequence otherwise).
   at::Tensor Forward(const at::Tensor& input_ids, const at::Tensor& position_ids, const at::Tensor& attn_mask,
                      KvCache* cache, const PackedSequences* packed = nullptr) const;
-  // Forward without a cache over rows whose valid tokens all come first (no left padding; NoLeftPadding): causal
+  // Forward without a cache over rows whose valid tokens all come first (no left padding): causal
   // attention without a mask (SDPA's is_causal, which skips the tiles above the diagonal). At valid positions each
   // query attends to the same keys as in Forward with BuildAttentionMask(valid, 0, T), so the hidden states are the
   // same but for the attention kernel's rounding (another SDPA backend may run); at padding positions they differ (they
@@ -112,10 +112,11 @@ class DecoderModel {
   // The hidden states [B, length, hidden] at columns [begin, begin + length) of rows whose valid tokens (`valid`
   // [B, T], bool) form one run each (OneValidRun: prompt left padding, response right padding): each row is rolled
   // left past its leading padding, so that its valid tokens come first, the rolled rows, cut to the longest run, run
-  // through ForwardCausal, and the states are gathered back to the rows' own columns. At valid columns these are
-  // Forward's states with BuildAttentionMask(valid, 0, T) but for the attention kernel's rounding; at padding columns,
-  // other values. Rows without leading padding, the longest of which fills T, give ForwardCausal's states bit for bit.
-  // Rows whose valid tokens are not one run are an error. Reads two numbers back from the device.
+  // through ForwardCausal (RollRows), and the states are gathered back to the rows' own columns. At valid columns
+  // these are Forward's states with BuildAttentionMask(valid, 0, T) but for the attention kernel's rounding; a padding
+  // column gets its row's last valid token's state. Rows without leading padding, the longest of which fills T, give
+  // ForwardCausal's states at their valid columns bit for bit. Rows whose valid tokens are not one run are an error.
+  // Reads two numbers back from the device.
   at::Tensor ForwardCausalColumns(const at::Tensor& input_ids, const at::Tensor& valid, int64_t begin,
                                   int64_t length) const;
 
@@ -249,15 +250,25 @@ at::Tensor RopeInverseFrequencies(const DecoderConfig& config);
 // become all -inf, which would turn into NaN). Returns bool [B, 1, T, S].
 at::Tensor BuildAttentionMask(const at::Tensor& key_valid, int64_t start, int64_t T);
 
-// Whether every row of `valid` [B, S] (bool) holds its valid tokens first and its padding, if any, after them
-// (DecoderModel::ForwardCausal's condition). Reads one flag back from the device.
-bool NoLeftPadding(const at::Tensor& valid);
 
 // Whether the valid tokens of every row of `valid` [B, S] (bool) form one run, if any (padding only before and after
 // them; DecoderModel::ForwardCausalColumns's condition). Reads one flag back from the device.
 bool OneValidRun(const at::Tensor& valid);
 // The number of runs of valid tokens in each row of `valid` [B, S] (S > 0): int64 [B], on its device.
 at::Tensor RunStarts(const at::Tensor& valid);
+
+// Rows of `valid` [B, T] (bool, T > 0) rolled left past their leading padding, as DecoderModel::ForwardCausalColumns
+// runs them: `index` [B, width] holds the column of each rolled column, (j + lead) mod T, so that a row [pad x a,
+// valid x n, pad x c] reads [valid x n, pad x c, pad x a] cut to `width`, the longest run (at least 1). `lead` [B, 1]
+// is each row's leading padding (T for a row without valid tokens, which stays as it is), `count` [B] its valid
+// tokens; all int64 on valid's device. Reads two numbers back; a row whose valid tokens are not one run is an error.
+struct RolledRows {
+  at::Tensor lead;
+  at::Tensor count;
+  at::Tensor index;
+  int64_t width = 0;
+};
+RolledRows RollRows(const at::Tensor& valid);
 
 // Position ids from a validity mask [B, S]: the count of valid tokens before each position (left padding -> 0).
 at::Tensor PositionIdsFromMask(const at::Tensor& valid);

@@ -16,14 +16,27 @@ namespace {
 // Up to this many micro-batches per rank can be agreed on (a one-hot vector summed over the ranks).
 constexpr int64_t kMaxAgreedMicroBatches = 4096;
 
-// Per-row prompt and response token counts, on the host.
-std::pair<std::vector<int64_t>, std::vector<int64_t>> RowLengths(const SequenceBatch& b) {
+// Per row, on the host: the columns its prompt spans (from its first valid prompt column to the prompt's end, the
+// columns SelectTrimmed keeps for it), the response columns up to its last valid response token, and its valid
+// tokens (the attention mask's; what rolled and packed passes run).
+struct RowSizes {
+  std::vector<int64_t> prompt, response, tokens;
+};
+
+RowSizes RowLengths(const SequenceBatch& b) {
   const int64_t R = b.responses.size(1);
   const int64_t P = b.input_ids.size(1) - R;
-  at::Tensor p = b.attention_mask.narrow(1, 0, P).sum(1).to(at::kCPU, at::kLong).contiguous();
-  at::Tensor r = b.response_mask.sum(1).to(at::kCPU, at::kLong).contiguous();
-  return {std::vector<int64_t>(p.data_ptr<int64_t>(), p.data_ptr<int64_t>() + p.numel()),
-          std::vector<int64_t>(r.data_ptr<int64_t>(), r.data_ptr<int64_t>() + r.numel())};
+  auto long_on = at::TensorOptions().dtype(at::kLong).device(b.input_ids.device());
+  // Prompt columns from the first valid one (0 without any): P minus the padding columns before it.
+  const at::Tensor prompt = P - b.attention_mask.narrow(1, 0, P).to(at::kLong).cumsum(1).eq(0).sum(1);
+  // Response columns up to the last valid one (0 without any).
+  const at::Tensor response = (b.response_mask.to(at::kLong) * at::arange(1, R + 1, long_on)).amax(1);
+  const at::Tensor host =
+      at::stack({prompt, response, b.attention_mask.to(at::kLong).sum(1)}).to(at::kCPU, at::kLong).contiguous();
+  const int64_t N = b.size();
+  const int64_t* h = host.data_ptr<int64_t>();
+  return {std::vector<int64_t>(h, h + N), std::vector<int64_t>(h + N, h + 2 * N),
+          std::vector<int64_t>(h + 2 * N, h + 3 * N)};
 }
 
 }  // namespace
@@ -80,38 +93,40 @@ absl::StatusOr<std::vector<at::Tensor>> SplitMicroBatches(const SequenceBatch& b
       groups.push_back(std::move(g));
     }
   } else {
-    const auto [prompt_len, response_len] = RowLengths(batch);
+    const RowSizes size = RowLengths(batch);
+    // The tokens a pass over `rows` rows computes, with their longest prompt and response spans, their longest row
+    // and their total.
+    auto computed = [&](int64_t rows, int64_t p, int64_t r, int64_t longest, int64_t sum) {
+      if (how.packed) return sum;
+      return rows * (how.rolled ? longest : p + r);
+    };
+    auto alone = [&](int64_t row) {
+      return computed(1, size.prompt[row], size.response[row], size.tokens[row], size.tokens[row]);
+    };
     std::vector<int64_t> order(N);
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-      return prompt_len[a] + response_len[a] > prompt_len[b] + response_len[b];
-    });
-    // The current micro-batch's longest prompt, response and row, and its token count.
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return alone(a) > alone(b); });
+    // The current micro-batch's longest prompt and response spans, its longest row and its tokens.
     int64_t max_p = 0, max_r = 0, max_len = 0, sum_len = 0;
     for (int64_t row : order) {
-      if (prompt_len[row] + response_len[row] > how.max_token_len) {
+      if (alone(row) > how.max_token_len) {
         return absl::InvalidArgumentError(absl::StrCat(
-            how.budget_key, " (", how.max_token_len, ") is shorter than a sequence of ",
-            prompt_len[row] + response_len[row], " tokens (prompt ", prompt_len[row], " + response ",
-            response_len[row], "); raise it to at least data.max_prompt_length + data.max_response_length"));
+            how.budget_key, " (", how.max_token_len, ") is shorter than a sequence of ", alone(row),
+            " tokens (prompt ", size.prompt[row], " + response ", size.response[row],
+            "); raise it to at least data.max_prompt_length + data.max_response_length"));
       }
-      const int64_t len = prompt_len[row] + response_len[row];
-      // The tokens the pass computes with this row added.
-      auto computed = [&](int64_t rows, int64_t p, int64_t r, int64_t longest, int64_t sum) {
-        if (how.packed) return sum;
-        return rows * (how.rolled ? longest : p + r);
-      };
+      const int64_t len = size.tokens[row];
       const bool fits = !groups.empty() &&
-                        computed(static_cast<int64_t>(groups.back().size()) + 1, std::max(max_p, prompt_len[row]),
-                                 std::max(max_r, response_len[row]), std::max(max_len, len),
+                        computed(static_cast<int64_t>(groups.back().size()) + 1, std::max(max_p, size.prompt[row]),
+                                 std::max(max_r, size.response[row]), std::max(max_len, len),
                                  sum_len + len) <= how.max_token_len;
       if (!fits) {
         groups.push_back({});
         max_p = max_r = max_len = sum_len = 0;
       }
       groups.back().push_back(row);
-      max_p = std::max(max_p, prompt_len[row]);
-      max_r = std::max(max_r, response_len[row]);
+      max_p = std::max(max_p, size.prompt[row]);
+      max_r = std::max(max_r, size.response[row]);
       max_len = std::max(max_len, len);
       sum_len += len;
     }
@@ -128,7 +143,7 @@ absl::StatusOr<std::vector<at::Tensor>> SplitMicroBatches(const SequenceBatch& b
       while (static_cast<int64_t>(groups.size()) < agreed) {
         auto largest = std::max_element(groups.begin(), groups.end(),
                                         [](const auto& a, const auto& b) { return a.size() < b.size(); });
-        if (largest->size() < 2) {
+        if (largest == groups.end() || largest->size() < 2) {  // no rows here, or no micro-batch left to halve
           return absl::InternalError(absl::StrCat("cannot make ", agreed, " micro-batches of ", N,
                                                   " sequences to match the other ranks"));
         }

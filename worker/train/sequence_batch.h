@@ -37,8 +37,8 @@ SequenceBatch SelectTrimmed(const SequenceBatch& b, const at::Tensor& idx);
 // one run (OneValidRun of its mask, one flag read back: prompt left padding and response right padding; each row is
 // rolled past its leading padding, DecoderModel::ForwardCausalColumns). Decided once per step's batch, not per
 // micro-batch, so that every pass over a row (the no-grad one and the update, which group rows differently) takes the
-// same attention path. VERL_CAUSAL_PASSES=0 in the environment makes every padded pass use the explicit mask (the
-// path before; for A/B runs).
+// same attention path. VERL_CAUSAL_PASSES=0 in the environment makes every padded pass use the explicit mask (for
+// A/B runs; before 148fe46 batches with left padding did, those without already attended causally).
 bool CausalPasses(const SequenceBatch& batch, bool packed);
 
 // `t` [n, r] widened with zeros to [n, R].
@@ -57,9 +57,9 @@ struct MicroBatching {
 
 // Row index tensors (on the batch's device), one per micro-batch, covering every row once. By budget: rows longest
 // first, each added to the current micro-batch while the tokens its pass computes stay within max_token_len: rows x
-// (longest prompt + longest response) padded, rows x the longest row rolled, the rows' tokens packed (as verl's
-// use_dynamic_bsz counts); with `agree`, micro-batches with the most rows are halved until every rank has the same
-// count.
+// (longest prompt + longest response, in the columns SelectTrimmed keeps) padded, rows x the longest row (valid
+// tokens) rolled, the rows' valid tokens packed (as verl's use_dynamic_bsz counts); with `agree`, micro-batches with
+// the most rows are halved until every rank has the same count.
 // A single sequence longer than the budget is an error naming budget_key.
 absl::StatusOr<std::vector<at::Tensor>> SplitMicroBatches(const SequenceBatch& batch, const MicroBatching& how);
 

@@ -41,10 +41,6 @@ TEST_CASE("BuildAttentionMask and PositionIdsFromMask", "[worker][model]") {
 }
 
 TEST_CASE("ForwardCausal equals Forward with the mask on rows without left padding", "[worker][model]") {
-  REQUIRE(NoLeftPadding(LongTensor2d({{1, 1, 1}, {1, 1, 0}, {1, 0, 0}, {0, 0, 0}}).to(at::kBool)));
-  REQUIRE_FALSE(NoLeftPadding(LongTensor2d({{1, 1, 1}, {0, 1, 1}}).to(at::kBool)));
-  REQUIRE_FALSE(NoLeftPadding(LongTensor2d({{1, 0, 1}}).to(at::kBool)));
-  REQUIRE(NoLeftPadding(LongTensor2d({{0}, {1}}).to(at::kBool)));
   TestDir dir("decoder_causal");
   testing::WriteTinyModel(dir.path(), testing::TinyDecoderConfig());
   auto model = LoadModelOrDie(dir.path());
@@ -52,7 +48,6 @@ TEST_CASE("ForwardCausal equals Forward with the mask on rows without left paddi
   // Right padding only (responses that ended early): the valid positions see the same keys either way.
   const at::Tensor ids = LongTensor2d({{3, 9, 4, 7, 1, 0}, {5, 2, 8, 6, 0, 0}, {7, 7, 3, 1, 2, 9}});
   const at::Tensor valid = LongTensor2d({{1, 1, 1, 1, 1, 0}, {1, 1, 1, 1, 0, 0}, {1, 1, 1, 1, 1, 1}}).to(at::kBool);
-  REQUIRE(NoLeftPadding(valid));
   const at::Tensor masked = model->Forward(ids, PositionIdsFromMask(valid), BuildAttentionMask(valid, 0, 6), nullptr);
   const at::Tensor causal = model->ForwardCausal(ids, PositionIdsFromMask(valid));
   REQUIRE(causal.sizes() == masked.sizes());
@@ -68,6 +63,15 @@ TEST_CASE("ForwardCausalColumns equals Forward with the mask at the valid column
   REQUIRE_FALSE(OneValidRun(LongTensor2d({{1, 1, 1}, {1, 0, 1}}).to(at::kBool)));
   REQUIRE_FALSE(OneValidRun(LongTensor2d({{0, 1, 0, 1}}).to(at::kBool)));
   REQUIRE(OneValidRun(LongTensor2d({{0}, {1}}).to(at::kBool)));
+  // How the rows are rolled: past their leading padding, cut to the longest run.
+  const RolledRows rolled =
+      RollRows(LongTensor2d({{0, 0, 1, 1, 0}, {1, 1, 0, 0, 0}, {0, 0, 0, 0, 0}, {0, 1, 1, 1, 1}}).to(at::kBool));
+  REQUIRE(rolled.width == 4);
+  REQUIRE(at::equal(rolled.lead.view({-1}), at::tensor({2, 0, 5, 1}, at::kLong)));
+  REQUIRE(at::equal(rolled.count, at::tensor({2, 2, 0, 4}, at::kLong)));
+  REQUIRE(at::equal(rolled.index, LongTensor2d({{2, 3, 4, 0}, {0, 1, 2, 3}, {0, 1, 2, 3}, {1, 2, 3, 4}})));
+  REQUIRE(RollRows(LongTensor2d({{0, 0}}).to(at::kBool)).width == 1);
+  REQUIRE_THROWS_WITH(RollRows(LongTensor2d({{1, 0, 1}}).to(at::kBool)), Catch::Contains("not one run"));
   TestDir dir("decoder_causal_columns");
   testing::WriteTinyModel(dir.path(), testing::TinyDecoderConfig());
   auto model = LoadModelOrDie(dir.path());
@@ -83,7 +87,8 @@ TEST_CASE("ForwardCausalColumns equals Forward with the mask at the valid column
                                          {0, 0, 0, 0, 0, 0, 0}})
                                .to(at::kBool);
   REQUIRE(OneValidRun(valid));
-  REQUIRE_FALSE(NoLeftPadding(valid));
+  REQUIRE(RollRows(valid).width == 7);
+  REQUIRE(RollRows(valid.index_select(0, at::tensor({0, 1, 2, 4}, at::kLong))).width == 5);
   // All rows (the longest run fills the row), and without the unpadded row (the rolled rows are cut to 5 columns).
   const at::Tensor without_full = at::tensor({0, 1, 2, 4}, at::kLong);
   for (const auto& [rows, mask] : {std::pair{ids, valid}, std::pair{ids.index_select(0, without_full),

@@ -215,6 +215,21 @@ TEST_CASE("ValueModel::Values reads the hidden state before each response token"
     const at::Tensor at_valid = mask.narrow(1, 3, 3);
     REQUIRE(MaxAbsDiff(causal.masked_select(at_valid), masked.masked_select(at_valid)) < 1e-5);
   }
+  // Gradients too: of the values at valid response positions, causal over rolled rows against the masked pass.
+  model->SetRequiresGrad(true);
+  std::vector<std::vector<at::Tensor>> grads;
+  at::AutoGradMode with_grad(true);  // the test runs under a NoGradGuard
+  for (bool causal : {false, true}) {
+    for (const auto& [name, p] : model->named_parameters()) p.mutable_grad() = at::Tensor();
+    (model->Values(ids, valid, 3, causal) * valid.narrow(1, 3, 3)).sum().backward();
+    grads.emplace_back();
+    for (const auto& [name, p] : model->named_parameters()) grads.back().push_back(p.grad().clone());
+  }
+  model->SetRequiresGrad(false);
+  for (size_t i = 0; i < grads[0].size(); ++i) {
+    INFO(model->named_parameters()[i].first);
+    REQUIRE(MaxAbsDiff(grads[0][i], grads[1][i]) < 1e-5);
+  }
   const at::Tensor holed = LongTensor2d({{1, 1, 0, 1, 1, 1}, {1, 1, 1, 1, 1, 1}}).to(at::kBool);
   REQUIRE_THROWS_WITH(model->Values(ids, holed, 3, /*causal=*/true), Catch::Contains("not one run"));
 }

@@ -405,11 +405,14 @@ TEST_CASE("no-grad log-prob passes on the GPU equal the forward with gradients, 
       batch.attention_mask[1].narrow(0, 0, 2).fill_(false);  // shorter prompts
       batch.attention_mask[3].narrow(0, 0, 4).fill_(false);
     }
-    REQUIRE(NoLeftPadding(batch.attention_mask) == !left_padding);
     REQUIRE(OneValidRun(batch.attention_mask));
     batch.response_mask = at::ones({N, R}, at::kBool);
-    batch.response_mask[2].narrow(0, 5, 2).fill_(false);  // a response that ended early
+    batch.response_mask[2].narrow(0, 5, 2).fill_(false);  // responses that ended early
     batch.attention_mask[2].narrow(0, P + 5, 2).fill_(false);
+    batch.response_mask[0][R - 1] = false;
+    batch.attention_mask[0][P + R - 1] = false;
+    // With left padding the rolled rows are cut to the longest (12 of 13 columns); without, a row fills them.
+    REQUIRE(RollRows(batch.attention_mask).width == (left_padding ? P + R - 1 : P + R));
     batch.responses = batch.input_ids.narrow(1, P, R).contiguous();
     SequenceBatch on;
     on.input_ids = batch.input_ids.cuda();

@@ -61,6 +61,10 @@ TEST_CASE("ForwardLogProbs: causal attention over rolled rows gives the masked p
   testing::WriteTinyModel(dir.path(), testing::TinyDecoderConfig());
   auto model = LoadModelOrDie(dir.path());
   model->SetRequiresGrad(true);
+  // With activation checkpointing the rolled layers run again in backward.
+  const bool checkpointing = GENERATE(false, true);
+  CAPTURE(checkpointing);
+  model->SetGradientCheckpointing(checkpointing);
   SequenceBatch b = TinyBatch();  // row 1 left-padded
   b.response_mask[0][2] = false;  // and row 0's response ended early
   b.attention_mask[0][5] = false;

@@ -152,12 +152,17 @@ TEST_CASE("Token-budget micro-batches give the update and the log-probs of one w
   // rounding.
   TestDir dir("dynamic_bsz");
   testing::WriteTinyModel(dir.path(), testing::TinyDecoderConfig());
-  const SequenceBatch b = RaggedBatch();
+  // Every row's valid tokens one run: the padded passes attend causally over rolled rows; with a hole in one row's
+  // prompt, every padded pass of the batch takes the explicit mask (CausalPasses).
+  const bool holed = GENERATE(false, true);
+  SequenceBatch b = RaggedBatch();
+  if (holed) b.attention_mask[5][1] = false;
+  REQUIRE(CausalPasses(b, /*packed=*/false) == !holed);
   const at::Tensor adv = at::linspace(-1.0, 1.5, 30, at::kFloat).view({6, 5});
   const at::Tensor mask = b.response_mask.to(at::kFloat);
   const std::string agg = GENERATE(std::string("token-mean"), std::string("seq-mean-token-mean"),
                                    std::string("seq-mean-token-sum-norm"));
-  INFO("loss_agg_mode " << agg);
+  INFO("loss_agg_mode " << agg << ", holed " << holed);
 
   struct Result {
     at::Tensor log_probs;
@@ -209,18 +214,34 @@ TEST_CASE("Token-budget micro-batches give the update and the log-probs of one w
     REQUIRE(r->metrics.at("actor/entropy") == Approx(whole.metrics.at("actor/entropy")).epsilon(1e-5));
     REQUIRE(r->metrics.at("actor/grad_norm") == Approx(whole.metrics.at("actor/grad_norm")).epsilon(1e-4));
   }
+  if (holed) {
+    // The rows without the hole, alone (rolled, causal), have the masked passes' log-probs.
+    const at::Tensor rows = at::arange(5, at::kLong);
+    const SequenceBatch one_run = SelectRows(b, rows);
+    REQUIRE(CausalPasses(one_run, false));
+    auto model = LoadModelOrDie(dir.path());
+    MicroBatching micro;
+    micro.max_token_len = 16;
+    micro.budget_key = "test";
+    const at::Tensor rolled = ComputeLogProbsNoGrad(*model, one_run, 0.7, micro).value();
+    REQUIRE(MaxAbsDiff(rolled, whole.log_probs.index_select(0, rows)) < 1e-5);
+  }
 }
 
 TEST_CASE("Token-budget and packed passes give the critic's values and update of one whole pass", "[worker][train]") {
   TestDir dir("dynamic_bsz_critic");
   testing::WriteTinyModel(dir.path(), testing::TinyDecoderConfig());
-  const SequenceBatch b = RaggedBatch();
+  // As the actor's: rows rolled and causal, or (a hole in one row's prompt) every pass with the explicit mask.
+  const bool holed = GENERATE(false, true);
+  SequenceBatch b = RaggedBatch();
+  if (holed) b.attention_mask[5][1] = false;
+  REQUIRE(CausalPasses(b, /*packed=*/false) == !holed);
   const at::Tensor returns = at::linspace(1.0, -0.5, 30, at::kFloat).view({6, 5}) * b.response_mask.to(at::kFloat);
   std::vector<at::Tensor> values, weights;
   const std::vector<std::tuple<int64_t, int64_t, bool>> runs = {
       {6, 0, false}, {0, 16, false}, {0, 23, false}, {6, 0, true}, {0, 16, true}};
   for (const auto& [rows, budget, packed] : runs) {
-    INFO("rows " << rows << ", budget " << budget << ", packed " << packed);
+    INFO("rows " << rows << ", budget " << budget << ", packed " << packed << ", holed " << holed);
     auto loaded = ValueModel::Load(dir.path(), at::kFloat, 0);
     REQUIRE(loaded.ok());
     ValueModel& model = **loaded;
