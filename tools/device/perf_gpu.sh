@@ -43,6 +43,14 @@ build_rc=$?
 build_s=$(secs)
 
 tests_rc=-1; b1_rc=-1; b2_rc=-1; b3_rc=-1; lp_rc=-1; pad_rc=-1
+# bench-0.5b for the verl-bench-update runs (LP, PAD), made once: bench_model LOG sets $model (fails if it cannot).
+model=""
+bench_model() {
+  [ -n "$model" ] && return 0
+  local dir; dir="$(mktemp -d)/bench-0.5b"
+  (cd "$ROOT/tools/bench" && python3 -c "import sys, gpu_bench_common as g; g.make_bench_model(sys.argv[1], sys.argv[2])" \
+    "$BUILD_DIR/bin" "$dir") >> "$1" 2>&1 && model="$dir"
+}
 if [ $build_rc = 0 ]; then
   if [ "$TESTS" = 1 ]; then
     timeout 240 "$BUILD_DIR/bin/gpu_decode_test" --durations yes > "$OUT/tests.log" 2>&1
@@ -86,25 +94,21 @@ if [ $build_rc = 0 ]; then
   fi
   if [ "$LP" = 1 ]; then
     # B3's old-log-prob pass alone: 1,024 x (256 + 512) tokens in passes of 24,576 tokens, bf16, with its profile.
-    lp_model="$(mktemp -d)/bench-0.5b"
-    (cd "$ROOT/tools/bench" && python3 -c "import sys, gpu_bench_common as g; g.make_bench_model(sys.argv[1], sys.argv[2])" \
-      "$BUILD_DIR/bin" "$lp_model") > "$OUT/lp.log" 2>&1 &&
-      eval timeout 300 "$BUILD_DIR/bin/verl-bench-update" --model "$lp_model" --sequences 1024 --prompt-len 256 \
+    bench_model "$OUT/lp.log" &&
+      eval timeout 300 "$BUILD_DIR/bin/verl-bench-update" --model "$model" --sequences 1024 --prompt-len 256 \
         --response-len 512 --max-token-len 24576 --repeats 2 --log-probs 1 --profile 1 "${LP_ARGS:-}" \
         > "$OUT/lp.json" 2>> "$OUT/lp.log"
     lp_rc=$?
   fi
   if [ "$PAD" = 1 ]; then
     # Prompts of 64-256 tokens and responses of 64-512, uniform per row (seeded), in the passes' token budgets.
-    pad_model="$(mktemp -d)/bench-0.5b"
     pad_rc=0
-    (cd "$ROOT/tools/bench" && python3 -c "import sys, gpu_bench_common as g; g.make_bench_model(sys.argv[1], sys.argv[2])" \
-      "$BUILD_DIR/bin" "$pad_model") > "$OUT/pad.log" 2>&1 || pad_rc=1
+    bench_model "$OUT/pad.log" || pad_rc=1
     [ $pad_rc = 0 ] && for pass in "--log-probs 1 --sequences 1024" "--log-probs 0 --sequences 512"; do
       for way in "" "VERL_CAUSAL_PASSES=0" "--remove-padding 1"; do
         env_set=""; extra=""
         case "$way" in VERL_*) env_set="$way" ;; *) extra="$way" ;; esac
-        env $env_set timeout 200 "$BUILD_DIR/bin/verl-bench-update" --model "$pad_model" $pass --prompt-len 256 \
+        env $env_set timeout 200 "$BUILD_DIR/bin/verl-bench-update" --model "$model" $pass --prompt-len 256 \
           --response-len 512 --min-prompt-len 64 --min-response-len 64 --max-token-len 24576 --micro 32 --repeats 3 \
           $extra >> "$OUT/pad.jsonl" 2>> "$OUT/pad.log" || pad_rc=1
         echo "{\"way\": \"${way:-causal}\", \"pass\": \"$pass\"}" >> "$OUT/pad.jsonl"

@@ -634,14 +634,17 @@ at::Tensor DecoderModel::ForwardCausal(const at::Tensor& input_ids, const at::Te
   return ForwardImpl(input_ids, position_ids, at::Tensor(), nullptr, nullptr, /*causal=*/true);
 }
 
-at::Tensor DecoderModel::ForwardCausalColumns(const at::Tensor& input_ids, const at::Tensor& valid, int64_t begin,
-                                              int64_t length) const {
+at::Tensor DecoderModel::ForwardColumns(const at::Tensor& input_ids, const at::Tensor& valid, int64_t begin,
+                                        int64_t length, bool causal) const {
   const int64_t B = input_ids.size(0), T = input_ids.size(1);
   TORCH_CHECK(valid.sizes() == input_ids.sizes() && T > 0 && begin >= 0 && length >= 0 && begin + length <= T,
-              "ForwardCausalColumns: columns [", begin, ", ", begin + length, ") of rows of ", T, " tokens");
+              "ForwardColumns: columns [", begin, ", ", begin + length, ") of rows of ", T, " tokens");
+  if (!causal) {
+    return Forward(input_ids, PositionIdsFromMask(valid), BuildAttentionMask(valid, 0, T), nullptr)
+        .narrow(1, begin, length);
+  }
   const RolledRows r = RollRows(valid);
-  const at::Tensor hidden =
-      ForwardCausal(input_ids.gather(1, r.index), PositionIdsFromMask(valid.to(at::kBool).gather(1, r.index)));
+  const at::Tensor hidden = ForwardCausal(input_ids.gather(1, r.index), PositionIdsFromMask(valid.gather(1, r.index)));
   // Back to the rows' own columns: valid column c of a row is rolled column c - lead. A padding column reads the
   // row's last valid token's state (a state of the row's own, whatever rows share the pass; not meaningful).
   const auto long_on = at::TensorOptions().dtype(at::kLong).device(input_ids.device());

@@ -109,16 +109,16 @@ class DecoderModel {
   // same but for the attention kernel's rounding (another SDPA backend may run); at padding positions they differ (they
   // attend to the padding before them), so callers read valid positions only.
   at::Tensor ForwardCausal(const at::Tensor& input_ids, const at::Tensor& position_ids) const;
-  // The hidden states [B, length, hidden] at columns [begin, begin + length) of rows whose valid tokens (`valid`
-  // [B, T], bool) form one run each (OneValidRun: prompt left padding, response right padding): each row is rolled
-  // left past its leading padding, so that its valid tokens come first, the rolled rows, cut to the longest run, run
-  // through ForwardCausal (RollRows), and the states are gathered back to the rows' own columns. At valid columns
-  // these are Forward's states with BuildAttentionMask(valid, 0, T) but for the attention kernel's rounding; a padding
-  // column gets its row's last valid token's state. Rows without leading padding, the longest of which fills T, give
-  // ForwardCausal's states at their valid columns bit for bit. Rows whose valid tokens are not one run are an error.
-  // Reads two numbers back from the device.
-  at::Tensor ForwardCausalColumns(const at::Tensor& input_ids, const at::Tensor& valid, int64_t begin,
-                                  int64_t length) const;
+  // The hidden states [B, length, hidden] at columns [begin, begin + length) of rows with validity `valid` [B, T]
+  // (bool), as Forward with BuildAttentionMask(valid, 0, T) computes them at valid columns. `causal`: every row's valid
+  // tokens form one run (OneValidRun: prompt left padding, response right padding; else an error), and attention runs
+  // without a mask: each row is rolled left past its leading padding, so that its valid tokens come first, the rolled
+  // rows, cut to the longest run, run through ForwardCausal (RollRows; two numbers read back), and the states are
+  // gathered back to the rows' own columns: the masked pass's states at valid columns but for the attention kernel's
+  // rounding; a padding column gets its row's last valid token's state. Rows without leading padding, the longest of
+  // which fills T, give ForwardCausal's states at their valid columns bit for bit.
+  at::Tensor ForwardColumns(const at::Tensor& input_ids, const at::Tensor& valid, int64_t begin, int64_t length,
+                            bool causal) const;
 
   // hidden [..., H] -> logits [..., vocab] in float32 (in the model's dtype with keep_dtype).
   at::Tensor Logits(const at::Tensor& hidden, bool keep_dtype = false) const;
@@ -250,14 +250,13 @@ at::Tensor RopeInverseFrequencies(const DecoderConfig& config);
 // become all -inf, which would turn into NaN). Returns bool [B, 1, T, S].
 at::Tensor BuildAttentionMask(const at::Tensor& key_valid, int64_t start, int64_t T);
 
-
 // Whether the valid tokens of every row of `valid` [B, S] (bool) form one run, if any (padding only before and after
-// them; DecoderModel::ForwardCausalColumns's condition). Reads one flag back from the device.
+// them; the condition of DecoderModel::ForwardColumns with causal). Reads one flag back from the device.
 bool OneValidRun(const at::Tensor& valid);
 // The number of runs of valid tokens in each row of `valid` [B, S] (S > 0): int64 [B], on its device.
 at::Tensor RunStarts(const at::Tensor& valid);
 
-// Rows of `valid` [B, T] (bool, T > 0) rolled left past their leading padding, as DecoderModel::ForwardCausalColumns
+// Rows of `valid` [B, T] (bool, T > 0) rolled left past their leading padding, as DecoderModel::ForwardColumns (causal)
 // runs them: `index` [B, width] holds the column of each rolled column, (j + lead) mod T, so that a row [pad x a,
 // valid x n, pad x c] reads [valid x n, pad x c, pad x a] cut to `width`, the longest run (at least 1). `lead` [B, 1]
 // is each row's leading padding (T for a row without valid tokens, which stays as it is), `count` [B] its valid

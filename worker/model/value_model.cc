@@ -68,11 +68,8 @@ at::Tensor ValueModel::Values(const at::Tensor& input_ids, const at::Tensor& att
   // As the actor's ForwardLogProbs: rows whose valid tokens form one run (checked) attend causally without a mask.
   // Values at padding positions then differ from the masked pass's; the critic masks them everywhere (ComputeValues,
   // the value loss).
-  const int64_t begin = S - response_length - 1;
-  at::Tensor h = causal ? decoder_->ForwardCausalColumns(input_ids, attention_mask, begin, response_length)
-                        : decoder_->Forward(input_ids, PositionIdsFromMask(attention_mask),
-                                            BuildAttentionMask(attention_mask, 0, S), nullptr)
-                              .narrow(1, begin, response_length);
+  const at::Tensor h =
+      decoder_->ForwardColumns(input_ids, attention_mask, S - response_length - 1, response_length, causal);
   return at::linear(h, head_weight_, head_bias_).squeeze(-1).to(at::kFloat);
 }
 

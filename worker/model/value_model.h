@@ -30,7 +30,7 @@ class ValueModel {
   // Values of the last `response_length` tokens of every row: [N, R] float32, aligned like the log-probs
   // (the hidden state before each response token). Records autograd history when grad mode is on. `causal`: every
   // row's valid tokens form one run (OneValidRun; checked), so the decoder attends causally without a mask, each row
-  // rolled past its leading padding (DecoderModel::ForwardCausalColumns): the same values at valid positions but for
+  // rolled past its leading padding (DecoderModel::ForwardColumns with causal): the same values at valid positions but for
   // the attention kernel's rounding, others at padding positions, which callers mask (as the critic does). The critic
   // decides it once per step's batch (CausalPasses).
   at::Tensor Values(const at::Tensor& input_ids, const at::Tensor& attention_mask, int64_t response_length,

@@ -22,13 +22,10 @@ LogProbResult ForwardLogProbs(const DecoderModel& model, const SequenceBatch& ba
   const int64_t S = ids.size(1);
   const int64_t R = responses.size(1);
   // Rows whose valid tokens form one run (prompt left padding, response right padding; checked) attend causally
-  // without a mask, each rolled past its leading padding and cut to the longest (ForwardCausalColumns): SDPA then
-  // skips the tiles above the diagonal, which a mask makes it compute. Only valid positions are read below.
+  // without a mask, each rolled past its leading padding and cut to the longest (ForwardColumns): SDPA then skips the
+  // tiles above the diagonal, which a mask makes it compute. Only valid positions are read below.
   // The hidden state at position t predicts token t + 1: responses start at S - R.
-  at::Tensor hidden =
-      causal ? model.ForwardCausalColumns(ids, valid, S - R - 1, R)
-             : model.Forward(ids, PositionIdsFromMask(valid), BuildAttentionMask(valid, 0, S), nullptr)
-                   .narrow(1, S - R - 1, R);
+  const at::Tensor hidden = model.ForwardColumns(ids, valid, S - R - 1, R, causal);
   // The [tokens, vocab] logits are formed a chunk of tokens at a time (worker/train/chunked_log_probs.h).
   ChunkedLogProbsResult c = ChunkedLogProbs(hidden, model.LmHeadWeight(), responses, temperature, with_entropy);
   return {c.log_probs, c.entropy};

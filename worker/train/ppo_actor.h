@@ -25,7 +25,7 @@ struct LogProbResult {
 
 // Log-probs of `responses` under softmax(logits / temperature) for rows [begin, begin + count) of `batch`. Records
 // autograd history when grad mode is on. `causal`: every row's valid tokens form one run (OneValidRun; checked), so
-// attention is causal without a mask, each row rolled past its leading padding (DecoderModel::ForwardCausalColumns:
+// attention is causal without a mask, each row rolled past its leading padding (DecoderModel::ForwardColumns with causal:
 // the same values at the responses but for the attention kernel's rounding). The passes decide it once per step's
 // batch (CausalPasses).
 LogProbResult ForwardLogProbs(const DecoderModel& model, const SequenceBatch& batch, int64_t begin, int64_t count,

@@ -57,7 +57,7 @@ TEST_CASE("ForwardCausal equals Forward with the mask on rows without left paddi
   REQUIRE(MaxAbsDiff(causal[1][5], masked[1][5]) > 1e-4);
 }
 
-TEST_CASE("ForwardCausalColumns equals Forward with the mask at the valid columns of left- and right-padded rows",
+TEST_CASE("ForwardColumns with causal equals Forward with the mask at the valid columns of left- and right-padded rows",
           "[worker][model]") {
   REQUIRE(OneValidRun(LongTensor2d({{1, 1, 1}, {0, 1, 1}, {0, 1, 0}, {1, 0, 0}, {0, 0, 0}}).to(at::kBool)));
   REQUIRE_FALSE(OneValidRun(LongTensor2d({{1, 1, 1}, {1, 0, 1}}).to(at::kBool)));
@@ -97,23 +97,25 @@ TEST_CASE("ForwardCausalColumns equals Forward with the mask at the valid column
         model->Forward(rows, PositionIdsFromMask(mask), BuildAttentionMask(mask, 0, 7), nullptr);
     for (const auto& [begin, length] : {std::pair<int64_t, int64_t>{0, 7}, {2, 4}, {6, 1}}) {
       CAPTURE(rows.size(0), begin, length);
-      const at::Tensor columns = model->ForwardCausalColumns(rows, mask, begin, length);
+      const at::Tensor columns = model->ForwardColumns(rows, mask, begin, length, /*causal=*/true);
       REQUIRE(columns.sizes() == at::IntArrayRef({rows.size(0), length, masked.size(2)}));
       const at::Tensor want = masked.narrow(1, begin, length);
       const at::Tensor at_valid = mask.narrow(1, begin, length).unsqueeze(-1).expand_as(want);
       REQUIRE(at_valid.any().item<bool>());
       REQUIRE(MaxAbsDiff(columns.masked_select(at_valid), want.masked_select(at_valid)) <= 1e-5);
       REQUIRE(at::isfinite(columns).all().item<bool>());
+      // Without causal: the masked forward's columns, every one of them.
+      REQUIRE(at::equal(model->ForwardColumns(rows, mask, begin, length, /*causal=*/false), want));
     }
   }
   // A row without leading padding is ForwardCausal's, bit for bit.
   const at::Tensor plain = model->ForwardCausal(ids.narrow(0, 3, 1), PositionIdsFromMask(valid.narrow(0, 3, 1)));
-  REQUIRE(at::equal(model->ForwardCausalColumns(ids.narrow(0, 3, 1), valid.narrow(0, 3, 1), 1, 5),
+  REQUIRE(at::equal(model->ForwardColumns(ids.narrow(0, 3, 1), valid.narrow(0, 3, 1), 1, 5, /*causal=*/true),
                     plain.narrow(1, 1, 5)));
-  REQUIRE_THROWS(model->ForwardCausalColumns(ids, valid, 3, 5));
+  REQUIRE_THROWS(model->ForwardColumns(ids, valid, 3, 5, /*causal=*/true));
   const at::Tensor holed = valid.clone();
   holed[3][2] = false;
-  REQUIRE_THROWS_WITH(model->ForwardCausalColumns(ids, holed, 0, 7), Catch::Contains("not one run"));
+  REQUIRE_THROWS_WITH(model->ForwardColumns(ids, holed, 0, 7, /*causal=*/true), Catch::Contains("not one run"));
 }
 
 TEST_CASE("DecoderModel loads the tiny model with the expected shapes", "[worker][model]") {

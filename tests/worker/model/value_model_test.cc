@@ -204,7 +204,7 @@ TEST_CASE("ValueModel::Values reads the hidden state before each response token"
   // Rows are independent: a row alone gives the same values.
   at::Tensor alone = model->Values(ids.narrow(0, 1, 1), valid.narrow(0, 1, 1), 3);
   REQUIRE(MaxAbsDiff(alone[0].narrow(0, 0, 2), values[1].narrow(0, 0, 2)) < 1e-5);
-  // Causal attention without a mask (ForwardCausalColumns) over rows with right padding only, and over the left- and
+  // Causal attention without a mask (ForwardColumns with causal) over rows with right padding only, and over the left- and
   // right-padded rows above: the same values at the valid response positions (the critic masks the others); asking
   // for it over a row whose valid tokens are not one run is an error.
   const at::Tensor right = LongTensor2d({{1, 1, 1, 1, 1, 1}, {1, 1, 1, 1, 1, 0}, {1, 1, 1, 1, 0, 0}}).to(at::kBool);

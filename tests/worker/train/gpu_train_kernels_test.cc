@@ -396,7 +396,7 @@ TEST_CASE("no-grad log-prob passes on the GPU equal the forward with gradients, 
   const int64_t N = 4, P = 6, R = 7;
   for (bool left_padding : {true, false}) {
     // Every row's valid tokens form one run, so the passes attend causally without a mask (ForwardLogProbs with causal:
-    // ForwardCausalColumns), rolling the left-padded rows.
+    // ForwardColumns with causal), rolling the left-padded rows.
     CAPTURE(left_padding);
     SequenceBatch batch;
     batch.input_ids = at::randint(0, 50, {N, P + R}, at::kLong);
