@@ -4,7 +4,7 @@
 // algorithm per shape is worth having in the decoder. Weights rotate over `--layers` copies so that, as in decoding,
 // they come from HBM rather than L2. Torch-free; one JSON object per (M, projection) on stdout.
 //
-//   verl-bench-gemm [--m 512,1024] [--iters 100] [--layers 24] [--algos 32]
+//   verl-bench-gemm [--m 512,1024] [--iters 100] [--layers 24] [--algos 32] [--only down]
 
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
   int iters = 100;
   int layers = 24;
   int max_algos = 32;
+  std::string only;  // one projection's name, or all
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--m") {
@@ -66,6 +67,8 @@ int main(int argc, char** argv) {
       layers = std::atoi(argv[i + 1]);
     } else if (flag == "--algos") {
       max_algos = std::atoi(argv[i + 1]);
+    } else if (flag == "--only") {
+      only = argv[i + 1];
     } else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
@@ -90,6 +93,7 @@ int main(int argc, char** argv) {
 
   for (const int64_t m : ms) {
     for (const Projection& p : projections) {
+      if (!only.empty() && only != p.name) continue;
       const int copies = p.per_layer ? layers : 1;
       std::vector<__nv_bfloat16*> w(copies);
       for (int c = 0; c < copies; ++c) {

@@ -15,6 +15,7 @@
 #   B1_ARGS="--skip-hf --profile --repeats 3 --flag-variants '--fold-norms 0'"   (single quotes inside: B1_ARGS is eval'd)
 #   LP=1 LP_ARGS="--remove-padding 1"   (LP_ARGS: more verl-bench-update flags for the log-prob pass)
 #   MICRO=0: B1 without the decode attention micro-benchmark; GEMM=0: without the GEMM one
+#   GEMM_ARGS="--only down --m 256,512": verl-bench-gemm's flags
 # B2_ARGS defaults to the configuration docs/bench reports (micro-batches of 32, a 24,576-token budget for ours).
 set -uo pipefail
 
@@ -74,7 +75,7 @@ if [ $build_rc = 0 ]; then
   fi
   if [ "$B1" = 1 ] && [ "$GEMM" = 1 ]; then
     # The step's GEMMs at decode batch sizes, every cuBLASLt algorithm against the heuristic's first.
-    timeout 120 "$BUILD_DIR/bin/verl-bench-gemm" > "$OUT/gemm.jsonl" 2>&1
+    timeout 120 "$BUILD_DIR/bin/verl-bench-gemm" ${GEMM_ARGS:-} > "$OUT/gemm.jsonl" 2>&1
   fi
   if [ "$B1" = 1 ]; then
     eval timeout 400 python3 "$ROOT/tools/bench/b1_rollout.py" --build-dir "$BUILD_DIR" --out "$OUT/b1.json" \
