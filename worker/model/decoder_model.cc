@@ -790,6 +790,8 @@ at::Tensor RunStarts(const at::Tensor& valid) {
   return starts;
 }
 
+at::Tensor LeadingPadding(const at::Tensor& valid) { return valid.to(at::kLong).cumsum(1).eq(0).sum(1); }
+
 RolledRows RollRows(const at::Tensor& valid) {
   const int64_t T = valid.size(1);
   TORCH_CHECK(T > 0, "RollRows: rows without columns");
@@ -802,7 +804,7 @@ RolledRows RollRows(const at::Tensor& valid) {
   r.width = std::max<int64_t>(1, host[1].item<int64_t>());
   // The leading padding: columns before the first valid token (T for a row without any, which then stays as it is).
   // Rolled column j holds column (j + lead) mod T: [pad x a, valid x n, pad x c] becomes [valid x n, pad x c, pad x a].
-  r.lead = v.cumsum(1).eq(0).sum(1, /*keepdim=*/true);
+  r.lead = LeadingPadding(v).unsqueeze(1);
   r.index = at::remainder(at::arange(r.width, r.lead.options()).view({1, r.width}) + r.lead, T);
   return r;
 }

@@ -255,6 +255,9 @@ at::Tensor BuildAttentionMask(const at::Tensor& key_valid, int64_t start, int64_
 bool OneValidRun(const at::Tensor& valid);
 // The number of runs of valid tokens in each row of `valid` [B, S] (S > 0): int64 [B], on its device.
 at::Tensor RunStarts(const at::Tensor& valid);
+// Each row's leading padding: the columns of `valid` [B, T] before its first valid one (T for a row without any).
+// int64 [B] on valid's device.
+at::Tensor LeadingPadding(const at::Tensor& valid);
 
 // Rows of `valid` [B, T] (bool, T > 0) rolled left past their leading padding, as DecoderModel::ForwardColumns (causal)
 // runs them: `index` [B, width] holds the column of each rolled column, (j + lead) mod T, so that a row [pad x a,

@@ -28,7 +28,7 @@ RowSizes RowLengths(const SequenceBatch& b) {
   const int64_t P = b.input_ids.size(1) - R;
   auto long_on = at::TensorOptions().dtype(at::kLong).device(b.input_ids.device());
   // Prompt columns from the first valid one (0 without any): P minus the padding columns before it.
-  const at::Tensor prompt = P - b.attention_mask.narrow(1, 0, P).to(at::kLong).cumsum(1).eq(0).sum(1);
+  const at::Tensor prompt = P - LeadingPadding(b.attention_mask.narrow(1, 0, P));
   // Response columns up to the last valid one (0 without any).
   const at::Tensor response = (b.response_mask.to(at::kLong) * at::arange(1, R + 1, long_on)).amax(1);
   const at::Tensor host =

@@ -63,6 +63,9 @@ TEST_CASE("ForwardColumns with causal equals Forward with the mask at the valid 
   REQUIRE_FALSE(OneValidRun(LongTensor2d({{1, 1, 1}, {1, 0, 1}}).to(at::kBool)));
   REQUIRE_FALSE(OneValidRun(LongTensor2d({{0, 1, 0, 1}}).to(at::kBool)));
   REQUIRE(OneValidRun(LongTensor2d({{0}, {1}}).to(at::kBool)));
+  // Leading padding, also of rows with holes (the budget's prompt spans) and without valid tokens.
+  REQUIRE(at::equal(LeadingPadding(LongTensor2d({{0, 1, 0, 1}, {1, 0, 0, 0}, {0, 0, 0, 0}}).to(at::kBool)),
+                    at::tensor({1, 0, 4}, at::kLong)));
   // How the rows are rolled: past their leading padding, cut to the longest run.
   const RolledRows rolled =
       RollRows(LongTensor2d({{0, 0, 1, 1, 0}, {1, 1, 0, 0, 0}, {0, 0, 0, 0, 0}, {0, 1, 1, 1, 1}}).to(at::kBool));
