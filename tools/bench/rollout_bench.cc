@@ -41,7 +41,7 @@ void Usage() {
   std::cerr << "usage: verl-bench-rollout --model DIR [--prompts 512] [--prompt-len 256] [--new-tokens 512] "
                "[--device cpu|cuda] [--dtype float32|bfloat16] [--warmup 1] [--repeats 1] [--seed 0] "
                "[--schedule continuous|static] [--max-num-seqs 1024] [--eos-every 0] [--enforce-eager 0] [--greedy 0] [--profile 0] "
-               "[--fold-norms 1]\n";
+               "[--fold-norms 1] [--fold-post-norms 1]\n";
 }
 
 }  // namespace
@@ -52,7 +52,8 @@ int main(int argc, char** argv) {
                                               {"warmup", "1"},     {"repeats", "1"},   {"seed", "0"},
                                               {"schedule", "continuous"}, {"max-num-seqs", "1024"},
                                               {"eos-every", "0"}, {"enforce-eager", "0"}, {"greedy", "0"}, {"profile", "0"},
-                                              {"fold-norms", "1"}};
+                                              {"fold-norms", "1"},
+                                              {"fold-post-norms", "1"}};
   auto parsed = verl::bench::ParseFlags(argc, argv, flags, "model");
   if (!parsed) {
     Usage();
@@ -92,6 +93,8 @@ int main(int argc, char** argv) {
     opts.max_num_seqs = max_seqs;
     opts.enforce_eager = flags["enforce-eager"] == "1";
     opts.fold_input_norms = flags["fold-norms"] != "0";  // --fold-norms 0: each layer's input RMSNorm as a kernel
+    // --fold-post-norms 0: each layer's post-attention RMSNorm (with the residual add) as a kernel
+    opts.fold_post_attention_norms = flags["fold-post-norms"] != "0";
     for (int64_t id = eos_every; eos_every > 0 && id < vocab; id += eos_every) {
       opts.eos_token_ids.push_back(static_cast<int32_t>(id));
     }
@@ -141,6 +144,7 @@ int main(int argc, char** argv) {
                              {"max_num_seqs", max_seqs},
                              {"enforce_eager", opts.enforce_eager},
                              {"fold_input_norms", opts.fold_input_norms},
+                             {"fold_post_attention_norms", opts.fold_post_attention_norms},
                              {"do_sample", opts.do_sample},
                              {"decode_graphs", graphs},
                              {"max_memory_allocated_gb", peak_gb},

@@ -353,6 +353,38 @@ at::Tensor SwiGluStacked(const at::Tensor& gate_up) {
   return y;
 }
 
+bool SwiGluStackedNormedSupported(const at::Tensor& gate_up, const at::Tensor& norm_x) {
+  return SwiGluStackedSupported(gate_up) && gate_up.dim() == 3 && gate_up.size(1) == 1 && gate_up.size(-1) > 0 &&
+         gate_up.size(-1) / 2 <= std::numeric_limits<int>::max() / 2 &&
+         gate_up.size(0) <= std::numeric_limits<int>::max() && norm_x.device() == gate_up.device() &&
+         norm_x.scalar_type() == gate_up.scalar_type() && norm_x.dim() == 3 && norm_x.size(0) == gate_up.size(0) &&
+         norm_x.size(1) == 1 && norm_x.stride(2) == 1 && norm_x.size(2) > 0 &&
+         norm_x.size(2) <= std::numeric_limits<int>::max();
+}
+
+at::Tensor SwiGluStackedNormed(const at::Tensor& gate_up, const at::Tensor& norm_x, double eps) {
+  TORCH_CHECK(SwiGluStackedNormedSupported(gate_up, norm_x), "fused SwiGluStackedNormed: unsupported input gate_up ",
+              gate_up.sizes(), " norm_x ", norm_x.sizes(), " ", gate_up.scalar_type());
+  TORCH_CHECK(!NeedsGrad({&gate_up, &norm_x}), "fused SwiGluStackedNormed: inputs that need a gradient");
+  const c10::cuda::CUDAGuard guard(gate_up.device());
+  std::vector<int64_t> size = gate_up.sizes().vec();
+  size.back() /= 2;
+  at::Tensor y = at::empty(size, gate_up.options());
+  SwiGluArgs a;
+  a.dtype = DtypeOf(gate_up);
+  a.gate = gate_up.data_ptr();
+  a.up = static_cast<const char*>(gate_up.data_ptr()) + size.back() * gate_up.element_size();
+  a.y = y.data_ptr();
+  a.n = y.numel();
+  a.cols = size.back();
+  a.norm_x = norm_x.data_ptr();
+  a.norm_stride_b = norm_x.stride(0);
+  a.norm_hidden = static_cast<int>(norm_x.size(2));
+  a.eps = static_cast<float>(eps);
+  if (a.n > 0) C10_CUDA_CHECK(LaunchSwiGlu(a, c10::cuda::getCurrentCUDAStream()));
+  return y;
+}
+
 bool SwiGluSupported(const at::Tensor& gate, const at::Tensor& up) {
   KernelDtype dtype;
   return gate.is_cuda() && up.device() == gate.device() && up.scalar_type() == gate.scalar_type() &&

@@ -373,17 +373,16 @@ __global__ void RopeAppendKernel(const RopeAppendArgs a) {
 // bias). Where kN > 1 norm_x's rows are read in 16-byte vectors too (LaunchRopeAppend).
 constexpr int kRopeNormThreads = 128;
 
-template <typename T, int kN>
-__global__ void RopeAppendNormKernel(const RopeAppendArgs a) {
-  WaitForPriorGrid();
-  AllowDependentGrid();
-  __shared__ float warp_ss[kRopeNormThreads / 32];
-  const int b = blockIdx.x;
-  const T* hx = static_cast<const T*>(a.norm_x) + b * a.norm_stride_b;
+// rsqrt(mean(x^2) + eps) of the row x[0, hidden) in float32 (fused multiply-adds in each thread's order, then the
+// warps' sums in order), for every thread of a block of kThreads; kN-element vectors where kN > 1. `warp_ss`: shared
+// memory for kThreads / 32 floats. The folded norms' row scale (RopeAppendNormKernel, SwiGluNormKernel): one function,
+// so that every kernel scales a row by the same r.
+template <typename T, int kN, int kThreads>
+__device__ __forceinline__ float RowNormScale(const T* x, int hidden, float eps, float* warp_ss) {
   float ss = 0.f;
-  for (int i = threadIdx.x * kN; i < a.norm_hidden; i += kRopeNormThreads * kN) {
+  for (int i = threadIdx.x * kN; i < hidden; i += kThreads * kN) {
     float v[kN];
-    LoadN<T>(hx + i, v);
+    LoadN<T>(x + i, v);
 #pragma unroll
     for (int j = 0; j < kN; ++j) ss = fmaf(v[j], v[j], ss);
   }
@@ -392,8 +391,18 @@ __global__ void RopeAppendNormKernel(const RopeAppendArgs a) {
   __syncthreads();
   float total = 0.f;
 #pragma unroll
-  for (int w = 0; w < kRopeNormThreads / 32; ++w) total += warp_ss[w];
-  const float r = rsqrtf(total / static_cast<float>(a.norm_hidden) + a.eps);
+  for (int w = 0; w < kThreads / 32; ++w) total += warp_ss[w];
+  return rsqrtf(total / static_cast<float>(hidden) + eps);
+}
+
+template <typename T, int kN>
+__global__ void RopeAppendNormKernel(const RopeAppendArgs a) {
+  WaitForPriorGrid();
+  AllowDependentGrid();
+  __shared__ float warp_ss[kRopeNormThreads / 32];
+  const int b = blockIdx.x;
+  const float r = RowNormScale<T, kN, kRopeNormThreads>(static_cast<const T*>(a.norm_x) + b * a.norm_stride_b,
+                                                        a.norm_hidden, a.eps, warp_ss);
   const T* bias = static_cast<const T*>(a.bias);
   auto scale_bias = [&](float(&v)[kN], int j, int e) {
     float bv[kN];
@@ -459,6 +468,74 @@ __global__ void SwiGluKernel(const SwiGluArgs a) {
     for (int j = 0; j < n.value; ++j) gv[j] = __fmul_rn(Round<T>(Silu(gv[j])), uv[j]);
     StoreN<T>(y + i, gv);
   });
+}
+
+// SwiGLU with the norm before the MLP folded into the stacked gate/up projection (SwiGluArgs::norm_x): one block per
+// row b, each thread taking every kSwiGluNormThreads-th vector of the row's outputs. A thread issues the loads of its
+// first kAhead gate and up vectors (16 bytes each, kept unconverted), then the block sums the squares of norm_x's row
+// (RowNormScale, as RopeAppendNormKernel), then per element to_dtype(to_dtype(silu(g)) * u) of g = to_dtype(r_b *
+// gate), u = to_dtype(r_b * up), silu on the special-function unit (SiluFast: the exact form took 7.6 against 6.5 us a
+// call in B1, whose SwiGLU is bound by its instructions). kN-element vectors where kN > 1 (LaunchSwiGlu), else single
+// elements, one at a time.
+constexpr int kSwiGluNormThreads = 256;
+
+// silu(g) with the special-function unit's exp2 and reciprocal (MUFU), each within 2 ulp: about a quarter of expf's
+// and IEEE division's instructions. Decoding's SwiGluNormKernel only (the trainer's kernels round as ATen).
+__device__ __forceinline__ float SiluFast(float g) { return __fdividef(g, 1.0f + exp2f(-g * kLog2e)); }
+
+template <typename T, int kN>
+__global__ void __launch_bounds__(kSwiGluNormThreads) SwiGluNormKernel(const SwiGluArgs a) {
+  WaitForPriorGrid();
+  AllowDependentGrid();
+  __shared__ float warp_ss[kSwiGluNormThreads / 32];
+  // Three 16-byte vectors per thread cover Qwen2.5-0.5B's 4864 outputs a row in one round of loads.
+  constexpr int kAhead = kN > 1 ? 3 : 1;
+  constexpr int kStep = kSwiGluNormThreads * kN;
+  using Raw = std::conditional_t<(kN > 1), uint4, T>;
+  const int b = blockIdx.x;
+  const int cols = static_cast<int>(a.cols);
+  const int64_t in_row = static_cast<int64_t>(b) * 2 * cols;
+  const T* g = static_cast<const T*>(a.gate) + in_row;
+  const T* u = static_cast<const T*>(a.up) + in_row;
+  T* y = static_cast<T*>(a.y) + static_cast<int64_t>(b) * cols;
+  Raw graw[kAhead], uraw[kAhead];
+  auto load = [&](int base) {
+#pragma unroll
+    for (int k = 0; k < kAhead; ++k) {
+      const int i = base + k * kStep;
+      if (i < cols) {
+        graw[k] = *reinterpret_cast<const Raw*>(g + i);
+        uraw[k] = *reinterpret_cast<const Raw*>(u + i);
+      }
+    }
+  };
+  int base = threadIdx.x * kN;
+  load(base);  // in flight while the row's scale is summed
+  const float r = RowNormScale<T, kN, kSwiGluNormThreads>(static_cast<const T*>(a.norm_x) + b * a.norm_stride_b,
+                                                          a.norm_hidden, a.eps, warp_ss);
+  while (base < cols) {
+#pragma unroll
+    for (int k = 0; k < kAhead; ++k) {
+      const int i = base + k * kStep;
+      if (i >= cols) break;
+      float gv[kN], uv[kN];
+      if constexpr (kN > 1) {
+        Vec<T>::Unpack(graw[k], gv);
+        Vec<T>::Unpack(uraw[k], uv);
+      } else {
+        gv[0] = ToFloat(graw[k]);
+        uv[0] = ToFloat(uraw[k]);
+      }
+#pragma unroll
+      for (int j = 0; j < kN; ++j) {
+        const float gate = Round<T>(__fmul_rn(r, gv[j]));
+        gv[j] = __fmul_rn(Round<T>(SiluFast(gate)), Round<T>(__fmul_rn(r, uv[j])));
+      }
+      StoreN<T>(y + i, gv);
+    }
+    base += kAhead * kStep;
+    load(base);
+  }
 }
 
 template <typename T, bool kVec>
@@ -620,6 +697,25 @@ cudaError_t LaunchRopeAppend(const RopeAppendArgs& a, cudaStream_t stream) {
 
 cudaError_t LaunchSwiGlu(const SwiGluArgs& a, cudaStream_t stream) {
   if (a.n == 0) return cudaSuccess;
+  if (a.norm_x != nullptr) {
+    if (a.cols <= 0 || a.n % a.cols != 0 || a.cols > INT32_MAX / 2 || a.norm_hidden <= 0 ||
+        a.n / a.cols > INT32_MAX) {
+      return cudaErrorInvalidValue;
+    }
+    const unsigned rows = static_cast<unsigned>(a.n / a.cols);
+    WithElementType(a.dtype, [&](auto t) {
+      using T = typename decltype(t)::type;
+      constexpr int kN = Vec<T>::kN;
+      const bool vec = a.cols % kN == 0 && a.norm_hidden % kN == 0 && AllAligned({a.gate, a.up, a.y, a.norm_x}) &&
+                       StridesAligned(sizeof(T), {a.norm_stride_b});
+      if (vec) {
+        LaunchDependent(SwiGluNormKernel<T, kN>, rows, kSwiGluNormThreads, stream, a);
+      } else {
+        LaunchDependent(SwiGluNormKernel<T, 1>, rows, kSwiGluNormThreads, stream, a);
+      }
+    });
+    return cudaGetLastError();
+  }
   // Rows of `cols` elements take vectors only where cols is a multiple of the vector width (checked with n below).
   const bool rows_vec = a.cols == 0 || a.cols % 8 == 0;
   return DispatchVec(a.dtype, a.n, rows_vec && AllAligned({a.gate, a.up, a.y}), [&](auto t, auto vec) {

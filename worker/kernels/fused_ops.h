@@ -52,6 +52,15 @@ bool SwiGluStackedSupported(const at::Tensor& gate_up);
 // SwiGlu(gate_up[..., :I], gate_up[..., I:]) as [..., I] without splitting the input: the same values bit for bit.
 at::Tensor SwiGluStacked(const at::Tensor& gate_up);
 
+// SwiGluStacked with the RMSNorm before the MLP folded into the stacked gate/up projection
+// (DecoderModel::FoldedGateUpWeights): gate_up [B, 1, 2I] contiguous is the projection of the un-normed residual norm_x
+// [B, 1, hidden] (its last dimension contiguous) by weights whose columns the norm's weight scaled; each value is first
+// to_dtype(rsqrt(mean(norm_x[b]^2) + eps) * x), the row scale RopeAppendNormed computes, and silu runs on the
+// special-function unit (exp2 and a reciprocal, within 2 ulp in float32). What RmsNorm, the gate/up projection and
+// SwiGluStacked compute, to rounding.
+bool SwiGluStackedNormedSupported(const at::Tensor& gate_up, const at::Tensor& norm_x);
+at::Tensor SwiGluStackedNormed(const at::Tensor& gate_up, const at::Tensor& norm_x, double eps);
+
 // gate and up of one shape, contiguous, on one CUDA device in one of the three dtypes.
 bool SwiGluSupported(const at::Tensor& gate, const at::Tensor& up);
 // silu(gate) * up as the HF MLP computes it (each op rounded to the dtype).

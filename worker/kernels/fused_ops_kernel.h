@@ -110,6 +110,15 @@ struct SwiGluArgs {
   // 0: gate, up and y are flat arrays of n elements. > 0: y is [n / cols, cols] and row r of gate and of up starts at
   // r * 2 * cols (the two halves of one stacked projection's output rows: up = gate + cols).
   int64_t cols = 0;
+  // Where set (with cols > 0), the RMSNorm before the MLP folded into the stacked gate/up projection: gate and up are
+  // projections of the un-normed residual norm_x ([n / cols, norm_hidden], row b at b * norm_stride_b) by weights
+  // whose columns the norm's weight scaled, and each value is first to_dtype(r_b * x) with r_b =
+  // rsqrt(mean(norm_x[b]^2) + eps) in float32 (as RopeAppendArgs::norm_x), and silu takes the special-function
+  // unit's exp2 and reciprocal (within 2 ulp of float32's; bf16 rounds most of that away). One block per row then.
+  const void* norm_x = nullptr;
+  int64_t norm_stride_b = 0;
+  int norm_hidden = 0;
+  float eps = 1e-6f;
 };
 cudaError_t LaunchSwiGlu(const SwiGluArgs& args, cudaStream_t stream);
 

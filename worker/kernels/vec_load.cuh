@@ -41,7 +41,10 @@ template <typename T>
 struct Vec {
   static constexpr int kN = 16 / sizeof(T);
   __device__ __forceinline__ static void Load(const T* p, float (&out)[kN]) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(p);
+    Unpack(*reinterpret_cast<const uint4*>(p), out);
+  }
+  // The elements of 16 loaded bytes (a load issued early keeps 4 registers until its values are needed).
+  __device__ __forceinline__ static void Unpack(const uint4& raw, float (&out)[kN]) {
     const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
     for (int q = 0; q < 4; ++q) {

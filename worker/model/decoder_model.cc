@@ -309,18 +309,34 @@ bool DecoderModel::ProjectionsStacked() const {
   return !layers_.empty();
 }
 
+bool DecoderModel::InputNormsFoldable() const {
+  if (!DecodeKernelAvailable() || !FoldsInputNorms(embed_.scalar_type())) return false;
+  for (const Layer& L : layers_) {
+    if (L.q_b.defined() && !L.qkv_b.defined()) return false;  // biases not stacked (ZeRO-3 gathers): decode unfolded
+  }
+  return true;
+}
+
 std::vector<at::Tensor> DecoderModel::FoldedQkvWeights() const {
   std::vector<at::Tensor> out;
-  if (!DecodeKernelAvailable() || !FoldsInputNorms(embed_.scalar_type())) return out;
+  if (!InputNormsFoldable()) return out;
   const at::NoGradGuard no_grad;  // a copy for decoding, whatever the trainer's parameters require
-  for (const Layer& L : layers_) {
-    if (L.q_b.defined() && !L.qkv_b.defined()) return {};  // biases not stacked (ZeRO-3 gathers): decode unfolded
-  }
   for (const Layer& L : layers_) {
     const at::Tensor w = L.qkv_w.defined() ? L.qkv_w : at::cat({L.q_w, L.k_w, L.v_w}, 0);
     // bf16 * bf16 multiplies in float32 and rounds once: the float32 product rounded to bf16.
     out.push_back(w * L.input_norm.unsqueeze(0));
   }
+  return out;
+}
+
+std::vector<at::Tensor> DecoderModel::FoldedGateUpWeights() const {
+  std::vector<at::Tensor> out;
+  if (!InputNormsFoldable()) return out;
+  const at::NoGradGuard no_grad;
+  for (const Layer& L : layers_) {
+    if (!L.gate_up_w.defined() || L.o_b.defined()) return {};  // no stacked view / a bias the add in the GEMM omits
+  }
+  for (const Layer& L : layers_) out.push_back(L.gate_up_w * L.post_norm.unsqueeze(0));
   return out;
 }
 
@@ -526,6 +542,21 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
                                                      /*enable_gqa=*/heads != kv_heads);
   }
   attn = attn.transpose(1, 2).reshape({h_in.size(0), T, heads * hd});
+#ifdef VERL_WITH_CUDA
+  if (folded && !cache->gate_up_folded.empty()) {
+    // The post-attention norm folded into the gate/up projection (KvCache::gate_up_folded). The residual add happens
+    // in the output projection's GEMM (beta 1 into h_in, this pass's own tensor, which nothing reads after the q/k/v
+    // projection and the RoPE kernel above), the gate/up GEMM reads that sum, SwiGLU scales each row by its norm, and
+    // the down projection adds into the residual as below: no norm kernel in the layer.
+    const int64_t hidden = h_in.size(-1);
+    at::Tensor h = h_in;
+    h.view({-1, hidden}).addmm_(attn.view({-1, heads * hd}), L.o_w.t());
+    const at::Tensor act =
+        kernels::SwiGluStackedNormed(at::linear(h, cache->gate_up_folded[i]), h, config_.rms_norm_eps);
+    h.view({-1, hidden}).addmm_(act.view({-1, act.size(-1)}), L.down_w.t());
+    return h;
+  }
+#endif
   const at::Tensor o = at::linear(attn, L.o_w, L.o_b);
   at::Tensor h;
 #ifdef VERL_WITH_CUDA

@@ -50,6 +50,10 @@ struct KvCache {
   // RoPE + append kernel scales each row by its norm and adds the bias; each layer's MLP output is added into the
   // residual by the down projection's GEMM.
   std::vector<at::Tensor> qkv_folded;
+  // With qkv_folded, each layer's post-attention RMSNorm folded into its stacked gate/up projection too
+  // (DecoderModel::FoldedGateUpWeights; empty: not folded): the attention's output projection adds into the residual in
+  // its GEMM, the gate/up projection reads that sum un-normed, and the SwiGLU kernel scales each row by its norm.
+  std::vector<at::Tensor> gate_up_folded;
 };
 
 // Sequences packed back to back in one row without padding (verl's use_remove_padding): token t belongs to sequence b
@@ -139,6 +143,10 @@ class DecoderModel {
   // per rollout. Empty unless DecodeKernelAvailable, FoldsInputNorms(the weights' dtype) and the biases, if any, are
   // stacked.
   std::vector<at::Tensor> FoldedQkvWeights() const;
+  // Per layer, the stacked gate and up projection weights [2 I, H] with each column scaled by the post-attention
+  // RMSNorm's weight, for KvCache::gate_up_folded (a per-rollout copy, as FoldedQkvWeights). Empty unless
+  // FoldedQkvWeights is not, the gate and up weights are stacked and the output projections have no bias.
+  std::vector<at::Tensor> FoldedGateUpWeights() const;
   // A cache for `batch` sequences of up to `capacity` positions, zero-filled unless !zeroed (for a caller that writes
   // every position before reading it, e.g. a prefill of `capacity` tokens).
   KvCache NewCache(int64_t batch, int64_t capacity, bool zeroed = true) const;
@@ -202,6 +210,8 @@ class DecoderModel {
   explicit DecoderModel(DecoderConfig config) : config_(std::move(config)) {}
   // A layer's tensors from their names relative to "model.layers.N." (undefined where get returns undefined).
   static Layer MakeLayer(const std::function<at::Tensor(const std::string&)>& get);
+  // Whether decoding can fold the input norms into the q/k/v projections (FoldedQkvWeights' conditions).
+  bool InputNormsFoldable() const;
   // Points embed_, final_norm_, lm_head_ and layers_ at params_ (undefined while sharded and not gathered).
   void BindFields();
   void BindFieldsKeepingCount();

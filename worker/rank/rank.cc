@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <cstdlib>
 #include <fstream>
@@ -388,9 +389,10 @@ class CpuRank final : public RankInterface {
   }
 
   // The rollout's KV cache slots: rollout.max_num_seqs, and on a GPU what fits in rollout.gpu_memory_utilization of
-  // the device beside what is allocated already (the whole actor gathered, for a sharded one) and the folded q/k/v
-  // weights the rollout will make.
-  absl::StatusOr<int32_t> RolloutSlots(const std::vector<PromptInput>& prompts, const SamplingOptions& opts) const {
+  // the device beside what is allocated already (the whole actor gathered, for a sharded one) and the folded weights
+  // the rollout will make. The folded gate/up weights (opts->fold_post_attention_norms) are made only where they cost
+  // none of the slots the rollout's sequences would use; otherwise the option is turned off here.
+  absl::StatusOr<int32_t> RolloutSlots(const std::vector<PromptInput>& prompts, SamplingOptions* opts) const {
     const int32_t max_seqs = std::max(1, config_.actor.rollout_max_num_seqs);
     const DeviceMemory mem = Memory();
     if (!mem.on_gpu || mem.total <= 0) return max_seqs;
@@ -398,19 +400,32 @@ class CpuRank final : public RankInterface {
     for (const PromptInput& p : prompts) longest = std::max(longest, p.token_ids.size());
     const at::ScalarType dtype = actor_->trainable_parameters().front().second.scalar_type();
     const int64_t slot =
-        KvSlotBytes(actor_->config(), dtype, static_cast<int64_t>(longest) + opts.max_new_tokens);
-    // The folded q/k/v weights decoding makes for this rollout count against the budget too.
-    const int64_t folded = opts.fold_input_norms ? FoldedQkvBytes(actor_->config(), dtype) : 0;
-    const double budget = config_.actor.rollout_gpu_memory_utilization * static_cast<double>(mem.total) -
-                          static_cast<double>(mem.allocated) - static_cast<double>(folded);
+        KvSlotBytes(actor_->config(), dtype, static_cast<int64_t>(longest) + opts->max_new_tokens);
+    const double free = config_.actor.rollout_gpu_memory_utilization * static_cast<double>(mem.total) -
+                        static_cast<double>(mem.allocated);
+    const int64_t wanted = std::min<int64_t>(max_seqs, static_cast<int64_t>(prompts.size()) * opts->n);
+    auto slots_beside = [&](double folded) {
+      return std::min<double>(static_cast<double>(wanted), std::floor((free - folded) / static_cast<double>(slot)));
+    };
+    // The folded q/k/v (and gate/up) weights decoding makes for this rollout count against the budget too.
+    int64_t folded = opts->fold_input_norms ? FoldedQkvBytes(actor_->config(), dtype) : 0;
+    if (opts->fold_input_norms && opts->fold_post_attention_norms) {
+      const int64_t gate_up = FoldedGateUpBytes(actor_->config(), dtype);
+      if (slots_beside(static_cast<double>(folded + gate_up)) < slots_beside(static_cast<double>(folded))) {
+        opts->fold_post_attention_norms = false;
+      } else {
+        folded += gate_up;
+      }
+    }
+    const double budget = free - static_cast<double>(folded);
     if (budget < static_cast<double>(slot)) {
       return Error("Generate", absl::ResourceExhaustedError(absl::StrCat(
                                    "actor_rollout_ref.rollout.gpu_memory_utilization ",
                                    config_.actor.rollout_gpu_memory_utilization, " of ", mem.total >> 20,
                                    " MiB leaves ", std::max<int64_t>(0, static_cast<int64_t>(budget)) >> 20,
                                    " MiB for the KV cache beside the ", mem.allocated >> 20, " MiB allocated",
-                                   folded > 0 ? absl::StrCat(" and ", folded >> 20, " MiB of folded q/k/v weights") : "",
-                                   "; one sequence of ", longest, " + ", opts.max_new_tokens,
+                                   folded > 0 ? absl::StrCat(" and ", folded >> 20, " MiB of folded weights") : "",
+                                   "; one sequence of ", longest, " + ", opts->max_new_tokens,
                                    " tokens needs ", slot >> 20, " MiB: raise it")));
     }
     return static_cast<int32_t>(std::min<double>(max_seqs, budget / static_cast<double>(slot)));
@@ -494,7 +509,7 @@ class CpuRank final : public RankInterface {
         // layer (every layer for every token: memory-lean, slow).
         std::optional<GatheredModel> gathered;
         if (!config_.actor.rollout_gather_layer_by_layer) gathered.emplace(*actor_, /*keep_changes=*/false);
-        ASSIGN_OR_RETURN(opts.max_num_seqs, RolloutSlots(prompts, opts));
+        ASSIGN_OR_RETURN(opts.max_num_seqs, RolloutSlots(prompts, &opts));
         batch.rollout = verl::Generate(*actor_, ToTokenLists(prompts), opts);
         if (greedy_baseline) {
           SamplingOptions greedy = opts;

@@ -189,6 +189,12 @@ int64_t FoldedQkvBytes(const DecoderConfig& config, at::ScalarType dtype) {
          config.hidden_size * static_cast<int64_t>(c10::elementSize(dtype));
 }
 
+int64_t FoldedGateUpBytes(const DecoderConfig& config, at::ScalarType dtype) {
+  if (!FoldsInputNorms(dtype)) return 0;
+  return config.num_hidden_layers * 2 * config.intermediate_size * config.hidden_size *
+         static_cast<int64_t>(c10::elementSize(dtype));
+}
+
 namespace {
 
 // Slots [0, B) of `slots`, for one decoding step (the caller sets slot_pos, and slot_len or attend).
@@ -200,6 +206,7 @@ KvCache SlotView(const KvCache& slots, int64_t B) {
   }
   view.capacity = slots.capacity;
   view.qkv_folded = slots.qkv_folded;
+  view.gate_up_folded = slots.gate_up_folded;
   return view;
 }
 
@@ -481,6 +488,9 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
     // The folded weights are made from the weights as they are now (they change between rollouts) and live as long
     // as this rollout's graphs, which hold their addresses.
     if (options.fold_input_norms) slots.qkv_folded = model.FoldedQkvWeights();
+    if (!slots.qkv_folded.empty() && options.fold_post_attention_norms) {
+      slots.gate_up_folded = model.FoldedGateUpWeights();
+    }
     dev_last = at::zeros({S}, dev_long);
     steps = std::make_unique<DecodeSteps>(model, slots, options, dev_last, !options.enforce_eager);
     for (int i = 0; i < 2; ++i) {

@@ -62,6 +62,12 @@ struct SamplingOptions {
   // DecoderModel::FoldedQkvWeights), so no norm kernel runs before the projection. Rounds differently from the
   // unfolded composition (the trainer's), within bf16's rounding. Ignored in float32 / float16 and without the kernel.
   bool fold_input_norms = true;
+  // With fold_input_norms, each layer's post-attention RMSNorm folded into its stacked gate/up projection as well (a
+  // per-rollout copy of those weights, DecoderModel::FoldedGateUpWeights): the attention's output projection adds
+  // into the residual in its GEMM and the SwiGLU kernel applies the norm's row scale, so no norm kernel runs in a
+  // layer. Rounds differently from the unfolded composition, within bf16's rounding. The worker turns it off where
+  // the copy would cost KV cache slots (RolloutSlots).
+  bool fold_post_attention_norms = true;
 };
 
 // All tensors on CPU. N = prompts * n; row i*n + j is sample j of prompt i. P = longest prompt, R = max_new_tokens.
@@ -101,6 +107,9 @@ int64_t KvSlotBytes(const DecoderConfig& config, at::ScalarType dtype, int64_t c
 // (SamplingOptions::fold_input_norms; DecoderModel::FoldedQkvWeights) in `dtype`: 0 where it is not made
 // (FoldsInputNorms).
 int64_t FoldedQkvBytes(const DecoderConfig& config, at::ScalarType dtype);
+// Bytes of the per-rollout copy of the gate and up projection weights that decoding with folded post-attention norms
+// makes (SamplingOptions::fold_post_attention_norms; DecoderModel::FoldedGateUpWeights): 0 where it is not made.
+int64_t FoldedGateUpBytes(const DecoderConfig& config, at::ScalarType dtype);
 
 }  // namespace verl
 

@@ -379,6 +379,23 @@ TEST_CASE_METHOD(TinyModelFixture, "FoldedQkvBytes: the q, k and v projection we
   CHECK(FoldedQkvBytes(model().config(), at::kFloat) == 0);
   // The CPU decodes unfolded.
   CHECK(model().FoldedQkvWeights().empty());
+  CHECK(model().FoldedGateUpWeights().empty());
+}
+
+TEST_CASE_METHOD(TinyModelFixture, "FoldedGateUpBytes: the gate and up projection weights in bf16, none otherwise",
+                 "[worker][rollout]") {
+  int64_t elements = 0;
+  for (const auto& [name, t] : model().named_parameters()) {
+    for (const char* proj : {"gate_proj.weight", "up_proj.weight"}) {
+      if (name.size() > std::strlen(proj) && name.compare(name.size() - std::strlen(proj), std::string::npos, proj) == 0) {
+        elements += t.numel();
+      }
+    }
+  }
+  REQUIRE(elements > 0);
+  CHECK(FoldedGateUpBytes(model().config(), at::kBFloat16) == elements * 2);
+  CHECK(FoldedGateUpBytes(model().config(), at::kHalf) == 0);
+  CHECK(FoldedGateUpBytes(model().config(), at::kFloat) == 0);
 }
 
 }  // namespace

@@ -269,7 +269,7 @@ TEST_CASE("a packed bf16 prefill (flash attention) gives the padded prefill's fi
   CHECK(agree >= 0.9);
 }
 
-TEST_CASE("decoding with the input norms folded into the q/k/v projections is as close to float32 as unfolded",
+TEST_CASE("decoding with the norms folded into the q/k/v and gate/up projections is as close to float32 as unfolded",
           "[worker][rollout][gpu]") {
   if (SkipWithoutGpu()) return;
   TestDir dir("gpu_decode_folded");
@@ -305,12 +305,21 @@ TEST_CASE("decoding with the input norms folded into the q/k/v projections is as
   o.fold_input_norms = false;
   const RolloutBatch plain = GenerateContinuous(*model, prompts, o);
   o.fold_input_norms = true;
-  const RolloutBatch folded = GenerateContinuous(*model, prompts, o);
-  CHECK(at::equal(plain.responses.select(1, 0), folded.responses.select(1, 0)));
-  CHECK(at::equal(plain.log_probs.select(1, 0), folded.log_probs.select(1, 0)));
+  o.fold_post_attention_norms = false;
+  const RolloutBatch folded = GenerateContinuous(*model, prompts, o);  // the input norms only
+  o.fold_post_attention_norms = true;
+  const RolloutBatch both = GenerateContinuous(*model, prompts, o);  // the post-attention norms too (the default)
+  REQUIRE(model->FoldedGateUpWeights().size() == static_cast<size_t>(config.num_hidden_layers));
+  CHECK(reference->FoldedGateUpWeights().empty());
+  for (const RolloutBatch* r : {&folded, &both}) {
+    CHECK(at::equal(plain.responses.select(1, 0), r->responses.select(1, 0)));
+    CHECK(at::equal(plain.log_probs.select(1, 0), r->log_probs.select(1, 0)));
+  }
   CHECK_FALSE(at::equal(plain.log_probs.select(1, 1), folded.log_probs.select(1, 1)));  // the fold did run
-  // Rows whose two tokens all three runs agree on.
-  const at::Tensor same = plain.responses.eq(want.responses).all(1) & folded.responses.eq(want.responses).all(1);
+  CHECK_FALSE(at::equal(folded.log_probs.select(1, 1), both.log_probs.select(1, 1)));   // and the second one
+  // Rows whose two tokens all four runs agree on.
+  const at::Tensor same = plain.responses.eq(want.responses).all(1) & folded.responses.eq(want.responses).all(1) &
+                          both.responses.eq(want.responses).all(1);
   const double agree = same.to(at::kDouble).mean().item<double>();
   CAPTURE(agree);
   REQUIRE(agree >= 0.8);
@@ -320,9 +329,12 @@ TEST_CASE("decoding with the input norms folded into the q/k/v projections is as
   };
   const auto [plain_max, plain_mean] = err(plain);
   const auto [folded_max, folded_mean] = err(folded);
-  CAPTURE(plain_max, plain_mean, folded_max, folded_mean);
+  const auto [both_max, both_mean] = err(both);
+  CAPTURE(plain_max, plain_mean, folded_max, folded_mean, both_max, both_mean);
   CHECK(folded_max <= 2 * plain_max + 0.05);
   CHECK(folded_mean <= 2 * plain_mean + 0.01);
+  CHECK(both_max <= 2 * plain_max + 0.05);
+  CHECK(both_mean <= 2 * plain_mean + 0.01);
 }
 
 TEST_CASE("fused sampling on the GPU draws what ATen's composition draws", "[worker][rollout][gpu]") {
@@ -479,6 +491,46 @@ TEST_CASE("decoding's fused residual add + RMSNorm and stacked SwiGLU equal the 
           kernels::SwiGlu(gate_up.narrow(-1, 0, inter).contiguous(), gate_up.narrow(-1, inter, inter).contiguous());
       CHECK(at::equal(got, want));
     }
+  }
+  // The post-attention norm folded into the stacked gate/up projection: against the unfolded composition (RMSNorm,
+  // the projection, SwiGluStacked) within rounding, and against the kernel's own formula on the same projection
+  // (to_dtype(r * x) of each value, then SwiGluStacked) all but exactly. Hidden sizes with and without 16-byte vectors,
+  // intermediate sizes with (4864) and without (37).
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    for (const auto [hidden, inter] : {std::pair<int64_t, int64_t>{896, 4864}, {90, 4864}, {896, 37}}) {
+      INFO("folded post-attention norm, " << c10::toString(dtype) << " hidden " << hidden << " intermediate "
+                                          << inter);
+      const int64_t B = 11;
+      at::Tensor h = (at::randn({B, 1, hidden}, opts) * 3).to(dtype);
+      at::Tensor g = (at::rand({hidden}, opts) + 0.5).to(dtype);
+      at::Tensor w = (at::randn({2 * inter, hidden}, opts) / std::sqrt(static_cast<double>(hidden))).to(dtype);
+      const at::Tensor want = kernels::SwiGluStacked(at::linear(kernels::RmsNorm(h, g, 1e-6), w));
+      const at::Tensor w_folded = (w.to(at::kFloat) * g.to(at::kFloat).unsqueeze(0)).to(dtype);
+      const at::Tensor gate_up = at::linear(h, w_folded);
+      REQUIRE(kernels::SwiGluStackedNormedSupported(gate_up, h));
+      const at::Tensor got = kernels::SwiGluStackedNormed(gate_up, h, 1e-6);
+      REQUIRE(got.sizes() == want.sizes());
+      // float32: sums in another order; bf16 / fp16: other roundings of values of a few units. A missing or doubled
+      // norm scale (h is about 3 times its norm) is off by far more.
+      const double tol = dtype == at::kFloat ? 1e-4 : dtype == at::kHalf ? 0.01 : 0.03;
+      const at::Tensor wf = want.to(at::kFloat);
+      CHECK(((got.to(at::kFloat) - wf).abs() / (wf.abs() + 1)).max().item<double>() < tol);
+      const at::Tensor r = (h.to(at::kFloat).pow(2).mean(-1, true) + 1e-6).rsqrt();
+      const at::Tensor formula = kernels::SwiGluStacked((gate_up.to(at::kFloat) * r).to(dtype));
+      if (dtype == at::kFloat) {
+        CHECK(at::allclose(got, formula, 1e-5, 1e-6));
+      } else {  // r may differ from ATen's in its last bit (another order of the sum), and silu by 2 ulp (the
+                // special-function unit's), moving a rounding
+        CHECK(got.eq(formula).to(at::kDouble).mean().item<double>() >= 0.99);
+      }
+    }
+  }
+  {
+    at::Tensor gate_up = at::randn({3, 1, 64}, opts), h = at::randn({3, 1, 16}, opts);
+    CHECK(kernels::SwiGluStackedNormedSupported(gate_up, h));
+    CHECK_FALSE(kernels::SwiGluStackedNormedSupported(gate_up, at::randn({2, 1, 16}, opts)));  // rows differ
+    CHECK_FALSE(kernels::SwiGluStackedNormedSupported(gate_up, at::randn({3, 1, 32}, opts).slice(2, 0, 32, 2)));
+    CHECK_FALSE(kernels::SwiGluStackedNormedSupported(gate_up.view({3, 64}), h));  // not one token per row
   }
   // Not taken: a residual of another shape, an odd stacked width, a non-contiguous input.
   at::Tensor x = at::randn({4, 64}, opts);
