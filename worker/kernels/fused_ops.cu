@@ -261,10 +261,25 @@ __global__ void RmsNormWeightGradKernel(const RmsNormBackwardArgs a, int64_t row
 // where negate_sin, the backward), y1 = x1 c1 - x2 s1 and y2 = x2 c2 + x1 s2 (rotate_half(x) = cat(-x2, x1)), stored
 // at y + d and y + d + half. Each product and the sum rounded to T as the ATen ops store them (_rn intrinsics: never
 // contracted into an FMA, which would round once).
+// RotateStoreValues takes the cos and sin values (ca at d, cb at d + half, likewise sa, sb) already loaded.
+template <typename T, int kN>
+__device__ __forceinline__ void RotateStoreValues(const float (&x1)[kN], const float (&x2)[kN], const float (&ca)[kN],
+                                                  const float (&cb)[kN], const float (&sa)[kN], const float (&sb)[kN],
+                                                  int d, int half, T* y) {
+  float o1[kN], o2[kN];
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    o1[i] = __fadd_rn(Round<T>(__fmul_rn(x1[i], ca[i])), Round<T>(__fmul_rn(-x2[i], sa[i])));
+    o2[i] = __fadd_rn(Round<T>(__fmul_rn(x2[i], cb[i])), Round<T>(__fmul_rn(x1[i], sb[i])));
+  }
+  StoreN<T>(y + d, o1);
+  StoreN<T>(y + d + half, o2);
+}
+
 template <typename T, int kN>
 __device__ __forceinline__ void RotateStore(const float (&x1)[kN], const float (&x2)[kN], const T* c, const T* s, int d,
                                             int half, bool negate_sin, T* y) {
-  float ca[kN], cb[kN], sa[kN], sb[kN], o1[kN], o2[kN];
+  float ca[kN], cb[kN], sa[kN], sb[kN];
   LoadN<T>(c + d, ca);
   LoadN<T>(c + d + half, cb);
   LoadN<T>(s + d, sa);
@@ -276,13 +291,7 @@ __device__ __forceinline__ void RotateStore(const float (&x1)[kN], const float (
       sb[i] = -sb[i];
     }
   }
-#pragma unroll
-  for (int i = 0; i < kN; ++i) {
-    o1[i] = __fadd_rn(Round<T>(__fmul_rn(x1[i], ca[i])), Round<T>(__fmul_rn(-x2[i], sa[i])));
-    o2[i] = __fadd_rn(Round<T>(__fmul_rn(x2[i], cb[i])), Round<T>(__fmul_rn(x1[i], sb[i])));
-  }
-  StoreN<T>(y + d, o1);
-  StoreN<T>(y + d + half, o2);
+  RotateStoreValues<T, kN>(x1, x2, ca, cb, sa, sb, d, half, y);
 }
 
 // kN consecutive pairs (d, d + D/2) per item (16-byte loads and stores where kN > 1; RotateStore), items
@@ -312,32 +321,35 @@ __global__ void RopeKernel(const RopeArgs a) {
   }
 }
 
-// One (row b, head j, piece d) item of a decoding step's RoPE and cache append: kN consecutive pairs (d, d + D/2) of
-// head j of q (j < Hq: rotated into q_out), of k (the next Hkv heads: rotated into the k cache's row) or of v (copied
-// into the v cache's row), with 16-byte loads and stores where kN > 1 (RotateStore).
-// prepare(values, j, e) may change the kN loaded values of head j at offset e first (RopeAppendNormKernel's scale and
-// bias).
-template <typename T, int kN, typename F>
-__device__ __forceinline__ void RopeAppendItem(const RopeAppendArgs& a, int b, int j, int d, F&& prepare) {
-  const int half = a.head_dim / 2;
-  const T* x;
-  T* y;
+// Where item (b, j) of a decoding step's RoPE and cache append reads (x: head j of the step's q, k or v) and writes
+// (y: q_out's head, or the cache's row).
+template <typename T>
+__device__ __forceinline__ void RopeAppendEnds(const RopeAppendArgs& a, int b, int j, const T** x, T** y) {
   if (j < a.q_heads) {
-    x = static_cast<const T*>(a.q) + b * a.q_stride_b + static_cast<int64_t>(j) * a.head_dim;
-    y = static_cast<T*>(a.q_out) + (static_cast<int64_t>(b) * a.q_heads + j) * a.head_dim;
+    *x = static_cast<const T*>(a.q) + b * a.q_stride_b + static_cast<int64_t>(j) * a.head_dim;
+    *y = static_cast<T*>(a.q_out) + (static_cast<int64_t>(b) * a.q_heads + j) * a.head_dim;
   } else {
     const int h = (j - a.q_heads) % a.kv_heads;
     const int64_t row = a.rows[static_cast<int64_t>(b) * a.kv_heads + h] * a.head_dim;
     const bool is_k = j < a.q_heads + a.kv_heads;
-    x = static_cast<const T*>(is_k ? a.k : a.v) + b * (is_k ? a.k_stride_b : a.v_stride_b) +
-        static_cast<int64_t>(h) * a.head_dim;
-    y = static_cast<T*>(is_k ? a.k_cache : a.v_cache) + row;
+    *x = static_cast<const T*>(is_k ? a.k : a.v) + b * (is_k ? a.k_stride_b : a.v_stride_b) +
+         static_cast<int64_t>(h) * a.head_dim;
+    *y = static_cast<T*>(is_k ? a.k_cache : a.v_cache) + row;
   }
+}
+
+// One (row b, head j, piece d) item of a decoding step's RoPE and cache append: kN consecutive pairs (d, d + D/2) of
+// head j of q (j < Hq: rotated into q_out), of k (the next Hkv heads: rotated into the k cache's row) or of v (copied
+// into the v cache's row), with 16-byte loads and stores where kN > 1 (RotateStore).
+template <typename T, int kN>
+__device__ __forceinline__ void RopeAppendItem(const RopeAppendArgs& a, int b, int j, int d) {
+  const int half = a.head_dim / 2;
+  const T* x;
+  T* y;
+  RopeAppendEnds<T>(a, b, j, &x, &y);
   float x1[kN], x2[kN];
   LoadN<T>(x + d, x1);
   LoadN<T>(x + d + half, x2);
-  prepare(x1, j, d);
-  prepare(x2, j, d + half);
   if (j >= a.q_heads + a.kv_heads) {  // v: the copy
     StoreN<T>(y + d, x1);
     StoreN<T>(y + d + half, x2);
@@ -363,14 +375,15 @@ __global__ void RopeAppendKernel(const RopeAppendArgs a) {
     const int d = static_cast<int>(idx % pieces) * kN;
     const int j = static_cast<int>((idx / pieces) % slots);
     const int b = static_cast<int>(idx / pieces / slots);
-    RopeAppendItem<T, kN>(a, b, j, d, [](float(&)[kN], int, int) {});
+    RopeAppendItem<T, kN>(a, b, j, d);
   }
 }
 
-// The layer's input RMSNorm folded into the q/k/v projection (RopeAppendArgs::norm_x): one block per row b. The block
-// sums the squares of norm_x's row (each thread one vector, then the warps' sums), so r_b is in a register before any
-// projected value is used; then each thread takes RopeAppendItems of the row, each value first to_dtype(r_b * x +
-// bias). Where kN > 1 norm_x's rows are read in 16-byte vectors too (LaunchRopeAppend).
+// The layer's input RMSNorm folded into the q/k/v projection (RopeAppendArgs::norm_x): one block per row b, each
+// thread taking items of the row as RopeAppendItem does, each value first to_dtype(r_b * x + bias). A thread issues
+// its first item's loads, then the block sums the squares of norm_x's row (RowNormScale), then the item is finished
+// (RopeNormItem): the loads no longer wait for the sum (B1's RoPE + append 53 -> 44 ms). Where kN > 1 norm_x's rows
+// are read in 16-byte vectors too (LaunchRopeAppend).
 constexpr int kRopeNormThreads = 128;
 
 // rsqrt(mean(x^2) + eps) of the row x[0, hidden) in float32 (fused multiply-adds in each thread's order, then the
@@ -395,29 +408,96 @@ __device__ __forceinline__ float RowNormScale(const T* x, int hidden, float eps,
   return rsqrtf(total / static_cast<float>(hidden) + eps);
 }
 
+// One item of RopeAppendNormKernel with its loads (x's pair halves, the bias's, cos and sin) issued before the row's
+// scale is known, kept as loaded (16 bytes each where kN > 1), and finished once it is: the values of RopeAppendItem
+// with the scale and bias as prepare, bit for bit.
+template <typename T, int kN>
+struct RopeNormItem {
+  using Raw = std::conditional_t<(kN > 1), uint4, T>;
+  Raw x1, x2, b1, b2, c1, c2, s1, s2;
+
+  __device__ __forceinline__ static void Unpack(const Raw& raw, float (&out)[kN]) {
+    if constexpr (kN > 1) {
+      Vec<T>::Unpack(raw, out);
+    } else {
+      out[0] = ToFloat(raw);
+    }
+  }
+  __device__ __forceinline__ static Raw At(const T* p) { return *reinterpret_cast<const Raw*>(p); }
+
+  __device__ __forceinline__ void Load(const RopeAppendArgs& a, int b, int j, int d) {
+    const int half = a.head_dim / 2;
+    const T* x;
+    T* y;
+    RopeAppendEnds<T>(a, b, j, &x, &y);
+    x1 = At(x + d);
+    x2 = At(x + d + half);
+    if (a.bias != nullptr) {
+      const T* bias = static_cast<const T*>(a.bias) + static_cast<int64_t>(j) * a.head_dim;
+      b1 = At(bias + d);
+      b2 = At(bias + d + half);
+    }
+    if (j < a.q_heads + a.kv_heads) {  // q and k rotate
+      const T* c = static_cast<const T*>(a.cos) + static_cast<int64_t>(b) * a.head_dim;
+      const T* s = static_cast<const T*>(a.sin) + static_cast<int64_t>(b) * a.head_dim;
+      c1 = At(c + d);
+      c2 = At(c + d + half);
+      s1 = At(s + d);
+      s2 = At(s + d + half);
+    }
+  }
+
+  __device__ __forceinline__ void Finish(const RopeAppendArgs& a, int b, int j, int d, float r) const {
+    const int half = a.head_dim / 2;
+    const T* x;
+    T* y;
+    RopeAppendEnds<T>(a, b, j, &x, &y);
+    float v1[kN], v2[kN], bv1[kN], bv2[kN];
+    Unpack(x1, v1);
+    Unpack(x2, v2);
+    if (a.bias != nullptr) {
+      Unpack(b1, bv1);
+      Unpack(b2, bv2);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kN; ++i) bv1[i] = bv2[i] = 0.f;
+    }
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      v1[i] = Round<T>(__fadd_rn(__fmul_rn(r, v1[i]), bv1[i]));
+      v2[i] = Round<T>(__fadd_rn(__fmul_rn(r, v2[i]), bv2[i]));
+    }
+    if (j >= a.q_heads + a.kv_heads) {  // v: the copy
+      StoreN<T>(y + d, v1);
+      StoreN<T>(y + d + half, v2);
+      return;
+    }
+    float ca[kN], cb[kN], sa[kN], sb[kN];
+    Unpack(c1, ca);
+    Unpack(c2, cb);
+    Unpack(s1, sa);
+    Unpack(s2, sb);
+    RotateStoreValues<T, kN>(v1, v2, ca, cb, sa, sb, d, half, y);
+  }
+};
+
 template <typename T, int kN>
 __global__ void RopeAppendNormKernel(const RopeAppendArgs a) {
   WaitForPriorGrid();
   AllowDependentGrid();
   __shared__ float warp_ss[kRopeNormThreads / 32];
   const int b = blockIdx.x;
+  const int pieces = a.head_dim / 2 / kN;
+  const int items = (a.q_heads + 2 * a.kv_heads) * pieces;
+  // The thread's first item's loads in flight while the row's scale is summed.
+  RopeNormItem<T, kN> item;
+  int idx = threadIdx.x;
+  if (idx < items) item.Load(a, b, idx / pieces, (idx % pieces) * kN);
   const float r = RowNormScale<T, kN, kRopeNormThreads>(static_cast<const T*>(a.norm_x) + b * a.norm_stride_b,
                                                         a.norm_hidden, a.eps, warp_ss);
-  const T* bias = static_cast<const T*>(a.bias);
-  auto scale_bias = [&](float(&v)[kN], int j, int e) {
-    float bv[kN];
-    if (bias != nullptr) {
-      LoadN<T>(bias + static_cast<int64_t>(j) * a.head_dim + e, bv);
-    } else {
-#pragma unroll
-      for (int i = 0; i < kN; ++i) bv[i] = 0.f;
-    }
-#pragma unroll
-    for (int i = 0; i < kN; ++i) v[i] = Round<T>(__fadd_rn(__fmul_rn(r, v[i]), bv[i]));
-  };
-  const int pieces = a.head_dim / 2 / kN;
-  for (int idx = threadIdx.x; idx < (a.q_heads + 2 * a.kv_heads) * pieces; idx += kRopeNormThreads) {
-    RopeAppendItem<T, kN>(a, b, idx / pieces, (idx % pieces) * kN, scale_bias);
+  for (; idx < items; idx += kRopeNormThreads) {
+    if (idx != static_cast<int>(threadIdx.x)) item.Load(a, b, idx / pieces, (idx % pieces) * kN);
+    item.Finish(a, b, idx / pieces, (idx % pieces) * kN, r);
   }
 }
 
