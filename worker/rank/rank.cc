@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cmath>
 #include <functional>
 #include <cstdlib>
 #include <fstream>
@@ -403,18 +402,15 @@ class CpuRank final : public RankInterface {
         KvSlotBytes(actor_->config(), dtype, static_cast<int64_t>(longest) + opts->max_new_tokens);
     const double free = config_.actor.rollout_gpu_memory_utilization * static_cast<double>(mem.total) -
                         static_cast<double>(mem.allocated);
-    const int64_t wanted = std::min<int64_t>(max_seqs, static_cast<int64_t>(prompts.size()) * opts->n);
-    auto slots_beside = [&](double folded) {
-      return std::min<double>(static_cast<double>(wanted), std::floor((free - folded) / static_cast<double>(slot)));
-    };
     // The folded q/k/v (and gate/up) weights decoding makes for this rollout count against the budget too.
     int64_t folded = opts->fold_input_norms ? FoldedQkvBytes(actor_->config(), dtype) : 0;
     if (opts->fold_input_norms && opts->fold_post_attention_norms) {
       const int64_t gate_up = FoldedGateUpBytes(actor_->config(), dtype);
-      if (slots_beside(static_cast<double>(folded + gate_up)) < slots_beside(static_cast<double>(folded))) {
-        opts->fold_post_attention_norms = false;
-      } else {
+      const int64_t wanted = std::min<int64_t>(max_seqs, static_cast<int64_t>(prompts.size()) * opts->n);
+      if (GateUpFoldCostsNoSlots(free, folded, gate_up, slot, wanted)) {
         folded += gate_up;
+      } else {
+        opts->fold_post_attention_norms = false;
       }
     }
     const double budget = free - static_cast<double>(folded);

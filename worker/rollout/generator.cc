@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <memory>
@@ -193,6 +194,15 @@ int64_t FoldedGateUpBytes(const DecoderConfig& config, at::ScalarType dtype) {
   if (!FoldsInputNorms(dtype)) return 0;
   return config.num_hidden_layers * 2 * config.intermediate_size * config.hidden_size *
          static_cast<int64_t>(c10::elementSize(dtype));
+}
+
+bool GateUpFoldCostsNoSlots(double free_bytes, int64_t folded_bytes, int64_t gate_up_bytes, int64_t slot_bytes,
+                            int64_t wanted) {
+  auto slots = [&](int64_t folded) {
+    return std::min<double>(static_cast<double>(wanted),
+                            std::floor((free_bytes - static_cast<double>(folded)) / static_cast<double>(slot_bytes)));
+  };
+  return slots(folded_bytes + gate_up_bytes) >= slots(folded_bytes);
 }
 
 namespace {

@@ -110,6 +110,11 @@ int64_t FoldedQkvBytes(const DecoderConfig& config, at::ScalarType dtype);
 // Bytes of the per-rollout copy of the gate and up projection weights that decoding with folded post-attention norms
 // makes (SamplingOptions::fold_post_attention_norms; DecoderModel::FoldedGateUpWeights): 0 where it is not made.
 int64_t FoldedGateUpBytes(const DecoderConfig& config, at::ScalarType dtype);
+// Whether making the gate/up copy (gate_up_bytes) costs none of the KV cache slots a rollout would use: `free_bytes`
+// left for the slots and the folded copies, `folded_bytes` of them already taken (the q/k/v copy), slots of
+// `slot_bytes`, `wanted` slots at most (the rollout's sequences, capped at max_num_seqs).
+bool GateUpFoldCostsNoSlots(double free_bytes, int64_t folded_bytes, int64_t gate_up_bytes, int64_t slot_bytes,
+                            int64_t wanted);
 
 }  // namespace verl
 

@@ -398,5 +398,15 @@ TEST_CASE_METHOD(TinyModelFixture, "FoldedGateUpBytes: the gate and up projectio
   CHECK(FoldedGateUpBytes(model().config(), at::kFloat) == 0);
 }
 
+TEST_CASE("GateUpFoldCostsNoSlots: the gate/up copy only where every wanted slot still fits", "[worker][rollout]") {
+  // 100 bytes a slot, 30 taken by the q/k/v copy, 200 for gate/up.
+  CHECK(GateUpFoldCostsNoSlots(1030 + 200, 30, 200, 100, 10));      // 10 slots either way
+  CHECK_FALSE(GateUpFoldCostsNoSlots(1030 + 199, 30, 200, 100, 10));  // 9 instead of 10
+  CHECK(GateUpFoldCostsNoSlots(1030, 30, 200, 100, 8));              // 8 wanted: 8 either way
+  CHECK_FALSE(GateUpFoldCostsNoSlots(1030, 30, 200, 100, 9));        // 9 wanted, 8 beside the copy
+  CHECK(GateUpFoldCostsNoSlots(1e12, 30, 200, 100, 1024));           // a roomy device: max_num_seqs caps both
+  CHECK_FALSE(GateUpFoldCostsNoSlots(150, 30, 200, 100, 1));         // the copy would leave no slot at all
+}
+
 }  // namespace
 }  // namespace verl
