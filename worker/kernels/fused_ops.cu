@@ -260,8 +260,8 @@ __global__ void RmsNormWeightGradKernel(const RmsNormBackwardArgs a, int64_t row
 // kN rotated pairs: the loaded halves (x1 at offset d, x2 at d + half) rotated by the position's cos and sin (-sin
 // where negate_sin, the backward), y1 = x1 c1 - x2 s1 and y2 = x2 c2 + x1 s2 (rotate_half(x) = cat(-x2, x1)), stored
 // at y + d and y + d + half. Each product and the sum rounded to T as the ATen ops store them (_rn intrinsics: never
-// contracted into an FMA, which would round once).
-// RotateStoreValues takes the cos and sin values (ca at d, cb at d + half, likewise sa, sb) already loaded.
+// contracted into an FMA, which would round once). RotateStoreValues: the same with the cos and sin values (ca at d,
+// cb at d + half, likewise sa, sb) already loaded.
 template <typename T, int kN>
 __device__ __forceinline__ void RotateStoreValues(const float (&x1)[kN], const float (&x2)[kN], const float (&ca)[kN],
                                                   const float (&cb)[kN], const float (&sa)[kN], const float (&sb)[kN],
@@ -409,8 +409,8 @@ __device__ __forceinline__ float RowNormScale(const T* x, int hidden, float eps,
 }
 
 // One item of RopeAppendNormKernel with its loads (x's pair halves, the bias's, cos and sin) issued before the row's
-// scale is known, kept as loaded (16 bytes each where kN > 1), and finished once it is: the values of RopeAppendItem
-// with the scale and bias as prepare, bit for bit.
+// scale is known, kept as loaded (16 bytes each where kN > 1), and finished once it is: each value first
+// to_dtype(r * x + bias), then what RopeAppendItem does with it, bit for bit (the kernel's form before 02a2876).
 template <typename T, int kN>
 struct RopeNormItem {
   using Raw = std::conditional_t<(kN > 1), uint4, T>;
