@@ -334,10 +334,11 @@ bool SwiGluStackedSupported(const at::Tensor& gate_up) {
          gate_up.is_contiguous() && gate_up.size(-1) % 2 == 0;
 }
 
-at::Tensor SwiGluStacked(const at::Tensor& gate_up) {
-  TORCH_CHECK(SwiGluStackedSupported(gate_up), "fused SwiGluStacked: unsupported input ", gate_up.sizes(), " ",
-              gate_up.scalar_type());
-  TORCH_CHECK(!NeedsGrad({&gate_up}), "fused SwiGluStacked: an input that needs a gradient");
+namespace {
+
+// SwiGLU over the two halves of gate_up's rows into a new [..., I] tensor (the checks done by the caller); with
+// norm_x defined, the folded norm's row scale first (SwiGluArgs::norm_x).
+at::Tensor LaunchStackedSwiGlu(const at::Tensor& gate_up, const at::Tensor& norm_x, double eps) {
   const c10::cuda::CUDAGuard guard(gate_up.device());
   std::vector<int64_t> size = gate_up.sizes().vec();
   size.back() /= 2;
@@ -349,8 +350,23 @@ at::Tensor SwiGluStacked(const at::Tensor& gate_up) {
   a.y = y.data_ptr();
   a.n = y.numel();
   a.cols = size.back();
+  if (norm_x.defined()) {
+    a.norm_x = norm_x.data_ptr();
+    a.norm_stride_b = norm_x.stride(0);
+    a.norm_hidden = static_cast<int>(norm_x.size(2));
+    a.eps = static_cast<float>(eps);
+  }
   if (a.n > 0) C10_CUDA_CHECK(LaunchSwiGlu(a, c10::cuda::getCurrentCUDAStream()));
   return y;
+}
+
+}  // namespace
+
+at::Tensor SwiGluStacked(const at::Tensor& gate_up) {
+  TORCH_CHECK(SwiGluStackedSupported(gate_up), "fused SwiGluStacked: unsupported input ", gate_up.sizes(), " ",
+              gate_up.scalar_type());
+  TORCH_CHECK(!NeedsGrad({&gate_up}), "fused SwiGluStacked: an input that needs a gradient");
+  return LaunchStackedSwiGlu(gate_up, at::Tensor(), 0.0);
 }
 
 bool SwiGluStackedNormedSupported(const at::Tensor& gate_up, const at::Tensor& norm_x) {
@@ -366,23 +382,7 @@ at::Tensor SwiGluStackedNormed(const at::Tensor& gate_up, const at::Tensor& norm
   TORCH_CHECK(SwiGluStackedNormedSupported(gate_up, norm_x), "fused SwiGluStackedNormed: unsupported input gate_up ",
               gate_up.sizes(), " norm_x ", norm_x.sizes(), " ", gate_up.scalar_type());
   TORCH_CHECK(!NeedsGrad({&gate_up, &norm_x}), "fused SwiGluStackedNormed: inputs that need a gradient");
-  const c10::cuda::CUDAGuard guard(gate_up.device());
-  std::vector<int64_t> size = gate_up.sizes().vec();
-  size.back() /= 2;
-  at::Tensor y = at::empty(size, gate_up.options());
-  SwiGluArgs a;
-  a.dtype = DtypeOf(gate_up);
-  a.gate = gate_up.data_ptr();
-  a.up = static_cast<const char*>(gate_up.data_ptr()) + size.back() * gate_up.element_size();
-  a.y = y.data_ptr();
-  a.n = y.numel();
-  a.cols = size.back();
-  a.norm_x = norm_x.data_ptr();
-  a.norm_stride_b = norm_x.stride(0);
-  a.norm_hidden = static_cast<int>(norm_x.size(2));
-  a.eps = static_cast<float>(eps);
-  if (a.n > 0) C10_CUDA_CHECK(LaunchSwiGlu(a, c10::cuda::getCurrentCUDAStream()));
-  return y;
+  return LaunchStackedSwiGlu(gate_up, norm_x, eps);
 }
 
 bool SwiGluSupported(const at::Tensor& gate, const at::Tensor& up) {
