@@ -388,8 +388,9 @@ constexpr int kRopeNormThreads = 128;
 
 // rsqrt(mean(x^2) + eps) of the row x[0, hidden) in float32 (fused multiply-adds in each thread's order, then the
 // warps' sums in order), for every thread of a block of kThreads; kN-element vectors where kN > 1. `warp_ss`: shared
-// memory for kThreads / 32 floats. The folded norms' row scale (RopeAppendNormKernel, SwiGluNormKernel): one function,
-// so that every kernel scales a row by the same r.
+// memory for kThreads / 32 floats. The folded norms' row scale (RopeAppendNormKernel, SwiGluNormKernel): one formula;
+// the order of the sum follows kThreads and kN, so two kernels (or one kernel's vector and scalar paths) may differ
+// in r's last bit. No row is scaled by both kernels (the two norms read different residuals).
 template <typename T, int kN, int kThreads>
 __device__ __forceinline__ float RowNormScale(const T* x, int hidden, float eps, float* warp_ss) {
   float ss = 0.f;

@@ -55,7 +55,7 @@ at::Tensor SwiGluStacked(const at::Tensor& gate_up);
 // SwiGluStacked with the RMSNorm before the MLP folded into the stacked gate/up projection
 // (DecoderModel::FoldedGateUpWeights): gate_up [B, 1, 2I] contiguous is the projection of the un-normed residual norm_x
 // [B, 1, hidden] (its last dimension contiguous) by weights whose columns the norm's weight scaled; each value is first
-// to_dtype(rsqrt(mean(norm_x[b]^2) + eps) * x), the row scale RopeAppendNormed computes, and silu runs on the
+// to_dtype(rsqrt(mean(norm_x[b]^2) + eps) * x), RopeAppendNormed's formula for the scale, and silu runs on the
 // special-function unit (exp2 and a reciprocal, within 2 ulp in float32). What RmsNorm, the gate/up projection and
 // SwiGluStacked compute, to rounding.
 bool SwiGluStackedNormedSupported(const at::Tensor& gate_up, const at::Tensor& norm_x);

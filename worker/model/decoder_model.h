@@ -215,6 +215,7 @@ class DecoderModel {
   // Points embed_, final_norm_, lm_head_ and layers_ at params_ (undefined while sharded and not gathered).
   void BindFields();
   void BindFieldsKeepingCount();
+  // With KvCache::gate_up_folded the layer adds into `h`'s own memory and returns it (the caller must not keep h).
   // `pending` (decoding steps over the slot cache only, else null): on entry, where defined, the previous layer's MLP
   // output, which the layer adds to `h` inside its input RMSNorm's kernel; on exit, this layer's MLP output where the
   // layer left its own residual add to the next norm (then the result is `h` + *pending), else undefined.

@@ -400,20 +400,20 @@ class CpuRank final : public RankInterface {
     const at::ScalarType dtype = actor_->trainable_parameters().front().second.scalar_type();
     const int64_t slot =
         KvSlotBytes(actor_->config(), dtype, static_cast<int64_t>(longest) + opts->max_new_tokens);
-    const double free = config_.actor.rollout_gpu_memory_utilization * static_cast<double>(mem.total) -
+    const double available = config_.actor.rollout_gpu_memory_utilization * static_cast<double>(mem.total) -
                         static_cast<double>(mem.allocated);
     // The folded q/k/v (and gate/up) weights decoding makes for this rollout count against the budget too.
     int64_t folded = opts->fold_input_norms ? FoldedQkvBytes(actor_->config(), dtype) : 0;
     if (opts->fold_input_norms && opts->fold_post_attention_norms) {
       const int64_t gate_up = FoldedGateUpBytes(actor_->config(), dtype);
       const int64_t wanted = std::min<int64_t>(max_seqs, static_cast<int64_t>(prompts.size()) * opts->n);
-      if (GateUpFoldCostsNoSlots(free, folded, gate_up, slot, wanted)) {
+      if (GateUpFoldCostsNoSlots(available, folded, gate_up, slot, wanted)) {
         folded += gate_up;
       } else {
         opts->fold_post_attention_norms = false;
       }
     }
-    const double budget = free - static_cast<double>(folded);
+    const double budget = available - static_cast<double>(folded);
     if (budget < static_cast<double>(slot)) {
       return Error("Generate", absl::ResourceExhaustedError(absl::StrCat(
                                    "actor_rollout_ref.rollout.gpu_memory_utilization ",
