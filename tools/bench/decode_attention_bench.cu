@@ -4,7 +4,7 @@
 //
 //   verl-bench-decode-attention [--batch 512] [--q-heads 14] [--kv-heads 2] [--head-dim 64] [--capacity 768]
 //                               [--min-len 512] [--max-len 512] [--iters 50] [--splits 0 (the kernel's choice)]
-//                               [--impl auto|simt|mma|read]
+//                               [--impl auto|simt|mma|read|read-persist] [--blocks-per-sm 8]
 // Also checks the output against a plain float32 computation from the same bf16 inputs (`max_abs_err`, and
 // `max_abs_ref` for scale).
 
@@ -75,28 +75,32 @@ __global__ void Reference(const __nv_bfloat16* q, const __nv_bfloat16* k, const 
 
 // --impl read: what a plain read of the same bytes in the same grid takes (the attention's memory floor on this
 // machine): block (b, h) reads keys and values [0, lengths[b]) of its slot and head in 16-byte loads, 8 in flight per
-// thread, and writes a sum so the loads are kept.
-__global__ void ReadOnly(const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* lengths, int Hkv, int D,
+// thread, and writes a sum so the loads are kept. --impl read-persist: the same reads by a grid of
+// --blocks-per-sm blocks per SM (default 8), each taking the items (b, h) in turn: whether a grid without waves would
+// read faster.
+__global__ void ReadOnly(const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* lengths, int B, int Hkv, int D,
                          int C, float* sink) {
-  const int b = blockIdx.x;
-  const int h = blockIdx.y;
-  const int64_t base = (static_cast<int64_t>(b) * Hkv + h) * C * D;
-  const int64_t n = static_cast<int64_t>(lengths[b]) * D / 8;  // 16-byte vectors of each of K and V
-  const uint4* k4 = reinterpret_cast<const uint4*>(k + base);
-  const uint4* v4 = reinterpret_cast<const uint4*>(v + base);
   uint32_t acc = 0;
-  for (int64_t i0 = threadIdx.x; i0 < n; i0 += 4 * blockDim.x) {
-    uint4 r[8];
+  for (int item = blockIdx.x; item < B * Hkv; item += gridDim.x) {
+    const int b = item / Hkv;
+    const int h = item % Hkv;
+    const int64_t base = (static_cast<int64_t>(b) * Hkv + h) * C * D;
+    const int64_t n = static_cast<int64_t>(lengths[b]) * D / 8;  // 16-byte vectors of each of K and V
+    const uint4* k4 = reinterpret_cast<const uint4*>(k + base);
+    const uint4* v4 = reinterpret_cast<const uint4*>(v + base);
+    for (int64_t i0 = threadIdx.x; i0 < n; i0 += 4 * blockDim.x) {
+      uint4 r[8];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int64_t i = i0 + j * blockDim.x;
-      r[2 * j] = i < n ? k4[i] : make_uint4(0, 0, 0, 0);
-      r[2 * j + 1] = i < n ? v4[i] : make_uint4(0, 0, 0, 0);
+      for (int j = 0; j < 4; ++j) {
+        const int64_t i = i0 + j * blockDim.x;
+        r[2 * j] = i < n ? k4[i] : make_uint4(0, 0, 0, 0);
+        r[2 * j + 1] = i < n ? v4[i] : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc ^= r[j].x ^ r[j].y ^ r[j].z ^ r[j].w;
     }
-#pragma unroll
-    for (int j = 0; j < 8; ++j) acc ^= r[j].x ^ r[j].y ^ r[j].z ^ r[j].w;
   }
-  if (acc == 0x12345678u) sink[b] = 1.f;  // never in practice; keeps the loads
+  if (acc == 0x12345678u) sink[blockIdx.x % B] = 1.f;  // never in practice; keeps the loads
 }
 
 int Flag(int argc, char** argv, const std::string& name, int def) {
@@ -119,6 +123,7 @@ int main(int argc, char** argv) {
   const int max_len = std::max(min_len, Flag(argc, argv, "--max-len", 512));
   const int iters = std::max(1, Flag(argc, argv, "--iters", 50));
   int splits = Flag(argc, argv, "--splits", 0);
+  const int blocks_per_sm = std::max(1, Flag(argc, argv, "--blocks-per-sm", 8));
   std::string impl = "auto";
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--impl") impl = argv[i + 1];
@@ -182,8 +187,13 @@ int main(int argc, char** argv) {
   float* sink;
   CUDA_OK(cudaMalloc(&sink, B * sizeof(float)));
   auto launch = [&]() {
-    if (impl != "read") return verl::kernels::LaunchDecodeAttention(a, nullptr);
-    ReadOnly<<<dim3(B, Hkv), 128>>>(k, v, lengths, Hkv, D, C, sink);
+    if (impl == "read") {
+      ReadOnly<<<B * Hkv, 128>>>(k, v, lengths, B, Hkv, D, C, sink);
+    } else if (impl == "read-persist") {
+      ReadOnly<<<std::min(B * Hkv, sms * blocks_per_sm), 128>>>(k, v, lengths, B, Hkv, D, C, sink);
+    } else {
+      return verl::kernels::LaunchDecodeAttention(a, nullptr);
+    }
     return cudaGetLastError();
   };
   for (int w = 0; w < 3; ++w) CUDA_OK(launch());

@@ -386,19 +386,28 @@ __global__ void RopeAppendKernel(const RopeAppendArgs a) {
 // are read in 16-byte vectors too (LaunchRopeAppend).
 constexpr int kRopeNormThreads = 128;
 
-// rsqrt(mean(x^2) + eps) of the row x[0, hidden) in float32 (fused multiply-adds in each thread's order, then the
-// warps' sums in order), for every thread of a block of kThreads; kN-element vectors where kN > 1. `warp_ss`: shared
-// memory for kThreads / 32 floats. The folded norms' row scale (RopeAppendNormKernel, SwiGluNormKernel): one formula;
-// the order of the sum follows kThreads and kN, so two kernels (or one kernel's vector and scalar paths) may differ
-// in r's last bit. No row is scaled by both kernels (the two norms read different residuals).
-template <typename T, int kN, int kThreads>
+// rsqrt(mean(x^2) + eps) of the row x[0, hidden) in float32, for every thread of a block of kThreads. The row is cut
+// into lanes of Vec<T>::kN elements by its length alone: thread t sums lanes t, t + kThreads, ... by fused
+// multiply-adds in element order, then the warps' sums are added in order. kVecLoads: each lane read as one 16-byte
+// vector (hidden a multiple of the lane, x 16-byte aligned), else element by element; the two give the same r bit
+// for bit, so a row's scale does not depend on where its tensors lie in memory. `warp_ss`: shared memory for
+// kThreads / 32 floats. The folded norms' row scale (RopeAppendNormKernel, SwiGluNormKernel): one formula; the order
+// of the sum follows kThreads, so the two kernels (128 and 256 threads) may differ in r's last bit. No row is scaled
+// by both kernels (the two norms read different residuals).
+template <typename T, int kThreads, bool kVecLoads>
 __device__ __forceinline__ float RowNormScale(const T* x, int hidden, float eps, float* warp_ss) {
+  constexpr int kLane = Vec<T>::kN;
   float ss = 0.f;
-  for (int i = threadIdx.x * kN; i < hidden; i += kThreads * kN) {
-    float v[kN];
-    LoadN<T>(x + i, v);
+  for (int i = threadIdx.x * kLane; i < hidden; i += kThreads * kLane) {
+    float v[kLane];
+    if constexpr (kVecLoads) {
+      Vec<T>::Load(x + i, v);
+    } else {
 #pragma unroll
-    for (int j = 0; j < kN; ++j) ss = fmaf(v[j], v[j], ss);
+      for (int j = 0; j < kLane; ++j) v[j] = i + j < hidden ? ToFloat(x[i + j]) : 0.f;  // 0 adds nothing: ss + 0 = ss
+    }
+#pragma unroll
+    for (int j = 0; j < kLane; ++j) ss = fmaf(v[j], v[j], ss);
   }
   ss = WarpSum(ss);
   if (threadIdx.x % 32 == 0) warp_ss[threadIdx.x / 32] = ss;
@@ -494,7 +503,7 @@ __global__ void RopeAppendNormKernel(const RopeAppendArgs a) {
   RopeNormItem<T, kN> item;
   int idx = threadIdx.x;
   if (idx < items) item.Load(a, b, idx / pieces, (idx % pieces) * kN);
-  const float r = RowNormScale<T, kN, kRopeNormThreads>(static_cast<const T*>(a.norm_x) + b * a.norm_stride_b,
+  const float r = RowNormScale<T, kRopeNormThreads, (kN > 1)>(static_cast<const T*>(a.norm_x) + b * a.norm_stride_b,
                                                         a.norm_hidden, a.eps, warp_ss);
   for (; idx < items; idx += kRopeNormThreads) {
     if (idx != static_cast<int>(threadIdx.x)) item.Load(a, b, idx / pieces, (idx % pieces) * kN);
@@ -614,7 +623,7 @@ __global__ void __launch_bounds__(kSwiGluNormThreads) SwiGluNormKernel(const Swi
   };
   int base = threadIdx.x * kN;
   load(base);  // in flight while the row's scale is summed
-  const float r = RowNormScale<T, kN, kSwiGluNormThreads>(static_cast<const T*>(a.norm_x) + b * a.norm_stride_b,
+  const float r = RowNormScale<T, kSwiGluNormThreads, (kN > 1)>(static_cast<const T*>(a.norm_x) + b * a.norm_stride_b,
                                                           a.norm_hidden, a.eps, warp_ss);
   while (base < cols) {
 #pragma unroll

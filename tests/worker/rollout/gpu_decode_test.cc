@@ -644,5 +644,85 @@ TEST_CASE("one decoding step's fused RoPE and cache append equal two Rope calls 
 #endif
 }
 
+// A copy of t in a buffer one element past 16-byte alignment: the same values, read element by element by the fused
+// kernels (their 16-byte vectors need aligned rows).
+#ifdef VERL_WITH_CUDA
+at::Tensor Misaligned(const at::Tensor& t) {
+  at::Tensor buf = at::empty({t.numel() + 1}, t.options());
+  at::Tensor out = buf.narrow(0, 1, t.numel()).view(t.sizes());
+  out.copy_(t);
+  return out;
+}
+#endif
+
+TEST_CASE("the folded norms' kernels give the same values with and without 16-byte vectors", "[worker][rollout][gpu]") {
+  if (SkipWithoutGpu()) return;
+#ifdef VERL_WITH_CUDA
+  c10::InferenceMode guard;
+  auto opts = at::TensorOptions().device(at::kCUDA);
+  // SwiGluStackedNormed: aligned inputs take 16-byte vectors (bf16: the arithmetic in pairs, SwiGluNormedPairs), a
+  // misaligned gate_up or h the per-element form; the row's scale is summed in one order either way (RowNormScale).
+  // Qwen2.5-0.5B's shape (4864 outputs a row: one round of three vectors per thread) and 7B's (18944: several).
+  for (at::ScalarType dtype : {at::kBFloat16, at::kHalf, at::kFloat}) {
+    for (const auto [hidden, inter] : {std::pair<int64_t, int64_t>{896, 4864}, {3584, 18944}}) {
+      INFO("SwiGluStackedNormed, " << c10::toString(dtype) << " hidden " << hidden << " intermediate " << inter);
+      const int64_t B = 5;
+      const at::Tensor h = (at::randn({B, 1, hidden}, opts) * 3).to(dtype);
+      const at::Tensor gate_up = (at::randn({B, 1, 2 * inter}, opts) * 40).to(dtype);  // some silu(g) near 0 and g
+      REQUIRE(kernels::SwiGluStackedNormedSupported(gate_up, h));
+      const at::Tensor vec = kernels::SwiGluStackedNormed(gate_up, h, 1e-6);
+      CHECK(at::equal(vec, kernels::SwiGluStackedNormed(Misaligned(gate_up), h, 1e-6)));
+      CHECK(at::equal(vec, kernels::SwiGluStackedNormed(gate_up, Misaligned(h), 1e-6)));
+      // Not trivially equal: another row's scale changes the values.
+      CHECK_FALSE(at::equal(vec, kernels::SwiGluStackedNormed(gate_up, h * 2, 1e-6)));
+    }
+  }
+  // RopeAppendNormed: rows of q, k and v aligned (16-byte items, RopeNormItem<T, 8>) and one element past (single
+  // elements) give the same q and cache rows. Then with the scale exactly 0.5 (h of +-2, eps 0: mean 4, rsqrtf(4) =
+  // 0.5): equal to RopeAppend of to_dtype(0.5 * x + bias) computed by ATen, the form the fused items replaced.
+  for (at::ScalarType dtype : {at::kBFloat16, at::kHalf, at::kFloat}) {
+    for (const bool exact_scale : {false, true}) {
+      INFO("RopeAppendNormed, " << c10::toString(dtype) << (exact_scale ? ", scale 0.5" : ""));
+      const int64_t B = 6, Hq = 14, Hkv = 2, D = 64, H = 896, S = 9, C = 40;
+      const int64_t width = (Hq + 2 * Hkv) * D;
+      const double eps = exact_scale ? 0.0 : 1e-6;
+      at::Tensor h = exact_scale ? (at::randint(0, 2, {B, 1, H}, opts) * 4 - 2).to(dtype)
+                                 : (at::randn({B, 1, H}, opts) * 3).to(dtype);
+      at::Tensor qkv = at::randn({B, 1, width}, opts).to(dtype);
+      at::Tensor bias = (at::randn({width}, opts) * 0.5).to(dtype);
+      at::Tensor pos = at::randint(0, C, {B}, opts.dtype(at::kLong));
+      at::Tensor freqs = pos.to(at::kFloat).view({B, 1}) * at::rand({D / 2}, opts);
+      at::Tensor emb = at::cat({freqs, freqs}, -1).view({B, 1, 1, D});
+      at::Tensor cos = emb.cos().to(dtype), sin = emb.sin().to(dtype);
+      at::Tensor rows = (at::arange(B * Hkv, opts.dtype(at::kLong)).view({B, Hkv}) * C + pos.view({B, 1})).view({-1});
+      auto split = [&](const at::Tensor& t) {
+        auto heads = [&](int64_t from, int64_t n) {
+          return t.narrow(-1, from * D, n * D).view({B, 1, n, D}).transpose(1, 2);
+        };
+        return std::array<at::Tensor, 3>{heads(0, Hq), heads(Hq, Hkv), heads(Hq + Hkv, Hkv)};
+      };
+      const at::Tensor k0 = at::randn({S, Hkv, C, D}, opts).to(dtype), v0 = at::randn({S, Hkv, C, D}, opts).to(dtype);
+      auto run = [&](const at::Tensor& x) {
+        at::Tensor kc = k0.clone(), vc = v0.clone();
+        auto [q, k, v] = split(x);
+        REQUIRE(kernels::RopeAppendNormedSupported(q, k, v, cos, kc, vc, rows, h, bias));
+        at::Tensor q_out = kernels::RopeAppendNormed(q, k, v, cos, sin, kc, vc, rows, h, eps, bias);
+        return std::array<at::Tensor, 3>{q_out, kc, vc};
+      };
+      const auto vec = run(qkv), elem = run(Misaligned(qkv));
+      for (int i = 0; i < 3; ++i) CHECK(at::equal(vec[i], elem[i]));
+      if (exact_scale) {
+        at::Tensor kc = k0.clone(), vc = v0.clone();
+        auto [q, k, v] = split((qkv.to(at::kFloat) * 0.5 + bias.to(at::kFloat)).to(dtype));
+        const at::Tensor q_want = kernels::RopeAppend(q, k, v, cos, sin, kc, vc, rows);
+        CHECK(at::equal(vec[0], q_want));
+        CHECK(at::equal(vec[1], kc));
+        CHECK(at::equal(vec[2], vc));
+      }
+    }
+  }
+#endif
+}
+
 }  // namespace
 }  // namespace verl
