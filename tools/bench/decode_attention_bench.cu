@@ -78,29 +78,43 @@ __global__ void Reference(const __nv_bfloat16* q, const __nv_bfloat16* k, const 
 // thread, and writes a sum so the loads are kept. --impl read-persist: the same reads by a grid of
 // --blocks-per-sm blocks per SM (default 8), each taking the items (b, h) in turn: whether a grid without waves would
 // read faster.
-__global__ void ReadOnly(const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* lengths, int B, int Hkv, int D,
+// Keys and values [0, lengths[b]) of slot b's head h in 16-byte loads, 8 in flight per thread of the block.
+__device__ __forceinline__ uint32_t ReadItem(const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* lengths,
+                                             int b, int h, int Hkv, int D, int C) {
+  const int64_t base = (static_cast<int64_t>(b) * Hkv + h) * C * D;
+  const int64_t n = static_cast<int64_t>(lengths[b]) * D / 8;  // 16-byte vectors of each of K and V
+  const uint4* k4 = reinterpret_cast<const uint4*>(k + base);
+  const uint4* v4 = reinterpret_cast<const uint4*>(v + base);
+  uint32_t acc = 0;
+  for (int64_t i0 = threadIdx.x; i0 < n; i0 += 4 * blockDim.x) {
+    uint4 r[8];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t i = i0 + j * blockDim.x;
+      r[2 * j] = i < n ? k4[i] : make_uint4(0, 0, 0, 0);
+      r[2 * j + 1] = i < n ? v4[i] : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc ^= r[j].x ^ r[j].y ^ r[j].z ^ r[j].w;
+  }
+  return acc;
+}
+
+// Block (b, h) of a (B, Hkv) grid reads its item.
+__global__ void ReadOnly(const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* lengths, int Hkv, int D,
                          int C, float* sink) {
+  const uint32_t acc = ReadItem(k, v, lengths, blockIdx.x, blockIdx.y, Hkv, D, C);
+  if (acc == 0x12345678u) sink[blockIdx.x] = 1.f;  // never in practice; keeps the loads
+}
+
+// A grid of any size: block i reads items i, i + gridDim.x, ... in the (B, Hkv) grid's order (b fastest).
+__global__ void ReadPersist(const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* lengths, int B, int Hkv,
+                            int D, int C, float* sink) {
   uint32_t acc = 0;
   for (int item = blockIdx.x; item < B * Hkv; item += gridDim.x) {
-    const int b = item / Hkv;
-    const int h = item % Hkv;
-    const int64_t base = (static_cast<int64_t>(b) * Hkv + h) * C * D;
-    const int64_t n = static_cast<int64_t>(lengths[b]) * D / 8;  // 16-byte vectors of each of K and V
-    const uint4* k4 = reinterpret_cast<const uint4*>(k + base);
-    const uint4* v4 = reinterpret_cast<const uint4*>(v + base);
-    for (int64_t i0 = threadIdx.x; i0 < n; i0 += 4 * blockDim.x) {
-      uint4 r[8];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int64_t i = i0 + j * blockDim.x;
-        r[2 * j] = i < n ? k4[i] : make_uint4(0, 0, 0, 0);
-        r[2 * j + 1] = i < n ? v4[i] : make_uint4(0, 0, 0, 0);
-      }
-#pragma unroll
-      for (int j = 0; j < 8; ++j) acc ^= r[j].x ^ r[j].y ^ r[j].z ^ r[j].w;
-    }
+    acc ^= ReadItem(k, v, lengths, item % B, item / B, Hkv, D, C);
   }
-  if (acc == 0x12345678u) sink[blockIdx.x % B] = 1.f;  // never in practice; keeps the loads
+  if (acc == 0x12345678u) sink[blockIdx.x % B] = 1.f;
 }
 
 int Flag(int argc, char** argv, const std::string& name, int def) {
@@ -188,9 +202,9 @@ int main(int argc, char** argv) {
   CUDA_OK(cudaMalloc(&sink, B * sizeof(float)));
   auto launch = [&]() {
     if (impl == "read") {
-      ReadOnly<<<B * Hkv, 128>>>(k, v, lengths, B, Hkv, D, C, sink);
+      ReadOnly<<<dim3(B, Hkv), 128>>>(k, v, lengths, Hkv, D, C, sink);
     } else if (impl == "read-persist") {
-      ReadOnly<<<std::min(B * Hkv, sms * blocks_per_sm), 128>>>(k, v, lengths, B, Hkv, D, C, sink);
+      ReadPersist<<<std::min(B * Hkv, sms * blocks_per_sm), 128>>>(k, v, lengths, B, Hkv, D, C, sink);
     } else {
       return verl::kernels::LaunchDecodeAttention(a, nullptr);
     }

@@ -510,9 +510,10 @@ TEST_CASE("decoding's fused residual add + RMSNorm and stacked SwiGLU equal the 
       REQUIRE(kernels::SwiGluStackedNormedSupported(gate_up, h));
       const at::Tensor got = kernels::SwiGluStackedNormed(gate_up, h, 1e-6);
       REQUIRE(got.sizes() == want.sizes());
-      // float32: sums in another order; bf16 / fp16: other roundings of values of a few units. A missing or doubled
-      // norm scale (h is about 3 times its norm) is off by far more.
-      const double tol = dtype == at::kFloat ? 1e-4 : dtype == at::kHalf ? 0.01 : 0.03;
+      // float32: sums in another order; bf16 / fp16: other roundings of values of a few units (the folded weights
+      // rounded to bf16, the worst of 53k outputs: 0.031 seen at hidden 90). A missing or doubled norm scale (h is
+      // about 3 times its norm) is off by far more.
+      const double tol = dtype == at::kFloat ? 1e-4 : dtype == at::kHalf ? 0.01 : 0.05;
       const at::Tensor wf = want.to(at::kFloat);
       CHECK(((got.to(at::kFloat) - wf).abs() / (wf.abs() + 1)).max().item<double>() < tol);
       const at::Tensor r = (h.to(at::kFloat).pow(2).mean(-1, true) + 1e-6).rsqrt();
