@@ -410,6 +410,47 @@ TEST_CASE("fused sampling on the GPU draws what ATen's composition draws", "[wor
   }
 }
 
+TEST_CASE("fused sampling at the very end of the CDF draws from its top, row after row", "[worker][rollout][gpu]") {
+  if (SkipWithoutGpu()) return;
+  c10::InferenceMode guard;
+  // Every row's u within 2^-52 of 1: the draw is the first token past u * total, which the float sums of the segments
+  // and pieces may place a little before the last token, never far (the last 10 % of the row here: no token has a
+  // mass near 10 % of the total). Many rows, odd and aligned rows, three dtypes.
+  struct Case {
+    int64_t rows, vocab;
+    at::ScalarType dtype;
+    double temperature;
+  };
+  for (const Case& c : {Case{2048, 1001, at::kHalf, 1.3}, Case{2048, 5000, at::kFloat, 1.0},
+                        Case{512, 151936, at::kBFloat16, 0.7}, Case{2048, 1001, at::kBFloat16, 1.0}}) {
+    INFO("rows " << c.rows << " vocab " << c.vocab << " " << c10::toString(c.dtype) << " temperature "
+                 << c.temperature);
+    const at::Tensor logits = (at::randn({c.rows, c.vocab}) * 3).to(c.dtype);
+    for (const double u : {1.0 - 1e-16, 1.0 - 1e-12, 1.0 - 1e-7}) {
+      INFO("u = 1 - " << 1.0 - u);
+      SamplingOptions o;
+      o.do_sample = true;
+      o.temperature = c.temperature;
+      at::Tensor lp;
+      const at::Tensor tok =
+          SampleNextTokens(logits.to(at::kCUDA), o, at::full({c.rows}, u, at::kDouble).to(at::kCUDA), &lp).cpu();
+      const at::Tensor low = tok.lt(static_cast<int64_t>(0.9 * c.vocab)).nonzero();
+      std::string rows;  // row: token, ATen's draw, the row's argmax
+      for (int64_t i = 0; i < std::min<int64_t>(low.size(0), 5); ++i) {
+        const int64_t r = low[i][0].item<int64_t>();
+        const at::Tensor ref = SampleNextTokens(logits.narrow(0, r, 1).to(at::kFloat), o,
+                                                at::full({1}, u, at::kDouble), nullptr);
+        rows += std::to_string(r) + ": " + std::to_string(tok[r].item<int64_t>()) + ", ATen " +
+                std::to_string(ref[0].item<int64_t>()) + ", argmax " +
+                std::to_string(logits[r].to(at::kFloat).argmax().item<int64_t>()) + "; ";
+      }
+      CAPTURE(rows);
+      CHECK(low.size(0) == 0);
+      CHECK(at::isfinite(lp).all().item<bool>());
+    }
+  }
+}
+
 TEST_CASE("fused RMSNorm and RoPE agree with the ATen composition they replace", "[worker][rollout][gpu]") {
   if (SkipWithoutGpu()) return;
 #ifdef VERL_WITH_CUDA
