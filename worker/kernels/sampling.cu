@@ -262,23 +262,31 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const SampleArgs a) {
         const float chunk = __shfl_sync(0xffffffffu, inclusive, 31);
         const unsigned hit = __ballot_sync(0xffffffffu, prefix + static_cast<double>(inclusive) > target);
         const unsigned positive = __ballot_sync(0xffffffffu, lp >= 0);
-        if (positive) last_positive = __shfl_sync(0xffffffffu, lp, 31 - __clz(positive));
         if (hit) {
           const int lane_hit = __ffs(hit) - 1;
           int pick = -1;
           if (lane == lane_hit) {
-            // The first element past the target; the vector's last of positive mass if this lane's element-by-element
-            // sum, rounded otherwise than the scan, stops short (the scan's crossing here means c > 0).
+            // The first element of positive mass past the target; the vector's last of positive mass if this lane's
+            // element-by-element sum, rounded otherwise than the scan, stops short.
             double run = prefix + static_cast<double>(inclusive - c);
 #pragma unroll
             for (int j = 0; j < kPer; ++j) {
               run += static_cast<double>(e[j]);
-              if (pick < 0 && run > target) pick = first + j;
+              if (pick < 0 && e[j] > 0.f && run > target) pick = first + j;
             }
             if (pick < 0) pick = lp;
           }
           found = __shfl_sync(0xffffffffu, pick, lane_hit);
+          if (found < 0) {
+            // The scan crossed the target at a lane without mass (its lanes' sums rounded in another order than the
+            // lanes before it: with u within float rounding of 1, a lane past the row's end): the last token of
+            // positive mass before that lane, in this vector row or an earlier one. Taking the lane's first element
+            // drew a token of zero mass, or one past the vocabulary (then the argmax) - 4 % of rows at u = 1 - 2^-53.
+            const unsigned before = positive & ((1u << lane_hit) - 1u);
+            found = before ? __shfl_sync(0xffffffffu, lp, 31 - __clz(before)) : last_positive;
+          }
         }
+        if (positive) last_positive = __shfl_sync(0xffffffffu, lp, 31 - __clz(positive));
         prefix += static_cast<double>(chunk);
       }
       if (lane == 0) s_token = found >= 0 ? found : last_positive;
