@@ -540,6 +540,9 @@ class CpuRank final : public RankInterface {
       if (device_.is_cuda()) {
         out.metrics["perf/rollout_max_memory_allocated_gb"] =
             static_cast<double>(Memory().phase_peak_allocated) / (1 << 30);
+        // The copies of the q/k/v and gate/up weights with the norms folded in (RolloutSlots keeps the gate/up copy
+        // only where it costs no KV slot).
+        out.metrics["perf/rollout_folded_weights_gb"] = static_cast<double>(r.folded_weight_bytes) / (1 << 30);
       }
       batch.generate_output = out;
       batches_[step_id] = std::move(batch);

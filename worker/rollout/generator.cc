@@ -750,6 +750,9 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
   drain();
 #endif
   out.decode_graphs = out_graphs;
+  for (const std::vector<at::Tensor>* copies : {&slots.qkv_folded, &slots.gate_up_folded}) {
+    for (const at::Tensor& w : *copies) out.folded_weight_bytes += w.numel() * static_cast<int64_t>(w.element_size());
+  }
   return finish();
 }
 

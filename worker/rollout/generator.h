@@ -79,6 +79,7 @@ struct RolloutBatch {
   at::Tensor log_probs;      // [N, R] float32 rollout log-probs (0 where masked)
   int64_t decode_graphs = 0;  // CUDA graphs captured for decoding (continuous batching on a GPU, not enforce_eager)
   int64_t compactions = 0;    // continuous batching: times the running sequences moved into lower slots
+  int64_t folded_weight_bytes = 0;  // the per-rollout copies of weights with norms folded in (decode kernel, bf16)
 };
 
 // A uniform draw in [0, 1) from a counter-based generator (SplitMix64 of seed, stream and counter): the same three

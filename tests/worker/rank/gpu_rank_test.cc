@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -174,6 +175,58 @@ TEST_CASE("rollout memory on cuda:0: the KV cache budget, and peaks per phase", 
   const DeviceMemory mem = rank->Memory();
   REQUIRE(mem.total > 0);
   REQUIRE(gen->metrics.at("perf/rollout_max_memory_allocated_gb") * (1 << 30) <= static_cast<double>(mem.peak_allocated));
+}
+
+TEST_CASE("rollout on cuda:0 in bf16 makes the folded gate/up copy only where it costs no KV slot",
+          "[worker][rank][gpu]") {
+  // A model the decode kernel takes (head_dim 64) with a gate/up copy of 8 MiB (intermediate 4096), so the budget
+  // below has 4 MiB of room either side.
+  TinyRankModel m(/*head_dim=*/64, /*inter=*/4096);
+  RankConfig config = Config(m.dir.path());
+  config.dtype = "bfloat16";
+  config.actor.rollout_gpu_memory_utilization = 0.5;
+  absl::Status skipped;
+  auto roomy = RankOn("cuda:0", config, &skipped);
+  if (roomy == nullptr) {
+    WARN("skipped: " << skipped.ToString());
+    return;
+  }
+  // The copies' and a slot's bytes in bf16 (2 bytes an element), as the rank budgets them (FoldedQkvBytes,
+  // FoldedGateUpBytes, KvSlotBytes).
+  const DecoderConfig& c = m.config;
+  const int64_t qkv =
+      2 * c.num_hidden_layers * (c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim * c.hidden_size;
+  const int64_t gate_up = 2 * c.num_hidden_layers * 2 * c.intermediate_size * c.hidden_size;
+  REQUIRE(gate_up == 2 * 2 * 2 * 4096 * 256);
+  const SamplingSettings sampling = Sampling(m);
+  const int64_t longest = static_cast<int64_t>(std::max(m.prompt_a.size(), m.prompt_b.size()));
+  const int64_t slot =
+      2 * 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * (longest + sampling.max_new_tokens);
+  // Room to spare: both copies are made.
+  auto gen = roomy->Generate("g", Prompts(m), sampling, false);
+  INFO(gen.status().ToString());
+  REQUIRE(gen.ok());
+  REQUIRE(gen->metrics.at("perf/rollout_kv_cache_slots") == 4.0);
+  CHECK(gen->metrics.at("perf/rollout_folded_weights_gb") * (1 << 30) == Approx(static_cast<double>(qkv + gate_up)));
+  roomy.reset();
+  // What a freshly loaded rank has allocated (weights, and the GEMM workspace the first rollout left behind).
+  auto probe = RankOn("cuda:0", config, &skipped);
+  REQUIRE(probe != nullptr);
+  const DeviceMemory mem = probe->Memory();
+  probe.reset();
+  REQUIRE(mem.total > 0);
+  // A budget of the q/k/v copy, the 4 slots and half the gate/up copy: the 4 slots fit without the gate/up copy, 3
+  // with it, so the rollout decodes without it (the unfolded post-attention norm) and keeps its 4 slots.
+  config.actor.rollout_gpu_memory_utilization =
+      (static_cast<double>(mem.allocated) + static_cast<double>(qkv + 4 * slot) + gate_up / 2.0) /
+      static_cast<double>(mem.total);
+  auto tight = RankOn("cuda:0", config, &skipped);
+  REQUIRE(tight != nullptr);
+  gen = tight->Generate("g", Prompts(m), sampling, false);
+  INFO(gen.status().ToString());
+  REQUIRE(gen.ok());
+  CHECK(gen->metrics.at("perf/rollout_kv_cache_slots") == 4.0);
+  CHECK(gen->metrics.at("perf/rollout_folded_weights_gb") * (1 << 30) == Approx(static_cast<double>(qkv)));
 }
 
 TEST_CASE("packed passes on cuda:0 in bf16 (flash attention, variable length) agree with padded ones",

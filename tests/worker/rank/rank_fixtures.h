@@ -42,8 +42,10 @@ struct TinyRankModel {
   int32_t vocab_size = 0;
   int32_t eos_id = 0;
   std::vector<int32_t> prompt_a, prompt_b;
+  DecoderConfig config;
 
-  TinyRankModel() {
+  // head_dim 8 by default; 64 for a model the CUDA decode kernel takes (hidden 4 x head_dim, intermediate `inter`).
+  explicit TinyRankModel(int64_t head_dim = 8, int64_t inter = 0) {
     auto json = TrainByteLevelBpeTokenizerJson({"aaaa aaaa bbbb", "abab cdcd", "repeat a", "repeat b"}, 8, {kEos});
     REQUIRE(json.ok());
     auto tok = Tokenizer::FromJson(*json, "tokenizer.json");
@@ -53,7 +55,13 @@ struct TinyRankModel {
     eos_id = *tok->TokenToId(kEos);
     prompt_a = tok->Encode("repeat a");
     prompt_b = tok->Encode("say aaaa");
-    DecoderConfig config = testing::TinyDecoderConfig(vocab_size);
+    config = testing::TinyDecoderConfig(vocab_size);
+    if (head_dim != config.head_dim) {
+      config.head_dim = head_dim;
+      config.hidden_size = config.num_attention_heads * head_dim;
+      config.intermediate_size = 2 * config.hidden_size;
+    }
+    if (inter > 0) config.intermediate_size = inter;
     config.eos_token_ids = {eos_id};
     config.pad_token_id = eos_id;
     testing::WriteTinyModel(dir.path(), config);
