@@ -73,12 +73,8 @@ __global__ void Reference(const __nv_bfloat16* q, const __nv_bfloat16* k, const 
   }
 }
 
-// --impl read: what a plain read of the same bytes in the same grid takes (the attention's memory floor on this
-// machine): block (b, h) reads keys and values [0, lengths[b]) of its slot and head in 16-byte loads, 8 in flight per
-// thread, and writes a sum so the loads are kept. --impl read-persist: the same reads by a grid of
-// --blocks-per-sm blocks per SM (default 8), each taking the items (b, h) in turn: whether a grid without waves would
-// read faster.
-// Keys and values [0, lengths[b]) of slot b's head h in 16-byte loads, 8 in flight per thread of the block.
+// Keys and values [0, lengths[b]) of slot b's head h in 16-byte loads, 8 in flight per thread of the block; returns a
+// value the caller stores conditionally, so that the loads are kept.
 __device__ __forceinline__ uint32_t ReadItem(const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* lengths,
                                              int b, int h, int Hkv, int D, int C) {
   const int64_t base = (static_cast<int64_t>(b) * Hkv + h) * C * D;
@@ -100,14 +96,16 @@ __device__ __forceinline__ uint32_t ReadItem(const __nv_bfloat16* k, const __nv_
   return acc;
 }
 
-// Block (b, h) of a (B, Hkv) grid reads its item.
-__global__ void ReadOnly(const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* lengths, int Hkv, int D,
-                         int C, float* sink) {
+// --impl read: what a plain read of the same bytes in the attention's grid takes (its memory floor on this machine):
+// block (b, h) of a (B, Hkv) grid reads its item.
+__global__ void ReadOnly(const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* lengths, int Hkv, int D, int C,
+                         float* sink) {
   const uint32_t acc = ReadItem(k, v, lengths, blockIdx.x, blockIdx.y, Hkv, D, C);
   if (acc == 0x12345678u) sink[blockIdx.x] = 1.f;  // never in practice; keeps the loads
 }
 
-// A grid of any size: block i reads items i, i + gridDim.x, ... in the (B, Hkv) grid's order (b fastest).
+// --impl read-persist: the same reads by --blocks-per-sm blocks per SM (default 8), block i taking items i,
+// i + gridDim.x, ... in the (B, Hkv) grid's order (b fastest): whether a grid without waves would read faster.
 __global__ void ReadPersist(const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* lengths, int B, int Hkv,
                             int D, int C, float* sink) {
   uint32_t acc = 0;

@@ -64,8 +64,7 @@ if [ $build_rc = 0 ]; then
   if [ "$B1" = 1 ] && [ "$MICRO" = 1 ]; then
     # The decode attention kernel alone at B1's mean decode shape (512 slots of 512 positions), spread lengths and
     # head dim 128 (Qwen2.5-7B's heads), beside a plain read of the same bytes in the same grid (its floor) and by a
-    # persistent grid (whether one without waves reads faster), twice over (the spread is
-    # the noise).
+    # persistent grid (whether one without waves reads faster), twice over (the spread is the noise).
     for rep in 1 2; do
       for dab in "" "--min-len 256 --max-len 768" "--head-dim 128 --q-heads 28 --kv-heads 4 --batch 256"; do
         for impl in "--impl read" "--impl read-persist" "--impl mma"; do

@@ -504,7 +504,7 @@ __global__ void RopeAppendNormKernel(const RopeAppendArgs a) {
   int idx = threadIdx.x;
   if (idx < items) item.Load(a, b, idx / pieces, (idx % pieces) * kN);
   const float r = RowNormScale<T, kRopeNormThreads, (kN > 1)>(static_cast<const T*>(a.norm_x) + b * a.norm_stride_b,
-                                                        a.norm_hidden, a.eps, warp_ss);
+                                                              a.norm_hidden, a.eps, warp_ss);
   for (; idx < items; idx += kRopeNormThreads) {
     if (idx != static_cast<int>(threadIdx.x)) item.Load(a, b, idx / pieces, (idx % pieces) * kN);
     item.Finish(a, b, idx / pieces, (idx % pieces) * kN, r);
@@ -624,7 +624,7 @@ __global__ void __launch_bounds__(kSwiGluNormThreads) SwiGluNormKernel(const Swi
   int base = threadIdx.x * kN;
   load(base);  // in flight while the row's scale is summed
   const float r = RowNormScale<T, kSwiGluNormThreads, (kN > 1)>(static_cast<const T*>(a.norm_x) + b * a.norm_stride_b,
-                                                          a.norm_hidden, a.eps, warp_ss);
+                                                                a.norm_hidden, a.eps, warp_ss);
   while (base < cols) {
 #pragma unroll
     for (int k = 0; k < kAhead; ++k) {

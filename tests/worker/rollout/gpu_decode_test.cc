@@ -421,20 +421,15 @@ TEST_CASE("fused sampling at the very end of the CDF draws from its top, row aft
     int64_t rows, vocab;
     at::ScalarType dtype;
     double temperature;
-  };
-  struct MaskedCase {
-    Case c;
     bool masked;  // a third of the tokens at -inf (zero mass: never drawn)
   };
-  for (const auto& [c, masked] : {MaskedCase{{2048, 1001, at::kHalf, 1.3}, false},
-                                  MaskedCase{{2048, 5000, at::kFloat, 1.0}, false},
-                                  MaskedCase{{512, 151936, at::kBFloat16, 0.7}, false},
-                                  MaskedCase{{2048, 1001, at::kBFloat16, 1.0}, false},
-                                  MaskedCase{{2048, 1001, at::kBFloat16, 1.0}, true}}) {
-    INFO("rows " << c.rows << " vocab " << c.vocab << " " << c10::toString(c.dtype) << " temperature "
-                 << c.temperature << (masked ? ", a third of the tokens at -inf" : ""));
+  for (const Case& c : {Case{2048, 1001, at::kHalf, 1.3, false}, Case{2048, 5000, at::kFloat, 1.0, false},
+                        Case{512, 151936, at::kBFloat16, 0.7, false}, Case{2048, 1001, at::kBFloat16, 1.0, false},
+                        Case{2048, 1001, at::kBFloat16, 1.0, true}}) {
+    INFO("rows " << c.rows << " vocab " << c.vocab << " " << c10::toString(c.dtype) << " temperature " << c.temperature
+                 << (c.masked ? ", a third of the tokens at -inf" : ""));
     at::Tensor logits = (at::randn({c.rows, c.vocab}) * 3).to(c.dtype);
-    if (masked) logits.masked_fill_(at::rand({c.rows, c.vocab}).lt(1.0 / 3), -std::numeric_limits<float>::infinity());
+    if (c.masked) logits.masked_fill_(at::rand({c.rows, c.vocab}).lt(1.0 / 3), -std::numeric_limits<float>::infinity());
     for (const double u : {1.0 - 1e-16, 1.0 - 1e-12, 1.0 - 1e-7}) {
       INFO("u = 1 - " << 1.0 - u);
       SamplingOptions o;
@@ -447,8 +442,8 @@ TEST_CASE("fused sampling at the very end of the CDF draws from its top, row aft
       std::string rows;  // row: token, ATen's draw, the row's argmax
       for (int64_t i = 0; i < std::min<int64_t>(low.size(0), 5); ++i) {
         const int64_t r = low[i][0].item<int64_t>();
-        const at::Tensor ref = SampleNextTokens(logits.narrow(0, r, 1).to(at::kFloat), o,
-                                                at::full({1}, u, at::kDouble), nullptr);
+        const at::Tensor ref =
+            SampleNextTokens(logits.narrow(0, r, 1).to(at::kFloat), o, at::full({1}, u, at::kDouble), nullptr);
         rows += std::to_string(r) + ": " + std::to_string(tok[r].item<int64_t>()) + ", ATen " +
                 std::to_string(ref[0].item<int64_t>()) + ", argmax " +
                 std::to_string(logits[r].to(at::kFloat).argmax().item<int64_t>()) + "; ";
@@ -484,8 +479,8 @@ TEST_CASE("fused sampling over small and odd vocabularies draws ATen's tokens", 
         CHECK(tok.ge(0).logical_and(tok.lt(vocab)).all().item<bool>());
         CHECK(at::isfinite(lp.cpu()).all().item<bool>());
         // Row 1 sits within rounding of the CDF's end: left out, as in the case above.
-        const double agree = tok.narrow(0, 2, rows - 2).eq(ref.narrow(0, 2, rows - 2)).to(at::kDouble).mean()
-                                 .item<double>();
+        const double agree =
+            tok.narrow(0, 2, rows - 2).eq(ref.narrow(0, 2, rows - 2)).to(at::kDouble).mean().item<double>();
         CAPTURE(agree);
         CHECK(agree >= 0.99);
         CHECK(tok[0].item<int64_t>() == ref[0].item<int64_t>());  // u = 0: the first token of positive mass
