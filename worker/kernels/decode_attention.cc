@@ -34,6 +34,8 @@ bool DecodeAttentionSupported(const at::Tensor& q, const at::Tensor& k_cache) {
          q.scalar_type() == k_cache.scalar_type() && KernelDtypeOf(q.scalar_type(), &dtype) &&
          q.size(2) == k_cache.size(3) && k_cache.stride(3) == 1 && k_cache.stride(2) == k_cache.size(3) &&
          reinterpret_cast<uintptr_t>(k_cache.data_ptr()) % 16 == 0 &&
+         // Every slot's and head's rows start 16-byte aligned too (the kernels load 16-byte pieces of them).
+         k_cache.stride(0) * k_cache.element_size() % 16 == 0 && k_cache.stride(1) * k_cache.element_size() % 16 == 0 &&
          DecodeAttentionShapeSupported(static_cast<int>(q.size(1)), static_cast<int>(k_cache.size(1)),
                                        static_cast<int>(q.size(2)));
 }

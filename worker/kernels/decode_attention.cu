@@ -227,7 +227,7 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const DecodeAt
     const int64_t bh = static_cast<int64_t>(b) * a.q_heads + kvh * G + g;
     if (a.splits == 1) {
       const float l = l_s[g];
-      static_cast<T*>(a.out)[bh * D + d] = FromFloat<T>(l > 0.f ? o / l : 0.f);
+      static_cast<T*>(a.out)[bh * D + d] = FromFloat<T>(l == 0.f ? 0.f : o / l);  // NaN (a NaN key or query) stays
     } else {
       float* part = a.partial + (bh * a.splits + split) * (D + 2);
       part[d] = o;
@@ -503,7 +503,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 1) DecodeAttentionMmaKernel(co
     }
     const int64_t bh = static_cast<int64_t>(b) * a.q_heads + kvh * G + head;
     if (a.splits == 1) {
-      static_cast<T*>(a.out)[bh * D + d] = FromFloat<T>(den > 0.f ? num / den : 0.f);
+      static_cast<T*>(a.out)[bh * D + d] = FromFloat<T>(den == 0.f ? 0.f : num / den);
     } else {
       float* part = a.partial + (bh * a.splits + split) * (D + 2);
       part[d] = num;
@@ -524,7 +524,7 @@ __global__ void MergeSplitsKernel(const DecodeAttentionArgs a) {
   const float* part = a.partial + bh * a.splits * (D + 2);
   float m_all = -INFINITY;
   for (int s = 0; s < a.splits; ++s) {
-    if (part[s * (D + 2) + D + 1] > 0.f) m_all = fmaxf(m_all, part[s * (D + 2) + D]);
+    if (part[s * (D + 2) + D + 1] != 0.f) m_all = fmaxf(m_all, part[s * (D + 2) + D]);
   }
   const int d = threadIdx.x;
   float num = 0.f;
@@ -532,13 +532,13 @@ __global__ void MergeSplitsKernel(const DecodeAttentionArgs a) {
   for (int s = 0; s < a.splits; ++s) {
     const float* r = part + s * (D + 2);
     const float l = r[D + 1];
-    if (l > 0.f) {
+    if (l != 0.f) {  // a range without positions adds nothing; one with a NaN sum makes the output NaN
       const float w = exp2f(r[D] - m_all);
       num = fmaf(w, r[d], num);
       den = fmaf(w, l, den);
     }
   }
-  static_cast<T*>(a.out)[bh * D + d] = FromFloat<T>(den > 0.f ? num / den : 0.f);
+  static_cast<T*>(a.out)[bh * D + d] = FromFloat<T>(den == 0.f ? 0.f : num / den);
 }
 
 template <typename T, int D>

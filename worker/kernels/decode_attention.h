@@ -9,7 +9,7 @@ namespace verl::kernels {
 
 // Whether DecodeAttention takes a query like `q` ([B, Hq, D]) over a cache like `k_cache` ([S, Hkv, C, D]): both on
 // a CUDA device, float32, bfloat16 or float16, head_dim 64 or 128, at most 8 query heads per KV head, the cache's
-// last two dimensions contiguous.
+// last two dimensions contiguous and every slot and head 16-byte aligned.
 bool DecodeAttentionSupported(const at::Tensor& q, const at::Tensor& k_cache);
 
 // softmax(q k^T * scale) v for each slot b < B over its positions [0, lengths[b]) of k_cache[b], v_cache[b] (rows

@@ -759,8 +759,10 @@ cudaError_t LaunchRope(const RopeArgs& a, cudaStream_t stream) {
   if (a.head_dim % 2 != 0) return cudaErrorInvalidValue;
   const int64_t pairs = static_cast<int64_t>(a.batch) * a.heads * a.tokens * (a.head_dim / 2);
   if (pairs == 0) return cudaSuccess;
-  if (pairs > INT32_MAX) return cudaErrorInvalidValue;  // the kernel's indices are 32-bit
   const int threads = 256;
+  constexpr int64_t kMaxBlocks = 65535LL * 8;
+  // The kernel's indices are 32-bit, one grid stride past the last item included.
+  if (pairs > INT32_MAX - kMaxBlocks * threads) return cudaErrorInvalidValue;
   WithElementType(a.dtype, [&](auto t) {
     using T = typename decltype(t)::type;
     constexpr int kN = Vec<T>::kN;
@@ -768,7 +770,7 @@ cudaError_t LaunchRope(const RopeArgs& a, cudaStream_t stream) {
     const bool vec = (a.head_dim / 2) % kN == 0 && AllAligned({a.x, a.y, a.cos, a.sin}) &&
                      StridesAligned(sizeof(T), {a.stride_b, a.stride_h, a.stride_t});
     const int64_t items = vec ? pairs / kN : pairs;
-    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((items + threads - 1) / threads, 65535LL * 8));
+    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((items + threads - 1) / threads, kMaxBlocks));
     if (vec) {
       RopeKernel<T, kN><<<blocks, threads, 0, stream>>>(a);
     } else {

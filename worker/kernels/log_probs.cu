@@ -14,7 +14,9 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// Running softmax statistics of a set of z: max m, s = sum exp(z - m), t = sum exp(z - m) * (z - m).
+// Running softmax statistics of a set of z: max m, s = sum exp(z - m), t = sum exp(z - m) * (z - m). A NaN z makes s
+// NaN (and so the row's lse, log-probs and entropy, as ATen's log_softmax gives), whatever m is: an empty set is m =
+// -inf with s = 0, and the merges keep a NaN s even where m = -inf.
 struct Stats {
   float m = -INFINITY;
   float s = 0.f;
@@ -22,8 +24,8 @@ struct Stats {
 };
 
 __device__ __forceinline__ Stats Merge(const Stats& a, const Stats& b) {
-  if (a.m == -INFINITY) return b;
-  if (b.m == -INFINITY) return a;
+  if (a.m == -INFINITY && a.s == 0.f) return b;
+  if (b.m == -INFINITY && b.s == 0.f) return a;
   // Moving a set's statistics to the new maximum: s' = s * e, t' = e * (t + (m_old - m) * s), e = exp(m_old - m).
   const float m = fmaxf(a.m, b.m);
   const float ea = expf(a.m - m);
@@ -37,7 +39,13 @@ __device__ __forceinline__ void Accumulate(Stats& st, const float (&z)[N]) {
   float lm = z[0];
 #pragma unroll
   for (int j = 1; j < N; ++j) lm = fmaxf(lm, z[j]);
-  if (lm == -INFINITY) return;  // nothing of positive mass
+  if (lm == -INFINITY) {  // nothing of positive mass, unless the max skipped a NaN
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      if (z[j] != z[j]) st.s = NAN;
+    }
+    return;
+  }
   if (lm > st.m) {
     if (st.m == -INFINITY) {
       st.s = 0.f;

@@ -15,7 +15,7 @@ bool SampleTokensSupported(const at::Tensor& logits) {
   KernelDtype dtype;
   return logits.is_cuda() && logits.dim() == 2 && logits.stride(1) == 1 &&
          KernelDtypeOf(logits.scalar_type(), &dtype) && logits.size(0) <= std::numeric_limits<int>::max() &&
-         logits.size(1) > 0 && logits.size(1) <= std::numeric_limits<int>::max();
+         logits.size(1) > 0 && logits.size(1) <= (int64_t{1} << 30);  // the kernel's segment arithmetic is 32-bit
 }
 
 at::Tensor SampleTokens(const at::Tensor& logits, double temperature, bool greedy, const at::Tensor& uniforms,

@@ -21,7 +21,9 @@ constexpr int kWarps = kThreads / 32;
 __device__ __forceinline__ float Exp(float d) { return exp2f(d * kLog2e); }
 
 // A running (max, first index of it, sum of exp(x - max)) over some elements; Add takes one more element, Merge
-// another state (of elements that all come after this one's, so that ties keep the first index).
+// another state (of elements that all come after this one's, so that ties keep the first index). A NaN element makes
+// the sum NaN (the max skips it), even before any finite one (max -inf): the row's log-probs come out NaN, as ATen's
+// log_softmax gives, and the draw falls back to a token of positive mass or the argmax.
 struct Running {
   float max = -INFINITY;
   int arg = INT_MAX;
@@ -31,18 +33,20 @@ struct Running {
       sum = sum * Exp(max - x) + 1.f;  // exp(-inf) = 0 for the first finite value
       max = x;
       arg = i;
-    } else if (max > -INFINITY) {
+    } else if (x != -INFINITY) {  // x <= max (max finite), or NaN
       sum += Exp(x - max);
     }
   }
   __device__ __forceinline__ void Merge(const Running& o) {
     if (o.max > max) {
-      sum = (max > -INFINITY ? sum * Exp(max - o.max) : 0.f) + o.sum;
+      sum = (max > -INFINITY ? sum * Exp(max - o.max) : sum) + o.sum;  // sum is 0 or NaN at max -inf
       max = o.max;
       arg = o.arg;
     } else if (o.max > -INFINITY) {
       sum += o.sum * Exp(o.max - max);
       if (o.max == max) arg = min(arg, o.arg);
+    } else {
+      sum += o.sum;  // 0, or NaN
     }
   }
 };
@@ -148,6 +152,7 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const SampleArgs a) {
     for (int w = 0; w < kWarps; ++w) {
       mass[w] = s_warp[w].max > -INFINITY ? static_cast<double>(s_warp[w].sum * Exp(s_warp[w].max - m)) : 0.0;
       total += mass[w];
+      if (s_warp[w].max == -INFINITY) total += s_warp[w].sum;  // 0, or NaN: a NaN logit makes the log-probs NaN
     }
     s_max = m;
     s_arg = arg;
@@ -307,7 +312,9 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const SampleArgs a) {
 
 cudaError_t LaunchSample(const SampleArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return cudaSuccess;
-  if (a.vocab <= 0 || a.tokens == nullptr || a.log_probs == nullptr || (!a.greedy && a.uniforms == nullptr)) {
+  // The segment arithmetic is 32-bit: vocabularies up to 2^30 (Qwen2's is 151936).
+  if (a.vocab <= 0 || a.vocab > (1 << 30) || a.tokens == nullptr || a.log_probs == nullptr ||
+      (!a.greedy && a.uniforms == nullptr)) {
     return cudaErrorInvalidValue;
   }
   WithElementType(a.dtype, [&](auto t) {

@@ -7,7 +7,8 @@
 
 namespace verl::kernels {
 
-// Whether SampleTokens takes `logits`: [rows, vocab] on a CUDA device, float32, bfloat16 or float16, rows contiguous.
+// Whether SampleTokens takes `logits`: [rows, vocab] on a CUDA device, float32, bfloat16 or float16, rows contiguous,
+// vocab at most 2^30.
 bool SampleTokensSupported(const at::Tensor& logits);
 
 // For each row of `logits`: the first argmax of logits / temperature (greedy), or the token where the cumulative

@@ -19,7 +19,10 @@
 #include "tests/worker/torch_catch.h"
 #include "worker/rollout/generator.h"
 #ifdef VERL_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+
 #include "worker/kernels/decode_attention.h"
+#include "worker/kernels/decode_attention_kernel.h"
 #include "worker/kernels/fused_ops.h"
 #endif
 
@@ -116,6 +119,69 @@ TEST_CASE("the CUDA decode kernel agrees with ATen attention over each slot's le
       }
     }
   }
+#endif
+}
+
+TEST_CASE("the CUDA decode kernel gives NaN where ATen attention does: a NaN key or value inside a slot's length",
+          "[worker][rollout][gpu]") {
+  if (SkipWithoutGpu()) return;
+#ifdef VERL_WITH_CUDA
+  c10::InferenceMode guard;
+  // One range per block (many slots) and many ranges merged (two slots, a long cache); SIMT and tensor-core kernels.
+  // Slot 0, KV head 0 gets a NaN key at one position inside its length, slot 1 a NaN value row: the query heads of
+  // that KV head come out NaN in every dimension (ATen's softmax and weighted sum give NaN there), every other head of
+  // every slot stays what it is without the NaN. Until 2026-12-04 the kernels returned zeros (or dropped the range).
+  struct Shape {
+    int64_t B, Hq, Hkv, D, C;
+  };
+  const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  for (const Shape& sh : {Shape{300, 14, 2, 64, 300}, Shape{2, 8, 1, 128, 1500}, Shape{3, 14, 2, 64, 700}}) {
+    const int splits =
+        kernels::DecodeAttentionSplits(static_cast<int>(sh.B), static_cast<int>(sh.Hkv), static_cast<int>(sh.C), sms);
+    for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+      INFO("B " << sh.B << " Hq " << sh.Hq << " Hkv " << sh.Hkv << " D " << sh.D << " C " << sh.C << " splits "
+                << splits << " " << c10::toString(dtype));
+      auto opts = at::TensorOptions().device(at::kCUDA);
+      const at::Tensor q = at::randn({sh.B, sh.Hq, sh.D}, opts).to(dtype);
+      at::Tensor k = at::randn({sh.B, sh.Hkv, sh.C, sh.D}, opts).to(dtype);
+      at::Tensor v = at::randn({sh.B, sh.Hkv, sh.C, sh.D}, opts).to(dtype);
+      std::vector<int32_t> len(sh.B, static_cast<int32_t>(sh.C));
+      len[1] = static_cast<int32_t>(sh.C / 2 + 3);
+      const at::Tensor lengths = at::tensor(len, at::kInt).to(at::kCUDA);
+      const double scale = 1.0 / std::sqrt(static_cast<double>(sh.D));
+      for (bool tensor_cores : {false, true}) {
+        INFO((tensor_cores ? "tensor cores" : "SIMT"));
+        const at::Tensor clean = kernels::DecodeAttention(q, k, v, lengths, scale, tensor_cores);
+        REQUIRE(at::isfinite(clean).all().item<bool>());
+        at::Tensor k_nan = k.clone();
+        at::Tensor v_nan = v.clone();
+        const float nan = std::numeric_limits<float>::quiet_NaN();
+        k_nan[0][0][sh.C / 3][5] = nan;      // one element of one key
+        v_nan[1][0][len[1] - 1].fill_(nan);  // the last value row inside slot 1's length
+        const at::Tensor out = kernels::DecodeAttention(q, k_nan, v_nan, lengths, scale, tensor_cores);
+        const int64_t G = sh.Hq / sh.Hkv;
+        at::Tensor want_nan = at::zeros({sh.B, sh.Hq}, at::kBool);
+        want_nan[0].narrow(0, 0, G).fill_(true);
+        want_nan[1].narrow(0, 0, G).fill_(true);
+        const at::Tensor is_nan = out.isnan().cpu();
+        CHECK(at::equal(is_nan.all(-1), want_nan));  // every dimension of those heads
+        CHECK(at::equal(is_nan.any(-1), want_nan));  // and nothing else
+        const at::Tensor keep = want_nan.logical_not().unsqueeze(-1).to(at::kCUDA);
+        CHECK(at::equal(out.masked_select(keep), clean.masked_select(keep)));
+        // ATen's own attention agrees on where the NaN are.
+        const at::Tensor ref = ReferenceAttention(q, k_nan, v_nan, lengths, scale);
+        CHECK(at::equal(ref.isnan().all(-1).cpu(), want_nan));
+      }
+    }
+  }
+  // A cache whose slots do not start 16-byte aligned (an odd slot stride) is not taken.
+  auto opts = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
+  const at::Tensor q = at::randn({2, 4, 64}, opts);
+  const at::Tensor flat = at::zeros({4096}, opts);
+  CHECK(kernels::DecodeAttentionSupported(q, flat.as_strided({2, 2, 8, 64}, {2 * 8 * 64, 8 * 64, 64, 1})));
+  CHECK_FALSE(kernels::DecodeAttentionSupported(q, flat.as_strided({2, 2, 8, 64}, {2 * 8 * 64 + 1, 8 * 64, 64, 1})));
+  CHECK_FALSE(
+      kernels::DecodeAttentionSupported(q, flat.as_strided({2, 2, 8, 64}, {2 * 8 * 64 + 8, 8 * 64 + 4, 64, 1})));
 #endif
 }
 
@@ -484,6 +550,48 @@ TEST_CASE("fused sampling over small and odd vocabularies draws ATen's tokens", 
         CAPTURE(agree);
         CHECK(agree >= 0.99);
         CHECK(tok[0].item<int64_t>() == ref[0].item<int64_t>());  // u = 0: the first token of positive mass
+      }
+    }
+  }
+}
+
+TEST_CASE("fused sampling returns a NaN log-prob for a row with a NaN logit, and a token inside the vocabulary",
+          "[worker][rollout][gpu]") {
+  if (SkipWithoutGpu()) return;
+  c10::InferenceMode guard;
+  // A NaN logit first, in the middle, last, in a row of -inf, or everywhere; ATen's log_softmax gives NaN log-probs
+  // for such a row, and so must we (until 2026-12-04 the kernel skipped a NaN that came before a lane's first finite
+  // value). The other rows draw exactly what they draw without the NaN rows.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const int64_t vocab : {151936, 1001, 33}) {
+    for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+      INFO("vocab " << vocab << " " << c10::toString(dtype));
+      const int64_t rows = 40;
+      const at::Tensor clean = (at::randn({rows, vocab}) * 3).to(dtype);
+      at::Tensor logits = clean.clone();
+      logits[0][0] = nan;
+      logits[1][vocab / 2] = nan;
+      logits[2][vocab - 1] = nan;
+      logits[3].fill_(-inf);
+      logits[3][vocab / 3] = nan;
+      logits[4].fill_(nan);
+      logits[5].narrow(0, 0, vocab / 2 + 1).fill_(nan);
+      const at::Tensor uniforms = at::rand({rows}, at::kDouble);
+      for (const bool sample : {false, true}) {
+        INFO((sample ? "sampling" : "greedy"));
+        SamplingOptions o;
+        o.do_sample = sample;
+        o.temperature = 0.9;
+        at::Tensor lp, lp_clean;
+        const at::Tensor tok = SampleNextTokens(logits.to(at::kCUDA), o, uniforms.to(at::kCUDA), &lp).cpu();
+        const at::Tensor tok_clean = SampleNextTokens(clean.to(at::kCUDA), o, uniforms.to(at::kCUDA), &lp_clean).cpu();
+        lp = lp.cpu();
+        lp_clean = lp_clean.cpu();
+        CHECK(tok.ge(0).logical_and(tok.lt(vocab)).all().item<bool>());
+        CHECK(lp.narrow(0, 0, 6).isnan().all().item<bool>());
+        CHECK(at::equal(tok.narrow(0, 6, rows - 6), tok_clean.narrow(0, 6, rows - 6)));
+        CHECK(at::equal(lp.narrow(0, 6, rows - 6), lp_clean.narrow(0, 6, rows - 6)));
       }
     }
   }

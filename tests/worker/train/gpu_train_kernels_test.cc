@@ -323,6 +323,45 @@ TEST_CASE("the token log-prob kernels agree with float64 math on the same logits
 #endif
 }
 
+TEST_CASE("the token log-prob kernels give NaN for a row with a NaN logit, as ATen's log_softmax does",
+          "[worker][train][gpu]") {
+  if (SkipWithoutGpu()) return;
+#ifdef VERL_WITH_CUDA
+  // A NaN first, in the middle, last, alone among -inf, everywhere, and over half the row: that row's log-prob, lse and
+  // entropy are NaN (until 2026-12-04 a NaN that a thread met before any finite value was dropped: a finite log-prob
+  // and entropy); every other row is bit for bit what it is without the NaN rows.
+  at::manual_seed(13);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t V : {151936, 1001}) {
+    for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+      INFO("vocab " << V << " " << c10::toString(dtype));
+      const int64_t N = 20;
+      const at::Tensor clean = (at::randn({N, V}, at::kCUDA) * 3).to(dtype);
+      at::Tensor logits = clean.clone();
+      logits[0][0] = nan;
+      logits[1][V / 2] = nan;
+      logits[2][V - 1] = nan;
+      logits[3].fill_(-inf);
+      logits[3][V / 3] = nan;
+      logits[4].fill_(nan);
+      logits[5].narrow(0, 0, V / 2 + 1).fill_(nan);
+      const at::Tensor targets = at::randint(0, V, {N}, at::TensorOptions().device(at::kCUDA).dtype(at::kLong));
+      const kernels::TokenLogProbsResult r = kernels::TokenLogProbs(logits, targets, 0.8);
+      const kernels::TokenLogProbsResult c = kernels::TokenLogProbs(clean, targets, 0.8);
+      const at::Tensor aten = logits.to(at::kFloat).log_softmax(-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1);
+      CHECK(aten.narrow(0, 0, 6).isnan().all().item<bool>());
+      for (const at::Tensor& t : {r.log_probs, r.lse, r.entropy}) {
+        CHECK(t.narrow(0, 0, 6).isnan().all().item<bool>());
+      }
+      CHECK(at::equal(r.log_probs.narrow(0, 6, N - 6), c.log_probs.narrow(0, 6, N - 6)));
+      CHECK(at::equal(r.lse.narrow(0, 6, N - 6), c.lse.narrow(0, 6, N - 6)));
+      CHECK(at::equal(r.entropy.narrow(0, 6, N - 6), c.entropy.narrow(0, 6, N - 6)));
+    }
+  }
+#endif
+}
+
 // Log-probs of the next token and the gradients of every parameter for sum(log_probs * g), on `device`.
 struct StepResult {
   at::Tensor log_probs;
