@@ -47,10 +47,7 @@ __device__ __forceinline__ void Accumulate(Stats& st, const float (&z)[N]) {
     return;
   }
   if (lm > st.m) {
-    if (st.m == -INFINITY) {
-      st.s = 0.f;
-      st.t = 0.f;
-    } else {
+    if (st.m != -INFINITY) {  // at m = -inf, s is 0 (or NaN, kept) and t is 0
       const float r = expf(st.m - lm);
       st.t = r * fmaf(st.m - lm, st.s, st.t);
       st.s *= r;
