@@ -20,7 +20,7 @@ constexpr int kWarps = kThreads / 32;
 // Every pass uses it, so the segments' masses and the rescans agree.
 __device__ __forceinline__ float Exp(float d) { return exp2f(d * kLog2e); }
 
-// A running (max, first index of it, sum of exp(x - max)) over some elements; Add takes one more element, Merge
+// A running (max, first index of it, sum of exp(x - max)) over some elements; AddGroup takes a few more, Merge
 // another state (of elements that all come after this one's, so that ties keep the first index). A NaN element makes
 // the sum NaN (the max skips it), even before any finite one (max -inf): the row's log-probs come out NaN, as ATen's
 // log_softmax gives, and the draw falls back to a token of positive mass or the argmax.
@@ -28,13 +28,31 @@ struct Running {
   float max = -INFINITY;
   int arg = INT_MAX;
   float sum = 0.f;
-  __device__ __forceinline__ void Add(int i, float x) {
-    if (x > max) {
-      sum = sum * Exp(max - x) + 1.f;  // exp(-inf) = 0 for the first finite value
-      max = x;
-      arg = i;
-    } else if (x != -INFINITY) {  // x <= max (max finite), or NaN
-      sum += Exp(x - max);
+  // Takes N consecutive elements from index `first` (-inf past the row's end): one rescale for the group's max, a
+  // compare and a (rarely divergent) branch per group rather than per element.
+  template <int N>
+  __device__ __forceinline__ void AddGroup(int first, const float (&x)[N]) {
+    float lm = x[0];
+#pragma unroll
+    for (int j = 1; j < N; ++j) lm = fmaxf(lm, x[j]);  // skips NaN
+    if (lm > max) {
+      int j0 = N - 1;
+#pragma unroll
+      for (int j = N - 1; j >= 0; --j) {
+        if (x[j] == lm) j0 = j;  // the group's first index of its max
+      }
+      sum *= Exp(max - lm);  // 0 (or NaN, kept) at max -inf
+      max = lm;
+      arg = first + j0;
+    }
+    if (max > -INFINITY) {
+#pragma unroll
+      for (int j = 0; j < N; ++j) sum += Exp(x[j] - max);  // exactly 1 for the max itself, 0 for -inf
+    } else {
+#pragma unroll
+      for (int j = 0; j < N; ++j) {
+        if (x[j] != x[j]) sum = NAN;
+      }
     }
   }
   __device__ __forceinline__ void Merge(const Running& o) {
@@ -86,6 +104,45 @@ __device__ __forceinline__ void LaneElements(const T* row, int begin, int end, i
   }
 }
 
+// As LaneElements, a vector at a time: f(first, x) with x the lane's kPer elements from index `first` as floats, -inf
+// past `end`.
+template <typename T, typename F>
+__device__ __forceinline__ void LaneVectors(const T* row, int begin, int end, int lane, bool vec, F&& f) {
+  constexpr int kPer = static_cast<int>(16 / sizeof(T));
+  constexpr int kStride = 32 * kPer;
+  constexpr int kBatch = 4;
+  int base = begin;
+  if (vec) {
+    for (; base + kBatch * kStride <= end; base += kBatch * kStride) {
+      uint4 raw[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) raw[b] = *reinterpret_cast<const uint4*>(row + base + b * kStride + lane * kPer);
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const T* e = reinterpret_cast<const T*>(&raw[b]);
+        float x[kPer];
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) x[j] = ToFloat(e[j]);
+        f(base + b * kStride + lane * kPer, x);
+      }
+    }
+  }
+  for (; base < end; base += kStride) {
+    const int first = base + lane * kPer;
+    float x[kPer];
+    if (vec && first + kPer <= end) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(row + first);
+      const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) x[j] = ToFloat(e[j]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) x[j] = first + j < end ? ToFloat(row[first + j]) : -INFINITY;
+    }
+    f(first, x);
+  }
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads) SampleKernel(const SampleArgs a) {
   constexpr int kPer = static_cast<int>(16 / sizeof(T));
@@ -123,7 +180,11 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const SampleArgs a) {
 
   // 1. One read of the row: each lane's running max / first index / sum, merged across the warp and then the block.
   Running mine;
-  LaneElements(row, begin, end, lane, vec, [&](int i, float v) { mine.Add(i, scaled(v)); });
+  LaneVectors(row, begin, end, lane, vec, [&](int first, float (&x)[kPer]) {
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) x[j] = scaled(x[j]);
+    mine.AddGroup(first, x);
+  });
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
     Running other;
