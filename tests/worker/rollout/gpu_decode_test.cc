@@ -130,7 +130,7 @@ TEST_CASE("the CUDA decode kernel gives NaN where ATen attention does: a NaN key
   // One range per block (many slots) and many ranges merged (two slots, a long cache); SIMT and tensor-core kernels.
   // Slot 0, KV head 0 gets a NaN key at one position inside its length, slot 1 a NaN value row: the query heads of
   // that KV head come out NaN in every dimension (ATen's softmax and weighted sum give NaN there), every other head of
-  // every slot stays what it is without the NaN. Until 2026-12-04 the kernels returned zeros (or dropped the range).
+  // every slot stays what it is without the NaN. Before e68939c the kernels returned zeros (or dropped the range).
   struct Shape {
     int64_t B, Hq, Hkv, D, C;
   };
@@ -560,7 +560,7 @@ TEST_CASE("fused sampling returns a NaN log-prob for a row with a NaN logit, and
   if (SkipWithoutGpu()) return;
   c10::InferenceMode guard;
   // A NaN logit first, in the middle, last, in a row of -inf, or everywhere; ATen's log_softmax gives NaN log-probs
-  // for such a row, and so must we (until 2026-12-04 the kernel skipped a NaN that came before a lane's first finite
+  // for such a row, and so must we (before e68939c the kernel skipped a NaN that came before a lane's first finite
   // value). The other rows draw exactly what they draw without the NaN rows.
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();

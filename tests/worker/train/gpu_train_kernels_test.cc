@@ -328,7 +328,7 @@ TEST_CASE("the token log-prob kernels give NaN for a row with a NaN logit, as AT
   if (SkipWithoutGpu()) return;
 #ifdef VERL_WITH_CUDA
   // A NaN first, in the middle, last, alone among -inf, everywhere, and over half the row: that row's log-prob, lse and
-  // entropy are NaN (until 2026-12-04 a NaN that a thread met before any finite value was dropped: a finite log-prob
+  // entropy are NaN (before 7251d49 a NaN that a thread met before any finite value was dropped: a finite log-prob
   // and entropy); every other row is bit for bit what it is without the NaN rows.
   at::manual_seed(13);
   const float nan = std::numeric_limits<float>::quiet_NaN();
