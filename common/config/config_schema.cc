@@ -68,6 +68,13 @@ const std::vector<ConfigKeySpec>& Table() {
        "Passes over each step's batch in the actor update."},
       {"actor_rollout_ref.actor.shuffle", T::kBool, "false", "", false, O::kVerl,
        "Shuffle samples between mini-batches in the actor update."},
+      {"actor_rollout_ref.actor.defer_first_mini_batch_log_probs", T::kBool, "true", "", false, O::kOurs,
+       "The old log-prob pass skips the samples of the update's first mini-batch: the update's own forward reaches "
+       "them before any optimizer step, so their old log-probs are its log-probs, detached (verl does the same when a "
+       "step is one mini-batch and one epoch; with one mini-batch the pass is skipped whole). The same update up to "
+       "rounding (the first mini-batch's ratios are exactly 1); training/rollout_probs_diff_* then come with the "
+       "update's metrics. Not with algorithm.use_kl_in_reward (the advantage needs the old log-probs first) or in "
+       "critic-warmup steps."},
       {"actor_rollout_ref.actor.clip_ratio", T::kDouble, "0.2", "", false, O::kVerl, "PPO clip range epsilon."},
       {"actor_rollout_ref.actor.clip_ratio_low", T::kOptionalDouble, "null", "", false, O::kVerl,
        "Lower clip range (1 - low); null uses clip_ratio."},

@@ -1021,12 +1021,19 @@ class JobRunner::Impl {
       m["timing_s/transfer_batch"] += Seconds(t0);
     }
 
+    const uint64_t update_seed = static_cast<uint64_t>(config_.trainer.seed) * 31ULL + static_cast<uint64_t>(step);
+    const bool actor_updates = config_.trainer.critic_warmup <= step;
     SetState(JobState::kStepOldLogProb);
     t0 = Clock::now();
     v1::ComputeLogProbsRequest lp;
     lp.set_step_id(step_id);
     lp.set_role("actor");
     lp.set_temperature(temperature);
+    // The update's first mini-batch takes its old log-probs from its own forward (the policy is still the rollout's
+    // then), unless the advantage needs them before the update or no update comes this step.
+    lp.set_defer_first_mini_batch(config_.actor_rollout_ref.actor.defer_first_mini_batch_log_probs &&
+                                  !config_.algorithm.use_kl_in_reward && actor_updates);
+    lp.set_update_seed(update_seed);
     ASSIGN_OR_RETURN(auto old_lp, OnAllRanks(lp, &WorkerClient::ComputeLogProbs, trainers));
     MergeMetrics(m, old_lp);
     m["timing_s/old_log_prob"] = Seconds(t0);
@@ -1035,6 +1042,7 @@ class JobRunner::Impl {
       SetState(JobState::kStepRefLogProb);
       t0 = Clock::now();
       lp.set_role("ref");
+      lp.set_defer_first_mini_batch(false);
       ASSIGN_OR_RETURN(auto ref_lp, OnAllRanks(lp, &WorkerClient::ComputeLogProbs, trainers));
       MergeMetrics(m, ref_lp);
       m["timing_s/ref"] = Seconds(t0);
@@ -1072,7 +1080,6 @@ class JobRunner::Impl {
     }
     m["timing_s/adv"] = Seconds(t0);
 
-    const uint64_t update_seed = static_cast<uint64_t>(config_.trainer.seed) * 31ULL + static_cast<uint64_t>(step);
     // With the critic on ranks of its own its update runs alongside the actor's (joined before the step ends, also
     // when the actor's fails); on the actor's ranks, before it.
     std::optional<absl::StatusOr<std::vector<v1::UpdateCriticResponse>>> critic_resp;
@@ -1112,7 +1119,7 @@ class JobRunner::Impl {
     if (!CriticSplit()) RETURN_IF_ERROR(finish_critic());
 
     // verl: the actor starts updating once the critic has warmed up.
-    if (config_.trainer.critic_warmup <= step) {
+    if (actor_updates) {
       SetState(JobState::kStepActorUpdate);
       t0 = Clock::now();
       v1::UpdateActorRequest upd;

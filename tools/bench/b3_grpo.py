@@ -92,7 +92,7 @@ def run_ours(bin_dir, model, data, work, steps):
             "perf/throughput", "perf/max_memory_allocated_gb", "perf/rollout_max_memory_allocated_gb",
             "perf/update_max_memory_allocated_gb", "response_length/mean", "prompt_length/mean",
             "training/rollout_probs_diff_max", "training/rollout_probs_diff_mean", "actor/grad_norm",
-            "actor/kl_loss", "perf/rollout_kv_cache_slots"]
+            "actor/kl_loss", "perf/rollout_kv_cache_slots", "perf/old_log_prob_deferred_rows"]
     per_step = [{k: d.get(k) for k in keys} for d in steps_data]
     timed = per_step[1:] or per_step
     sec = sum(s["timing_s/step"] for s in timed) / len(timed)

@@ -59,6 +59,10 @@ struct StepBatch {
   std::optional<ScoreOutput> score_output;
   at::Tensor token_level_rewards;
   at::Tensor old_log_probs;
+  // Rows whose old log-probs the update's first mini-batch computes (ComputeLogProbs' defer_first_mini_batch), and the
+  // update seed that chose them; undefined / unset when none were deferred.
+  at::Tensor deferred_rows;
+  std::optional<uint64_t> deferred_seed;
   at::Tensor ref_log_probs;
   at::Tensor advantages;
   at::Tensor returns;
@@ -589,8 +593,9 @@ class CpuRank final : public RankInterface {
     });
   }
 
-  absl::StatusOr<Metrics> ComputeLogProbs(const std::string& step_id, const std::string& role,
-                                          double temperature) override {
+  using RankInterface::ComputeLogProbs;
+  absl::StatusOr<Metrics> ComputeLogProbs(const std::string& step_id, const std::string& role, double temperature,
+                                          const LogProbPass& pass) override {
     ASSIGN_OR_RETURN(StepBatch * batch, Find("ComputeLogProbs", step_id));
     if (auto it = batch->log_prob_metrics.find(role); it != batch->log_prob_metrics.end()) return it->second;
     const DecoderModel* model = nullptr;
@@ -610,16 +615,37 @@ class CpuRank final : public RankInterface {
                              : "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu";
       if (model->sharded()) micro.agree = DpSumFn();  // every pass gathers the layers: same count on every rank
       micro.packed = config_.actor.remove_padding;
-      ASSIGN_OR_RETURN(at::Tensor lp, ComputeLogProbsNoGrad(*model, batch->seq, temperature, micro));
       Metrics m;
-      at::Tensor mask = batch->seq.response_mask.to(at::kFloat);
+      at::Tensor lp;
+      at::Tensor computed = at::ones({batch->seq.size()}, at::kBool);  // the rows this pass computes
+      if (!ref && pass.defer_first_mini_batch) {
+        // The update's first mini-batch is left to the update: the other rows only (none with one mini-batch).
+        ASSIGN_OR_RETURN(const int64_t mini, PerRankMiniBatch("actor", config_.actor.ppo_mini_batch_size, batch->n));
+        const int64_t N = batch->seq.size();
+        const at::Tensor deferred = FirstMiniBatchRows(N, mini, config_.actor.shuffle, pass.update_seed);
+        computed.index_fill_(0, deferred, false);
+        const at::Tensor rest = computed.nonzero().squeeze(1);
+        lp = at::zeros({N, batch->seq.responses.size(1)},
+                       at::TensorOptions().dtype(at::kFloat).device(batch->seq.input_ids.device()));
+        // Every rank defers as many rows (equal shares), so sharded models still agree on their pass counts.
+        if (rest.numel() > 0) {
+          const at::Tensor rest_on = rest.to(lp.device());
+          ASSIGN_OR_RETURN(at::Tensor part,
+                           ComputeLogProbsNoGrad(*model, SelectRows(batch->seq, rest_on), temperature, micro));
+          lp.index_copy_(0, rest_on, part);
+        }
+        batch->deferred_rows = deferred;
+        batch->deferred_seed = pass.update_seed;
+        m["perf/old_log_prob_deferred_rows"] = static_cast<double>(deferred.numel());
+      } else {
+        ASSIGN_OR_RETURN(lp, ComputeLogProbsNoGrad(*model, batch->seq, temperature, micro));
+      }
       if (role == "actor") {
         batch->old_log_probs = lp;
-        // How far the trainer's log-probs are from the rollout's (they share the kernels, so this stays tiny).
-        at::Tensor diff = (lp - batch->rollout.log_probs).abs() * mask;
-        at::Tensor sums = DpSum(at::stack({diff.sum(), mask.sum()}));
-        m["training/rollout_probs_diff_mean"] = (sums[0] / sums[1].clamp_min(1)).item<double>();
-        m["training/rollout_probs_diff_max"] = DpReduce(diff.max().reshape({1}), ReduceOp::kMax).item<double>();
+        // How far the trainer's log-probs are from the rollout's (they share the kernels, so this stays tiny), over
+        // the rows computed here; the update adds the deferred ones.
+        const Metrics diff = RolloutDiff(*batch, computed);
+        m.insert(diff.begin(), diff.end());
       } else {
         batch->ref_log_probs = lp;
       }
@@ -653,6 +679,11 @@ class CpuRank final : public RankInterface {
     if (settings.use_kl_in_reward && (!batch->old_log_probs.defined() || !batch->ref_log_probs.defined())) {
       return Error("ComputeAdvantage",
                    absl::FailedPreconditionError("use_kl_in_reward needs the actor's and the ref's log-probs first"));
+    }
+    if (settings.use_kl_in_reward && batch->deferred_rows.defined()) {
+      return Error("ComputeAdvantage",
+                   absl::FailedPreconditionError("use_kl_in_reward needs every old log-prob, but the old log-prob pass "
+                                                 "deferred the first mini-batch's to the update"));
     }
     return CatchTorch(Context("ComputeAdvantage"), [&]() -> absl::StatusOr<Metrics> {
       Metrics m;
@@ -767,14 +798,24 @@ class CpuRank final : public RankInterface {
       o.shuffle = a.shuffle;
       o.temperature = temperature;
       o.seed = seed;
+      const bool deferred = batch->deferred_rows.defined();
+      if (deferred && batch->deferred_seed != seed) {
+        return Error("UpdateActor", absl::FailedPreconditionError(absl::StrCat(
+                                        "the old log-prob pass deferred the first mini-batch of update seed ",
+                                        *batch->deferred_seed, " but the update has seed ", seed)));
+      }
       StartMemoryPhase();
       GradScope<DecoderModel> grad_scope(*actor_);
-      auto metrics =
-          UpdatePolicy(*actor_, *optimizer_, batch->seq,
-                       {batch->old_log_probs, batch->ref_log_probs, batch->advantages.to(device_),
-                        batch->rollout.log_probs},
-                       o);
+      auto metrics = UpdatePolicy(*actor_, *optimizer_, batch->seq,
+                                  {batch->old_log_probs, batch->ref_log_probs, batch->advantages.to(device_),
+                                   batch->rollout.log_probs, deferred},
+                                  o);
       if (!metrics.ok()) return Error("UpdateActor", metrics.status());
+      if (deferred) {  // the old log-probs are whole now: the rollout comparison over every row
+        const Metrics diff = RolloutDiff(*batch, at::ones({batch->seq.size()}, at::kBool));
+        metrics->insert_or_assign("training/rollout_probs_diff_mean", diff.at("training/rollout_probs_diff_mean"));
+        metrics->insert_or_assign("training/rollout_probs_diff_max", diff.at("training/rollout_probs_diff_max"));
+      }
       (*metrics)["perf/actor_optimizer_state_gb"] = static_cast<double>(optimizer_->StateBytes()) / 1e9;
       int64_t param_bytes = 0;
       for (const auto& [name, t] : actor_->trainable_parameters()) param_bytes += t.numel() * t.element_size();
@@ -790,6 +831,19 @@ class CpuRank final : public RankInterface {
       batch->update_metrics = *metrics;
       return *metrics;
     });
+  }
+
+  // training/rollout_probs_diff_{mean,max}: the trainer's old log-probs against the rollout's over the rows `rows`
+  // ([N] bool, on the CPU), summed over the data-parallel group.
+  Metrics RolloutDiff(const StepBatch& batch, const at::Tensor& rows) {
+    const at::Tensor mask =
+        batch.seq.response_mask.to(at::kFloat) * rows.to(batch.seq.response_mask.device()).to(at::kFloat).unsqueeze(1);
+    const at::Tensor diff = (batch.old_log_probs - batch.rollout.log_probs).abs() * mask;
+    const at::Tensor sums = DpSum(at::stack({diff.sum(), mask.sum()}));
+    Metrics m;
+    m["training/rollout_probs_diff_mean"] = (sums[0] / sums[1].clamp_min(1)).item<double>();
+    m["training/rollout_probs_diff_max"] = DpReduce(diff.max().reshape({1}), ReduceOp::kMax).item<double>();
+    return m;
   }
 
   absl::Status ReleaseBatch(const std::string& step_id) override {

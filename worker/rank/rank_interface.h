@@ -227,9 +227,18 @@ class RankInterface {
   virtual absl::StatusOr<GenerateOutput> Generate(const std::string& step_id, const std::vector<PromptInput>& prompts,
                                                   const SamplingSettings& sampling, bool greedy_baseline) = 0;
   virtual absl::StatusOr<ScoreOutput> Score(const std::string& step_id) = 0;
-  // role "actor" stores old_log_probs, "ref" stores ref_log_probs.
+  // role "actor" stores old_log_probs, "ref" stores ref_log_probs. With pass.defer_first_mini_batch (actor only) the
+  // rows of the update's first mini-batch (in the first epoch's order that pass.update_seed gives) are left to the
+  // update's own forward: the policy has not changed when it reaches them, so their old log-probs are its log-probs.
+  struct LogProbPass {
+    bool defer_first_mini_batch = false;
+    uint64_t update_seed = 0;
+  };
   virtual absl::StatusOr<Metrics> ComputeLogProbs(const std::string& step_id, const std::string& role,
-                                                  double temperature) = 0;
+                                                  double temperature, const LogProbPass& pass) = 0;
+  absl::StatusOr<Metrics> ComputeLogProbs(const std::string& step_id, const std::string& role, double temperature) {
+    return ComputeLogProbs(step_id, role, temperature, LogProbPass{});
+  }
   // The critic's values of the stored responses (role "critic").
   virtual absl::StatusOr<Metrics> ComputeValues(const std::string& step_id) = 0;
   // Token rewards (scores, minus the KL penalty when in-reward), then advantages and returns.

@@ -365,12 +365,15 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Score(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* WorkerServiceImpl::ComputeLogProbs(grpc::CallbackServerContext* ctx,
                                                              const v1::ComputeLogProbsRequest* req,
                                                              v1::ComputeLogProbsResponse* resp) {
-  return RunOnRank(ctx, "ComputeLogProbs", req->local_rank(), req->step_id(),
-                   [req, resp](RankInterface& rank) -> absl::Status {
-                     ASSIGN_OR_RETURN(Metrics m, rank.ComputeLogProbs(req->step_id(), req->role(), req->temperature()));
-                     ToProto(m, resp->mutable_metrics());
-                     return absl::OkStatus();
-                   });
+  return RunOnRank(
+      ctx, "ComputeLogProbs", req->local_rank(), req->step_id(), [req, resp](RankInterface& rank) -> absl::Status {
+        RankInterface::LogProbPass pass;
+        pass.defer_first_mini_batch = req->defer_first_mini_batch();
+        pass.update_seed = req->update_seed();
+        ASSIGN_OR_RETURN(Metrics m, rank.ComputeLogProbs(req->step_id(), req->role(), req->temperature(), pass));
+        ToProto(m, resp->mutable_metrics());
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::ComputeAdvantage(grpc::CallbackServerContext* ctx,

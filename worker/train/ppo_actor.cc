@@ -70,6 +70,21 @@ at::Tensor ComputeLogProbsNoGrad(const DecoderModel& model, const SequenceBatch&
   return ComputeLogProbsNoGrad(model, batch, temperature, micro).value();  // fixed micro-batches cannot fail
 }
 
+namespace {
+
+// The update's sample order for each epoch: one permutation per epoch from `gen` when shuffling.
+at::Tensor EpochOrder(int64_t N, bool shuffle, at::Generator& gen) {
+  return shuffle ? at::randperm(N, gen, at::TensorOptions().dtype(at::kLong))
+                 : at::arange(N, at::TensorOptions().dtype(at::kLong));
+}
+
+}  // namespace
+
+at::Tensor FirstMiniBatchRows(int64_t N, int64_t mini_batch_size, bool shuffle, uint64_t seed) {
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  return EpochOrder(N, shuffle, gen).narrow(0, 0, std::min(N, mini_batch_size));
+}
+
 absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, AdamW& optimizer,
                                                            const SequenceBatch& batch, const PolicyUpdateInputs& inputs,
                                                            const PolicyUpdateOptions& options) {
@@ -101,10 +116,11 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
   const bool causal = CausalPasses(batch, options.remove_padding);  // as ComputeLogProbsNoGrad's
   micro.rolled = causal;
   for (int64_t epoch = 0; epoch < options.ppo_epochs; ++epoch) {
-    at::Tensor order = options.shuffle ? at::randperm(N, gen, at::TensorOptions().dtype(at::kLong))
-                                       : at::arange(N, at::TensorOptions().dtype(at::kLong));
+    const at::Tensor order = EpochOrder(N, options.shuffle, gen);
     for (int64_t mb = 0; mb < N; mb += options.mini_batch_size) {
       at::Tensor idx = order.narrow(0, mb, options.mini_batch_size).to(batch.input_ids.device());
+      // The first mini-batch of a deferred pass: old log-probs from this forward (the policy is the rollout's yet).
+      const bool own_old = inputs.first_mini_batch_deferred && epoch == 0 && mb == 0;
       SequenceBatch mini = SelectRows(batch, idx);
       at::Tensor old_lp = inputs.old_log_probs.index_select(0, idx);
       at::Tensor adv = inputs.advantages.index_select(0, idx);
@@ -127,10 +143,16 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
                 ? ForwardLogProbsPacked(model, sub, options.temperature, /*with_entropy=*/true)
                 : ForwardLogProbs(model, sub, 0, sub.size(), options.temperature, /*with_entropy=*/true, causal);
         at::Tensor mask = sub.response_mask.to(at::kFloat);
-        ASSIGN_OR_RETURN(PolicyLossResult pl,
-                         ComputePolicyLossByMode(cut(old_lp), lp.log_probs, cut(adv), mask,
-                                                 rollout_lp.defined() ? cut(rollout_lp) : at::Tensor(), loss_options,
-                                                 norm));
+        at::Tensor old = cut(old_lp);
+        if (own_old) {
+          old = lp.log_probs.detach().to(at::kFloat) * mask;  // as ComputeLogProbsNoGrad stores them
+          inputs.old_log_probs.index_copy_(0, idx.index_select(0, rows),
+                                           PadResponseColumns(old, inputs.old_log_probs.size(1)));
+        }
+        ASSIGN_OR_RETURN(
+            PolicyLossResult pl,
+            ComputePolicyLossByMode(old, lp.log_probs, cut(adv), mask,
+                                    rollout_lp.defined() ? cut(rollout_lp) : at::Tensor(), loss_options, norm));
         ASSIGN_OR_RETURN(at::Tensor entropy_term, AggLossGlobal(lp.entropy, mask, options.loss.loss_agg_mode, norm));
         at::Tensor loss = pl.pg_loss - options.entropy_coeff * entropy_term;
         if (options.use_kl_loss) {

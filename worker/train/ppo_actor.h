@@ -73,7 +73,15 @@ struct PolicyUpdateInputs {
   at::Tensor ref_log_probs;      // [N, R] or undefined
   at::Tensor advantages;         // [N, R]
   at::Tensor rollout_log_probs;  // [N, R]; needed when tis_imp_ratio_cap > 0
+  // Set when the old log-prob pass left out the first mini-batch (FirstMiniBatchRows): its rows' old log-probs are
+  // the update's own log-probs from its first forward over them (before any optimizer step), detached, and are
+  // written into old_log_probs (in place) for later epochs and for the caller.
+  bool first_mini_batch_deferred = false;
 };
+
+// The rows of an update's first mini-batch (its first epoch's), in the order UpdatePolicy takes them: the first
+// mini_batch_size of a permutation of N from a CPU generator seeded with `seed` when shuffling, else 0, 1, ...
+at::Tensor FirstMiniBatchRows(int64_t N, int64_t mini_batch_size, bool shuffle, uint64_t seed);
 
 // Runs the update and returns verl's actor/* metrics. Losses are normalised over each mini-batch (not per
 // micro-batch), so the update does not depend on the micro-batch size; actor/pg_loss, actor/kl_loss and

@@ -1,10 +1,9 @@
 // The rank through its torch-free interface only: this file sees no LibTorch header, as worker/service does not.
 
-#include "worker/rank/rank_interface.h"
-
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -16,6 +15,7 @@
 #include "tests/test_dir.h"
 #include "tests/worker/rank/rank_fixtures.h"
 #include "tests/worker/tiny_model.h"
+#include "worker/rank/rank_interface.h"
 
 namespace verl {
 namespace {
@@ -174,6 +174,111 @@ TEST_CASE("CpuRank runs a GRPO step through the torch-free interface", "[worker]
     ExpectError(rank->ComputeLogProbs("step-1", "actor", 1.0).status(), absl::StatusCode::kNotFound,
                 {"rank 3", "ComputeLogProbs", "step-1"});
   }
+}
+
+// A sampling seed whose step has a learning signal on `rank`: within some prompt's group the two scores differ.
+SamplingSettings SamplingWithSignal(RankInterface& rank, const TinyRankModel& m) {
+  SamplingSettings sampling = Sampling(m);
+  for (;; ++sampling.seed) {
+    REQUIRE(sampling.seed < 200);
+    REQUIRE(rank.Generate("probe", Prompts(m), sampling, false).ok());
+    auto probe = rank.Score("probe");
+    REQUIRE(probe.ok());
+    REQUIRE(rank.ReleaseBatch("probe").ok());
+    if (probe->scores[0] != probe->scores[1] || probe->scores[2] != probe->scores[3]) return sampling;
+  }
+}
+
+// The float32 tensors of a safetensors file, concatenated in the file's order.
+std::vector<float> SafetensorsFloats(const std::string& path) {
+  const std::string bytes = ReadFile(path);
+  REQUIRE(bytes.size() > 8);
+  uint64_t header = 0;
+  std::memcpy(&header, bytes.data(), 8);
+  REQUIRE(bytes.size() >= 8 + header);
+  std::vector<float> out((bytes.size() - 8 - header) / sizeof(float));
+  std::memcpy(out.data(), bytes.data() + 8 + header, out.size() * sizeof(float));
+  return out;
+}
+
+TEST_CASE("deferring the first mini-batch's old log-probs to the update takes the same update", "[worker][rank]") {
+  TinyRankModel m;
+  TestDir ckpt("rank_defer_ckpt");
+  // Two mini-batches (shuffled, and over two epochs unshuffled, where the second epoch reads the old log-probs the
+  // first wrote) and one mini-batch (the old log-prob pass computes nothing).
+  struct Case {
+    int64_t mini_prompts, epochs;
+    bool shuffle;
+  };
+  for (const Case& c : {Case{1, 1, true}, Case{1, 2, false}, Case{2, 1, true}}) {
+    INFO("mini-batch " << c.mini_prompts << " prompts, " << c.epochs << " epochs, shuffle " << c.shuffle);
+    RankConfig config = Config(m.dir.path());
+    config.actor.ppo_mini_batch_size = c.mini_prompts;
+    config.actor.ppo_epochs = c.epochs;
+    config.actor.shuffle = c.shuffle;
+    auto plain = LoadedRank(0, config);
+    auto deferring = LoadedRank(1, config);
+    const SamplingSettings sampling = SamplingWithSignal(*plain, m);
+    const uint64_t seed = 7;
+    for (RankInterface* r : {plain.get(), deferring.get()}) {
+      REQUIRE(r->Generate("s", Prompts(m), sampling, false).ok());
+      REQUIRE(r->Score("s").ok());
+    }
+    auto lp_plain = plain->ComputeLogProbs("s", "actor", 1.0);
+    auto lp_deferred = deferring->ComputeLogProbs("s", "actor", 1.0, {true, seed});
+    INFO(lp_deferred.status().ToString());
+    REQUIRE(lp_plain.ok());
+    REQUIRE(lp_deferred.ok());
+    CHECK(lp_plain->count("perf/old_log_prob_deferred_rows") == 0);
+    CHECK(lp_deferred->at("perf/old_log_prob_deferred_rows") == 2.0 * c.mini_prompts);  // n = 2
+    for (RankInterface* r : {plain.get(), deferring.get()}) {
+      REQUIRE(r->ComputeLogProbs("s", "ref", 1.0).ok());
+      REQUIRE(r->ComputeAdvantage("s", Grpo()).ok());
+    }
+    REQUIRE(plain->SaveCheckpoint(ckpt.file("before"), 0, false).ok());
+    auto up_plain = plain->UpdateActor("s", 1.0, seed);
+    auto up_deferred = deferring->UpdateActor("s", 1.0, seed);
+    INFO(up_deferred.status().ToString());
+    REQUIRE(up_plain.ok());
+    REQUIRE(up_deferred.ok());
+    for (const char* key : {"actor/pg_loss", "actor/grad_norm", "actor/kl_loss", "actor/entropy", "actor/ppo_kl"}) {
+      INFO(key << ": " << up_deferred->at(key) << " against " << up_plain->at(key));
+      CHECK(up_deferred->at(key) == Approx(up_plain->at(key)).margin(1e-6));
+    }
+    CHECK(up_plain->at("actor/grad_norm") > 0);  // the step has a signal
+    // The deferred rows' old log-probs are real ones: the update reports the rollout comparison over every row, as
+    // the plain pass did (rollout and trainer share the kernels on the CPU: within 1e-5).
+    CHECK(up_plain->count("training/rollout_probs_diff_max") == 0);
+    CHECK(up_deferred->at("training/rollout_probs_diff_max") < 1e-5);
+    CHECK(up_deferred->at("training/rollout_probs_diff_mean") ==
+          Approx(lp_plain->at("training/rollout_probs_diff_mean")).margin(1e-7));
+    // The same weights after the step, up to rounding; and they moved.
+    const std::string file = "/actor/model_world_size_1_rank_0.safetensors";
+    REQUIRE(plain->SaveCheckpoint(ckpt.file("plain"), 1, false).ok());
+    REQUIRE(deferring->SaveCheckpoint(ckpt.file("deferred"), 1, false).ok());
+    const std::vector<float> before = SafetensorsFloats(ckpt.file("before") + file);
+    const std::vector<float> a = SafetensorsFloats(ckpt.file("plain") + file);
+    const std::vector<float> b = SafetensorsFloats(ckpt.file("deferred") + file);
+    REQUIRE(a.size() == b.size());
+    REQUIRE(a.size() == before.size());
+    double diff = 0, moved = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      diff = std::max(diff, static_cast<double>(std::abs(a[i] - b[i])));
+      moved = std::max(moved, static_cast<double>(std::abs(a[i] - before[i])));
+    }
+    CAPTURE(diff, moved);
+    CHECK(moved > 1e-5);  // lr 1e-4
+    CHECK(diff <= 1e-6);
+  }
+  // The update must come with the seed that chose the deferred rows.
+  auto rank = LoadedRank(2, Config(m.dir.path()));
+  REQUIRE(rank->Generate("t", Prompts(m), Sampling(m), false).ok());
+  REQUIRE(rank->Score("t").ok());
+  REQUIRE(rank->ComputeLogProbs("t", "actor", 1.0, {true, 5}).ok());
+  REQUIRE(rank->ComputeLogProbs("t", "ref", 1.0).ok());
+  REQUIRE(rank->ComputeAdvantage("t", Grpo()).ok());
+  ExpectError(rank->UpdateActor("t", 1.0, 6).status(), absl::StatusCode::kFailedPrecondition,
+              {"rank 2", "UpdateActor", "seed 5", "seed 6"});
 }
 
 TEST_CASE("CpuRank: calls out of order fail with the rank and stage", "[worker][rank]") {
