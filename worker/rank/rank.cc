@@ -630,6 +630,7 @@ class CpuRank final : public RankInterface {
         // Every rank defers as many rows (equal shares), so sharded models still agree on their pass counts.
         if (rest.numel() > 0) {
           const at::Tensor rest_on = rest.to(lp.device());
+          micro.causal = CausalPasses(batch->seq, micro.packed);  // the update's decision, over every row
           ASSIGN_OR_RETURN(at::Tensor part,
                            ComputeLogProbsNoGrad(*model, SelectRows(batch->seq, rest_on), temperature, micro));
           lp.index_copy_(0, rest_on, part);

@@ -47,7 +47,7 @@ LogProbResult ForwardLogProbsPacked(const DecoderModel& model, const SequenceBat
 absl::StatusOr<at::Tensor> ComputeLogProbsNoGrad(const DecoderModel& model, const SequenceBatch& batch,
                                                  double temperature, const MicroBatching& micro) {
   at::NoGradGuard no_grad;
-  const bool causal = CausalPasses(batch, micro.packed);
+  const bool causal = micro.causal.value_or(CausalPasses(batch, micro.packed));
   MicroBatching how = micro;
   how.rolled = causal;  // the passes compute rows x the longest row
   ASSIGN_OR_RETURN(std::vector<at::Tensor> parts, SplitMicroBatches(batch, how));

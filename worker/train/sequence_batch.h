@@ -9,6 +9,7 @@
 
 #include <ATen/ATen.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,9 @@ struct MicroBatching {
   std::string budget_key;     // the config key of max_token_len, for errors
   bool packed = false;        // each pass runs packed without padding (use_remove_padding)
   bool rolled = false;        // each pass rolls its rows past their left padding (CausalPasses), not packed
+  // ComputeLogProbsNoGrad's attention path for a subset of a larger batch: that batch's CausalPasses, so the subset
+  // attends as the whole would (a subset can form single runs where the whole does not). Unset: the batch's own.
+  std::optional<bool> causal;
   // Ranks that must make the same number of passes (a sharded model gathers its layers in every pass): a sum over
   // them, to agree on the largest count any of them needs. Unset: each rank packs on its own.
   ReduceSumFn agree;

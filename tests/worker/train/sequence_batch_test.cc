@@ -225,6 +225,14 @@ TEST_CASE("Token-budget micro-batches give the update and the log-probs of one w
     micro.budget_key = "test";
     const at::Tensor rolled = ComputeLogProbsNoGrad(*model, one_run, 0.7, micro).value();
     REQUIRE(MaxAbsDiff(rolled, whole.log_probs.index_select(0, rows)) < 1e-5);
+    // A subset told the whole batch's decision (the old log-prob pass over the rows the update does not compute
+    // itself) takes that path: the explicit mask here, the same numbers.
+    micro.causal = CausalPasses(b, false);
+    const at::Tensor masked = ComputeLogProbsNoGrad(*model, one_run, 0.7, micro).value();
+    REQUIRE(MaxAbsDiff(masked, whole.log_probs.index_select(0, rows)) < 1e-5);
+    // The decision is taken as given, not recomputed from the rows: causal passes over the holed row refuse.
+    micro.causal = true;
+    REQUIRE_THROWS_WITH(ComputeLogProbsNoGrad(*model, b, 0.7, micro), Catch::Contains("valid tokens are not one run"));
   }
 }
 
