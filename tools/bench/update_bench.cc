@@ -9,13 +9,17 @@
 //   verl-bench-update --model DIR [--sequences 512] [--prompt-len 256] [--response-len 512] [--micro 8]
 //                     [--device cuda] [--dtype bfloat16] [--warmup 1] [--repeats 2] [--seed 0] [--checkpointing 0]
 //                     [--max-token-len 0] [--remove-padding 0] [--profile 0] [--log-probs 0]
-//                     [--min-prompt-len P] [--min-response-len R]
+//                     [--min-prompt-len P] [--min-response-len R] [--sdpa default|flash|cudnn|efficient]
 // --profile 1 adds one more update under the Kineto profiler: device time per kernel name (kernel_profile.h).
 // --log-probs 1 times the no-grad log-prob pass over the same sequences instead (a GRPO step's old and reference
 // log-probs: ComputeLogProbsNoGrad, micro-batches as the update's), e.g. B3's 1,024 x 768 tokens at a 24,576 budget.
 // --min-prompt-len / --min-response-len draw each row's prompt and response lengths uniformly from [min, max] (seeded):
 // prompts left-padded, responses right-padded, as a rollout's batch; `tokens` then counts the valid ones
 // (`padded_tokens` all). VERL_CAUSAL_PASSES=0 in the environment runs the padded passes with the explicit mask.
+//
+// --sdpa picks the one backend ATen's scaled_dot_product_attention may use in the padded passes (math too is off, so
+// a backend that cannot run the call fails rather than falls back); `default` leaves ATen's choice (cuDNN's on an
+// H200). The packed passes call flash attention directly either way.
 //
 // --checkpointing 1 recomputes each layer in backward (enable_gradient_checkpointing). The peak resident set of the
 // process is reported too (the CPU's memory measure).
@@ -61,7 +65,7 @@ int main(int argc, char** argv) {
       {"model", ""},     {"sequences", "512"}, {"prompt-len", "256"}, {"response-len", "512"}, {"micro", "8"},
       {"device", "cuda"}, {"dtype", "bfloat16"}, {"warmup", "1"},      {"repeats", "2"},        {"seed", "0"},
       {"checkpointing", "0"}, {"max-token-len", "0"}, {"remove-padding", "0"}, {"profile", "0"},
-      {"log-probs", "0"}, {"min-prompt-len", ""}, {"min-response-len", ""}};
+      {"log-probs", "0"}, {"min-prompt-len", ""}, {"min-response-len", ""}, {"sdpa", "default"}};
   auto parsed = verl::bench::ParseFlags(argc, argv, flags, "model");
   if (!parsed) {
     Usage();
@@ -73,6 +77,17 @@ int main(int argc, char** argv) {
   const int warmup = std::stoi(flags["warmup"]), repeats = std::stoi(flags["repeats"]);
   const at::ScalarType dtype = flags["dtype"] == "bfloat16" ? at::kBFloat16 : at::kFloat;
   const at::Device device(flags["device"] == "cuda" ? "cuda:0" : "cpu");
+  if (const std::string& sdpa = flags["sdpa"]; sdpa != "default") {
+    if (sdpa != "flash" && sdpa != "cudnn" && sdpa != "efficient") {
+      std::cerr << "verl-bench-update: --sdpa must be default, flash, cudnn or efficient, got '" << sdpa << "'\n";
+      return 2;
+    }
+    at::Context& ctx = at::globalContext();
+    ctx.setSDPUseFlash(sdpa == "flash");
+    ctx.setSDPUseCuDNN(sdpa == "cudnn");
+    ctx.setSDPUseMemEfficient(sdpa == "efficient");
+    ctx.setSDPUseMath(false);
+  }
   try {
     auto model = verl::DecoderModel::Load(flags["model"], dtype, device);
     if (!model.ok()) {
@@ -163,6 +178,7 @@ int main(int argc, char** argv) {
                              {"micro_batch", micro},
                              {"max_token_len", o.max_token_len},
                              {"remove_padding", o.remove_padding},
+                             {"sdpa", flags["sdpa"]},
                              {"checkpointing", m.gradient_checkpointing()},
                              {"device", flags["device"]},
                              {"dtype", flags["dtype"]},
