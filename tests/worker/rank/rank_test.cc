@@ -205,17 +205,25 @@ TEST_CASE("deferring the first mini-batch's old log-probs to the update takes th
   TinyRankModel m;
   TestDir ckpt("rank_defer_ckpt");
   // Two mini-batches (shuffled, and over two epochs unshuffled, where the second epoch reads the old log-probs the
-  // first wrote) and one mini-batch (the old log-prob pass computes nothing).
+  // first wrote) and one mini-batch (the old log-prob pass computes nothing); two mini-batches again with passes cut
+  // by a token budget of 12 (use_dynamic_bsz: about a row each), padded and packed (use_remove_padding).
   struct Case {
     int64_t mini_prompts, epochs;
     bool shuffle;
+    int64_t budget = 0;
+    bool packed = false;
   };
-  for (const Case& c : {Case{1, 1, true}, Case{1, 2, false}, Case{2, 1, true}}) {
-    INFO("mini-batch " << c.mini_prompts << " prompts, " << c.epochs << " epochs, shuffle " << c.shuffle);
+  for (const Case& c : {Case{1, 1, true}, Case{1, 2, false}, Case{2, 1, true}, Case{1, 1, true, 12, false},
+                        Case{1, 1, true, 12, true}}) {
+    INFO("mini-batch " << c.mini_prompts << " prompts, " << c.epochs << " epochs, shuffle " << c.shuffle
+                       << ", token budget " << c.budget << ", packed " << c.packed);
     RankConfig config = Config(m.dir.path());
     config.actor.ppo_mini_batch_size = c.mini_prompts;
     config.actor.ppo_epochs = c.epochs;
     config.actor.shuffle = c.shuffle;
+    config.actor.ppo_max_token_len = c.budget;
+    config.actor.log_prob_max_token_len = c.budget;
+    config.actor.remove_padding = c.packed;
     auto plain = LoadedRank(0, config);
     auto deferring = LoadedRank(1, config);
     const SamplingSettings sampling = SamplingWithSignal(*plain, m);
