@@ -1,5 +1,6 @@
 #include "worker/kernels/log_probs.h"
 
+#include <ATen/cuda/CUDABlas.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -91,6 +92,32 @@ void TokenLogProbsBackwardInPlace(at::Tensor& logits, const at::Tensor& targets,
   a.vocab = static_cast<int>(logits.size(1));
   a.temperature = static_cast<float>(temperature);
   C10_CUDA_CHECK(LaunchTokenLogProbsBackward(a, c10::cuda::getCurrentCUDAStream()));
+}
+
+void AddTransposedMatmulFloat(at::Tensor& c, const at::Tensor& a, const at::Tensor& b) {
+  TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && c.dim() == 2 && a.size(0) == b.size(0) && c.size(0) == a.size(1) &&
+                  c.size(1) == b.size(1),
+              "AddTransposedMatmulFloat: c ", c.sizes(), " += a ", a.sizes(), "^T b ", b.sizes());
+  TORCH_CHECK(a.scalar_type() == b.scalar_type() &&
+                  (a.scalar_type() == at::kBFloat16 || a.scalar_type() == at::kHalf) && c.scalar_type() == at::kFloat,
+              "AddTransposedMatmulFloat: a and b both bfloat16 or float16 and c float32, got ", a.scalar_type(), ", ",
+              b.scalar_type(), ", ", c.scalar_type());
+  TORCH_CHECK(a.is_cuda() && b.device() == a.device() && c.device() == a.device(),
+              "AddTransposedMatmulFloat: a, b and c on one CUDA device");
+  TORCH_CHECK(a.is_contiguous() && b.is_contiguous() && c.is_contiguous(), "AddTransposedMatmulFloat: contiguous only");
+  if (c.numel() == 0 || a.size(0) == 0) return;
+  const c10::cuda::CUDAGuard guard(a.device());
+  // cuBLAS is column-major: c [m, n] row-major is c^T [n, m] column-major (ld n), and c^T += b^T a, where b [k, n]
+  // row-major is b^T [n, k] column-major (ld n, no transpose) and a [k, m] row-major is a^T [m, k] column-major
+  // (ld m), transposed.
+  const int64_t k = a.size(0), m = a.size(1), n = b.size(1);
+  if (a.scalar_type() == at::kBFloat16) {
+    at::cuda::blas::gemm<at::BFloat16, float>('n', 't', n, m, k, 1.0f, b.const_data_ptr<at::BFloat16>(), n,
+                                              a.const_data_ptr<at::BFloat16>(), m, 1.0f, c.data_ptr<float>(), n);
+  } else {
+    at::cuda::blas::gemm<at::Half, float>('n', 't', n, m, k, 1.0f, b.const_data_ptr<at::Half>(), n,
+                                          a.const_data_ptr<at::Half>(), m, 1.0f, c.data_ptr<float>(), n);
+  }
 }
 
 }  // namespace verl::kernels

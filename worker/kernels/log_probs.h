@@ -29,6 +29,12 @@ void TokenLogProbsBackwardInPlace(at::Tensor& logits, const at::Tensor& targets,
                                   const at::Tensor& entropy, const at::Tensor& grad_log_probs,
                                   const at::Tensor& grad_entropy, double temperature);
 
+// c += a^T b with the sum in float32: a [k, m] and b [k, n] contiguous, both bfloat16 or both float16; c [m, n]
+// contiguous float32; all on one CUDA device. One cuBLAS GEMM with beta 1 (float32 output, accumulated in place): the
+// LM head's weight gradient summed over ChunkedLogProbs' chunks without rounding each chunk's part to bf16 or a
+// separate add.
+void AddTransposedMatmulFloat(at::Tensor& c, const at::Tensor& a, const at::Tensor& b);
+
 }  // namespace verl::kernels
 
 #endif  // VERL_WORKER_KERNELS_LOG_PROBS_H_

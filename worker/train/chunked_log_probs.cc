@@ -3,6 +3,8 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #ifdef VERL_WITH_CUDA
 #include "worker/kernels/log_probs.h"
@@ -83,15 +85,26 @@ class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbs
       const at::Tensor& ent = saved[4];
       at::Tensor grad_h = at::empty_like(h2d, at::MemoryFormat::Contiguous);
       at::Tensor grad_w = at::zeros(weight.sizes(), weight.options().dtype(at::kFloat));
+      // bf16 / fp16: each chunk's weight gradient is summed into grad_w in float32 by the GEMM itself (beta 1).
+      static const bool wgrad_gemm_env = [] {
+        const char* env = std::getenv("VERL_LM_HEAD_WGRAD_GEMM");  // temporary A/B switch: 0 = mm + add_
+        return env == nullptr || std::string(env) != "0";
+      }();
+      const bool wgrad_gemm = wgrad_gemm_env && h2d.scalar_type() != at::kFloat && h2d.is_contiguous();
       for (int64_t b = 0; b < N; b += chunk) {
         const int64_t n = std::min(chunk, N - b);
-        at::Tensor logits = at::linear(h2d.narrow(0, b, n), weight);
+        const at::Tensor h = h2d.narrow(0, b, n);
+        at::Tensor logits = at::linear(h, weight);
         kernels::TokenLogProbsBackwardInPlace(logits, targets.narrow(0, b, n), lse.narrow(0, b, n),
                                               ent.narrow(0, b, n), g_lp.defined() ? g_lp.narrow(0, b, n) : g_lp,
                                               g_ent.defined() ? g_ent.narrow(0, b, n) : g_ent, temperature);
         at::Tensor gh = grad_h.narrow(0, b, n);
         at::mm_out(gh, logits, weight);
-        grad_w.add_(at::mm(logits.t(), h2d.narrow(0, b, n)));
+        if (wgrad_gemm) {
+          kernels::AddTransposedMatmulFloat(grad_w, logits, h);
+        } else {
+          grad_w.add_(at::mm(logits.t(), h));
+        }
       }
       return {grad_h, grad_w.to(weight.scalar_type()), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
     }

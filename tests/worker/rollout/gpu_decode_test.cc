@@ -6,6 +6,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/InferenceMode.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <random>
@@ -458,9 +459,26 @@ TEST_CASE("fused sampling on the GPU draws what ATen's composition draws", "[wor
         }
       }
       CAPTURE(differ);
-      // Greedy must agree everywhere; a draw may differ only where u falls within rounding of a CDF step (float sums
-      // within segments against float64 cumsum), which these draws practically never do.
-      CHECK(agree >= (sample ? 0.995 : 1.0));
+      // Greedy must agree everywhere. A draw may differ only where u falls within rounding of a CDF step (the kernel's
+      // float sums against the reference's float32 softmax; either side's rounding differs with the host's CPU too):
+      // at Qwen2's vocabulary and temperature 0.7 most tokens carry far less than the average mass, so about one row
+      // in a hundred does (one of 63 on 2026-12-03, neighbours 40553 / 40554). Each such row is checked against the
+      // exact (float64) CDF: every token from the lower draw up to the higher one ends within 1e-5 of u, so the two
+      // differ only by tokens whose mass sits inside the rounding.
+      CHECK(agree >= (sample ? 0.95 : 1.0));
+      if (sample && c.temperature > 0) {
+        const at::Tensor cdf = at::softmax(logits.to(at::kDouble) / c.temperature, -1).cumsum(-1);
+        for (int64_t r = 0; r < c.rows; ++r) {
+          const int64_t a = tok[r].item<int64_t>(), b = ref[r].item<int64_t>();
+          if (!rows[r].item<bool>() || a == b) continue;
+          const double u = uniforms[r].item<double>();
+          const int64_t lo = std::min(a, b), hi = std::max(a, b);
+          INFO("row " << r << ": exact CDF " << cdf[r][lo].item<double>() << " at " << lo << ", "
+                      << cdf[r][hi - 1].item<double>() << " at " << hi - 1 << ", u " << u);
+          CHECK(std::abs(cdf[r][lo].item<double>() - u) <= 1e-5);
+          CHECK(std::abs(cdf[r][hi - 1].item<double>() - u) <= 1e-5);
+        }
+      }
       if (sample && c.temperature > 0) CHECK(tok[1].item<int64_t>() >= static_cast<int64_t>(0.9 * c.vocab));
       if (!sample) CHECK(tok[2].item<int64_t>() == 5);
       CHECK(tok[3].item<int64_t>() >= c.vocab - 7);

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "tests/test_dir.h"
@@ -257,8 +258,43 @@ TEST_CASE("the fused log-prob kernels give the ATen path's log-probs, entropy an
       CHECK(MaxAbsDiff(bf.entropy.cpu(), truth.entropy) <= 2 * Ulp(at::kBFloat16) * logit_scale);
       CHECK(MaxAbsDiff(bf.grad_hidden.cpu(), truth.grad_hidden) <= 4 * Ulp(at::kBFloat16) * MaxAbs(truth.grad_hidden));
       CHECK(MaxAbsDiff(bf.grad_weight.cpu(), truth.grad_weight) <= 4 * Ulp(at::kBFloat16) * MaxAbs(truth.grad_weight));
+      // In 16-row chunks (three): the weight gradient summed over the chunks in float32 by the GEMM (beta 1), as
+      // close to the truth.
+      const LogProbRun bf16_chunks = RunChunked(hb, wb, dev(targets), temperature, dev(g_lp), dev(g_ent), 16);
+      CHECK(MaxAbsDiff(bf16_chunks.grad_hidden.cpu(), truth.grad_hidden) <=
+            4 * Ulp(at::kBFloat16) * MaxAbs(truth.grad_hidden));
+      CHECK(MaxAbsDiff(bf16_chunks.grad_weight.cpu(), truth.grad_weight) <=
+            4 * Ulp(at::kBFloat16) * MaxAbs(truth.grad_weight));
     }
   }
+}
+
+TEST_CASE("AddTransposedMatmulFloat adds a^T b to a float32 matrix in place", "[worker][train][gpu]") {
+  if (SkipWithoutGpu()) return;
+#ifdef VERL_WITH_CUDA
+  at::manual_seed(11);
+  // The LM head's weight-gradient shape (a few rows of Qwen's vocabulary) and odd sizes; bf16 and fp16.
+  for (const auto& [k, m, n] : {std::tuple<int64_t, int64_t, int64_t>{37, 151936, 64}, {5, 7, 3}, {300, 129, 33}}) {
+    for (at::ScalarType dtype : {at::kBFloat16, at::kHalf}) {
+      CAPTURE(k, m, n, c10::toString(dtype));
+      const at::Tensor a = at::randn({k, m}).to(dtype), b = at::randn({k, n}).to(dtype);
+      const at::Tensor c0 = at::randn({m, n});
+      at::Tensor c = c0.to(at::kCUDA);
+      kernels::AddTransposedMatmulFloat(c, a.to(at::kCUDA), b.to(at::kCUDA));
+      kernels::AddTransposedMatmulFloat(c, a.to(at::kCUDA), b.to(at::kCUDA));  // accumulates: c0 + 2 a^T b
+      const at::Tensor truth = c0.to(at::kDouble) + 2 * at::mm(a.to(at::kDouble).t(), b.to(at::kDouble));
+      // float32 sums of k exact products (bf16 x bf16 is exact in float32): a few float32 roundings of the terms.
+      const double bound = 1e-6 * (static_cast<double>(k) + 2) * (MaxAbs(truth) + 1);
+      CHECK(MaxAbsDiff(c.cpu().to(at::kDouble), truth) <= bound);
+    }
+  }
+  at::Tensor c = at::zeros({4, 3}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA));
+  const at::Tensor a = at::ones({2, 4}, at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA));
+  CHECK_THROWS_WITH(kernels::AddTransposedMatmulFloat(c, a, a), Catch::Contains("AddTransposedMatmulFloat"));
+  at::Tensor c_bf16 = c.to(at::kBFloat16);
+  CHECK_THROWS_WITH(kernels::AddTransposedMatmulFloat(c_bf16, a, a.narrow(1, 0, 3).contiguous()),
+                    Catch::Contains("float32"));
+#endif
 }
 
 TEST_CASE("the token log-prob kernels agree with float64 math on the same logits", "[worker][train][gpu]") {
