@@ -1,6 +1,6 @@
 #include "worker/kernels/log_probs.h"
 
-#include <ATen/cuda/CUDABlas.h>
+#include <ATen/ops/addmm.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -107,17 +107,10 @@ void AddTransposedMatmulFloat(at::Tensor& c, const at::Tensor& a, const at::Tens
   TORCH_CHECK(a.is_contiguous() && b.is_contiguous() && c.is_contiguous(), "AddTransposedMatmulFloat: contiguous only");
   if (c.numel() == 0 || a.size(0) == 0) return;
   const c10::cuda::CUDAGuard guard(a.device());
-  // cuBLAS is column-major: c [m, n] row-major is c^T [n, m] column-major (ld n), and c^T += b^T a, where b [k, n]
-  // row-major is b^T [n, k] column-major (ld n, no transpose) and a [k, m] row-major is a^T [m, k] column-major
-  // (ld m), transposed.
-  const int64_t k = a.size(0), m = a.size(1), n = b.size(1);
-  if (a.scalar_type() == at::kBFloat16) {
-    at::cuda::blas::gemm<at::BFloat16, float>('n', 't', n, m, k, 1.0f, b.const_data_ptr<at::BFloat16>(), n,
-                                              a.const_data_ptr<at::BFloat16>(), m, 1.0f, c.data_ptr<float>(), n);
-  } else {
-    at::cuda::blas::gemm<at::Half, float>('n', 't', n, m, k, 1.0f, b.const_data_ptr<at::Half>(), n,
-                                          a.const_data_ptr<at::Half>(), m, 1.0f, c.data_ptr<float>(), n);
-  }
+  // ATen's addmm with out_dtype float32 over bf16/fp16 operands is cuBLAS's mixed-precision GEMM (float32 output and
+  // accumulation); with self and out both c, beta 1 adds in place. (at::cuda::blas::gemm<BFloat16, float> is not
+  // exported from libtorch_cuda.)
+  at::addmm_out(c, c, a.t(), b, at::kFloat, /*beta=*/1, /*alpha=*/1);
 }
 
 }  // namespace verl::kernels

@@ -30,9 +30,9 @@ void TokenLogProbsBackwardInPlace(at::Tensor& logits, const at::Tensor& targets,
                                   const at::Tensor& grad_entropy, double temperature);
 
 // c += a^T b with the sum in float32: a [k, m] and b [k, n] contiguous, both bfloat16 or both float16; c [m, n]
-// contiguous float32; all on one CUDA device. One cuBLAS GEMM with beta 1 (float32 output, accumulated in place): the
-// LM head's weight gradient summed over ChunkedLogProbs' chunks without rounding each chunk's part to bf16 or a
-// separate add.
+// contiguous float32; all on one CUDA device. One cuBLAS GEMM with beta 1 (ATen's addmm with out_dtype float32,
+// accumulated in place): the LM head's weight gradient summed over ChunkedLogProbs' chunks without rounding each
+// chunk's part to bf16 or a separate add.
 void AddTransposedMatmulFloat(at::Tensor& c, const at::Tensor& a, const at::Tensor& b);
 
 }  // namespace verl::kernels
