@@ -3,8 +3,6 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 
 #ifdef VERL_WITH_CUDA
 #include "worker/kernels/log_probs.h"
@@ -85,12 +83,9 @@ class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbs
       const at::Tensor& ent = saved[4];
       at::Tensor grad_h = at::empty_like(h2d, at::MemoryFormat::Contiguous);
       at::Tensor grad_w = at::zeros(weight.sizes(), weight.options().dtype(at::kFloat));
-      // bf16 / fp16: each chunk's weight gradient is summed into grad_w in float32 by the GEMM itself (beta 1).
-      static const bool wgrad_gemm_env = [] {
-        const char* env = std::getenv("VERL_LM_HEAD_WGRAD_GEMM");  // temporary A/B switch: 0 = mm + add_
-        return env == nullptr || std::string(env) != "0";
-      }();
-      const bool wgrad_gemm = wgrad_gemm_env && h2d.scalar_type() != at::kFloat && h2d.is_contiguous();
+      // bf16 / fp16: each chunk's weight gradient is summed into grad_w in float32 by the GEMM itself (beta 1);
+      // float32 (or a strided h2d) takes the product and an add.
+      const bool wgrad_gemm = h2d.scalar_type() != at::kFloat && h2d.is_contiguous();
       for (int64_t b = 0; b < N; b += chunk) {
         const int64_t n = std::min(chunk, N - b);
         const at::Tensor h = h2d.narrow(0, b, n);
