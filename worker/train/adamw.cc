@@ -161,6 +161,34 @@ void ReduceGradients(const std::vector<at::Tensor>& params, const ReduceSumFn& r
   flush();
 }
 
+GradAccumulator::GradAccumulator(std::vector<at::Tensor> params) {
+  for (at::Tensor& p : params) {
+    if (p.scalar_type() != at::kFloat) params_.push_back(std::move(p));
+  }
+  sums_.resize(params_.size());
+}
+
+void GradAccumulator::Collect() {
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    at::Tensor& grad = params_[i].mutable_grad();
+    if (!grad.defined()) continue;
+    if (sums_[i].defined()) {
+      sums_[i].add_(grad);
+    } else {
+      sums_[i] = grad.to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+    }
+    grad = at::Tensor();
+  }
+}
+
+void GradAccumulator::Finish() {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (sums_[i].defined()) params_[i].mutable_grad() = std::move(sums_[i]);
+    sums_[i] = at::Tensor();
+  }
+}
+
 double ClipGradNorm(const std::vector<at::Tensor>& params, double max_norm, const ReduceSumFn& sum_over_shards) {
   at::NoGradGuard no_grad;
   // Summed on the gradients' device, one host sync at the end.

@@ -108,6 +108,25 @@ double ClipAndStep(AdamW& optimizer, const std::vector<at::Tensor>& params, doub
 void ReduceGradients(const std::vector<at::Tensor>& params, const ReduceSumFn& reduce_sum,
                      int64_t bucket_elements = int64_t{1} << 24);
 
+// Sums the gradients of a mini-batch's micro-batches in float32 for the parameters that are not float32 (bf16
+// training), as verl does (FSDP's sharded float32 gradients) and Megatron (main_grad): autograd alone would add each
+// micro-batch's gradient into the bf16 .grad, rounding the running sum to bf16 at every micro-batch. Float32
+// parameters are left to autograd. Costs a float32 sum per low-precision parameter while the mini-batch runs.
+class GradAccumulator {
+ public:
+  explicit GradAccumulator(std::vector<at::Tensor> params);
+  // After each backward: adds the low-precision parameters' gradients into their float32 sums and clears those
+  // .grad, so the next backward writes a fresh one instead of adding to it.
+  void Collect();
+  // After the last backward: the sums become those parameters' .grad (float32; ReduceGradients, ClipGradNorm and
+  // AdamW::Step take it as it is; AdamW::ZeroGrad clears it). A parameter no pass reached keeps no gradient.
+  void Finish();
+
+ private:
+  std::vector<at::Tensor> params_;  // the parameters that are not float32
+  std::vector<at::Tensor> sums_;    // their float32 sums (undefined until a gradient arrives)
+};
+
 // Turns gradients on for a model's parameters for its lifetime (also when the update throws).
 template <typename Model>
 class GradScope {

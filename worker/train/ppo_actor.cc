@@ -130,6 +130,7 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
       const AggNormalizer norm = GlobalAggNormalizer(mini.response_mask, options.reduce_sum);
       double pg_loss = 0, kl_loss = 0, entropy = 0;
       optimizer.ZeroGrad();
+      GradAccumulator grads(params);  // the micro-batches' gradients summed in float32
       ASSIGN_OR_RETURN(std::vector<at::Tensor> micro_batches, SplitMicroBatches(mini, micro));
       metrics.Add("perf/actor_micro_batches", static_cast<double>(micro_batches.size()));
       for (const at::Tensor& rows : micro_batches) {
@@ -162,12 +163,14 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
           kl_loss += kl_term.item<double>();
         }
         loss.backward();
+        grads.Collect();
         pg_loss += pl.pg_loss.item<double>();
         entropy += entropy_term.item<double>();
         metrics.Add("actor/pg_clipfrac", pl.pg_clipfrac.item<double>());
         metrics.Add("actor/ppo_kl", pl.ppo_kl.item<double>());
         metrics.Add("actor/pg_clipfrac_lower", pl.pg_clipfrac_lower.item<double>());
       }
+      grads.Finish();
       if (!model.sharded()) ReduceGradients(params, options.reduce_sum);
       // Each rank holds its share of the mini-batch's (globally normalised) losses: the sum is the mini-batch's.
       if (options.reduce_sum) {

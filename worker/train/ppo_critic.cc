@@ -67,6 +67,7 @@ absl::StatusOr<std::map<std::string, double>> UpdateValue(ValueModel& model, Ada
       const AggNormalizer norm = GlobalAggNormalizer(mini.response_mask.to(at::kFloat), options.reduce_sum);
       double vf_loss = 0;
       optimizer.ZeroGrad();
+      GradAccumulator grads(params);  // the micro-batches' gradients summed in float32
       ASSIGN_OR_RETURN(std::vector<at::Tensor> micro_batches, SplitMicroBatches(mini, micro));
       metrics.Add("perf/critic_micro_batches", static_cast<double>(micro_batches.size()));
       for (const at::Tensor& rows : micro_batches) {
@@ -80,10 +81,12 @@ absl::StatusOr<std::map<std::string, double>> UpdateValue(ValueModel& model, Ada
         ASSIGN_OR_RETURN(ValueLossResult vl, ComputeValueLoss(vpreds, cut(ret), cut(vold), m, options.cliprange_value,
                                                               options.loss_agg_mode, norm));
         vl.vf_loss.backward();
+        grads.Collect();
         vf_loss += vl.vf_loss.item<double>();
         metrics.Add("critic/vf_clipfrac", vl.vf_clipfrac.item<double>());
         metrics.Add("critic/vpred_mean", MaskedMean(vpreds.detach(), m).item<double>());
       }
+      grads.Finish();
       ReduceGradients(params, options.reduce_sum);
       if (options.reduce_sum)
         vf_loss = ReduceSum(options.reduce_sum, at::tensor({vf_loss}, at::kDouble)).item<double>();

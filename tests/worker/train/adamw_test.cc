@@ -151,5 +151,48 @@ TEST_CASE("AdamW: the fused kernel gives the element-wise update, float32 and bf
   REQUIRE((masters[0][0] - params[0][1].to(at::kFloat)).abs().max().item<double>() > 0);  // a real master
 }
 
+TEST_CASE("GradAccumulator sums micro-batch gradients of bf16 parameters in float32", "[worker][train]") {
+  // 1.0 in bf16 has a spacing of 2^-7: adding 2^-9 to it rounds back to 1.0, so autograd's own sum into the bf16
+  // .grad would stay 1.0 over any number of such micro-batches. The float32 sum keeps each of them.
+  at::Tensor w = Vec({0.0f, 0.0f}).to(at::kBFloat16).set_requires_grad(true);
+  at::Tensor f = Vec({0.0f}).set_requires_grad(true);  // float32: left to autograd
+  at::Tensor unused = Vec({0.0f}).to(at::kBFloat16).set_requires_grad(true);
+  const float small = 1.0f / 512.0f;
+  auto pass = [&](float c0, float c1) {
+    // d/dw of sum(w * c) is c (in bf16, exact for these values); d/df of 2 f is 2.
+    at::Tensor loss = (w.to(at::kFloat) * Vec({c0, c1})).sum() + f.sum() * 2.0;
+    loss.backward();
+  };
+  SECTION("with the accumulator") {
+    GradAccumulator grads({w, f, unused});
+    pass(1.0f, -1.0f);
+    grads.Collect();
+    REQUIRE_FALSE(w.grad().defined());  // moved into the sum: the next backward writes a fresh one
+    REQUIRE(f.grad().defined());        // float32 parameters keep autograd's sum
+    for (int i = 0; i < 16; ++i) {
+      pass(small, small);
+      grads.Collect();
+    }
+    grads.Finish();
+    REQUIRE(w.grad().scalar_type() == at::kFloat);
+    REQUIRE(w.grad()[0].item<double>() == 1.0 + 16 * small);  // 1.03125, exact in float32
+    REQUIRE(w.grad()[1].item<double>() == -1.0 + 16 * small);
+    REQUIRE(f.grad().item<double>() == 2.0 * 17);
+    REQUIRE_FALSE(unused.grad().defined());  // no pass reached it
+    // The optimizer takes the float32 gradient on the bf16 parameter; ZeroGrad clears it.
+    AdamW opt({{"w", w}, {"f", f}}, AdamWOptions{1e-3, 0.0, 0.9, 0.999, 1e-8});
+    const double norm = ClipAndStep(opt, {w, f}, 1e9, 1e-3);
+    REQUIRE(norm == Approx(std::sqrt(1.03125 * 1.03125 + 0.96875 * 0.96875 + 34.0 * 34.0)).epsilon(1e-6));
+    REQUIRE_FALSE(w.grad().defined());
+    REQUIRE(opt.master()[0][0].item<double>() == Approx(-1e-3).epsilon(1e-4));  // Adam's first step: -lr sign(g)
+  }
+  SECTION("autograd alone rounds the running sum to bf16 (what the accumulator avoids)") {
+    pass(1.0f, -1.0f);
+    for (int i = 0; i < 16; ++i) pass(small, small);
+    REQUIRE(w.grad().scalar_type() == at::kBFloat16);
+    REQUIRE(w.grad()[0].item<double>() == 1.0);
+  }
+}
+
 }  // namespace
 }  // namespace verl
