@@ -106,10 +106,9 @@ void AddTransposedMatmulFloat(at::Tensor& c, const at::Tensor& a, const at::Tens
               "AddTransposedMatmulFloat: a, b and c on one CUDA device");
   TORCH_CHECK(a.is_contiguous() && b.is_contiguous() && c.is_contiguous(), "AddTransposedMatmulFloat: contiguous only");
   if (c.numel() == 0 || a.size(0) == 0) return;
-  const c10::cuda::CUDAGuard guard(a.device());
   // ATen's addmm with out_dtype float32 over bf16/fp16 operands is cuBLAS's mixed-precision GEMM (float32 output and
   // accumulation); with self and out both c, beta 1 adds in place. (at::cuda::blas::gemm<BFloat16, float> is not
-  // exported from libtorch_cuda.)
+  // exported from libtorch_cuda.) The op sets its own device guard.
   at::addmm_out(c, c, a.t(), b, at::kFloat, /*beta=*/1, /*alpha=*/1);
 }
 

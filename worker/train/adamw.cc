@@ -176,7 +176,7 @@ void GradAccumulator::Collect() {
     if (sums_[i].defined()) {
       sums_[i].add_(grad);
     } else {
-      sums_[i] = grad.to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+      sums_[i] = grad.to(at::kFloat);  // a new tensor: grad is not float32
     }
     grad = at::Tensor();
   }
