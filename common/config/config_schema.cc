@@ -63,11 +63,13 @@ const std::vector<ConfigKeySpec>& Table() {
       {"actor_rollout_ref.actor.use_dynamic_bsz", T::kBool, "false", "", false, O::kVerl,
        "Cut each mini-batch into micro-batches by a token budget (ppo_max_token_len_per_gpu) instead of a number of samples: sequences longest first, as many per pass as fit. Every pass (fixed or dynamic) drops the padding columns none of its sequences uses."},
       {"actor_rollout_ref.actor.ppo_max_token_len_per_gpu", T::kInt, "16384", "", false, O::kVerl,
-       "With use_dynamic_bsz: the most tokens one forward/backward pass takes on a rank, counted as the tokens the pass computes: samples x the longest sample (the padded passes roll each sample past its prompt's left padding), samples x (longest prompt + longest response, in columns) for every pass of a step whose batch holds a sample with holes in its attention mask (or with VERL_CAUSAL_PASSES=0 set), the samples' tokens with use_remove_padding; at least data.max_prompt_length + data.max_response_length."},
+       "With use_dynamic_bsz: the most tokens one forward/backward pass takes on a rank, counted as the tokens the pass computes: samples x the longest sample (the padded passes roll each sample past its prompt's left padding), samples x (longest prompt + longest response, in columns) for every pass of a step whose batch holds a sample with holes in its attention mask (or with VERL_CAUSAL_PASSES=0 set), the samples' tokens with use_remove_padding (a shared prompt's once with use_prefix_grouper); at least data.max_prompt_length + data.max_response_length."},
       {"actor_rollout_ref.actor.ppo_epochs", T::kInt, "1", "", false, O::kVerl,
        "Passes over each step's batch in the actor update."},
       {"actor_rollout_ref.actor.shuffle", T::kBool, "false", "", false, O::kVerl,
        "Shuffle samples between mini-batches in the actor update."},
+      {"actor_rollout_ref.actor.use_prefix_grouper", T::kBool, "false", "", false, O::kVerl,
+       "The actor's passes (old log-probs, update) and the ref's run packed (as with use_remove_padding), the samples of one prompt sharing one run of it: the prompt's tokens are computed once per pass instead of once per sample (rollout.n times), and each response attends to them; the same log-probs and gradients but for rounding. With use_dynamic_bsz a prompt's samples go to the same pass and its tokens count once. Unlike verl's, works with use_dynamic_bsz and use_remove_padding."},
       {"actor_rollout_ref.actor.defer_first_mini_batch_log_probs", T::kBool, "true", "", false, O::kOurs,
        "The old log-prob pass skips the samples of the update's first mini-batch: the update's own forward reaches "
        "them before any optimizer step, so their old log-probs are its log-probs, detached (verl does the same when a "

@@ -143,6 +143,7 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   r.Read("actor_rollout_ref.actor.ppo_max_token_len_per_gpu", &a.ppo_max_token_len_per_gpu);
   r.Read("actor_rollout_ref.actor.ppo_epochs", &a.ppo_epochs);
   r.Read("actor_rollout_ref.actor.shuffle", &a.shuffle);
+  r.Read("actor_rollout_ref.actor.use_prefix_grouper", &a.use_prefix_grouper);
   r.Read("actor_rollout_ref.actor.defer_first_mini_batch_log_probs", &a.defer_first_mini_batch_log_probs);
   r.Read("actor_rollout_ref.actor.clip_ratio", &a.clip_ratio);
   r.Read("actor_rollout_ref.actor.clip_ratio_low", &a.clip_ratio_low);

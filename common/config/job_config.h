@@ -63,6 +63,7 @@ struct ActorConfig {
   int64_t ppo_max_token_len_per_gpu = 16384;
   int64_t ppo_epochs = 1;
   bool shuffle = false;
+  bool use_prefix_grouper = false;  // actor and ref passes packed, a prompt's samples sharing its run
   bool defer_first_mini_batch_log_probs = true;  // ours: the old log-prob pass leaves those rows to the update
   double clip_ratio = 0.2;
   std::optional<double> clip_ratio_low;    // nullopt: clip_ratio (see ClipRatioLow())

@@ -657,6 +657,7 @@ class JobRunner::Impl {
     ac->set_rollout_enforce_eager(arr.rollout.enforce_eager);
     ac->set_gradient_checkpointing(arr.model.enable_gradient_checkpointing);
     ac->set_remove_padding(arr.model.use_remove_padding);
+    ac->set_prefix_grouper(a.use_prefix_grouper);
     if (a.use_dynamic_bsz) ac->set_ppo_max_token_len(a.ppo_max_token_len_per_gpu);
     if (arr.rollout.log_prob_use_dynamic_bsz) ac->set_log_prob_max_token_len(arr.rollout.log_prob_max_token_len_per_gpu);
     if (arr.ref.log_prob_use_dynamic_bsz) ac->set_ref_log_prob_max_token_len(arr.ref.log_prob_max_token_len_per_gpu);

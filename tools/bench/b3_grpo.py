@@ -12,7 +12,12 @@ Figures: seconds per step (wall clock of a whole step after the first, which inc
 verl's definition: (prompt + response tokens of the step) / step seconds / GPUs. TRL's step is one generation batch
 (1024 completions) and the two optimizer steps it feeds, timed by a callback at optimizer-step ends.
 
+Ours runs with actor_rollout_ref.actor.use_prefix_grouper (the 8 samples of a prompt share one run of its 256 tokens in
+the trainer's passes; the same numbers but for rounding); --prefix-grouper 0 turns it off, --ab-prefix-grouper runs
+ours both ways in the same run.
+
 usage: b3_grpo.py --build-dir build-cuda --out FILE.json [--steps 3] [--skip-trl] [--wheels .device-wheels]
+                  [--prefix-grouper 0|1] [--ab-prefix-grouper]
 """
 import argparse
 import datetime
@@ -65,8 +70,8 @@ def hf_token_counter(model_dir):
     return count
 
 
-def run_ours(bin_dir, model, data, work, steps):
-    logs = os.path.join(work, "ours-logs")
+def run_ours(bin_dir, model, data, work, steps, prefix_grouper, name="ours"):
+    logs = os.path.join(work, f"{name}-logs")
     cmd = [os.path.join(bin_dir, "verl-controller"), "--config", os.path.join(ROOT, "configs/quickstart.yaml"),
            f"actor_rollout_ref.model.path={model}", f"data.train_files={data}", f"data.val_files={data}",
            f"data.train_batch_size={PROMPTS}", f"data.max_prompt_length={PROMPT_LEN}",
@@ -80,8 +85,9 @@ def run_ours(bin_dir, model, data, work, steps):
            "actor_rollout_ref.rollout.top_p=1.0", "algorithm.adv_estimator=grpo",
            f"trainer.total_training_steps={steps}", "trainer.save_freq=-1", "trainer.test_freq=-1",
            "trainer.val_before_train=false", "trainer.logger=[console,jsonl]", "trainer.device=cuda",
-           "trainer.n_gpus_per_node=1", f"trainer.default_local_dir={work}/ours-ckpt", f"trainer.log_dir={logs}",
-           "cluster.num_threads_per_rank=8", "cluster.worker_start_timeout_s=120"]
+           "trainer.n_gpus_per_node=1", f"trainer.default_local_dir={work}/{name}-ckpt", f"trainer.log_dir={logs}",
+           "cluster.num_threads_per_rank=8", "cluster.worker_start_timeout_s=120",
+           f"actor_rollout_ref.actor.use_prefix_grouper={'true' if prefix_grouper else 'false'}"]
     start = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - start
@@ -92,11 +98,13 @@ def run_ours(bin_dir, model, data, work, steps):
             "perf/throughput", "perf/max_memory_allocated_gb", "perf/rollout_max_memory_allocated_gb",
             "perf/update_max_memory_allocated_gb", "response_length/mean", "prompt_length/mean",
             "training/rollout_probs_diff_max", "training/rollout_probs_diff_mean", "actor/grad_norm",
-            "actor/kl_loss", "perf/rollout_kv_cache_slots", "perf/old_log_prob_deferred_rows"]
+            "actor/kl_loss", "perf/rollout_kv_cache_slots", "perf/old_log_prob_deferred_rows",
+            "perf/actor_packed_tokens", "perf/actor_micro_batches"]
     per_step = [{k: d.get(k) for k in keys} for d in steps_data]
     timed = per_step[1:] or per_step
     sec = sum(s["timing_s/step"] for s in timed) / len(timed)
-    return {"engine": "verl-cpp (verl-controller, embedded worker)", "wall_s": wall, "steps": per_step,
+    return {"engine": "verl-cpp (verl-controller, embedded worker)", "use_prefix_grouper": prefix_grouper,
+            "wall_s": wall, "steps": per_step,
             "seconds_per_step": sec,
             "throughput": sum(s["perf/throughput"] for s in timed) / len(timed),
             "max_memory_allocated_gb": max((s["perf/max_memory_allocated_gb"] or 0) for s in per_step)}
@@ -170,6 +178,10 @@ def main():
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--skip-trl", action="store_true")
     ap.add_argument("--wheels", default=os.path.join(ROOT, ".device-wheels"))
+    ap.add_argument("--prefix-grouper", type=int, default=1,
+                    help="ours with actor_rollout_ref.actor.use_prefix_grouper (a prompt's 8 samples share its run)")
+    ap.add_argument("--ab-prefix-grouper", action="store_true",
+                    help="also run ours with the other use_prefix_grouper setting (JSON: ours_other)")
     a = ap.parse_args()
     bin_dir = os.path.join(os.path.abspath(a.build_dir), "bin")
     work = tempfile.mkdtemp(prefix="b3_")
@@ -177,8 +189,12 @@ def main():
     make_bench_model(bin_dir, model)
     data = os.path.join(work, "train.parquet")
     prompt_tokens = make_dataset(data, PROMPTS * max(a.steps, 2), hf_token_counter(model))
-    ours = run_ours(bin_dir, model, data, work, a.steps)
+    ours = run_ours(bin_dir, model, data, work, a.steps, bool(a.prefix_grouper))
     print(json.dumps({k: v for k, v in ours.items() if k != "steps"}), file=sys.stderr)
+    other = None
+    if a.ab_prefix_grouper:
+        other = run_ours(bin_dir, model, data, work, a.steps, not a.prefix_grouper, name="ours-other")
+        print(json.dumps({k: v for k, v in other.items() if k != "steps"}), file=sys.stderr)
     baseline = None
     installed = []
     if not a.skip_trl:
@@ -197,6 +213,7 @@ def main():
                    "mini_batch_prompts": MINI, "kl_loss": "low_var_kl 0.001 against the reference model",
                    "grad_clip": 1.0, "lr": 1e-6, "steps": a.steps, "timed": "steps after the first"},
         "ours": ours,
+        "ours_other": other,
         "baseline": baseline,
         "unit": "seconds per step (ratio: baseline seconds / ours seconds, = throughput ratio)",
         "ratio": baseline["seconds_per_step"] / ours["seconds_per_step"] if baseline else None,

@@ -382,21 +382,45 @@ at::Tensor AdditiveMask(const at::Tensor& mask, at::ScalarType dtype) {
 at::Tensor PackedAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                            const PackedSequences& packed) {
   const bool gqa = q.size(1) != k.size(1);
+  const bool keyed = packed.key_index.defined();  // shared prompts: each sequence's keys gathered
   if (PackedAttentionIsFlash(q.device(), q.scalar_type())) {
     // [1, heads, T, hd] -> [T, heads, hd]
     auto tokens_first = [](const at::Tensor& t) { return t.squeeze(0).transpose(0, 1).contiguous(); };
+    at::Tensor kt = tokens_first(k), vt = tokens_first(v);
+    if (keyed) {
+      // Flash attention's causal mask is aligned at the bottom right where a sequence has more keys than queries:
+      // query i of q attends to keys [0, i + k - q], as PackedSequences::key_index describes. Gradients reach a
+      // shared prompt's keys and values from every sequence that gathered them (index_select's backward sums them).
+      kt = kt.index_select(0, packed.key_index);
+      vt = vt.index_select(0, packed.key_index);
+    }
+    const at::Tensor& cu_k = keyed ? packed.cu_seqlens_k : packed.cu_seqlens;
     at::Tensor out = std::get<0>(at::_flash_attention_forward(
-        tokens_first(q), tokens_first(k), tokens_first(v), packed.cu_seqlens, packed.cu_seqlens, packed.max_len,
-        packed.max_len, /*dropout_p=*/0.0, /*is_causal=*/true, /*return_debug_mask=*/false));
+        tokens_first(q), kt, vt, packed.cu_seqlens, cu_k, packed.max_len, keyed ? packed.max_len_k : packed.max_len,
+        /*dropout_p=*/0.0, /*is_causal=*/true, /*return_debug_mask=*/false));
     return out.transpose(0, 1).unsqueeze(0);
   }
   std::vector<at::Tensor> parts;
   for (size_t b = 0; b + 1 < packed.offsets.size(); ++b) {
     const int64_t start = packed.offsets[b], len = packed.offsets[b + 1] - packed.offsets[b];
     if (len == 0) continue;
-    parts.push_back(at::scaled_dot_product_attention(q.narrow(2, start, len), k.narrow(2, start, len),
-                                                     v.narrow(2, start, len), {}, 0.0, /*is_causal=*/true, std::nullopt,
-                                                     gqa));
+    const at::Tensor qb = q.narrow(2, start, len);
+    if (!keyed) {
+      parts.push_back(at::scaled_dot_product_attention(qb, k.narrow(2, start, len), v.narrow(2, start, len), {}, 0.0,
+                                                       /*is_causal=*/true, std::nullopt, gqa));
+      continue;
+    }
+    const int64_t kstart = packed.key_offsets[b], klen = packed.key_offsets[b + 1] - packed.key_offsets[b];
+    const at::Tensor idx = packed.key_index.narrow(0, kstart, klen);
+    const at::Tensor kb = k.index_select(2, idx), vb = v.index_select(2, idx);
+    if (klen == len) {  // a prompt's own sequence: plain causal, as unshared
+      parts.push_back(at::scaled_dot_product_attention(qb, kb, vb, {}, 0.0, /*is_causal=*/true, std::nullopt, gqa));
+      continue;
+    }
+    // Query i attends to keys [0, i + klen - len]: SDPA's is_causal aligns at the top left, so an explicit mask.
+    const auto on = at::TensorOptions().dtype(at::kLong).device(q.device());
+    const at::Tensor allowed = at::arange(klen, on).unsqueeze(0) <= (at::arange(len, on) + (klen - len)).unsqueeze(1);
+    parts.push_back(at::scaled_dot_product_attention(qb, kb, vb, allowed, 0.0, /*is_causal=*/false, std::nullopt, gqa));
   }
   return at::cat(parts, 2);
 }
@@ -422,7 +446,131 @@ PackedSequences PackLengths(const std::vector<int64_t>& lengths, at::Device devi
   return p;
 }
 
-PackedBatch PackBatch(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& response_mask) {
+namespace {
+
+std::vector<int64_t> HostLongs(const at::Tensor& t) {
+  const at::Tensor h = t.to(at::kCPU, at::kLong).contiguous();
+  return std::vector<int64_t>(h.data_ptr<int64_t>(), h.data_ptr<int64_t>() + h.numel());
+}
+
+at::Tensor LongsOn(const std::vector<int64_t>& v, at::Device device) {
+  return at::tensor(v, at::TensorOptions().dtype(at::kLong)).to(device);
+}
+
+at::Tensor CuSeqlens(const std::vector<int64_t>& offsets, at::Device device) {
+  const std::vector<int32_t> cu(offsets.begin(), offsets.end());
+  return at::tensor(cu, at::TensorOptions().dtype(at::kInt)).to(device);
+}
+
+// PackBatch with share_prompts (see decoder_model.h).
+PackedBatch PackSharedPrompts(const at::Tensor& input_ids, const at::Tensor& attention_mask,
+                              const at::Tensor& response_mask) {
+  const int64_t N = input_ids.size(0);
+  const int64_t S = input_ids.size(1);
+  const int64_t R = response_mask.size(1);
+  const int64_t P = S - R;
+  const PromptGroups groups = GroupByPrompt(input_ids, attention_mask, R);
+  const std::vector<int64_t> responses = HostLongs(response_mask.sum(1));
+  // Valid tokens must be the prompt's last columns and the response's first: the packed ids come from those columns.
+  const std::vector<int64_t> valid = HostLongs(attention_mask.to(at::kLong).reshape({-1}));
+  for (int64_t b = 0; b < N; ++b) {
+    const int64_t p = groups.prompt_len[b], r = responses[b];
+    TORCH_CHECK(p > 0, "shared prompts (use_prefix_grouper): row ", b, " has an empty prompt");
+    for (int64_t c = 0; c < S; ++c) {
+      const bool want = (c >= P - p && c < P) || (c >= P && c < P + r);
+      TORCH_CHECK(static_cast<bool>(valid[b * S + c]) == want, "shared prompts (use_prefix_grouper): row ", b,
+                  "'s valid tokens are not a left-padded prompt followed by a right-padded response (column ", c, ")");
+    }
+  }
+  std::vector<std::vector<int64_t>> members(groups.count);
+  for (int64_t b = 0; b < N; ++b) members[groups.group[b]].push_back(b);
+  std::vector<int64_t> source, positions, offsets{0}, key_index, key_offsets{0}, predicting;
+  std::vector<int64_t> prompt_start(groups.count), response_start(N);
+  int64_t max_q = 0, max_k = 0;
+  auto add_sequence = [&](int64_t queries, int64_t keys) {
+    offsets.push_back(offsets.back() + queries);
+    key_offsets.push_back(key_offsets.back() + keys);
+    max_q = std::max(max_q, queries);
+    max_k = std::max(max_k, keys);
+  };
+  for (int64_t g = 0; g < groups.count; ++g) {
+    const int64_t first = members[g].front();
+    const int64_t p = groups.prompt_len[first];
+    const int64_t base = static_cast<int64_t>(source.size());
+    prompt_start[g] = base;
+    for (int64_t t = 0; t < p; ++t) {
+      source.push_back(first * S + P - p + t);
+      positions.push_back(t);
+      key_index.push_back(base + t);
+    }
+    add_sequence(p, p);
+    for (int64_t b : members[g]) {
+      const int64_t r = responses[b];
+      if (r == 0) continue;  // nothing to predict: no sequence
+      const int64_t start = static_cast<int64_t>(source.size());
+      response_start[b] = start;
+      for (int64_t t = 0; t < p; ++t) key_index.push_back(base + t);
+      for (int64_t t = 0; t < r; ++t) {
+        source.push_back(b * S + P + t);
+        positions.push_back(p + t);
+        key_index.push_back(start + t);
+      }
+      add_sequence(r, p + r);
+    }
+  }
+  // Response token t of row b: predicted by its prompt's last token (t = 0), else by its own token t - 1; in the order
+  // masked_select(response_mask) gives the targets (row-major).
+  for (int64_t b = 0; b < N; ++b) {
+    const int64_t g = groups.group[b];
+    for (int64_t t = 0; t < responses[b]; ++t) {
+      predicting.push_back(t == 0 ? prompt_start[g] + groups.prompt_len[b] - 1 : response_start[b] + t - 1);
+    }
+  }
+  const at::Device device = input_ids.device();
+  PackedBatch out;
+  out.input_ids = input_ids.reshape({-1}).index_select(0, LongsOn(source, device)).unsqueeze(0);
+  out.position_ids = LongsOn(positions, device).unsqueeze(0);
+  out.sequences.offsets = offsets;
+  out.sequences.cu_seqlens = CuSeqlens(offsets, device);
+  out.sequences.max_len = max_q;
+  out.sequences.key_index = LongsOn(key_index, device);
+  out.sequences.key_offsets = key_offsets;
+  out.sequences.cu_seqlens_k = CuSeqlens(key_offsets, device);
+  out.sequences.max_len_k = max_k;
+  out.predicting = LongsOn(predicting, device);
+  return out;
+}
+
+}  // namespace
+
+PromptGroups GroupByPrompt(const at::Tensor& input_ids, const at::Tensor& attention_mask, int64_t response_cols) {
+  const int64_t N = input_ids.size(0);
+  const int64_t P = input_ids.size(1) - response_cols;
+  TORCH_CHECK(P >= 0, "GroupByPrompt: ", response_cols, " response columns in rows of ", input_ids.size(1));
+  const at::Tensor ids = input_ids.narrow(1, 0, P).to(at::kCPU, at::kLong).contiguous();
+  const at::Tensor valid = attention_mask.narrow(1, 0, P).to(at::kCPU, at::kBool).contiguous();
+  const int64_t* id = ids.data_ptr<int64_t>();
+  const bool* ok = valid.data_ptr<bool>();
+  PromptGroups out;
+  out.group.resize(N);
+  out.prompt_len.resize(N);
+  std::map<std::vector<int64_t>, int64_t> seen;
+  for (int64_t b = 0; b < N; ++b) {
+    std::vector<int64_t> prompt;
+    for (int64_t c = 0; c < P; ++c) {
+      if (ok[b * P + c]) prompt.push_back(id[b * P + c]);
+    }
+    out.prompt_len[b] = static_cast<int64_t>(prompt.size());
+    auto [it, added] = seen.emplace(std::move(prompt), out.count);
+    if (added) ++out.count;
+    out.group[b] = it->second;
+  }
+  return out;
+}
+
+PackedBatch PackBatch(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& response_mask,
+                      bool share_prompts) {
+  if (share_prompts) return PackSharedPrompts(input_ids, attention_mask, response_mask);
   const int64_t N = input_ids.size(0);
   const int64_t P = input_ids.size(1) - response_mask.size(1);
   PackedBatch out;

@@ -58,10 +58,20 @@ struct KvCache {
 
 // Sequences packed back to back in one row without padding (verl's use_remove_padding): token t belongs to sequence b
 // when offsets[b] <= t < offsets[b + 1], and attends causally within its own sequence only.
+//
+// With key_index defined, a sequence's keys are not its own tokens but the packed tokens key_index[key_offsets[b],
+// key_offsets[b + 1]), at least as many as its queries; its queries are the last of them, and query i of a sequence of
+// q queries and k keys attends to keys [0, i + k - q] (causal, aligned at the bottom right). PackBatch's shared prompts
+// (verl's use_prefix_grouper) use it: a prompt runs once as a sequence of its own, and each response that continues
+// it is a sequence whose keys are the prompt's tokens followed by the response's.
 struct PackedSequences {
   std::vector<int64_t> offsets;  // host, [B + 1], offsets[0] = 0
   at::Tensor cu_seqlens;         // the same as int32 on the model's device (flash attention's variable-length form)
   int64_t max_len = 0;
+  at::Tensor key_index;              // int64 on the model's device, or undefined: each sequence attends to itself
+  std::vector<int64_t> key_offsets;  // host, [B + 1]
+  at::Tensor cu_seqlens_k;           // key_offsets as int32 on the model's device
+  int64_t max_len_k = 0;
 };
 
 // PackedSequences for sequences of these lengths, cu_seqlens on `device`.
@@ -86,7 +96,24 @@ struct PackedBatch {
   at::Tensor predicting;
 };
 // input_ids and attention_mask [N, P + R], response_mask [N, R].
-PackedBatch PackBatch(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& response_mask);
+// share_prompts (verl's use_prefix_grouper): rows with the same prompt (the same valid prompt tokens) share one run of
+// it. The packed tokens are, for each such group in the order of its first row, the prompt's tokens once and then
+// each row's response tokens; a response sequence attends to the prompt's tokens and its own (key_index), so every
+// response token gets the hidden state it would get packed alone (but for rounding), with the prompt's tokens
+// computed once per group instead of once per row. Each row's valid prompt tokens must be its last prompt columns
+// and its valid response tokens its first response columns (checked), and no prompt may be empty.
+PackedBatch PackBatch(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& response_mask,
+                      bool share_prompts = false);
+
+// The groups of rows with the same prompt (the same valid tokens in the first P = input_ids.size(1) - response_cols
+// columns): group[b] numbers row b's group in the order of each group's first row, prompt_len[b] its valid prompt
+// tokens. Host vectors; one copy of the prompt columns to the host.
+struct PromptGroups {
+  std::vector<int64_t> group;
+  std::vector<int64_t> prompt_len;
+  int64_t count = 0;
+};
+PromptGroups GroupByPrompt(const at::Tensor& input_ids, const at::Tensor& attention_mask, int64_t response_cols);
 
 class DecoderModel {
  public:

@@ -614,7 +614,8 @@ class CpuRank final : public RankInterface {
       micro.budget_key = ref ? "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu"
                              : "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu";
       if (model->sharded()) micro.agree = DpSumFn();  // every pass gathers the layers: same count on every rank
-      micro.packed = config_.actor.remove_padding;
+      micro.packed = config_.actor.remove_padding || config_.actor.prefix_grouper;
+      micro.share_prompts = config_.actor.prefix_grouper;
       Metrics m;
       at::Tensor lp;
       at::Tensor computed = at::ones({batch->seq.size()}, at::kBool);  // the rows this pass computes
@@ -794,6 +795,7 @@ class CpuRank final : public RankInterface {
       o.micro_batch_size = std::max<int64_t>(1, a.ppo_micro_batch_size_per_gpu);
       o.max_token_len = a.ppo_max_token_len;
       o.remove_padding = a.remove_padding;
+      o.share_prompts = a.prefix_grouper;
       o.reduce_sum = DpSumFn();
       o.ppo_epochs = a.ppo_epochs;
       o.shuffle = a.shuffle;

@@ -54,6 +54,7 @@ struct RankActorSettings {
   int64_t ref_log_prob_max_token_len = 0;
   bool gradient_checkpointing = false;  // the actor's layers recomputed in backward
   bool remove_padding = false;          // actor and ref passes packed without padding
+  bool prefix_grouper = false;          // actor and ref passes packed, a prompt's rows sharing its run
   // actor.policy_loss.* and rollout correction
   std::string loss_mode = "vanilla";
   double clip_cov_ratio = 0.0002;

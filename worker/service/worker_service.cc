@@ -62,6 +62,7 @@ RankActorSettings FromProto(const v1::ActorConfig& a) {
   s.ref_log_prob_max_token_len = a.ref_log_prob_max_token_len();
   s.gradient_checkpointing = a.gradient_checkpointing();
   s.remove_padding = a.remove_padding();
+  s.prefix_grouper = a.prefix_grouper();
   s.rollout_max_num_batched_tokens = a.rollout_max_num_batched_tokens() > 0 ? a.rollout_max_num_batched_tokens()
                                                                            : defaults.rollout_max_num_batched_tokens;
   s.rollout_gpu_memory_utilization = a.rollout_gpu_memory_utilization() > 0 ? a.rollout_gpu_memory_utilization()

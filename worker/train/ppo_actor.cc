@@ -32,8 +32,8 @@ LogProbResult ForwardLogProbs(const DecoderModel& model, const SequenceBatch& ba
 }
 
 LogProbResult ForwardLogProbsPacked(const DecoderModel& model, const SequenceBatch& batch, double temperature,
-                                    bool with_entropy) {
-  const PackedBatch packed = PackBatch(batch.input_ids, batch.attention_mask, batch.response_mask);
+                                    bool with_entropy, bool share_prompts) {
+  const PackedBatch packed = PackBatch(batch.input_ids, batch.attention_mask, batch.response_mask, share_prompts);
   at::Tensor hidden = model.Forward(packed.input_ids, packed.position_ids, at::Tensor(), nullptr, &packed.sequences);
   const at::Tensor targets = batch.responses.masked_select(batch.response_mask).unsqueeze(0);
   ChunkedLogProbsResult c = ChunkedLogProbs(hidden.index_select(1, packed.predicting), model.LmHeadWeight(), targets,
@@ -41,7 +41,7 @@ LogProbResult ForwardLogProbsPacked(const DecoderModel& model, const SequenceBat
   auto unpack = [&](const at::Tensor& flat) {
     return at::zeros(batch.responses.sizes(), flat.options()).masked_scatter(batch.response_mask, flat.squeeze(0));
   };
-  return {unpack(c.log_probs), with_entropy ? unpack(c.entropy) : at::Tensor()};
+  return {unpack(c.log_probs), with_entropy ? unpack(c.entropy) : at::Tensor(), packed.input_ids.size(1)};
 }
 
 absl::StatusOr<at::Tensor> ComputeLogProbsNoGrad(const DecoderModel& model, const SequenceBatch& batch,
@@ -56,7 +56,7 @@ absl::StatusOr<at::Tensor> ComputeLogProbsNoGrad(const DecoderModel& model, cons
   for (const at::Tensor& rows : parts) {
     const SequenceBatch sub = SelectTrimmed(batch, rows);
     const at::Tensor lp = micro.packed
-                              ? ForwardLogProbsPacked(model, sub, temperature, false).log_probs
+                              ? ForwardLogProbsPacked(model, sub, temperature, false, micro.share_prompts).log_probs
                               : ForwardLogProbs(model, sub, 0, sub.size(), temperature, false, causal).log_probs;
     out.index_copy_(0, rows, PadResponseColumns(lp * sub.response_mask.to(lp.scalar_type()), R));
   }
@@ -112,8 +112,9 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
   micro.max_token_len = options.max_token_len;
   micro.budget_key = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu";
   micro.agree = sum_over_shards;  // a sharded model gathers its layers in every pass: same pass count on every rank
-  micro.packed = options.remove_padding;
-  const bool causal = CausalPasses(batch, options.remove_padding);  // as ComputeLogProbsNoGrad's
+  micro.packed = options.remove_padding || options.share_prompts;
+  micro.share_prompts = options.share_prompts;
+  const bool causal = CausalPasses(batch, micro.packed);  // as ComputeLogProbsNoGrad's
   micro.rolled = causal;
   for (int64_t epoch = 0; epoch < options.ppo_epochs; ++epoch) {
     const at::Tensor order = EpochOrder(N, options.shuffle, gen);
@@ -140,9 +141,10 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
         const int64_t r = sub.responses.size(1);
         auto cut = [&](const at::Tensor& t) { return t.index_select(0, rows).narrow(1, 0, r); };
         LogProbResult lp =
-            options.remove_padding
-                ? ForwardLogProbsPacked(model, sub, options.temperature, /*with_entropy=*/true)
+            micro.packed
+                ? ForwardLogProbsPacked(model, sub, options.temperature, /*with_entropy=*/true, micro.share_prompts)
                 : ForwardLogProbs(model, sub, 0, sub.size(), options.temperature, /*with_entropy=*/true, causal);
+        if (micro.packed) metrics.Add("perf/actor_packed_tokens", static_cast<double>(lp.packed_tokens));
         at::Tensor mask = sub.response_mask.to(at::kFloat);
         at::Tensor old = cut(old_lp);
         if (own_old) {

@@ -21,6 +21,7 @@ namespace verl {
 struct LogProbResult {
   at::Tensor log_probs;  // [N, R] float32
   at::Tensor entropy;    // [N, R] float32, or undefined when not asked for
+  int64_t packed_tokens = 0;  // ForwardLogProbsPacked: the tokens its forward ran (a shared prompt's once)
 };
 
 // Log-probs of `responses` under softmax(logits / temperature) for rows [begin, begin + count) of `batch`. Records
@@ -33,8 +34,10 @@ LogProbResult ForwardLogProbs(const DecoderModel& model, const SequenceBatch& ba
 
 // ForwardLogProbs of every row of `batch` with the sequences packed back to back without padding (use_remove_padding):
 // the same numbers, from attention per sequence (PackedSequences). Outputs are 0 outside the response mask.
+// share_prompts (verl's use_prefix_grouper): rows with the same prompt run it once (PackBatch), the same numbers but
+// for rounding, with gradients to the shared prompt's tokens summed over its rows.
 LogProbResult ForwardLogProbsPacked(const DecoderModel& model, const SequenceBatch& batch, double temperature,
-                                    bool with_entropy);
+                                    bool with_entropy, bool share_prompts = false);
 
 // Log-probs for the whole batch, a micro-batch at a time (padding trimmed per micro-batch), without gradients; 0 outside
 // the response mask.
@@ -57,6 +60,9 @@ struct PolicyUpdateOptions {
   // > 0: micro-batches by token budget instead (use_dynamic_bsz, ppo_max_token_len_per_gpu; sequence_batch.h).
   int64_t max_token_len = 0;
   bool remove_padding = false;  // passes packed without padding (ForwardLogProbsPacked)
+  // Passes packed with the rows of one prompt sharing its run (verl's use_prefix_grouper; packed with or without
+  // remove_padding): MicroBatching::share_prompts.
+  bool share_prompts = false;
   int64_t ppo_epochs = 1;
   bool shuffle = false;
   double temperature = 1.0;

@@ -103,18 +103,50 @@ absl::StatusOr<std::vector<at::Tensor>> SplitMicroBatches(const SequenceBatch& b
     auto alone = [&](int64_t row) {
       return computed(1, size.prompt[row], size.response[row], size.tokens[row], size.tokens[row]);
     };
-    std::vector<int64_t> order(N);
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return alone(a) > alone(b); });
-    // The current micro-batch's longest prompt and response spans, its longest row and its tokens.
-    int64_t max_p = 0, max_r = 0, max_len = 0, sum_len = 0;
-    for (int64_t row : order) {
+    for (int64_t row = 0; row < N; ++row) {
       if (alone(row) > how.max_token_len) {
         return absl::InvalidArgumentError(absl::StrCat(
             how.budget_key, " (", how.max_token_len, ") is shorter than a sequence of ", alone(row),
             " tokens (prompt ", size.prompt[row], " + response ", size.response[row],
             "); raise it to at least data.max_prompt_length + data.max_response_length"));
       }
+    }
+    std::vector<int64_t> order(N);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return alone(a) > alone(b); });
+    if (how.packed && how.share_prompts) {
+      // Units of rows with one prompt, each costing the prompt's tokens once plus its rows' response tokens; a group
+      // over the budget is cut (each part runs the prompt again). Largest units first, each into the current
+      // micro-batch while the sum stays within the budget.
+      const PromptGroups pg = GroupByPrompt(batch.input_ids, batch.attention_mask, batch.responses.size(1));
+      std::vector<std::vector<int64_t>> members(pg.count);
+      for (int64_t b = 0; b < N; ++b) members[pg.group[b]].push_back(b);
+      std::vector<std::pair<int64_t, std::vector<int64_t>>> units;
+      for (const auto& rows : members) {
+        const int64_t p = pg.prompt_len[rows.front()];
+        units.push_back({p, {}});
+        for (int64_t b : rows) {
+          const int64_t r = size.tokens[b] - p;
+          if (!units.back().second.empty() && units.back().first + r > how.max_token_len) units.push_back({p, {}});
+          units.back().first += r;
+          units.back().second.push_back(b);
+        }
+      }
+      std::stable_sort(units.begin(), units.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+      int64_t sum = 0;
+      for (auto& [cost, rows] : units) {
+        if (groups.empty() || sum + cost > how.max_token_len) {
+          groups.push_back({});
+          sum = 0;
+        }
+        groups.back().insert(groups.back().end(), rows.begin(), rows.end());
+        sum += cost;
+      }
+      order.clear();  // placed
+    }
+    // The current micro-batch's longest prompt and response spans, its longest row and its tokens.
+    int64_t max_p = 0, max_r = 0, max_len = 0, sum_len = 0;
+    for (int64_t row : order) {
       const int64_t len = size.tokens[row];
       const bool fits = !groups.empty() &&
                         computed(static_cast<int64_t>(groups.back().size()) + 1, std::max(max_p, size.prompt[row]),

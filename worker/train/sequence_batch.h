@@ -50,6 +50,10 @@ struct MicroBatching {
   int64_t max_token_len = 0;  // > 0: by token budget (use_dynamic_bsz), `rows` unused
   std::string budget_key;     // the config key of max_token_len, for errors
   bool packed = false;        // each pass runs packed without padding (use_remove_padding)
+  // With packed: rows with the same prompt share one run of it in a pass (PackBatch's share_prompts, verl's
+  // use_prefix_grouper); by budget, such rows go to the same micro-batch, counted as the prompt's tokens once plus
+  // their responses' (a group over the budget is cut into parts that each run the prompt).
+  bool share_prompts = false;
   bool rolled = false;        // each pass rolls its rows past their left padding (CausalPasses), not packed
   // ComputeLogProbsNoGrad's attention path for a subset of a larger batch: that batch's CausalPasses, so the subset
   // attends as the whole would (a subset can form single runs where the whole does not). Unset: the batch's own.
@@ -62,7 +66,8 @@ struct MicroBatching {
 // Row index tensors (on the batch's device), one per micro-batch, covering every row once. By budget: rows longest
 // first, each added to the current micro-batch while the tokens its pass computes stay within max_token_len: rows x
 // (longest prompt + longest response, in the columns SelectTrimmed keeps) padded, rows x the longest row (valid
-// tokens) rolled, the rows' valid tokens packed (as verl's use_dynamic_bsz counts); with `agree`, micro-batches with
+// tokens) rolled, the rows' valid tokens packed (as verl's use_dynamic_bsz counts; with share_prompts, groups of rows
+// with one prompt, largest first, each prompt's tokens counted once); with `agree`, micro-batches with
 // the most rows are halved until every rank has the same count.
 // A single sequence longer than the budget is an error naming budget_key.
 absl::StatusOr<std::vector<at::Tensor>> SplitMicroBatches(const SequenceBatch& batch, const MicroBatching& how);

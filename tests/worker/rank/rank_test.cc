@@ -206,24 +206,29 @@ TEST_CASE("deferring the first mini-batch's old log-probs to the update takes th
   TestDir ckpt("rank_defer_ckpt");
   // Two mini-batches (shuffled, and over two epochs unshuffled, where the second epoch reads the old log-probs the
   // first wrote) and one mini-batch (the old log-prob pass computes nothing); two mini-batches again with passes cut
-  // by a token budget of 12 (use_dynamic_bsz: about a row each), padded and packed (use_remove_padding).
+  // by a token budget of 12 (use_dynamic_bsz: about a row each), padded and packed (use_remove_padding); and the
+  // samples of a prompt sharing its run (use_prefix_grouper), with fixed micro-batches and with the budget.
   struct Case {
     int64_t mini_prompts, epochs;
     bool shuffle;
     int64_t budget = 0;
     bool packed = false;
+    bool share = false;
   };
   for (const Case& c : {Case{1, 1, true}, Case{1, 2, false}, Case{2, 1, true}, Case{1, 1, true, 12, false},
-                        Case{1, 1, true, 12, true}}) {
+                        Case{1, 1, true, 12, true}, Case{1, 1, true, 0, false, true},
+                        Case{1, 1, true, 12, false, true}}) {
     INFO("mini-batch " << c.mini_prompts << " prompts, " << c.epochs << " epochs, shuffle " << c.shuffle
-                       << ", token budget " << c.budget << ", packed " << c.packed);
+                       << ", token budget " << c.budget << ", packed " << c.packed << ", shared prompts " << c.share);
     RankConfig config = Config(m.dir.path());
     config.actor.ppo_mini_batch_size = c.mini_prompts;
     config.actor.ppo_epochs = c.epochs;
     config.actor.shuffle = c.shuffle;
     config.actor.ppo_max_token_len = c.budget;
     config.actor.log_prob_max_token_len = c.budget;
+    config.actor.ref_log_prob_max_token_len = c.budget;
     config.actor.remove_padding = c.packed;
+    config.actor.prefix_grouper = c.share;
     auto plain = LoadedRank(0, config);
     auto deferring = LoadedRank(1, config);
     const SamplingSettings sampling = SamplingWithSignal(*plain, m);
@@ -231,6 +236,32 @@ TEST_CASE("deferring the first mini-batch's old log-probs to the update takes th
     for (RankInterface* r : {plain.get(), deferring.get()}) {
       REQUIRE(r->Generate("s", Prompts(m), sampling, false).ok());
       REQUIRE(r->Score("s").ok());
+    }
+    std::map<std::string, double> unshared_update;
+    if (c.share) {
+      // The shared passes give the unshared passes' log-probs (actor and ref) and update on the same samples.
+      RankConfig unshared_config = config;
+      unshared_config.actor.prefix_grouper = false;
+      unshared_config.actor.remove_padding = true;  // packed, each sample's prompt its own
+      auto unshared = LoadedRank(2, unshared_config);
+      REQUIRE(unshared->Generate("s", Prompts(m), sampling, false).ok());
+      REQUIRE(unshared->Score("s").ok());
+      for (const char* role : {"actor", "ref"}) {
+        INFO(role);
+        auto shared_lp = plain->ComputeLogProbs("s", role, 1.0);
+        auto unshared_lp = unshared->ComputeLogProbs("s", role, 1.0);
+        REQUIRE(shared_lp.ok());
+        REQUIRE(unshared_lp.ok());
+        if (std::string(role) == "actor") {
+          CHECK(shared_lp->at("training/rollout_probs_diff_max") < 1e-5);
+          CHECK(shared_lp->at("training/rollout_probs_diff_mean") ==
+                Approx(unshared_lp->at("training/rollout_probs_diff_mean")).margin(1e-7));
+        }
+      }
+      REQUIRE(unshared->ComputeAdvantage("s", Grpo()).ok());
+      auto up = unshared->UpdateActor("s", 1.0, seed);
+      REQUIRE(up.ok());
+      unshared_update = *up;
     }
     auto lp_plain = plain->ComputeLogProbs("s", "actor", 1.0);
     auto lp_deferred = deferring->ComputeLogProbs("s", "actor", 1.0, {true, seed});
@@ -254,6 +285,17 @@ TEST_CASE("deferring the first mini-batch's old log-probs to the update takes th
       CHECK(up_deferred->at(key) == Approx(up_plain->at(key)).margin(1e-6));
     }
     CHECK(up_plain->at("actor/grad_norm") > 0);  // the step has a signal
+    if (c.share && c.budget == 0) {
+      // Fewer tokens per pass: each prompt once (a pass's mean over the same fixed micro-batches).
+      INFO("packed tokens " << up_plain->at("perf/actor_packed_tokens") << " against "
+                            << unshared_update.at("perf/actor_packed_tokens"));
+      CHECK(up_plain->at("perf/actor_packed_tokens") < unshared_update.at("perf/actor_packed_tokens"));
+    }
+    for (const auto& [key, value] : unshared_update) {
+      if (key.rfind("actor/", 0) != 0) continue;
+      INFO(key << " shared " << up_plain->at(key) << " against unshared " << value);
+      CHECK(up_plain->at(key) == Approx(value).margin(1e-6));
+    }
     // The deferred rows' old log-probs are real ones: the update reports the rollout comparison over every row, as
     // the plain pass did (rollout and trainer share the kernels on the CPU: within 1e-5).
     CHECK(up_plain->count("training/rollout_probs_diff_max") == 0);

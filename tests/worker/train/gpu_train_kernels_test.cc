@@ -1,7 +1,8 @@
 // The trainer's CUDA kernels against plain ATen: fused RMSNorm, RoPE and SwiGLU (values and gradients), the fused
 // token log-prob / entropy kernels inside ChunkedLogProbs (values and gradients), and a whole decoder's training
 // forward and backward on the GPU (all of them together, with and without gradient checkpointing) against the CPU, and
-// the no-grad log-prob passes (residual adds fused into the norms) against the forward with gradients, bit for bit.
+// the no-grad log-prob passes (residual adds fused into the norms) against the forward with gradients, bit for bit,
+// and packed passes with shared prompts (use_prefix_grouper) against the CPU's float32 padded pass.
 // Tagged [gpu]: each case skips with a warning where the build has no CUDA or no GPU is visible.
 
 #include <torch/csrc/autograd/autograd.h>
@@ -532,6 +533,84 @@ TEST_CASE("no-grad log-prob passes on the GPU equal the forward with gradients, 
           CHECK(diff <= (dtype == at::kFloat ? 1e-4 : 0.05));
         }
       }
+    }
+  }
+}
+
+
+TEST_CASE("shared prompts on the GPU (flash attention over gathered keys) give the packed pass's numbers",
+          "[worker][train][gpu]") {
+  if (SkipWithoutGpu()) return;
+  // use_prefix_grouper: a response's sequence has more keys (its prompt's and its own) than queries, and flash
+  // attention must align its causal mask at the bottom right; a top-left mask would let response token t see only
+  // the prompt's first t + 1 tokens. Rows 0-2 share one prompt (5 tokens), rows 3-4 another (7, unpadded), row 5 has
+  // its own (2), responses of 1-6 tokens. Truth: the CPU's float32 padded pass.
+  TestDir dir;
+  testing::WriteTinyModel(dir.path(), testing::TinyDecoderConfig());
+  at::manual_seed(11);
+  const int64_t N = 6, P = 7, R = 6;
+  const std::vector<int64_t> group = {0, 0, 0, 1, 1, 2}, prompt_len = {5, 7, 2}, response_len = {6, 4, 5, 3, 6, 1};
+  const at::Tensor prompts = at::randint(1, 50, {3, P}, at::kLong);
+  SequenceBatch batch;
+  batch.input_ids = at::randint(1, 50, {N, P + R}, at::kLong);
+  batch.attention_mask = at::zeros({N, P + R}, at::kBool);
+  for (int64_t b = 0; b < N; ++b) {
+    const int64_t p = prompt_len[group[b]];
+    batch.input_ids[b].narrow(0, P - p, p).copy_(prompts[group[b]].narrow(0, 0, p));
+    batch.attention_mask[b].narrow(0, P - p, p).fill_(true);
+    batch.attention_mask[b].narrow(0, P, response_len[b]).fill_(true);
+  }
+  batch.responses = batch.input_ids.narrow(1, P, R).contiguous();
+  batch.response_mask = batch.attention_mask.narrow(1, P, R).contiguous();
+  const at::Tensor mask = batch.response_mask.to(at::kFloat);
+  struct Pass {
+    at::Tensor log_probs, entropy;
+    std::vector<at::Tensor> grads;
+  };
+  auto run = [&](at::ScalarType dtype, at::Device device, int way) {  // 0 padded, 1 packed, 2 packed and shared
+    auto loaded = DecoderModel::Load(dir.path(), dtype, device);
+    REQUIRE(loaded.ok());
+    DecoderModel& model = **loaded;
+    model.SetRequiresGrad(true);
+    SequenceBatch on;
+    on.input_ids = batch.input_ids.to(device);
+    on.attention_mask = batch.attention_mask.to(device);
+    on.responses = batch.responses.to(device);
+    on.response_mask = batch.response_mask.to(device);
+    LogProbResult r = way == 0 ? ForwardLogProbs(model, on, 0, N, 0.9, true)
+                               : ForwardLogProbsPacked(model, on, 0.9, true, /*share_prompts=*/way == 2);
+    const at::Tensor m = mask.to(device);
+    ((r.log_probs * m).sum() + 0.1 * (r.entropy * m).sum()).backward();
+    Pass out{(r.log_probs * m).detach().cpu().to(at::kFloat), (r.entropy * m).detach().cpu().to(at::kFloat), {}};
+    for (const at::Tensor& p : model.parameters()) out.grads.push_back(p.grad().cpu().to(at::kFloat));
+    return out;
+  };
+  const Pass truth = run(at::kFloat, at::kCPU, 0);
+  REQUIRE(truth.log_probs.abs().sum().item<double>() > 1.0);
+  for (at::ScalarType dtype : {at::kBFloat16, at::kHalf, at::kFloat}) {
+    INFO(c10::toString(dtype));
+    REQUIRE(PackedAttentionIsFlash(at::kCUDA, dtype) == (dtype != at::kFloat));
+    const Pass unshared = run(dtype, at::kCUDA, 1);
+    const Pass shared = run(dtype, at::kCUDA, 2);
+    const double ulp = Ulp(dtype);
+    const double e_lp_shared = MaxAbsDiff(shared.log_probs, truth.log_probs);
+    const double e_lp_unshared = MaxAbsDiff(unshared.log_probs, truth.log_probs);
+    const double e_ent_shared = MaxAbsDiff(shared.entropy, truth.entropy);
+    const double e_ent_unshared = MaxAbsDiff(unshared.entropy, truth.entropy);
+    CAPTURE(e_lp_shared, e_lp_unshared, e_ent_shared, e_ent_unshared);
+    // No further from the truth than the unshared pass beyond rounding, and within bf16/fp16 tolerance.
+    CHECK(e_lp_shared <= 2 * e_lp_unshared + 8 * ulp);
+    CHECK(e_ent_shared <= 2 * e_ent_unshared + 8 * ulp);
+    CHECK(e_lp_shared <= (dtype == at::kFloat ? 1e-4 : 0.1));
+    REQUIRE(shared.grads.size() == truth.grads.size());
+    for (size_t i = 0; i < truth.grads.size(); ++i) {
+      CAPTURE(i);
+      const double scale = MaxAbs(truth.grads[i]);
+      const double e_shared = MaxAbsDiff(shared.grads[i], truth.grads[i]);
+      const double e_unshared = MaxAbsDiff(unshared.grads[i], truth.grads[i]);
+      CAPTURE(scale, e_shared, e_unshared);
+      CHECK(e_shared <= 2 * e_unshared + 4 * ulp * scale);
+      CHECK(e_shared <= (dtype == at::kFloat ? 1e-4 * (1 + scale) : 16 * ulp * scale + 1e-3));
     }
   }
 }

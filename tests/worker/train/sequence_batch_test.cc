@@ -311,5 +311,205 @@ TEST_CASE("ForwardLogProbsPacked equals the padded forward, entropy and gradient
               .abs().sum().item<double>() == 0.0);
 }
 
+
+// Seven sequences, three prompts shared (GRPO's rollout.n samples of a prompt): rows 0, 2 and 5 have prompt A (3
+// tokens), rows 1 and 3 prompt B (6 tokens, no padding), row 4 prompt C (1 token), row 6 prompt A's last two tokens (another
+// prompt). Responses of 1-5 tokens, each row's own.
+SequenceBatch SharedPromptBatch() {
+  const int64_t N = 7, P = 6, R = 5;
+  const std::vector<std::vector<int64_t>> prompts = {{11, 12, 13}, {21, 22, 23, 24, 25, 26}, {11, 12, 13},
+                                                     {21, 22, 23, 24, 25, 26}, {31}, {11, 12, 13}, {12, 13}};
+  const std::vector<int64_t> response_len = {5, 3, 4, 5, 2, 1, 3};
+  at::Tensor ids = at::full({N, P + R}, 49, at::kLong);
+  at::Tensor valid = at::zeros({N, P + R}, at::kBool);
+  for (int64_t i = 0; i < N; ++i) {
+    const int64_t p = static_cast<int64_t>(prompts[i].size());
+    for (int64_t t = 0; t < p; ++t) {
+      ids[i][P - p + t] = prompts[i][t];
+      valid[i][P - p + t] = true;
+    }
+    for (int64_t t = 0; t < response_len[i]; ++t) {
+      ids[i][P + t] = (i * 5 + t * 11) % 45 + 1;
+      valid[i][P + t] = true;
+    }
+  }
+  SequenceBatch b;
+  b.input_ids = ids;
+  b.attention_mask = valid;
+  b.responses = ids.narrow(1, P, R).clone();
+  b.response_mask = valid.narrow(1, P, R).clone();
+  return b;
+}
+
+TEST_CASE("GroupByPrompt groups rows by their valid prompt tokens", "[worker][train]") {
+  const SequenceBatch b = SharedPromptBatch();
+  const PromptGroups g = GroupByPrompt(b.input_ids, b.attention_mask, b.responses.size(1));
+  REQUIRE(g.count == 4);
+  REQUIRE(g.group == std::vector<int64_t>{0, 1, 0, 1, 2, 0, 3});
+  REQUIRE(g.prompt_len == std::vector<int64_t>{3, 6, 3, 6, 1, 3, 2});
+}
+
+TEST_CASE("Shared prompts (use_prefix_grouper) run each prompt once, with the packed pass's numbers",
+          "[worker][train]") {
+  TestDir dir("shared_prompts");
+  testing::WriteTinyModel(dir.path(), testing::TinyDecoderConfig());
+  const SequenceBatch b = SharedPromptBatch();
+  const at::Tensor mask = b.response_mask.to(at::kFloat);
+  const PackedBatch shared = PackBatch(b.input_ids, b.attention_mask, b.response_mask, /*share_prompts=*/true);
+  const PackedBatch alone = PackBatch(b.input_ids, b.attention_mask, b.response_mask);
+  // Prompts A, B, C and A's suffix once each (3 + 6 + 1 + 2) and the 23 response tokens.
+  REQUIRE(shared.input_ids.size(1) == 12 + 23);
+  REQUIRE(alone.input_ids.size(1) == 3 * 3 + 2 * 6 + 1 + 2 + 23);
+  REQUIRE(shared.predicting.numel() == 23);
+  // A's sequences: the prompt (3 queries on its 3 keys), then rows 0, 2, 5 (their responses' queries on the prompt's
+  // keys and their own).
+  REQUIRE(std::vector<int64_t>(shared.sequences.offsets.begin(), shared.sequences.offsets.begin() + 5) ==
+        std::vector<int64_t>{0, 3, 8, 12, 13});
+  REQUIRE(std::vector<int64_t>(shared.sequences.key_offsets.begin(), shared.sequences.key_offsets.begin() + 5) ==
+        std::vector<int64_t>{0, 3, 11, 18, 22});
+  REQUIRE(shared.position_ids.narrow(1, 0, 13).equal(
+      at::tensor({0, 1, 2, 3, 4, 5, 6, 7, 3, 4, 5, 6, 3}, at::kLong).unsqueeze(0)));
+  // Targets in row order: row 1's first response token (target 5) is predicted by B's last prompt token (B follows
+  // A's four sequences: 13 + 5); row 2's first (target 8) by A's last prompt token, its second by its own first token.
+  REQUIRE(shared.predicting[5].item<int64_t>() == 18);
+  REQUIRE(shared.predicting[8].item<int64_t>() == 2);
+  REQUIRE(shared.predicting[9].item<int64_t>() == 8);
+
+  const bool checkpointing = GENERATE(false, true);
+  INFO("checkpointing " << checkpointing);
+  std::vector<std::vector<at::Tensor>> grads;
+  std::vector<LogProbResult> results;
+  for (int way = 0; way < 3; ++way) {  // padded, packed, packed with shared prompts
+    auto model = LoadModelOrDie(dir.path());
+    model->SetRequiresGrad(true);
+    model->SetGradientCheckpointing(checkpointing);
+    LogProbResult r = way == 0 ? ForwardLogProbs(*model, b, 0, b.size(), 0.8, true)
+                               : ForwardLogProbsPacked(*model, b, 0.8, true, /*share_prompts=*/way == 2);
+    ((r.log_probs * mask).sum() + 0.1 * (r.entropy * mask).sum()).backward();
+    results.push_back({(r.log_probs * mask).detach(), (r.entropy * mask).detach()});
+    grads.emplace_back();
+    for (const auto& [name, p] : model->named_parameters()) grads.back().push_back(p.grad().clone());
+  }
+  REQUIRE(results[0].log_probs.abs().sum().item<double>() > 1.0);
+  for (int way = 1; way < 3; ++way) {
+    INFO("way " << way);
+    REQUIRE(MaxAbsDiff(results[way].log_probs, results[0].log_probs) < 1e-5);
+    REQUIRE(MaxAbsDiff(results[way].entropy, results[0].entropy) < 1e-5);
+    REQUIRE(MaxDiff(grads[way], grads[0]) < 1e-5);
+  }
+  // Outputs are exactly 0 outside the response mask.
+  auto model = LoadModelOrDie(dir.path());
+  at::NoGradGuard no_grad;
+  REQUIRE(ForwardLogProbsPacked(*model, b, 1.0, false, true).log_probs.masked_select(b.response_mask.logical_not())
+            .abs().sum().item<double>() == 0.0);
+  // A row without a response token has no sequence and nothing to predict; the others keep their numbers.
+  SequenceBatch cut = b;
+  cut.response_mask = b.response_mask.clone();
+  cut.attention_mask = b.attention_mask.clone();
+  cut.response_mask[2].fill_(false);
+  cut.attention_mask[2].narrow(0, 6, 5).fill_(false);
+  const PackedBatch without = PackBatch(cut.input_ids, cut.attention_mask, cut.response_mask, true);
+  REQUIRE(without.input_ids.size(1) == 12 + 19);
+  REQUIRE(without.sequences.offsets.size() == shared.sequences.offsets.size() - 1);
+  const at::Tensor lp = ForwardLogProbsPacked(*model, cut, 0.8, false, true).log_probs;
+  const at::Tensor keep = cut.response_mask;
+  REQUIRE(MaxAbsDiff(lp.masked_select(keep), results[0].log_probs.masked_select(keep)) < 1e-5);
+  // Rows whose valid tokens are not a left-padded prompt and a right-padded response are refused, naming the row.
+  SequenceBatch holed = b;
+  holed.attention_mask = b.attention_mask.clone();
+  holed.attention_mask[3][2] = false;
+  REQUIRE_THROWS_WITH(PackBatch(holed.input_ids, holed.attention_mask, holed.response_mask, true),
+                      Catch::Contains("row 3's valid tokens are not"));
+}
+
+TEST_CASE("A token budget with shared prompts keeps a prompt's rows together and counts the prompt once",
+          "[worker][train]") {
+  const SequenceBatch b = SharedPromptBatch();
+  const PromptGroups g = GroupByPrompt(b.input_ids, b.attention_mask, b.responses.size(1));
+  const std::vector<int64_t> tokens = {8, 9, 7, 11, 3, 4, 5};  // prompt + response per row
+  auto cost = [&](const std::vector<int64_t>& rows) {
+    std::set<int64_t> prompts;
+    int64_t sum = 0;
+    for (int64_t r : rows) {
+      sum += tokens[r] - g.prompt_len[r];
+      if (prompts.insert(g.group[r]).second) sum += g.prompt_len[r];
+    }
+    return sum;
+  };
+  for (int64_t budget : {11, 12, 17, 40}) {
+    INFO("budget " << budget);
+    MicroBatching micro;
+    micro.max_token_len = budget;
+    micro.budget_key = "test";
+    micro.packed = true;
+    micro.share_prompts = true;
+    const auto parts = AsLists(SplitMicroBatches(b, micro).value());
+    std::vector<int64_t> seen;
+    for (const auto& rows : parts) {
+      REQUIRE(cost(rows) <= budget);
+      seen.insert(seen.end(), rows.begin(), rows.end());
+    }
+    std::sort(seen.begin(), seen.end());
+    REQUIRE(seen == std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6});
+    // Prompt B's two rows (6 + 3 + 5 = 14 tokens shared) stay together where they fit.
+    if (budget >= 14) {
+      REQUIRE(std::any_of(parts.begin(), parts.end(), [](const std::vector<int64_t>& rows) {
+        return std::count(rows.begin(), rows.end(), 1) == 1 && std::count(rows.begin(), rows.end(), 3) == 1;
+      }));
+    }
+    if (budget == 40) REQUIRE(parts.size() == 1);  // 35 tokens shared, 47 not
+  }
+}
+
+TEST_CASE("Updates and log-prob passes with shared prompts give the padded passes' numbers", "[worker][train]") {
+  TestDir dir("shared_prompts_update");
+  testing::WriteTinyModel(dir.path(), testing::TinyDecoderConfig());
+  const SequenceBatch b = SharedPromptBatch();
+  const at::Tensor adv = at::linspace(-1.0, 1.5, 35, at::kFloat).view({7, 5});
+  struct Result {
+    at::Tensor log_probs;
+    std::vector<at::Tensor> weights;
+    std::map<std::string, double> metrics;
+  };
+  auto run = [&](int64_t rows, int64_t budget, bool share) {
+    auto model = LoadModelOrDie(dir.path());
+    MicroBatching micro;
+    micro.rows = rows;
+    micro.max_token_len = budget;
+    micro.budget_key = "test";
+    micro.packed = share;
+    micro.share_prompts = share;
+    Result r;
+    r.log_probs = ComputeLogProbsNoGrad(*model, b, 0.7, micro).value();
+    PolicyUpdateOptions o;
+    o.lr = 1.0;
+    o.grad_clip = 1e9;
+    o.mini_batch_size = 7;
+    o.micro_batch_size = rows;
+    o.max_token_len = budget;
+    o.share_prompts = share;
+    o.temperature = 0.7;
+    o.entropy_coeff = 0.01;
+    model->SetRequiresGrad(true);
+    AdamW opt(model->named_parameters(), AdamWOptions{o.lr, 0.0, 0.9, 0.999, /*eps=*/1.0});
+    auto m = UpdatePolicy(*model, opt, b, {r.log_probs, at::Tensor(), adv}, o);
+    INFO(m.status().ToString());
+    REQUIRE(m.ok());
+    r.metrics = *m;
+    r.weights = Snapshot(model->named_parameters());
+    return r;
+  };
+  const Result whole = run(7, 0, false);
+  for (const auto& [rows, budget] : std::vector<std::pair<int64_t, int64_t>>{{7, 0}, {3, 0}, {0, 12}, {0, 40}}) {
+    INFO("rows " << rows << ", budget " << budget);
+    const Result r = run(rows, budget, true);
+    REQUIRE(MaxAbsDiff(r.log_probs, whole.log_probs) < 1e-5);
+    REQUIRE(MaxDiff(r.weights, whole.weights) < 1e-5);
+    REQUIRE(r.metrics.at("actor/pg_loss") == Approx(whole.metrics.at("actor/pg_loss")).margin(1e-6));
+    REQUIRE(r.metrics.at("actor/entropy") == Approx(whole.metrics.at("actor/entropy")).epsilon(1e-5));
+    REQUIRE(r.metrics.at("actor/grad_norm") == Approx(whole.metrics.at("actor/grad_norm")).epsilon(1e-4));
+  }
+}
+
 }  // namespace
 }  // namespace verl
