@@ -37,15 +37,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def make_dataset(path, rows, count_tokens):
-    """verl's parquet layout (the repeat_letter task's reward); each prompt is letters, cut so that the chat-templated
-    prompt is at most PROMPT_LEN tokens by `count_tokens(body)`. Returns the longest prompt's tokens."""
+    """verl's parquet layout (the repeat_letter task's reward); each prompt is its index and then letters, cut so that
+    the chat-templated prompt is at most PROMPT_LEN tokens by `count_tokens(body)`. Every prompt differs (the letters
+    alone repeat every 26 rows), so the only rows with one prompt are its n samples, as in a real dataset: that is what
+    use_prefix_grouper shares. Returns the longest prompt's tokens."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     letters = "abcdefghijklmnopqrstuvwxyz"
     data = []
     longest = 0
     for i in range(rows):
-        body = "".join(letters[(i * 7 + j * 3) % 26] for j in range(PROMPT_LEN))
+        body = f"{i:05d} " + "".join(letters[(i * 7 + j * 3) % 26] for j in range(PROMPT_LEN))
         while True:
             n = count_tokens(body)
             if n <= PROMPT_LEN:
@@ -55,6 +57,7 @@ def make_dataset(path, rows, count_tokens):
         data.append({"prompt": [{"content": body, "role": "user"}], "data_source": "verl_cpp/repeat_letter",
                      "reward_model": {"ground_truth": "abcd"[i % 4], "style": "rule"},
                      "extra_info": {"index": i, "split": "train"}})
+    assert len({d["prompt"][0]["content"] for d in data}) == rows, "B3's prompts must all differ"
     pq.write_table(pa.Table.from_pylist(data), path)
     return longest
 
