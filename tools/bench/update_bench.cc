@@ -10,12 +10,16 @@
 //                     [--device cuda] [--dtype bfloat16] [--warmup 1] [--repeats 2] [--seed 0] [--checkpointing 0]
 //                     [--max-token-len 0] [--remove-padding 0] [--profile 0] [--log-probs 0]
 //                     [--min-prompt-len P] [--min-response-len R] [--sdpa default|flash|cudnn|efficient]
+//                     [--n 1] [--prefix-grouper 0]
 // --profile 1 adds one more update under the Kineto profiler: device time per kernel name (kernel_profile.h).
 // --log-probs 1 times the no-grad log-prob pass over the same sequences instead (a GRPO step's old and reference
 // log-probs: ComputeLogProbsNoGrad, micro-batches as the update's), e.g. B3's 1,024 x 768 tokens at a 24,576 budget.
 // --min-prompt-len / --min-response-len draw each row's prompt and response lengths uniformly from [min, max] (seeded):
 // prompts left-padded, responses right-padded, as a rollout's batch; `tokens` then counts the valid ones
 // (`padded_tokens` all). VERL_CAUSAL_PASSES=0 in the environment runs the padded passes with the explicit mask.
+//
+// --n G: each run of G consecutive rows has one prompt (its first row's tokens and length), as GRPO's rollout.n
+// samples; --prefix-grouper 1 runs the passes with use_prefix_grouper (each prompt once per pass; packed).
 //
 // --sdpa picks the one backend ATen's scaled_dot_product_attention may use in the padded passes (math too is off, so
 // a backend that cannot run the call fails rather than falls back); `default` leaves ATen's choice (cuDNN's on an
@@ -65,7 +69,8 @@ int main(int argc, char** argv) {
       {"model", ""},     {"sequences", "512"}, {"prompt-len", "256"}, {"response-len", "512"}, {"micro", "8"},
       {"device", "cuda"}, {"dtype", "bfloat16"}, {"warmup", "1"},      {"repeats", "2"},        {"seed", "0"},
       {"checkpointing", "0"}, {"max-token-len", "0"}, {"remove-padding", "0"}, {"profile", "0"},
-      {"log-probs", "0"}, {"min-prompt-len", ""}, {"min-response-len", ""}, {"sdpa", "default"}};
+      {"log-probs", "0"}, {"min-prompt-len", ""}, {"min-response-len", ""}, {"sdpa", "default"}, {"n", "1"},
+      {"prefix-grouper", "0"}};
   auto parsed = verl::bench::ParseFlags(argc, argv, flags, "model");
   if (!parsed) {
     Usage();
@@ -108,7 +113,17 @@ int main(int argc, char** argv) {
                 << "]\n";
       return 2;
     }
-    const at::Tensor prompt_len = at::randint(min_p, P + 1, {N, 1}, long_on);
+    const int64_t n = std::stoll(flags["n"]);
+    if (n < 1 || N % n != 0) {
+      std::cerr << "verl-bench-update: --n must be >= 1 and divide --sequences\n";
+      return 2;
+    }
+    at::Tensor prompt_len = at::randint(min_p, P + 1, {N, 1}, long_on);
+    if (n > 1) {  // every row takes its group's first row's prompt
+      const at::Tensor first = at::arange(N, long_on).div(n, "floor").mul(n);
+      batch.input_ids.narrow(1, 0, P).copy_(batch.input_ids.narrow(1, 0, P).index_select(0, first));
+      prompt_len = prompt_len.index_select(0, first);
+    }
     const at::Tensor response_len = at::randint(min_r, R + 1, {N, 1}, long_on);
     const at::Tensor column = at::arange(P + R, long_on).view({1, P + R});
     batch.attention_mask = column.ge(P - prompt_len).logical_and(column.lt(P + response_len));
@@ -132,6 +147,7 @@ int main(int argc, char** argv) {
     o.micro_batch_size = micro;
     o.max_token_len = std::stoll(flags["max-token-len"]);
     o.remove_padding = flags["remove-padding"] == "1";
+    o.share_prompts = flags["prefix-grouper"] == "1";
     verl::AdamW optimizer(m.named_parameters(), verl::AdamWOptions{1e-6, 0.01, 0.9, 0.999, 1e-8});
     verl::GradScope<verl::DecoderModel> grads(m);
     auto sync = [&] { verl::bench::SyncDevice(device); };
@@ -140,7 +156,8 @@ int main(int argc, char** argv) {
     micro_batching.rows = micro;
     micro_batching.max_token_len = o.max_token_len;
     micro_batching.budget_key = "--max-token-len";
-    micro_batching.packed = o.remove_padding;
+    micro_batching.packed = o.remove_padding || o.share_prompts;
+    micro_batching.share_prompts = o.share_prompts;
     auto update = [&]() -> std::map<std::string, double> {
       if (log_probs_only) {
         auto lp = verl::ComputeLogProbsNoGrad(m, batch, 1.0, micro_batching);
@@ -178,6 +195,8 @@ int main(int argc, char** argv) {
                              {"micro_batch", micro},
                              {"max_token_len", o.max_token_len},
                              {"remove_padding", o.remove_padding},
+                             {"n", n},
+                             {"prefix_grouper", o.share_prompts},
                              {"sdpa", flags["sdpa"]},
                              {"checkpointing", m.gradient_checkpointing()},
                              {"device", flags["device"]},
@@ -191,7 +210,7 @@ int main(int argc, char** argv) {
                              {"gradient_checkpointing", m.gradient_checkpointing()},
                              {"peak_rss_gb", PeakRssGb()}};
     // The figures of the pass timed: the update's grad norm and loss, or the log-probs' mean.
-    for (const char* key : {"actor/grad_norm", "actor/pg_loss", "log_prob_mean"}) {
+    for (const char* key : {"actor/grad_norm", "actor/pg_loss", "log_prob_mean", "perf/actor_packed_tokens"}) {
       if (auto it = last.find(key); it != last.end()) {
         const std::string name = key;
         result[name.substr(name.find('/') + 1)] = it->second;
