@@ -382,45 +382,36 @@ at::Tensor AdditiveMask(const at::Tensor& mask, at::ScalarType dtype) {
 at::Tensor PackedAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                            const PackedSequences& packed) {
   const bool gqa = q.size(1) != k.size(1);
-  const bool keyed = packed.key_index.defined();  // shared prompts: each sequence's keys gathered
+  if (packed.row_index.defined()) {
+    // Shared prompts: causal attention over the gathered rows (PackedSequences::row_index), then each token's output
+    // from its row. Gradients reach a prompt's keys and values from every row that gathered them (index_select's
+    // backward sums them); the copies of its queries outside its first row get none (their outputs are not taken).
+    auto rows_of = [&](const at::Tensor& t) {  // [1, h, T, D] -> [rows, h, row_len, D]
+      const int64_t h = t.size(1), D = t.size(3);
+      return t.squeeze(0).transpose(0, 1).index_select(0, packed.row_index).view({packed.rows, packed.row_len, h, D})
+          .transpose(1, 2);
+    };
+    const at::Tensor o = at::scaled_dot_product_attention(rows_of(q), rows_of(k), rows_of(v), {}, 0.0,
+                                                          /*is_causal=*/true, std::nullopt, gqa);
+    const int64_t heads = q.size(1), D = q.size(3);
+    return o.transpose(1, 2).reshape({packed.rows * packed.row_len, heads, D}).index_select(0, packed.row_output)
+        .transpose(0, 1).unsqueeze(0);
+  }
   if (PackedAttentionIsFlash(q.device(), q.scalar_type())) {
     // [1, heads, T, hd] -> [T, heads, hd]
     auto tokens_first = [](const at::Tensor& t) { return t.squeeze(0).transpose(0, 1).contiguous(); };
-    at::Tensor kt = tokens_first(k), vt = tokens_first(v);
-    if (keyed) {
-      // Flash attention's causal mask is aligned at the bottom right where a sequence has more keys than queries:
-      // query i of q attends to keys [0, i + k - q], as PackedSequences::key_index describes. Gradients reach a
-      // shared prompt's keys and values from every sequence that gathered them (index_select's backward sums them).
-      kt = kt.index_select(0, packed.key_index);
-      vt = vt.index_select(0, packed.key_index);
-    }
-    const at::Tensor& cu_k = keyed ? packed.cu_seqlens_k : packed.cu_seqlens;
     at::Tensor out = std::get<0>(at::_flash_attention_forward(
-        tokens_first(q), kt, vt, packed.cu_seqlens, cu_k, packed.max_len, keyed ? packed.max_len_k : packed.max_len,
-        /*dropout_p=*/0.0, /*is_causal=*/true, /*return_debug_mask=*/false));
+        tokens_first(q), tokens_first(k), tokens_first(v), packed.cu_seqlens, packed.cu_seqlens, packed.max_len,
+        packed.max_len, /*dropout_p=*/0.0, /*is_causal=*/true, /*return_debug_mask=*/false));
     return out.transpose(0, 1).unsqueeze(0);
   }
   std::vector<at::Tensor> parts;
   for (size_t b = 0; b + 1 < packed.offsets.size(); ++b) {
     const int64_t start = packed.offsets[b], len = packed.offsets[b + 1] - packed.offsets[b];
     if (len == 0) continue;
-    const at::Tensor qb = q.narrow(2, start, len);
-    if (!keyed) {
-      parts.push_back(at::scaled_dot_product_attention(qb, k.narrow(2, start, len), v.narrow(2, start, len), {}, 0.0,
-                                                       /*is_causal=*/true, std::nullopt, gqa));
-      continue;
-    }
-    const int64_t kstart = packed.key_offsets[b], klen = packed.key_offsets[b + 1] - packed.key_offsets[b];
-    const at::Tensor idx = packed.key_index.narrow(0, kstart, klen);
-    const at::Tensor kb = k.index_select(2, idx), vb = v.index_select(2, idx);
-    if (klen == len) {  // a prompt's own sequence: plain causal, as unshared
-      parts.push_back(at::scaled_dot_product_attention(qb, kb, vb, {}, 0.0, /*is_causal=*/true, std::nullopt, gqa));
-      continue;
-    }
-    // Query i attends to keys [0, i + klen - len]: SDPA's is_causal aligns at the top left, so an explicit mask.
-    const auto on = at::TensorOptions().dtype(at::kLong).device(q.device());
-    const at::Tensor allowed = at::arange(klen, on).unsqueeze(0) <= (at::arange(len, on) + (klen - len)).unsqueeze(1);
-    parts.push_back(at::scaled_dot_product_attention(qb, kb, vb, allowed, 0.0, /*is_causal=*/false, std::nullopt, gqa));
+    parts.push_back(at::scaled_dot_product_attention(q.narrow(2, start, len), k.narrow(2, start, len),
+                                                     v.narrow(2, start, len), {}, 0.0, /*is_causal=*/true, std::nullopt,
+                                                     gqa));
   }
   return at::cat(parts, 2);
 }
@@ -484,38 +475,60 @@ PackedBatch PackSharedPrompts(const at::Tensor& input_ids, const at::Tensor& att
   }
   std::vector<std::vector<int64_t>> members(groups.count);
   for (int64_t b = 0; b < N; ++b) members[groups.group[b]].push_back(b);
-  std::vector<int64_t> source, positions, offsets{0}, key_index, key_offsets{0}, predicting;
-  std::vector<int64_t> prompt_start(groups.count), response_start(N);
-  int64_t max_q = 0, max_k = 0;
-  auto add_sequence = [&](int64_t queries, int64_t keys) {
+  // The packed tokens: each group's prompt, then its rows' responses. Rows for attention: each response with its
+  // prompt before it (a prompt without responses alone), as lists of packed tokens.
+  std::vector<int64_t> source, positions, offsets{0}, predicting;
+  std::vector<int64_t> prompt_start(groups.count), response_start(N), row_of(N, -1), first_row(groups.count);
+  std::vector<std::vector<int64_t>> rows;
+  int64_t max_q = 0;
+  auto add_sequence = [&](int64_t queries) {
     offsets.push_back(offsets.back() + queries);
-    key_offsets.push_back(key_offsets.back() + keys);
     max_q = std::max(max_q, queries);
-    max_k = std::max(max_k, keys);
   };
   for (int64_t g = 0; g < groups.count; ++g) {
     const int64_t first = members[g].front();
     const int64_t p = groups.prompt_len[first];
     const int64_t base = static_cast<int64_t>(source.size());
     prompt_start[g] = base;
+    std::vector<int64_t> prompt;
     for (int64_t t = 0; t < p; ++t) {
       source.push_back(first * S + P - p + t);
       positions.push_back(t);
-      key_index.push_back(base + t);
+      prompt.push_back(base + t);
     }
-    add_sequence(p, p);
+    add_sequence(p);
+    first_row[g] = static_cast<int64_t>(rows.size());
     for (int64_t b : members[g]) {
       const int64_t r = responses[b];
       if (r == 0) continue;  // nothing to predict: no sequence
       const int64_t start = static_cast<int64_t>(source.size());
       response_start[b] = start;
-      for (int64_t t = 0; t < p; ++t) key_index.push_back(base + t);
+      row_of[b] = static_cast<int64_t>(rows.size());
+      rows.push_back(prompt);
       for (int64_t t = 0; t < r; ++t) {
         source.push_back(b * S + P + t);
         positions.push_back(p + t);
-        key_index.push_back(start + t);
+        rows.back().push_back(start + t);
       }
-      add_sequence(r, p + r);
+      add_sequence(r);
+    }
+    if (static_cast<int64_t>(rows.size()) == first_row[g]) rows.push_back(prompt);  // no responses: the prompt alone
+  }
+  int64_t row_len = 0;
+  for (const auto& row : rows) row_len = std::max(row_len, static_cast<int64_t>(row.size()));
+  std::vector<int64_t> row_index, row_output(source.size());
+  for (const auto& row : rows) {
+    row_index.insert(row_index.end(), row.begin(), row.end());
+    row_index.insert(row_index.end(), row_len - static_cast<int64_t>(row.size()), row.back());
+  }
+  for (int64_t g = 0; g < groups.count; ++g) {
+    for (int64_t t = 0; t < groups.prompt_len[members[g].front()]; ++t) {
+      row_output[prompt_start[g] + t] = first_row[g] * row_len + t;
+    }
+  }
+  for (int64_t b = 0; b < N; ++b) {
+    for (int64_t t = 0; t < responses[b]; ++t) {
+      row_output[response_start[b] + t] = row_of[b] * row_len + groups.prompt_len[b] + t;
     }
   }
   // Response token t of row b: predicted by its prompt's last token (t = 0), else by its own token t - 1; in the order
@@ -533,10 +546,10 @@ PackedBatch PackSharedPrompts(const at::Tensor& input_ids, const at::Tensor& att
   out.sequences.offsets = offsets;
   out.sequences.cu_seqlens = CuSeqlens(offsets, device);
   out.sequences.max_len = max_q;
-  out.sequences.key_index = LongsOn(key_index, device);
-  out.sequences.key_offsets = key_offsets;
-  out.sequences.cu_seqlens_k = CuSeqlens(key_offsets, device);
-  out.sequences.max_len_k = max_k;
+  out.sequences.row_index = LongsOn(row_index, device);
+  out.sequences.row_output = LongsOn(row_output, device);
+  out.sequences.rows = static_cast<int64_t>(rows.size());
+  out.sequences.row_len = row_len;
   out.predicting = LongsOn(predicting, device);
   return out;
 }

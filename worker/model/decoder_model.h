@@ -59,19 +59,20 @@ struct KvCache {
 // Sequences packed back to back in one row without padding (verl's use_remove_padding): token t belongs to sequence b
 // when offsets[b] <= t < offsets[b + 1], and attends causally within its own sequence only.
 //
-// With key_index defined, a sequence's keys are not its own tokens but the packed tokens key_index[key_offsets[b],
-// key_offsets[b + 1]), at least as many as its queries; its queries are the last of them, and query i of a sequence of
-// q queries and k keys attends to keys [0, i + k - q] (causal, aligned at the bottom right). PackBatch's shared prompts
-// (verl's use_prefix_grouper) use it: a prompt runs once as a sequence of its own, and each response that continues
-// it is a sequence whose keys are the prompt's tokens followed by the response's.
+// Shared prompts (PackBatch's share_prompts, verl's use_prefix_grouper): a prompt's tokens are packed once and each
+// response that continues it is a sequence of its own, attending to the prompt's tokens and its own. Attention then runs
+// over rows gathered from the packed tokens: row_index [rows * row_len] lists each row's tokens, a prompt's followed by
+// one of its responses' (a prompt without responses alone), padded at the end with the row's last token, so causal
+// attention over the rows (SDPA's is_causal, no mask: cuDNN's fused kernel on GPUs) gives every valid position what its
+// sequence attends to; token t's output is the rows' output at row_output[t] (a prompt token's from its first row).
 struct PackedSequences {
   std::vector<int64_t> offsets;  // host, [B + 1], offsets[0] = 0
   at::Tensor cu_seqlens;         // the same as int32 on the model's device (flash attention's variable-length form)
   int64_t max_len = 0;
-  at::Tensor key_index;              // int64 on the model's device, or undefined: each sequence attends to itself
-  std::vector<int64_t> key_offsets;  // host, [B + 1]
-  at::Tensor cu_seqlens_k;           // key_offsets as int32 on the model's device
-  int64_t max_len_k = 0;
+  at::Tensor row_index;   // int64 on the model's device, or undefined: each sequence attends to itself only
+  at::Tensor row_output;  // int64 [T] on the model's device: positions in the rows' flattened [rows * row_len]
+  int64_t rows = 0;
+  int64_t row_len = 0;
 };
 
 // PackedSequences for sequences of these lengths, cu_seqlens on `device`.
@@ -98,7 +99,7 @@ struct PackedBatch {
 // input_ids and attention_mask [N, P + R], response_mask [N, R].
 // share_prompts (verl's use_prefix_grouper): rows with the same prompt (the same valid prompt tokens) share one run of
 // it. The packed tokens are, for each such group in the order of its first row, the prompt's tokens once and then
-// each row's response tokens; a response sequence attends to the prompt's tokens and its own (key_index), so every
+// each row's response tokens; a response sequence attends to the prompt's tokens and its own (row_index), so every
 // response token gets the hidden state it would get packed alone (but for rounding), with the prompt's tokens
 // computed once per group instead of once per row. Each row's valid prompt tokens must be its last prompt columns
 // and its valid response tokens its first response columns (checked), and no prompt may be empty.

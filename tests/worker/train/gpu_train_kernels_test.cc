@@ -538,13 +538,13 @@ TEST_CASE("no-grad log-prob passes on the GPU equal the forward with gradients, 
 }
 
 
-TEST_CASE("shared prompts on the GPU (flash attention over gathered keys) give the packed pass's numbers",
+TEST_CASE("shared prompts on the GPU (attention over gathered rows) give the packed pass's numbers",
           "[worker][train][gpu]") {
   if (SkipWithoutGpu()) return;
-  // use_prefix_grouper: a response's sequence has more keys (its prompt's and its own) than queries, and flash
-  // attention must align its causal mask at the bottom right; a top-left mask would let response token t see only
-  // the prompt's first t + 1 tokens. Rows 0-2 share one prompt (5 tokens), rows 3-4 another (7, unpadded), row 5 has
-  // its own (2), responses of 1-6 tokens. Truth: the CPU's float32 padded pass.
+  // use_prefix_grouper: each response attends to its prompt's tokens, computed once, and its own, through rows
+  // gathered from the packed tokens (SDPA, cuDNN's kernel in bf16/fp16 on an H200). Rows 0-2 share one prompt (5
+  // tokens), rows 3-4 another (7, unpadded), row 5 has its own (2), responses of 1-6 tokens. Truth: the CPU's float32
+  // padded pass; the unshared packed pass (flash attention's variable-length kernel in bf16/fp16) beside it.
   TestDir dir;
   testing::WriteTinyModel(dir.path(), testing::TinyDecoderConfig());
   at::manual_seed(11);

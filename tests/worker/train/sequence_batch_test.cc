@@ -361,12 +361,16 @@ TEST_CASE("Shared prompts (use_prefix_grouper) run each prompt once, with the pa
   REQUIRE(shared.input_ids.size(1) == 12 + 23);
   REQUIRE(alone.input_ids.size(1) == 3 * 3 + 2 * 6 + 1 + 2 + 23);
   REQUIRE(shared.predicting.numel() == 23);
-  // A's sequences: the prompt (3 queries on its 3 keys), then rows 0, 2, 5 (their responses' queries on the prompt's
-  // keys and their own).
+  // A's sequences: the prompt (3 tokens), then rows 0, 2, 5's responses.
   REQUIRE(std::vector<int64_t>(shared.sequences.offsets.begin(), shared.sequences.offsets.begin() + 5) ==
         std::vector<int64_t>{0, 3, 8, 12, 13});
-  REQUIRE(std::vector<int64_t>(shared.sequences.key_offsets.begin(), shared.sequences.key_offsets.begin() + 5) ==
-        std::vector<int64_t>{0, 3, 11, 18, 22});
+  // Attention rows: a response with its prompt before it, seven of them, the longest B's 6 + 5.
+  REQUIRE(shared.sequences.rows == 7);
+  REQUIRE(shared.sequences.row_len == 11);
+  const at::Tensor row_index = shared.sequences.row_index.view({7, 11});
+  REQUIRE(row_index[1].equal(at::tensor({0, 1, 2, 8, 9, 10, 11, 11, 11, 11, 11}, at::kLong)));  // A + row 2, padded
+  REQUIRE(shared.sequences.row_output[1].item<int64_t>() == 1);        // A's prompt from its first row
+  REQUIRE(shared.sequences.row_output[8].item<int64_t>() == 11 + 3);  // row 2's first response token
   REQUIRE(shared.position_ids.narrow(1, 0, 13).equal(
       at::tensor({0, 1, 2, 3, 4, 5, 6, 7, 3, 4, 5, 6, 3}, at::kLong).unsqueeze(0)));
   // Targets in row order: row 1's first response token (target 5) is predicted by B's last prompt token (B follows
