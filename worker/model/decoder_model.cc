@@ -376,6 +376,41 @@ at::Tensor AdditiveMask(const at::Tensor& mask, at::ScalarType dtype) {
   return at::where(mask, at::scalar_tensor(0.0, opts), at::scalar_tensor(-inf, opts));
 }
 
+// Rows picked at distinct indices: y = x.index_select(0, index) with no index repeated, so the backward scatters the
+// gradient back with plain stores (index_select's own backward, index_add, adds atomically: in B3's update it took
+// 0.16 s for the shared prompts' attention rows).
+class GatherDistinct : public torch::autograd::Function<GatherDistinct> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& index) {
+    ctx->saved_data["rows"] = x.size(0);
+    ctx->save_for_backward({index});
+    return x.index_select(0, index);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad) {
+    const at::Tensor index = ctx->get_saved_variables()[0];
+    std::vector<int64_t> shape = grad[0].sizes().vec();
+    shape[0] = ctx->saved_data["rows"].toInt();
+    return {at::zeros(shape, grad[0].options()).index_copy_(0, index, grad[0]), at::Tensor()};
+  }
+};
+
+// The inverse: y [rows, ...] zero but for y[index[i]] = x[i] (distinct indices); the backward gathers.
+class ScatterDistinct : public torch::autograd::Function<ScatterDistinct> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& index,
+                            int64_t rows) {
+    ctx->save_for_backward({index});
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape[0] = rows;
+    return at::zeros(shape, x.options()).index_copy_(0, index, x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad) {
+    return {grad[0].index_select(0, ctx->get_saved_variables()[0]), at::Tensor(), at::Tensor()};
+  }
+};
+
 // Causal attention within each packed sequence. q [1, heads, T, hd], k and v [1, kv_heads, T, hd]; returns
 // [1, heads, T, hd]. On a GPU in bf16/fp16, flash attention's variable-length kernel (GQA without repeating k and v,
 // with autograd); otherwise one scaled_dot_product_attention call per sequence.
@@ -384,18 +419,22 @@ at::Tensor PackedAttention(const at::Tensor& q, const at::Tensor& k, const at::T
   const bool gqa = q.size(1) != k.size(1);
   if (packed.row_index.defined()) {
     // Shared prompts: causal attention over the gathered rows (PackedSequences::row_index), then each token's output
-    // from its row. Gradients reach a prompt's keys and values from every row that gathered them (index_select's
-    // backward sums them); the copies of its queries outside its first row get none (their outputs are not taken).
-    auto rows_of = [&](const at::Tensor& t) {  // [1, h, T, D] -> [rows, h, row_len, D]
-      const int64_t h = t.size(1), D = t.size(3);
-      return t.squeeze(0).transpose(0, 1).index_select(0, packed.row_index).view({packed.rows, packed.row_len, h, D})
-          .transpose(1, 2);
+    // from its row. Keys and values: every row gathers its tokens', so gradients reach a prompt's from every row that
+    // holds it (index_select's backward sums them; two KV heads here against the queries' 14). Queries: each token's
+    // only at the position its output is taken from (distinct positions, plain stores both ways); the prompt's
+    // positions in its other rows hold zeros, whose outputs are not taken.
+    const int64_t heads = q.size(1), D = q.size(3), flat = packed.rows * packed.row_len;
+    auto rows_view = [&](const at::Tensor& t) {  // [rows * row_len, h, D] -> [rows, h, row_len, D]
+      return t.view({packed.rows, packed.row_len, t.size(1), D}).transpose(1, 2);
     };
-    const at::Tensor o = at::scaled_dot_product_attention(rows_of(q), rows_of(k), rows_of(v), {}, 0.0,
-                                                          /*is_causal=*/true, std::nullopt, gqa);
-    const int64_t heads = q.size(1), D = q.size(3);
-    return o.transpose(1, 2).reshape({packed.rows * packed.row_len, heads, D}).index_select(0, packed.row_output)
-        .transpose(0, 1).unsqueeze(0);
+    auto tokens_first = [](const at::Tensor& t) { return t.squeeze(0).transpose(0, 1); };  // [T, h, D]
+    const at::Tensor q_rows =
+        ScatterDistinct::apply(tokens_first(q).contiguous(), packed.row_output, flat);
+    const at::Tensor o = at::scaled_dot_product_attention(
+        rows_view(q_rows), rows_view(tokens_first(k).index_select(0, packed.row_index)),
+        rows_view(tokens_first(v).index_select(0, packed.row_index)), {}, 0.0, /*is_causal=*/true, std::nullopt, gqa);
+    const at::Tensor o_flat = o.transpose(1, 2).reshape({flat, heads, D});
+    return GatherDistinct::apply(o_flat, packed.row_output).transpose(0, 1).unsqueeze(0);
   }
   if (PackedAttentionIsFlash(q.device(), q.scalar_type())) {
     // [1, heads, T, hd] -> [T, heads, hd]
