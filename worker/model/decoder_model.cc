@@ -10,6 +10,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <numeric>
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
@@ -423,17 +424,24 @@ at::Tensor PackedAttention(const at::Tensor& q, const at::Tensor& k, const at::T
     // holds it (index_select's backward sums them; two KV heads here against the queries' 14). Queries: each token's
     // only at the position its output is taken from (distinct positions, plain stores both ways); the prompt's
     // positions in its other rows hold zeros, whose outputs are not taken.
-    const int64_t heads = q.size(1), D = q.size(3), flat = packed.rows * packed.row_len;
-    auto rows_view = [&](const at::Tensor& t) {  // [rows * row_len, h, D] -> [rows, h, row_len, D]
-      return t.view({packed.rows, packed.row_len, t.size(1), D}).transpose(1, 2);
-    };
+    const int64_t heads = q.size(1), D = q.size(3), flat = packed.row_index.size(0);
     auto tokens_first = [](const at::Tensor& t) { return t.squeeze(0).transpose(0, 1); };  // [T, h, D]
-    const at::Tensor q_rows =
-        ScatterDistinct::apply(tokens_first(q).contiguous(), packed.row_output, flat);
-    const at::Tensor o = at::scaled_dot_product_attention(
-        rows_view(q_rows), rows_view(tokens_first(k).index_select(0, packed.row_index)),
-        rows_view(tokens_first(v).index_select(0, packed.row_index)), {}, 0.0, /*is_causal=*/true, std::nullopt, gqa);
-    const at::Tensor o_flat = o.transpose(1, 2).reshape({flat, heads, D});
+    const at::Tensor q_rows = ScatterDistinct::apply(tokens_first(q).contiguous(), packed.row_output, flat);
+    const at::Tensor k_rows = tokens_first(k).index_select(0, packed.row_index);
+    const at::Tensor v_rows = tokens_first(v).index_select(0, packed.row_index);
+    std::vector<at::Tensor> outs;
+    int64_t at = 0;
+    for (const auto& [n, len] : packed.row_buckets) {
+      auto rows_view = [&](const at::Tensor& t) {  // [n * len, h, D] -> [n, h, len, D]
+        return t.narrow(0, at, n * len).view({n, len, t.size(1), D}).transpose(1, 2);
+      };
+      outs.push_back(at::scaled_dot_product_attention(rows_view(q_rows), rows_view(k_rows), rows_view(v_rows), {}, 0.0,
+                                                      /*is_causal=*/true, std::nullopt, gqa)
+                         .transpose(1, 2)
+                         .reshape({n * len, heads, D}));
+      at += n * len;
+    }
+    const at::Tensor o_flat = outs.size() == 1 ? outs.front() : at::cat(outs, 0);
     return GatherDistinct::apply(o_flat, packed.row_output).transpose(0, 1).unsqueeze(0);
   }
   if (PackedAttentionIsFlash(q.device(), q.scalar_type())) {
@@ -553,21 +561,32 @@ PackedBatch PackSharedPrompts(const at::Tensor& input_ids, const at::Tensor& att
     }
     if (static_cast<int64_t>(rows.size()) == first_row[g]) rows.push_back(prompt);  // no responses: the prompt alone
   }
-  int64_t row_len = 0;
-  for (const auto& row : rows) row_len = std::max(row_len, static_cast<int64_t>(row.size()));
+  // Buckets: rows longest first, each bucket's rows at least 4/5 of its first's length, padded to it.
+  std::vector<int64_t> order(rows.size()), flat_start(rows.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return rows[a].size() > rows[b].size(); });
+  std::vector<std::pair<int64_t, int64_t>> buckets;
   std::vector<int64_t> row_index, row_output(source.size());
-  for (const auto& row : rows) {
-    row_index.insert(row_index.end(), row.begin(), row.end());
-    row_index.insert(row_index.end(), row_len - static_cast<int64_t>(row.size()), row.back());
+  for (size_t i = 0; i < order.size();) {
+    const int64_t len = static_cast<int64_t>(rows[order[i]].size());
+    size_t j = i;
+    for (; j < order.size() && static_cast<int64_t>(rows[order[j]].size()) * 5 >= len * 4; ++j) {
+      const std::vector<int64_t>& row = rows[order[j]];
+      flat_start[order[j]] = static_cast<int64_t>(row_index.size());
+      row_index.insert(row_index.end(), row.begin(), row.end());
+      row_index.insert(row_index.end(), len - static_cast<int64_t>(row.size()), row.back());
+    }
+    buckets.push_back({static_cast<int64_t>(j - i), len});
+    i = j;
   }
   for (int64_t g = 0; g < groups.count; ++g) {
     for (int64_t t = 0; t < groups.prompt_len[members[g].front()]; ++t) {
-      row_output[prompt_start[g] + t] = first_row[g] * row_len + t;
+      row_output[prompt_start[g] + t] = flat_start[first_row[g]] + t;
     }
   }
   for (int64_t b = 0; b < N; ++b) {
     for (int64_t t = 0; t < responses[b]; ++t) {
-      row_output[response_start[b] + t] = row_of[b] * row_len + groups.prompt_len[b] + t;
+      row_output[response_start[b] + t] = flat_start[row_of[b]] + groups.prompt_len[b] + t;
     }
   }
   // Response token t of row b: predicted by its prompt's last token (t = 0), else by its own token t - 1; in the order
@@ -587,8 +606,7 @@ PackedBatch PackSharedPrompts(const at::Tensor& input_ids, const at::Tensor& att
   out.sequences.max_len = max_q;
   out.sequences.row_index = LongsOn(row_index, device);
   out.sequences.row_output = LongsOn(row_output, device);
-  out.sequences.rows = static_cast<int64_t>(rows.size());
-  out.sequences.row_len = row_len;
+  out.sequences.row_buckets = buckets;
   out.predicting = LongsOn(predicting, device);
   return out;
 }

@@ -61,18 +61,19 @@ struct KvCache {
 //
 // Shared prompts (PackBatch's share_prompts, verl's use_prefix_grouper): a prompt's tokens are packed once and each
 // response that continues it is a sequence of its own, attending to the prompt's tokens and its own. Attention then runs
-// over rows gathered from the packed tokens: row_index [rows * row_len] lists each row's tokens, a prompt's followed by
-// one of its responses' (a prompt without responses alone), padded at the end with the row's last token, so causal
-// attention over the rows (SDPA's is_causal, no mask: cuDNN's fused kernel on GPUs) gives every valid position what its
-// sequence attends to; token t's output is the rows' output at row_output[t] (a prompt token's from its first row).
+// over rows gathered from the packed tokens, each row a prompt's tokens followed by one of its responses' (a prompt
+// without responses alone). The rows go longest first into buckets of rows at least 4/5 as long as the bucket's first,
+// each row padded at the end to that length with its last token: row_index lists the buckets' rows one after another,
+// row_buckets their (rows, length). Causal attention over each bucket (SDPA's is_causal, no mask: cuDNN's fused kernel
+// on GPUs) gives every valid position what its sequence attends to; token t's output is at row_output[t] in the
+// buckets' flattened positions (a prompt token's from its prompt's first row).
 struct PackedSequences {
   std::vector<int64_t> offsets;  // host, [B + 1], offsets[0] = 0
   at::Tensor cu_seqlens;         // the same as int32 on the model's device (flash attention's variable-length form)
   int64_t max_len = 0;
   at::Tensor row_index;   // int64 on the model's device, or undefined: each sequence attends to itself only
-  at::Tensor row_output;  // int64 [T] on the model's device: positions in the rows' flattened [rows * row_len]
-  int64_t rows = 0;
-  int64_t row_len = 0;
+  at::Tensor row_output;  // int64 [T] on the model's device: positions in row_index
+  std::vector<std::pair<int64_t, int64_t>> row_buckets;  // (rows, row length), in row_index's order
 };
 
 // PackedSequences for sequences of these lengths, cu_seqlens on `device`.

@@ -364,13 +364,13 @@ TEST_CASE("Shared prompts (use_prefix_grouper) run each prompt once, with the pa
   // A's sequences: the prompt (3 tokens), then rows 0, 2, 5's responses.
   REQUIRE(std::vector<int64_t>(shared.sequences.offsets.begin(), shared.sequences.offsets.begin() + 5) ==
         std::vector<int64_t>{0, 3, 8, 12, 13});
-  // Attention rows: a response with its prompt before it, seven of them, the longest B's 6 + 5.
-  REQUIRE(shared.sequences.rows == 7);
-  REQUIRE(shared.sequences.row_len == 11);
-  const at::Tensor row_index = shared.sequences.row_index.view({7, 11});
-  REQUIRE(row_index[1].equal(at::tensor({0, 1, 2, 8, 9, 10, 11, 11, 11, 11, 11}, at::kLong)));  // A + row 2, padded
-  REQUIRE(shared.sequences.row_output[1].item<int64_t>() == 1);        // A's prompt from its first row
-  REQUIRE(shared.sequences.row_output[8].item<int64_t>() == 11 + 3);  // row 2's first response token
+  // Attention rows, a response with its prompt before it: 11 and 9 tokens (B's), 8 and 7 (A with rows 0 and 2), 5 and
+  // 4 (A's suffix, A with row 5), 3 (C) in buckets of rows at least 4/5 of the first's length.
+  REQUIRE(shared.sequences.row_buckets == std::vector<std::pair<int64_t, int64_t>>{{2, 11}, {2, 8}, {2, 5}, {1, 3}});
+  REQUIRE(shared.sequences.row_index.numel() == 22 + 16 + 10 + 3);
+  REQUIRE(shared.sequences.row_index.narrow(0, 30, 8).equal(at::tensor({0, 1, 2, 8, 9, 10, 11, 11}, at::kLong)));
+  REQUIRE(shared.sequences.row_output[1].item<int64_t>() == 22 + 1);      // A's prompt from its first row (row 0's)
+  REQUIRE(shared.sequences.row_output[8].item<int64_t>() == 30 + 3);      // row 2's first response token
   REQUIRE(shared.position_ids.narrow(1, 0, 13).equal(
       at::tensor({0, 1, 2, 3, 4, 5, 6, 7, 3, 4, 5, 6, 3}, at::kLong).unsqueeze(0)));
   // Targets in row order: row 1's first response token (target 5) is predicted by B's last prompt token (B follows
