@@ -23,7 +23,8 @@
 //
 // --sdpa picks the one backend ATen's scaled_dot_product_attention may use in the padded passes (math too is off, so
 // a backend that cannot run the call fails rather than falls back); `default` leaves ATen's choice (cuDNN's on an
-// H200). The packed passes call flash attention directly either way.
+// H200). The packed passes call flash attention directly either way; with --prefix-grouper 1 they run SDPA over
+// gathered rows.
 //
 // --checkpointing 1 recomputes each layer in backward (enable_gradient_checkpointing). The peak resident set of the
 // process is reported too (the CPU's memory measure).

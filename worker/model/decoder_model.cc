@@ -413,8 +413,9 @@ class ScatterDistinct : public torch::autograd::Function<ScatterDistinct> {
 };
 
 // Causal attention within each packed sequence. q [1, heads, T, hd], k and v [1, kv_heads, T, hd]; returns
-// [1, heads, T, hd]. On a GPU in bf16/fp16, flash attention's variable-length kernel (GQA without repeating k and v,
-// with autograd); otherwise one scaled_dot_product_attention call per sequence.
+// [1, heads, T, hd]. With shared prompts (PackedSequences::row_index), SDPA over the gathered rows, a call per length
+// bucket. Otherwise on a GPU in bf16/fp16, flash attention's variable-length kernel (GQA without repeating k and v,
+// with autograd), else one scaled_dot_product_attention call per sequence.
 at::Tensor PackedAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                            const PackedSequences& packed) {
   const bool gqa = q.size(1) != k.size(1);

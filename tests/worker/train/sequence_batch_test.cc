@@ -418,6 +418,30 @@ TEST_CASE("Shared prompts (use_prefix_grouper) run each prompt once, with the pa
   const at::Tensor lp = ForwardLogProbsPacked(*model, cut, 0.8, false, true).log_probs;
   const at::Tensor keep = cut.response_mask;
   REQUIRE(MaxAbsDiff(lp.masked_select(keep), results[0].log_probs.masked_select(keep)) < 1e-5);
+  // A prompt none of whose rows has a response (row 6's, A's suffix) runs alone as a row of its own; with rows 2 and 6
+  // empty, the shared pass's log-probs, entropy and gradients are the unshared packed pass's.
+  cut.response_mask[6].fill_(false);
+  cut.attention_mask[6].narrow(0, 6, 5).fill_(false);
+  const PackedBatch prompt_only = PackBatch(cut.input_ids, cut.attention_mask, cut.response_mask, true);
+  REQUIRE(prompt_only.sequences.row_buckets.back() == std::pair<int64_t, int64_t>{1, 2});  // A's suffix alone
+  {
+    at::AutoGradMode grad_on(true);  // inside the no-grad scope above
+    const at::Tensor cut_mask = cut.response_mask.to(at::kFloat);
+    std::vector<LogProbResult> cut_results;
+    std::vector<std::vector<at::Tensor>> cut_grads;
+    for (bool share : {false, true}) {
+      auto m = LoadModelOrDie(dir.path());
+      m->SetRequiresGrad(true);
+      LogProbResult r = ForwardLogProbsPacked(*m, cut, 0.8, true, share);
+      ((r.log_probs * cut_mask).sum() + 0.1 * (r.entropy * cut_mask).sum()).backward();
+      cut_results.push_back({(r.log_probs * cut_mask).detach(), (r.entropy * cut_mask).detach()});
+      cut_grads.emplace_back();
+      for (const auto& [name, p] : m->named_parameters()) cut_grads.back().push_back(p.grad().clone());
+    }
+    REQUIRE(MaxAbsDiff(cut_results[1].log_probs, cut_results[0].log_probs) < 1e-5);
+    REQUIRE(MaxAbsDiff(cut_results[1].entropy, cut_results[0].entropy) < 1e-5);
+    REQUIRE(MaxDiff(cut_grads[1], cut_grads[0]) < 1e-5);
+  }
   // Rows whose valid tokens are not a left-padded prompt and a right-padded response are refused, naming the row.
   SequenceBatch holed = b;
   holed.attention_mask = b.attention_mask.clone();
