@@ -496,11 +496,6 @@ at::Tensor LongsOn(const std::vector<int64_t>& v, at::Device device) {
   return at::tensor(v, at::TensorOptions().dtype(at::kLong)).to(device);
 }
 
-at::Tensor CuSeqlens(const std::vector<int64_t>& offsets, at::Device device) {
-  const std::vector<int32_t> cu(offsets.begin(), offsets.end());
-  return at::tensor(cu, at::TensorOptions().dtype(at::kInt)).to(device);
-}
-
 // PackBatch with share_prompts (see decoder_model.h).
 PackedBatch PackSharedPrompts(const at::Tensor& input_ids, const at::Tensor& attention_mask,
                               const at::Tensor& response_mask) {
@@ -511,13 +506,14 @@ PackedBatch PackSharedPrompts(const at::Tensor& input_ids, const at::Tensor& att
   const PromptGroups groups = GroupByPrompt(input_ids, attention_mask, R);
   const std::vector<int64_t> responses = HostLongs(response_mask.sum(1));
   // Valid tokens must be the prompt's last columns and the response's first: the packed ids come from those columns.
-  const std::vector<int64_t> valid = HostLongs(attention_mask.to(at::kLong).reshape({-1}));
+  const at::Tensor valid_host = attention_mask.to(at::kCPU, at::kBool).contiguous();
+  const bool* valid = valid_host.data_ptr<bool>();
   for (int64_t b = 0; b < N; ++b) {
     const int64_t p = groups.prompt_len[b], r = responses[b];
     TORCH_CHECK(p > 0, "shared prompts (use_prefix_grouper): row ", b, " has an empty prompt");
     for (int64_t c = 0; c < S; ++c) {
       const bool want = (c >= P - p && c < P) || (c >= P && c < P + r);
-      TORCH_CHECK(static_cast<bool>(valid[b * S + c]) == want, "shared prompts (use_prefix_grouper): row ", b,
+      TORCH_CHECK(valid[b * S + c] == want, "shared prompts (use_prefix_grouper): row ", b,
                   "'s valid tokens are not a left-padded prompt followed by a right-padded response (column ", c, ")");
     }
   }
@@ -525,14 +521,9 @@ PackedBatch PackSharedPrompts(const at::Tensor& input_ids, const at::Tensor& att
   for (int64_t b = 0; b < N; ++b) members[groups.group[b]].push_back(b);
   // The packed tokens: each group's prompt, then its rows' responses. Rows for attention: each response with its
   // prompt before it (a prompt without responses alone), as lists of packed tokens.
-  std::vector<int64_t> source, positions, offsets{0}, predicting;
+  std::vector<int64_t> source, positions, lengths, predicting;
   std::vector<int64_t> prompt_start(groups.count), response_start(N), row_of(N, -1), first_row(groups.count);
   std::vector<std::vector<int64_t>> rows;
-  int64_t max_q = 0;
-  auto add_sequence = [&](int64_t queries) {
-    offsets.push_back(offsets.back() + queries);
-    max_q = std::max(max_q, queries);
-  };
   for (int64_t g = 0; g < groups.count; ++g) {
     const int64_t first = members[g].front();
     const int64_t p = groups.prompt_len[first];
@@ -544,7 +535,7 @@ PackedBatch PackSharedPrompts(const at::Tensor& input_ids, const at::Tensor& att
       positions.push_back(t);
       prompt.push_back(base + t);
     }
-    add_sequence(p);
+    lengths.push_back(p);
     first_row[g] = static_cast<int64_t>(rows.size());
     for (int64_t b : members[g]) {
       const int64_t r = responses[b];
@@ -558,7 +549,7 @@ PackedBatch PackSharedPrompts(const at::Tensor& input_ids, const at::Tensor& att
         positions.push_back(p + t);
         rows.back().push_back(start + t);
       }
-      add_sequence(r);
+      lengths.push_back(r);
     }
     if (static_cast<int64_t>(rows.size()) == first_row[g]) rows.push_back(prompt);  // no responses: the prompt alone
   }
@@ -602,9 +593,7 @@ PackedBatch PackSharedPrompts(const at::Tensor& input_ids, const at::Tensor& att
   PackedBatch out;
   out.input_ids = input_ids.reshape({-1}).index_select(0, LongsOn(source, device)).unsqueeze(0);
   out.position_ids = LongsOn(positions, device).unsqueeze(0);
-  out.sequences.offsets = offsets;
-  out.sequences.cu_seqlens = CuSeqlens(offsets, device);
-  out.sequences.max_len = max_q;
+  out.sequences = PackLengths(lengths, device);
   out.sequences.row_index = LongsOn(row_index, device);
   out.sequences.row_output = LongsOn(row_output, device);
   out.sequences.row_buckets = buckets;

@@ -111,9 +111,6 @@ absl::StatusOr<std::vector<at::Tensor>> SplitMicroBatches(const SequenceBatch& b
             "); raise it to at least data.max_prompt_length + data.max_response_length"));
       }
     }
-    std::vector<int64_t> order(N);
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return alone(a) > alone(b); });
     if (how.packed && how.share_prompts) {
       // Units of rows with one prompt, each costing the prompt's tokens once plus its rows' response tokens; a group
       // over the budget is cut (each part runs the prompt again). Largest units first, each into the current
@@ -142,25 +139,29 @@ absl::StatusOr<std::vector<at::Tensor>> SplitMicroBatches(const SequenceBatch& b
         groups.back().insert(groups.back().end(), rows.begin(), rows.end());
         sum += cost;
       }
-      order.clear();  // placed
-    }
-    // The current micro-batch's longest prompt and response spans, its longest row and its tokens.
-    int64_t max_p = 0, max_r = 0, max_len = 0, sum_len = 0;
-    for (int64_t row : order) {
-      const int64_t len = size.tokens[row];
-      const bool fits = !groups.empty() &&
-                        computed(static_cast<int64_t>(groups.back().size()) + 1, std::max(max_p, size.prompt[row]),
-                                 std::max(max_r, size.response[row]), std::max(max_len, len),
-                                 sum_len + len) <= how.max_token_len;
-      if (!fits) {
-        groups.push_back({});
-        max_p = max_r = max_len = sum_len = 0;
+    } else {
+      // Rows longest first, each into the current micro-batch while what its pass computes stays within the budget;
+      // the micro-batch's longest prompt and response spans, its longest row and its tokens so far.
+      std::vector<int64_t> order(N);
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return alone(a) > alone(b); });
+      int64_t max_p = 0, max_r = 0, max_len = 0, sum_len = 0;
+      for (int64_t row : order) {
+        const int64_t len = size.tokens[row];
+        const bool fits = !groups.empty() &&
+                          computed(static_cast<int64_t>(groups.back().size()) + 1, std::max(max_p, size.prompt[row]),
+                                   std::max(max_r, size.response[row]), std::max(max_len, len),
+                                   sum_len + len) <= how.max_token_len;
+        if (!fits) {
+          groups.push_back({});
+          max_p = max_r = max_len = sum_len = 0;
+        }
+        groups.back().push_back(row);
+        max_p = std::max(max_p, size.prompt[row]);
+        max_r = std::max(max_r, size.response[row]);
+        max_len = std::max(max_len, len);
+        sum_len += len;
       }
-      groups.back().push_back(row);
-      max_p = std::max(max_p, size.prompt[row]);
-      max_r = std::max(max_r, size.response[row]);
-      max_len = std::max(max_len, len);
-      sum_len += len;
     }
     if (how.agree) {
       if (static_cast<int64_t>(groups.size()) > kMaxAgreedMicroBatches) {
