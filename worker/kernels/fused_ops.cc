@@ -94,13 +94,28 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
   }
 };
 
+// x [B, H, T, D] as SplitHeads makes it of a column range of a wider [B, T, N] projection (DecoderModel's stacked
+// q/k/v GEMM): each token's H heads of D adjacent, tokens and rows at least that far apart, so no two elements share
+// memory.
+bool TokenRowsView(const at::Tensor& x) {
+  if (x.dim() != 4) return false;
+  const int64_t heads = x.size(1), tokens = x.size(2), d = x.size(3);
+  const int64_t row = tokens == 1 ? heads * d : x.stride(2);
+  return x.stride(3) == 1 && (heads == 1 || x.stride(1) == d) && row >= heads * d &&
+         (x.size(0) == 1 || x.stride(0) >= tokens * row);
+}
+
 at::Tensor RopeForward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool negate_sin) {
   TORCH_CHECK(RopeSupported(x, cos) && sin.sizes() == cos.sizes() && sin.is_contiguous() &&
                   sin.scalar_type() == cos.scalar_type(),
               "fused Rope: unsupported input ", x.sizes(), " ", x.scalar_type());
   const c10::cuda::CUDAGuard guard(x.device());
-  at::Tensor y = at::empty_like(x);  // x's strides (dense, non-overlapping)
-  TORCH_CHECK(y.strides() == x.strides(), "fused Rope: output strides differ from the input's");
+  // x's strides where x is dense; a view of token rows (RopeSupported) gives a dense [B, T, H, D] tensor, transposed.
+  at::Tensor y = x.is_non_overlapping_and_dense()
+                     ? at::empty_like(x)
+                     : at::empty({x.size(0), x.size(2), x.size(1), x.size(3)}, x.options()).transpose(1, 2);
+  TORCH_CHECK(!x.is_non_overlapping_and_dense() || y.strides() == x.strides(),
+              "fused Rope: output strides differ from the input's");
   RopeArgs a;
   a.dtype = DtypeOf(x);
   a.x = x.data_ptr();
@@ -114,6 +129,9 @@ at::Tensor RopeForward(const at::Tensor& x, const at::Tensor& cos, const at::Ten
   a.stride_b = x.stride(0);
   a.stride_h = x.stride(1);
   a.stride_t = x.stride(2);
+  a.y_stride_b = y.stride(0);
+  a.y_stride_h = y.stride(1);
+  a.y_stride_t = y.stride(2);
   a.negate_sin = negate_sin;
   C10_CUDA_CHECK(LaunchRope(a, c10::cuda::getCurrentCUDAStream()));
   return y;
@@ -196,8 +214,8 @@ bool RopeSupported(const at::Tensor& x, const at::Tensor& cos) {
   return x.is_cuda() && cos.device() == x.device() && x.scalar_type() == cos.scalar_type() &&
          KernelDtypeOf(x.scalar_type(), &dtype) && x.dim() == 4 && cos.dim() == 4 && x.stride(3) == 1 &&
          x.size(3) % 2 == 0 && cos.is_contiguous() && cos.size(0) == x.size(0) && cos.size(1) == 1 &&
-         cos.size(2) == x.size(2) && cos.size(3) == x.size(3) && x.is_non_overlapping_and_dense() &&
-         x.numel() <= std::numeric_limits<int>::max();
+         cos.size(2) == x.size(2) && cos.size(3) == x.size(3) &&
+         (x.is_non_overlapping_and_dense() || TokenRowsView(x)) && x.numel() <= std::numeric_limits<int>::max();
 }
 
 at::Tensor Rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
@@ -360,12 +378,41 @@ at::Tensor LaunchStackedSwiGlu(const at::Tensor& gate_up, const at::Tensor& norm
   return y;
 }
 
+// SwiGluFunction over the stacked projection: the gradient comes back stacked too ([..., 2I], the gate's half first),
+// so the GEMM's backward takes it as it is (no split, no zero-filled halves to add).
+class SwiGluStackedFunction : public torch::autograd::Function<SwiGluStackedFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate_up) {
+    ctx->save_for_backward({gate_up});
+    return LaunchStackedSwiGlu(gate_up, at::Tensor(), 0.0);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const at::Tensor gate_up = ctx->get_saved_variables()[0];
+    const at::Tensor dy = DenseGrad(grads[0], gate_up);
+    const c10::cuda::CUDAGuard guard(gate_up.device());
+    at::Tensor dgate_up = at::empty_like(gate_up, at::MemoryFormat::Contiguous);
+    const int64_t cols = gate_up.size(-1) / 2;
+    const int64_t offset = cols * gate_up.element_size();
+    SwiGluBackwardArgs a;
+    a.dtype = DtypeOf(gate_up);
+    a.gate = gate_up.data_ptr();
+    a.up = static_cast<const char*>(gate_up.data_ptr()) + offset;
+    a.dy = dy.data_ptr();
+    a.dgate = dgate_up.data_ptr();
+    a.dup = static_cast<char*>(dgate_up.data_ptr()) + offset;
+    a.n = dy.numel();
+    a.cols = cols;
+    if (a.n > 0) C10_CUDA_CHECK(LaunchSwiGluBackward(a, c10::cuda::getCurrentCUDAStream()));
+    return {dgate_up};
+  }
+};
+
 }  // namespace
 
 at::Tensor SwiGluStacked(const at::Tensor& gate_up) {
   TORCH_CHECK(SwiGluStackedSupported(gate_up), "fused SwiGluStacked: unsupported input ", gate_up.sizes(), " ",
               gate_up.scalar_type());
-  TORCH_CHECK(!NeedsGrad({&gate_up}), "fused SwiGluStacked: an input that needs a gradient");
+  if (NeedsGrad({&gate_up})) return SwiGluStackedFunction::apply(gate_up);
   return LaunchStackedSwiGlu(gate_up, at::Tensor(), 0.0);
 }
 

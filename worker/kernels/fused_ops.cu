@@ -310,6 +310,7 @@ __global__ void RopeKernel(const RopeArgs a) {
     const int t = rest % a.tokens;
     const int b = rest / a.tokens;
     const int64_t at = b * a.stride_b + h * a.stride_h + t * a.stride_t;
+    const int64_t yt = b * a.y_stride_b + h * a.y_stride_h + t * a.y_stride_t;
     const int64_t ct = (static_cast<int64_t>(b) * a.tokens + t) * a.head_dim;
     const T* x = static_cast<const T*>(a.x) + at;
     const T* c = static_cast<const T*>(a.cos) + ct;
@@ -317,7 +318,7 @@ __global__ void RopeKernel(const RopeArgs a) {
     float x1[kN], x2[kN];
     LoadN<T>(x + d, x1);
     LoadN<T>(x + d + half, x2);
-    RotateStore<T, kN>(x1, x2, c, s, d, half, a.negate_sin, static_cast<T*>(a.y) + at);
+    RotateStore<T, kN>(x1, x2, c, s, d, half, a.negate_sin, static_cast<T*>(a.y) + yt);
   }
 }
 
@@ -661,10 +662,20 @@ __global__ void SwiGluBackwardKernel(const SwiGluBackwardArgs a) {
   const T* dy = static_cast<const T*>(a.dy);
   T* dg = static_cast<T*>(a.dgate);
   T* du = static_cast<T*>(a.dup);
+  const bool narrow = a.n <= INT32_MAX;
   GridElements<T, kVec>(a.n, [&](int64_t i, auto n) {
+    int64_t at = i;  // a vector stays within its row (as SwiGluKernel)
+    if (a.cols > 0) {
+      if (narrow) {
+        const int i32 = static_cast<int>(i), cols = static_cast<int>(a.cols);
+        at = static_cast<int64_t>(i32 / cols) * 2 * cols + i32 % cols;
+      } else {
+        at = i / a.cols * 2 * a.cols + i % a.cols;
+      }
+    }
     float gv[n.value], uv[n.value], dv[n.value];
-    LoadN<T>(g + i, gv);
-    LoadN<T>(u + i, uv);
+    LoadN<T>(g + at, gv);
+    LoadN<T>(u + at, uv);
     LoadN<T>(dy + i, dv);
 #pragma unroll
     for (int j = 0; j < n.value; ++j) {
@@ -674,8 +685,8 @@ __global__ void SwiGluBackwardKernel(const SwiGluBackwardArgs a) {
       uv[j] = __fmul_rn(dv[j], s);
       gv[j] = SiluGrad(ds, gv[j]);
     }
-    StoreN<T>(du + i, uv);
-    StoreN<T>(dg + i, gv);
+    StoreN<T>(du + at, uv);
+    StoreN<T>(dg + at, gv);
   });
 }
 
@@ -768,7 +779,8 @@ cudaError_t LaunchRope(const RopeArgs& a, cudaStream_t stream) {
     constexpr int kN = Vec<T>::kN;
     // 16-byte pieces where every head's row of x and y and every token's cos and sin start 16-byte aligned.
     const bool vec = (a.head_dim / 2) % kN == 0 && AllAligned({a.x, a.y, a.cos, a.sin}) &&
-                     StridesAligned(sizeof(T), {a.stride_b, a.stride_h, a.stride_t});
+                     StridesAligned(sizeof(T), {a.stride_b, a.stride_h, a.stride_t, a.y_stride_b, a.y_stride_h,
+                                                a.y_stride_t});
     const int64_t items = vec ? pairs / kN : pairs;
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((items + threads - 1) / threads, kMaxBlocks));
     if (vec) {
@@ -846,8 +858,11 @@ cudaError_t LaunchSwiGlu(const SwiGluArgs& a, cudaStream_t stream) {
 
 cudaError_t LaunchSwiGluBackward(const SwiGluBackwardArgs& a, cudaStream_t stream) {
   if (a.n == 0) return cudaSuccess;
-  if (a.dgate == nullptr || a.dup == nullptr) return cudaErrorInvalidValue;
-  return DispatchVec(a.dtype, a.n, AllAligned({a.gate, a.up, a.dy, a.dgate, a.dup}), [&](auto t, auto vec) {
+  if (a.dgate == nullptr || a.dup == nullptr || a.cols < 0 || (a.cols > 0 && a.n % a.cols != 0)) {
+    return cudaErrorInvalidValue;
+  }
+  const bool rows_vec = a.cols == 0 || a.cols % 8 == 0;  // as LaunchSwiGlu
+  return DispatchVec(a.dtype, a.n, rows_vec && AllAligned({a.gate, a.up, a.dy, a.dgate, a.dup}), [&](auto t, auto vec) {
     using T = typename decltype(t)::type;
     SwiGluBackwardKernel<T, vec><<<ElementBlocks(vec ? a.n / Vec<T>::kN : a.n), 256, 0, stream>>>(a);
   });

@@ -15,9 +15,12 @@ bool RmsNormSupported(const at::Tensor& x, const at::Tensor& weight);
 // HF's Qwen2/Llama RMSNorm: weight * to_dtype(float(x) * rsqrt(mean(float(x)^2, -1) + eps)).
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
-// x [B, H, T, D] with contiguous rows of D (any other strides), cos and sin [B, 1, T, D] contiguous, one dtype.
+// x [B, H, T, D] with contiguous rows of D, dense (any order of the other dimensions) or a view of token rows (each
+// token's heads adjacent, tokens further apart: SplitHeads of a column range of a stacked q/k/v projection), cos and
+// sin [B, 1, T, D] contiguous, one dtype.
 bool RopeSupported(const at::Tensor& x, const at::Tensor& cos);
-// x * cos + rotate_half(x) * sin, rounded as those ATen ops round; the result has x's strides. Differentiable in x
+// x * cos + rotate_half(x) * sin, rounded as those ATen ops round; the result has x's strides where x is dense, else
+// [B, T, H, D] memory order (as SplitHeads of a [B, T, H * D] projection). Differentiable in x
 // only (cos and sin are functions of positions); the backward assumes HF's cos/sin, whose two halves are equal.
 at::Tensor Rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
@@ -50,6 +53,7 @@ at::Tensor AddRmsNorm(const at::Tensor& x, const at::Tensor& residual, const at:
 // gate_up [..., 2I] contiguous: the output of one GEMM over the stacked gate and up projections.
 bool SwiGluStackedSupported(const at::Tensor& gate_up);
 // SwiGlu(gate_up[..., :I], gate_up[..., I:]) as [..., I] without splitting the input: the same values bit for bit.
+// Differentiable: the gradient is stacked as gate_up, each half SwiGlu's gradient of its part, bit for bit.
 at::Tensor SwiGluStacked(const at::Tensor& gate_up);
 
 // SwiGluStacked with the RMSNorm before the MLP folded into the stacked gate/up projection

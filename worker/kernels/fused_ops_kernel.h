@@ -47,7 +47,7 @@ int RmsNormBackwardChunks(int64_t rows);
 cudaError_t LaunchRmsNormBackward(const RmsNormBackwardArgs& args, cudaStream_t stream);
 
 // RoPE as HF applies it: y = x * cos + rotate_half(x) * sin, for x [B, H, T, D] (element (b, h, t, d) at
-// b * stride_b + h * stride_h + t * stride_t + d, the same for y) and cos, sin [B, T, D] contiguous.
+// b * stride_b + h * stride_h + t * stride_t + d; y's at the y_stride_* likewise) and cos, sin [B, T, D] contiguous.
 struct RopeArgs {
   KernelDtype dtype = KernelDtype::kBFloat16;
   const void* x = nullptr;
@@ -61,6 +61,9 @@ struct RopeArgs {
   int64_t stride_b = 0;
   int64_t stride_h = 0;
   int64_t stride_t = 0;
+  int64_t y_stride_b = 0;
+  int64_t y_stride_h = 0;
+  int64_t y_stride_t = 0;
   // Use -sin: the backward (with HF's cos and sin, whose halves repeat, dx = rope(dy, cos, -sin) exactly as autograd
   // rounds the ATen composition's backward).
   bool negate_sin = false;
@@ -131,6 +134,9 @@ struct SwiGluBackwardArgs {
   void* dgate = nullptr;
   void* dup = nullptr;
   int64_t n = 0;
+  // As SwiGluArgs::cols: 0, flat arrays of n elements; > 0, dy is [n / cols, cols] and row r of gate, up, dgate and
+  // dup starts at r * 2 * cols (a stacked projection's output and its gradient: up = gate + cols, dup = dgate + cols).
+  int64_t cols = 0;
 };
 cudaError_t LaunchSwiGluBackward(const SwiGluBackwardArgs& args, cudaStream_t stream);
 

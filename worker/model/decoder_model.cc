@@ -93,6 +93,21 @@ at::Tensor StackedView(std::initializer_list<at::Tensor> parts) {
   return stacked;
 }
 
+// The weight of one GEMM over stacked projections (q/k/v, gate/up). Every pass runs them as one GEMM: the separate
+// small GEMMs cost about as much each as the one, and in backward the input's gradient is one GEMM instead of one per
+// part plus the adds that sum them. Without gradients to the parts, the StackedView that BindFields made over their
+// memory where it holds (no copy); otherwise (or where it does not hold) at::cat, a few MB a layer, whose backward
+// hands each part its rows of the stacked weight's gradient. Both hold the same values, so every mode's GEMM rounds
+// alike.
+at::Tensor StackedWeights(const at::Tensor& view, std::initializer_list<at::Tensor> parts) {
+  bool needs_grad = false;
+  if (at::GradMode::is_enabled()) {
+    for (const at::Tensor& t : parts) needs_grad = needs_grad || t.requires_grad();
+  }
+  if (view.defined() && !needs_grad) return view;
+  return at::cat(std::vector<at::Tensor>(parts), 0);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Load(const std::string& model_dir, at::ScalarType dtype,
@@ -660,9 +675,9 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
   const int64_t hd = config_.head_dim;
   const int64_t T = h_in.size(1);
   const int64_t start = cache ? cache->length : 0;
-  // A decoding step over the slot cache (inference mode): one GEMM over the stacked q/k/v projections where Load
-  // stacked them (the three small GEMMs each cost about as much as the one), and likewise for gate and up below; the
-  // residual adds happen inside the RMSNorm kernels, or, with the input norm folded, the MLP's in the down GEMM.
+  // A decoding step over the slot cache (inference mode): the residual adds happen inside the RMSNorm kernels, or,
+  // with the input norm folded, the MLP's in the down GEMM. Every pass runs q/k/v and gate/up as one GEMM each
+  // (StackedWeights).
   const bool decode_step = T == 1 && cache && cache->slot_len.defined() && c10::InferenceMode::is_enabled();
   // Without gradients (decoding, the prefill, the trainer's log-prob passes) a residual add and the RMSNorm after it
   // are one kernel (kernels::AddRmsNorm: the add's rounding, the same bits as the two ops the forward with gradients
@@ -686,6 +701,16 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
     q = SplitHeads(qkv.narrow(-1, 0, heads * hd), heads, hd);
     k = SplitHeads(qkv.narrow(-1, heads * hd, kv_heads * hd), kv_heads, hd);
     v = SplitHeads(qkv.narrow(-1, (heads + kv_heads) * hd, kv_heads * hd), kv_heads, hd);
+  } else if (!L.q_b.defined() || (L.k_b.defined() && L.v_b.defined())) {
+    // One GEMM over the stacked projections (StackedWeights); split (one node in autograd: its backward writes the
+    // three gradients side by side). RoPE reads q and k where they lie (kernels::Rope takes views of token rows); v is
+    // copied out, the layout the attention kernels took before.
+    const at::Tensor qkv = at::linear(x, StackedWeights(L.qkv_w, {L.q_w, L.k_w, L.v_w}),
+                                      L.q_b.defined() ? StackedWeights(L.qkv_b, {L.q_b, L.k_b, L.v_b}) : at::Tensor());
+    const std::vector<at::Tensor> parts = qkv.split_with_sizes({heads * hd, kv_heads * hd, kv_heads * hd}, -1);
+    q = SplitHeads(parts[0], heads, hd);
+    k = SplitHeads(parts[1], kv_heads, hd);
+    v = SplitHeads(parts[2].contiguous(), kv_heads, hd);
   } else {
     q = SplitHeads(at::linear(x, L.q_w, L.q_b), heads, hd);
     k = SplitHeads(at::linear(x, L.k_w, L.k_b), kv_heads, hd);
@@ -776,16 +801,16 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
     h = h_layer + o;
     x = RmsNorm(h, L.post_norm);
   }
+  // Gate and up as one GEMM (StackedWeights) in every mode, SwiGLU over its two halves (the fused kernel's gradient
+  // comes back stacked; ATen's through split, one node).
   at::Tensor act;
-  if (decode_step && L.gate_up_w.defined()) {
-    const at::Tensor gate_up = at::linear(x, L.gate_up_w);
-    const int64_t inter = L.gate_w.size(0);
+  const at::Tensor gate_up = at::linear(x, StackedWeights(L.gate_up_w, {L.gate_w, L.up_w}));
 #ifdef VERL_WITH_CUDA
-    if (kernels::SwiGluStackedSupported(gate_up)) act = kernels::SwiGluStacked(gate_up);
+  if (kernels::SwiGluStackedSupported(gate_up)) act = kernels::SwiGluStacked(gate_up);
 #endif
-    if (!act.defined()) act = SwiGlu(gate_up.narrow(-1, 0, inter), gate_up.narrow(-1, inter, inter));
-  } else {
-    act = SwiGlu(at::linear(x, L.gate_w), at::linear(x, L.up_w));
+  if (!act.defined()) {
+    const std::vector<at::Tensor> halves = gate_up.split(L.gate_w.size(0), -1);
+    act = SwiGlu(halves[0], halves[1]);
   }
   if (folded) {
     // The residual add in the down projection's GEMM (beta 1 into h): the next layer's projection reads the sum.

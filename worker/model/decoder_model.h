@@ -226,8 +226,9 @@ class DecoderModel {
   struct Layer {
     // Biases (q_b, k_b, v_b, o_b) are undefined when the model has none; o_b exists only for Llama attention_bias.
     at::Tensor input_norm, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b, post_norm, gate_w, up_w, down_w;
-    // For decoding, set by BindFields where Load's stacking holds: q/k/v (weights; biases, if any) and gate/up as one
-    // tensor each over the parameters' memory; undefined otherwise (then the separate GEMMs run).
+    // Set by BindFields where Load's stacking holds: q/k/v (weights; biases, if any) and gate/up as one tensor each
+    // over the parameters' memory, the stacked GEMMs' weights in passes without gradients to them; undefined otherwise
+    // (then StackedWeights copies the parts together).
     at::Tensor qkv_w, qkv_b, gate_up_w;
   };
 

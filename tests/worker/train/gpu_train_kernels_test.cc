@@ -163,6 +163,24 @@ TEST_CASE("fused RoPE gives the ATen composition's values and gradients", "[work
       const at::Tensor xu = buf.narrow(0, 1, x0.numel()).view(x0.sizes()).transpose(1, 2);
       REQUIRE(reinterpret_cast<uintptr_t>(xu.data_ptr()) % 16 != 0);
       CHECK(at::equal(kernels::Rope(xu, cos, sin).detach(), ya.detach()));
+      // A column range of a stacked projection ([B, T, H * D] between 3 * D columns before and D after, as
+      // DecoderModel's q/k/v GEMM), read where it lies: the same values and gradient, the result laid out as
+      // [B, T, H, D].
+      const at::Tensor wide0 = at::randn({B, T, (H + 4) * D}, opts).to(dtype);
+      wide0.narrow(-1, 3 * D, H * D).copy_(x0.reshape({B, T, H * D}));
+      at::Tensor wide = wide0.clone().requires_grad_(true);
+      const at::Tensor xv = wide.narrow(-1, 3 * D, H * D).view({B, T, H, D}).transpose(1, 2);
+      REQUIRE(!xv.is_non_overlapping_and_dense());
+      REQUIRE(kernels::RopeSupported(xv, cos));
+      const at::Tensor yv = kernels::Rope(xv, cos, sin);
+      CHECK(at::equal(yv, ya));
+      CHECK(yv.transpose(1, 2).is_contiguous());
+      const at::Tensor dwide = Grads(yv, gy, {wide})[0];
+      CHECK(at::equal(dwide.narrow(-1, 3 * D, H * D).reshape({B, T, H, D}), dxa));
+      CHECK(dwide.narrow(-1, 0, 3 * D).eq(0).all().item<bool>());
+      CHECK(dwide.narrow(-1, (H + 3) * D, D).eq(0).all().item<bool>());
+      // Views whose elements could overlap are refused (the ATen composition runs for them).
+      CHECK_FALSE(kernels::RopeSupported(wide0.as_strided({B, H, T, D}, {T * D, D, D, 1}), cos));
     }
   }
 #endif
@@ -196,6 +214,13 @@ TEST_CASE("fused SwiGLU gives the ATen composition's values and gradients", "[wo
       CHECK(close(y, ya));
       CHECK(close(gr[0], gra[0]));
       CHECK(close(gr[1], gra[1]));
+      // The stacked form (one GEMM's [.., 2I] output, DecoderModel's MLP): SwiGlu's values and, stacked the same
+      // way, its gradients, bit for bit.
+      at::Tensor gu = at::cat({g0, u0}, -1).requires_grad_(true);
+      const at::Tensor ys = kernels::SwiGluStacked(gu);
+      CHECK(at::equal(ys, y));
+      const at::Tensor dgu = Grads(ys, gy, {gu})[0];
+      CHECK(at::equal(dgu, at::cat({gr[0], gr[1]}, -1)));
     }
   }
 #endif

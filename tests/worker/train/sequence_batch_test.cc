@@ -303,7 +303,12 @@ TEST_CASE("ForwardLogProbsPacked equals the padded forward, entropy and gradient
   REQUIRE(results[0].log_probs.abs().sum().item<double>() > 1.0);
   REQUIRE(MaxAbsDiff(results[0].log_probs, results[1].log_probs) < 1e-5);
   REQUIRE(MaxAbsDiff(results[0].entropy, results[1].entropy) < 1e-5);
-  REQUIRE(MaxDiff(grads[0], grads[1]) < 1e-5);
+  // Float32 sums in another order (GEMMs over other row counts): relative to the gradients' scale.
+  double scale = 0;
+  for (const at::Tensor& g : grads[0]) scale = std::max(scale, g.abs().max().item<double>());
+  INFO("gradient scale " << scale);
+  REQUIRE(scale > 0.1);
+  REQUIRE(MaxDiff(grads[0], grads[1]) < 1e-6 * scale);
   // Packed outputs are exactly 0 outside the response mask.
   auto model = LoadModelOrDie(dir.path());
   at::NoGradGuard no_grad;
