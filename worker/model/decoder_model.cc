@@ -93,19 +93,71 @@ at::Tensor StackedView(std::initializer_list<at::Tensor> parts) {
   return stacked;
 }
 
-// The weight of one GEMM over stacked projections (q/k/v, gate/up). Every pass runs them as one GEMM: the separate
-// small GEMMs cost about as much each as the one, and in backward the input's gradient is one GEMM instead of one per
-// part plus the adds that sum them. Without gradients to the parts, the StackedView that BindFields made over their
-// memory where it holds (no copy); otherwise (or where it does not hold) at::cat, a few MB a layer, whose backward
-// hands each part its rows of the stacked weight's gradient. Both hold the same values, so every mode's GEMM rounds
-// alike.
-at::Tensor StackedWeights(const at::Tensor& view, std::initializer_list<at::Tensor> parts) {
-  bool needs_grad = false;
-  if (at::GradMode::is_enabled()) {
-    for (const at::Tensor& t : parts) needs_grad = needs_grad || t.requires_grad();
+// y = x W^T + b with W (and b) the parts' rows stacked (q/k/v, gate/up): one GEMM, differentiable in x and in each
+// part. Every pass runs these projections as one GEMM: the separate small GEMMs cost about as much each as the one,
+// and in backward the input's gradient is one GEMM instead of one per part plus the adds that summed them, the
+// weight's gradient one GEMM whose rows go to the parts. The stacked weight is the StackedView that BindFields made
+// over the parts' memory where it holds (no copy), else a transient at::cat; backward keeps x and the parts (alive
+// anyway), not a stacked copy, so memory is what the separate projections kept.
+struct StackedViews : torch::CustomClassHolder {
+  at::Tensor weight, bias;  // StackedView of the weights and the biases, undefined where it does not hold
+};
+
+class StackedLinearFunction : public torch::autograd::Function<StackedLinearFunction> {
+ public:
+  static at::Tensor Weight(at::TensorList parts, const at::Tensor& view) {
+    return view.defined() ? view : at::cat(parts, 0);
   }
-  if (view.defined() && !needs_grad) return view;
-  return at::cat(std::vector<at::Tensor>(parts), 0);
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, at::TensorList weights,
+                            at::TensorList biases, c10::intrusive_ptr<StackedViews> views) {
+    std::vector<at::Tensor> saved = {x};
+    saved.insert(saved.end(), weights.begin(), weights.end());
+    ctx->save_for_backward(saved);
+    ctx->saved_data["biases"] = static_cast<int64_t>(biases.size());
+    at::Tensor out =
+        at::linear(x, Weight(weights, views->weight), biases.empty() ? at::Tensor() : Weight(biases, views->bias));
+    ctx->saved_data["views"] = c10::IValue::make_capsule(std::move(views));
+    return out;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad) {
+    const torch::autograd::variable_list saved = ctx->get_saved_variables();
+    const at::Tensor& x = saved[0];
+    const std::vector<at::Tensor> weights(saved.begin() + 1, saved.end());
+    const int64_t biases = ctx->saved_data["biases"].toInt();
+    const at::Tensor view =
+        c10::static_intrusive_pointer_cast<StackedViews>(ctx->saved_data.at("views").toCapsule())->weight;
+    const at::Tensor& g = grad[0];
+    torch::autograd::variable_list out;
+    out.push_back(ctx->needs_input_grad(0) ? g.matmul(Weight(weights, view)) : at::Tensor());
+    std::vector<int64_t> rows;
+    for (const at::Tensor& w : weights) rows.push_back(w.size(0));
+    const at::Tensor g2 = g.reshape({-1, g.size(-1)});
+    const at::Tensor gw = g2.t().mm(x.reshape({-1, x.size(-1)}));
+    for (const at::Tensor& part : gw.split_with_sizes(rows, 0)) out.push_back(part);
+    if (biases > 0) {
+      for (const at::Tensor& part : g2.sum(0).split_with_sizes(rows, 0)) out.push_back(part);
+    }
+    out.push_back(at::Tensor());  // views
+    return out;
+  }
+};
+
+at::Tensor StackedLinear(const at::Tensor& x, const std::vector<at::Tensor>& weights,
+                         const std::vector<at::Tensor>& biases, const at::Tensor& weight_view,
+                         const at::Tensor& bias_view) {
+  bool needs_grad = x.requires_grad();
+  for (const auto* list : {&weights, &biases}) {
+    for (const at::Tensor& t : *list) needs_grad = needs_grad || t.requires_grad();
+  }
+  if (!at::GradMode::is_enabled() || !needs_grad) {
+    return at::linear(x, StackedLinearFunction::Weight(weights, weight_view),
+                      biases.empty() ? at::Tensor() : StackedLinearFunction::Weight(biases, bias_view));
+  }
+  auto views = c10::make_intrusive<StackedViews>();
+  views->weight = weight_view;
+  views->bias = bias_view;
+  return StackedLinearFunction::apply(x, at::TensorList(weights), at::TensorList(biases), std::move(views));
 }
 
 }  // namespace
@@ -677,7 +729,7 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
   const int64_t start = cache ? cache->length : 0;
   // A decoding step over the slot cache (inference mode): the residual adds happen inside the RMSNorm kernels, or,
   // with the input norm folded, the MLP's in the down GEMM. Every pass runs q/k/v and gate/up as one GEMM each
-  // (StackedWeights).
+  // (StackedLinear).
   const bool decode_step = T == 1 && cache && cache->slot_len.defined() && c10::InferenceMode::is_enabled();
   // Without gradients (decoding, the prefill, the trainer's log-prob passes) a residual add and the RMSNorm after it
   // are one kernel (kernels::AddRmsNorm: the add's rounding, the same bits as the two ops the forward with gradients
@@ -702,11 +754,12 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
     k = SplitHeads(qkv.narrow(-1, heads * hd, kv_heads * hd), kv_heads, hd);
     v = SplitHeads(qkv.narrow(-1, (heads + kv_heads) * hd, kv_heads * hd), kv_heads, hd);
   } else if (!L.q_b.defined() || (L.k_b.defined() && L.v_b.defined())) {
-    // One GEMM over the stacked projections (StackedWeights); split (one node in autograd: its backward writes the
+    // One GEMM over the stacked projections (StackedLinear); split (one node in autograd: its backward writes the
     // three gradients side by side). RoPE reads q and k where they lie (kernels::Rope takes views of token rows); v is
     // copied out, the layout the attention kernels took before.
-    const at::Tensor qkv = at::linear(x, StackedWeights(L.qkv_w, {L.q_w, L.k_w, L.v_w}),
-                                      L.q_b.defined() ? StackedWeights(L.qkv_b, {L.q_b, L.k_b, L.v_b}) : at::Tensor());
+    const at::Tensor qkv = StackedLinear(
+        x, {L.q_w, L.k_w, L.v_w},
+        L.q_b.defined() ? std::vector<at::Tensor>{L.q_b, L.k_b, L.v_b} : std::vector<at::Tensor>{}, L.qkv_w, L.qkv_b);
     const std::vector<at::Tensor> parts = qkv.split_with_sizes({heads * hd, kv_heads * hd, kv_heads * hd}, -1);
     q = SplitHeads(parts[0], heads, hd);
     k = SplitHeads(parts[1], kv_heads, hd);
@@ -801,10 +854,10 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
     h = h_layer + o;
     x = RmsNorm(h, L.post_norm);
   }
-  // Gate and up as one GEMM (StackedWeights) in every mode, SwiGLU over its two halves (the fused kernel's gradient
+  // Gate and up as one GEMM (StackedLinear) in every mode, SwiGLU over its two halves (the fused kernel's gradient
   // comes back stacked; ATen's through split, one node).
   at::Tensor act;
-  const at::Tensor gate_up = at::linear(x, StackedWeights(L.gate_up_w, {L.gate_w, L.up_w}));
+  const at::Tensor gate_up = StackedLinear(x, {L.gate_w, L.up_w}, {}, L.gate_up_w, at::Tensor());
 #ifdef VERL_WITH_CUDA
   if (kernels::SwiGluStackedSupported(gate_up)) act = kernels::SwiGluStacked(gate_up);
 #endif

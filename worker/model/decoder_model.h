@@ -228,7 +228,7 @@ class DecoderModel {
     at::Tensor input_norm, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b, post_norm, gate_w, up_w, down_w;
     // Set by BindFields where Load's stacking holds: q/k/v (weights; biases, if any) and gate/up as one tensor each
     // over the parameters' memory, the stacked GEMMs' weights in passes without gradients to them; undefined otherwise
-    // (then StackedWeights copies the parts together).
+    // (then StackedLinear copies the parts together for the GEMM).
     at::Tensor qkv_w, qkv_b, gate_up_w;
   };
 
