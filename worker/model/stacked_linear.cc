@@ -1,0 +1,74 @@
+#include "worker/model/stacked_linear.h"
+
+#include <ATen/core/grad_mode.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <vector>
+
+namespace verl {
+namespace {
+
+struct StackedViews : torch::CustomClassHolder {
+  at::Tensor weight, bias;  // StackedView of the weights and the biases, undefined where it does not hold
+};
+
+class StackedLinearFunction : public torch::autograd::Function<StackedLinearFunction> {
+ public:
+  static at::Tensor Weight(at::TensorList parts, const at::Tensor& view) {
+    return view.defined() ? view : at::cat(parts, 0);
+  }
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, at::TensorList weights,
+                            at::TensorList biases, c10::intrusive_ptr<StackedViews> views) {
+    std::vector<at::Tensor> saved = {x};
+    saved.insert(saved.end(), weights.begin(), weights.end());
+    ctx->save_for_backward(saved);
+    ctx->saved_data["biases"] = static_cast<int64_t>(biases.size());
+    at::Tensor out =
+        at::linear(x, Weight(weights, views->weight), biases.empty() ? at::Tensor() : Weight(biases, views->bias));
+    ctx->saved_data["views"] = c10::IValue::make_capsule(std::move(views));
+    return out;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad) {
+    const torch::autograd::variable_list saved = ctx->get_saved_variables();
+    const at::Tensor& x = saved[0];
+    const std::vector<at::Tensor> weights(saved.begin() + 1, saved.end());
+    const int64_t biases = ctx->saved_data["biases"].toInt();
+    const at::Tensor view =
+        c10::static_intrusive_pointer_cast<StackedViews>(ctx->saved_data.at("views").toCapsule())->weight;
+    const at::Tensor& g = grad[0];
+    torch::autograd::variable_list out;
+    out.push_back(ctx->needs_input_grad(0) ? g.matmul(Weight(weights, view)) : at::Tensor());
+    std::vector<int64_t> rows;
+    for (const at::Tensor& w : weights) rows.push_back(w.size(0));
+    const at::Tensor g2 = g.reshape({-1, g.size(-1)});
+    const at::Tensor gw = g2.t().mm(x.reshape({-1, x.size(-1)}));
+    for (const at::Tensor& part : gw.split_with_sizes(rows, 0)) out.push_back(part);
+    if (biases > 0) {
+      for (const at::Tensor& part : g2.sum(0).split_with_sizes(rows, 0)) out.push_back(part);
+    }
+    out.push_back(at::Tensor());  // views
+    return out;
+  }
+};
+
+}  // namespace
+
+at::Tensor StackedLinear(const at::Tensor& x, const std::vector<at::Tensor>& weights,
+                         const std::vector<at::Tensor>& biases, const at::Tensor& weight_view,
+                         const at::Tensor& bias_view) {
+  bool needs_grad = x.requires_grad();
+  for (const auto* list : {&weights, &biases}) {
+    for (const at::Tensor& t : *list) needs_grad = needs_grad || t.requires_grad();
+  }
+  if (!at::GradMode::is_enabled() || !needs_grad) {
+    return at::linear(x, StackedLinearFunction::Weight(weights, weight_view),
+                      biases.empty() ? at::Tensor() : StackedLinearFunction::Weight(biases, bias_view));
+  }
+  auto views = c10::make_intrusive<StackedViews>();
+  views->weight = weight_view;
+  views->bias = bias_view;
+  return StackedLinearFunction::apply(x, at::TensorList(weights), at::TensorList(biases), std::move(views));
+}
+
+}  // namespace verl
