@@ -116,8 +116,8 @@ absl::StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Load(const std::stri
     model->params_.emplace_back(spec.name, loaded[spec.name]);
   }
   // Each layer's q, k and v projections (weights; biases) and its gate and up projections on consecutive rows of one
-  // buffer each, so that a decoding step runs them as one GEMM each (LayerForward); they stay separate parameters for
-  // everything else.
+  // buffer each, so that every pass runs them as one GEMM each over a view of that memory (LayerForward,
+  // StackedLinear); they stay separate parameters for everything else.
   std::map<std::string, at::Tensor*> by_name;
   for (auto& [name, t] : model->params_) by_name[name] = &t;
   for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
@@ -154,6 +154,13 @@ DecoderModel::Layer DecoderModel::MakeLayer(const std::function<at::Tensor(const
   layer.gate_w = get("mlp.gate_proj.weight");
   layer.up_w = get("mlp.up_proj.weight");
   layer.down_w = get("mlp.down_proj.weight");
+  // The stacked views (Layer::qkv_w): q/k/v only where their biases are all there or all absent.
+  layer.qkv_w = StackedView({layer.q_w, layer.k_w, layer.v_w});
+  if (layer.q_b.defined() || layer.k_b.defined() || layer.v_b.defined()) {
+    layer.qkv_b = StackedView({layer.q_b, layer.k_b, layer.v_b});
+    if (!layer.qkv_b.defined()) layer.qkv_w = at::Tensor();
+  }
+  layer.gate_up_w = StackedView({layer.gate_w, layer.up_w});
   return layer;
 }
 
@@ -170,14 +177,7 @@ void DecoderModel::BindFields() {
   layers_.clear();
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     const std::string prefix = absl::StrCat("model.layers.", i, ".");
-    Layer L = MakeLayer([&](const std::string& name) { return get(prefix + name); });
-    L.qkv_w = StackedView({L.q_w, L.k_w, L.v_w});
-    if (L.q_b.defined()) {
-      L.qkv_b = StackedView({L.q_b, L.k_b, L.v_b});
-      if (!L.qkv_b.defined()) L.qkv_w = at::Tensor();
-    }
-    L.gate_up_w = StackedView({L.gate_w, L.up_w});
-    layers_.push_back(std::move(L));
+    layers_.push_back(MakeLayer([&](const std::string& name) { return get(prefix + name); }));
   }
   num_parameters_ = 0;
   for (const auto& [name, t] : params_) num_parameters_ += t.numel();
@@ -687,13 +687,16 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
     q = SplitHeads(qkv.narrow(-1, 0, heads * hd), heads, hd);
     k = SplitHeads(qkv.narrow(-1, heads * hd, kv_heads * hd), kv_heads, hd);
     v = SplitHeads(qkv.narrow(-1, (heads + kv_heads) * hd, kv_heads * hd), kv_heads, hd);
-  } else if (!L.q_b.defined() || (L.k_b.defined() && L.v_b.defined())) {
-    // One GEMM over the stacked projections (StackedLinear); split (one node in autograd: its backward writes the
-    // three gradients side by side). RoPE reads q and k where they lie (kernels::Rope takes views of token rows); v is
-    // copied out, the layout the attention kernels took before.
+  } else if (L.qkv_w.defined()) {
+    // One GEMM over the stacked projections (StackedLinear, over the view: no copy); split (one node in autograd: its
+    // backward writes the three gradients side by side). RoPE reads q and k where they lie (kernels::Rope takes views
+    // of token rows); v is copied out, the layout the attention kernels took before. (q, k, v may be views made inside
+    // an autograd function: nothing here modifies them in place.) Where the projections do not lie stacked (ZeRO-3
+    // units with biases between the weights) the separate GEMMs below run in every mode, rather than copying the
+    // weights together at every step.
     const at::Tensor qkv = StackedLinear(
         x, {L.q_w, L.k_w, L.v_w},
-        L.q_b.defined() ? std::vector<at::Tensor>{L.q_b, L.k_b, L.v_b} : std::vector<at::Tensor>{}, L.qkv_w, L.qkv_b);
+        L.qkv_b.defined() ? std::vector<at::Tensor>{L.q_b, L.k_b, L.v_b} : std::vector<at::Tensor>{}, L.qkv_w, L.qkv_b);
     const std::vector<at::Tensor> parts = qkv.split_with_sizes({heads * hd, kv_heads * hd, kv_heads * hd}, -1);
     q = SplitHeads(parts[0], heads, hd);
     k = SplitHeads(parts[1], kv_heads, hd);
@@ -788,16 +791,20 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
     h = h_layer + o;
     x = RmsNorm(h, L.post_norm);
   }
-  // Gate and up as one GEMM (StackedLinear) in every mode, SwiGLU over its two halves (the fused kernel's gradient
-  // comes back stacked; ATen's through split, one node).
+  // Gate and up as one GEMM (StackedLinear) in every mode where they lie stacked, SwiGLU over its two halves (the
+  // fused kernel's gradient comes back stacked; ATen's through split, one node).
   at::Tensor act;
-  const at::Tensor gate_up = StackedLinear(x, {L.gate_w, L.up_w}, {}, L.gate_up_w, at::Tensor());
+  if (L.gate_up_w.defined()) {
+    const at::Tensor gate_up = StackedLinear(x, {L.gate_w, L.up_w}, {}, L.gate_up_w, at::Tensor());
 #ifdef VERL_WITH_CUDA
-  if (kernels::SwiGluStackedSupported(gate_up)) act = kernels::SwiGluStacked(gate_up);
+    if (kernels::SwiGluStackedSupported(gate_up)) act = kernels::SwiGluStacked(gate_up);
 #endif
-  if (!act.defined()) {
-    const std::vector<at::Tensor> halves = gate_up.split(L.gate_w.size(0), -1);
-    act = SwiGlu(halves[0], halves[1]);
+    if (!act.defined()) {
+      const std::vector<at::Tensor> halves = gate_up.split(L.gate_w.size(0), -1);
+      act = SwiGlu(halves[0], halves[1]);
+    }
+  } else {
+    act = SwiGlu(at::linear(x, L.gate_w), at::linear(x, L.up_w));
   }
   if (folded) {
     // The residual add in the down projection's GEMM (beta 1 into h): the next layer's projection reads the sum.

@@ -164,8 +164,8 @@ class DecoderModel {
   // 128, at most 8 query heads per KV head).
   bool DecodeKernelAvailable() const;
   // Whether every layer's q, k and v projections, and its gate and up projections, lie stacked in one buffer each (as
-  // Load leaves them), so that a decoding step over the slot cache runs each group as one GEMM (parameters gathered
-  // from ZeRO-3 units are not, where the layer has biases: they lie between the weights).
+  // Load leaves them), so that every pass runs each group as one GEMM (parameters gathered from ZeRO-3 units are not,
+  // where the layer has biases: they lie between the weights).
   bool ProjectionsStacked() const;
   // Per layer, the stacked q, k, v projection weights [(Hq + 2 Hkv) D, H] with each column scaled by the input
   // RMSNorm's weight (float32 products rounded to bf16), for KvCache::qkv_folded: a copy of the current weights, made
@@ -226,9 +226,10 @@ class DecoderModel {
   struct Layer {
     // Biases (q_b, k_b, v_b, o_b) are undefined when the model has none; o_b exists only for Llama attention_bias.
     at::Tensor input_norm, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b, post_norm, gate_w, up_w, down_w;
-    // Set by BindFields where Load's stacking holds: q/k/v (weights; biases, if any) and gate/up as one tensor each
-    // over the parameters' memory, the stacked GEMMs' weights in passes without gradients to them; undefined otherwise
-    // (then StackedLinear copies the parts together for the GEMM).
+    // Set by MakeLayer where the parts lie stacked (as Load leaves them; in a ZeRO-3 unit gate/up do, q/k/v only
+    // without biases): q/k/v (weights; biases, if all there) and gate/up as one tensor each over the parts' memory,
+    // the stacked GEMMs' weights in every pass (StackedLinear routes the gradients to the parts); undefined
+    // otherwise (then the separate GEMMs run).
     at::Tensor qkv_w, qkv_b, gate_up_w;
   };
 

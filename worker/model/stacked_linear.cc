@@ -41,11 +41,25 @@ class StackedLinearFunction : public torch::autograd::Function<StackedLinearFunc
     out.push_back(ctx->needs_input_grad(0) ? g.matmul(Weight(weights, view)) : at::Tensor());
     std::vector<int64_t> rows;
     for (const at::Tensor& w : weights) rows.push_back(w.size(0));
+    const int64_t n = static_cast<int64_t>(weights.size());
+    auto any_needed = [&](int64_t first, int64_t count) {
+      bool any = false;
+      for (int64_t i = first; i < first + count; ++i) any = any || ctx->needs_input_grad(i);
+      return any;
+    };
     const at::Tensor g2 = g.reshape({-1, g.size(-1)});
-    const at::Tensor gw = g2.t().mm(x.reshape({-1, x.size(-1)}));
-    for (const at::Tensor& part : gw.split_with_sizes(rows, 0)) out.push_back(part);
+    if (any_needed(1, n)) {
+      const at::Tensor gw = g2.t().mm(x.reshape({-1, x.size(-1)}));
+      for (const at::Tensor& part : gw.split_with_sizes(rows, 0)) out.push_back(part);
+    } else {
+      out.resize(out.size() + n);
+    }
     if (biases > 0) {
-      for (const at::Tensor& part : g2.sum(0).split_with_sizes(rows, 0)) out.push_back(part);
+      if (any_needed(1 + n, biases)) {
+        for (const at::Tensor& part : g2.sum(0).split_with_sizes(rows, 0)) out.push_back(part);
+      } else {
+        out.resize(out.size() + biases);
+      }
     }
     out.push_back(at::Tensor());  // views
     return out;

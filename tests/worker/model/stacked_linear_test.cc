@@ -1,6 +1,6 @@
 // StackedLinear (DecoderModel's q/k/v and gate/up GEMMs) against the separate projections it replaces: values and
 // the gradients of x, of each weight and of each bias, with the stacked weight a view over the parts' memory (as Load
-// leaves them) or copied, with and without biases, without gradients, and with a frozen part.
+// leaves them) or copied, with and without biases, without gradients, with a frozen part and with a fixed input.
 
 #include "worker/model/stacked_linear.h"
 
@@ -100,6 +100,11 @@ TEST_CASE("StackedLinear with a frozen part gives the others their gradients", "
   const std::vector<at::Tensor> g = torch::autograd::grad({y}, {x, gate}, {gy});
   CHECK(MaxAbsDiff(g[0], gy.mm(at::cat({gate, up}).detach())) < 1e-12);
   CHECK(MaxAbsDiff(g[1], gy.narrow(1, 0, 4).t().mm(x.detach())) < 1e-12);
+  // An input without a gradient (the weights' still formed).
+  const at::Tensor x_fixed = x.detach();
+  const at::Tensor y2 = StackedLinear(x_fixed, {gate, up}, {}, at::Tensor(), at::Tensor());
+  const at::Tensor g2 = torch::autograd::grad({y2}, {gate}, {gy})[0];
+  CHECK(MaxAbsDiff(g2, g[1]) < 1e-12);
 }
 
 }  // namespace

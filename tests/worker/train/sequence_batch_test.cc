@@ -308,7 +308,7 @@ TEST_CASE("ForwardLogProbsPacked equals the padded forward, entropy and gradient
   for (const at::Tensor& g : grads[0]) scale = std::max(scale, g.abs().max().item<double>());
   INFO("gradient scale " << scale);
   REQUIRE(scale > 0.1);
-  REQUIRE(MaxDiff(grads[0], grads[1]) < 1e-6 * scale);
+  REQUIRE(MaxDiff(grads[0], grads[1]) < std::max(1e-5, 2e-6 * scale));
   // Packed outputs are exactly 0 outside the response mask.
   auto model = LoadModelOrDie(dir.path());
   at::NoGradGuard no_grad;
