@@ -279,6 +279,28 @@ TEST_CASE("data parallel: 1, 2 and 4 ranks take the same update", "[worker][rank
     config.critic.forward_max_token_len = 3 * prompt + 9;
     RequireSameStep(one, RunStep(m, 2, config, adv, out, "", "dynamic", sampling), 2);
   }
+  SECTION("shared prompts (use_prefix_grouper) by token budget under ZeRO-3") {
+    // Each rank's actor and ref passes run a prompt once for its samples, its rows in one pass with the prompt counted
+    // once; the ranks' responses end at different lengths, so they make different numbers of passes and, every pass
+    // of a sharded model gathering its layers, first agree on the largest count. Same step as one rank with fixed
+    // micro-batches and nothing shared.
+    SamplingSettings sampling = Sampling(m);
+    for (int32_t id = 3; id < m.vocab_size; id += 5) sampling.eos_token_ids.push_back(id);
+    const StepResult one = RunStep(m, 1, config, Grpo(), out, "", "", sampling);
+    config.actor.prefix_grouper = true;
+    config.actor.shard_parameters = true;
+    // One prompt and its two samples' responses (up to 6 tokens each) fit a pass; two prompts only when their
+    // responses are short.
+    const int64_t prompt = static_cast<int64_t>(m.prompt_a.size());
+    config.actor.ppo_max_token_len = prompt + 16;
+    config.actor.log_prob_max_token_len = prompt + 16;
+    config.actor.ref_log_prob_max_token_len = prompt + 16;
+    const StepResult shared = RunStep(m, 2, config, Grpo(), out, "", "grouped", sampling);
+    RequireSameStep(one, shared, 2);
+    // The packed passes ran (their mean token count is reported).
+    REQUIRE(shared.actor.count("perf/actor_packed_tokens") == 1);
+    REQUIRE(shared.actor.at("perf/actor_packed_tokens") > 0);
+  }
   SECTION("REINFORCE++ (advantages whitened over the whole batch), token-mean") {
     config.actor.loss_agg_mode = "token-mean";
     const AdvantageSettings adv = Estimator("reinforce_plus_plus");
