@@ -167,6 +167,21 @@ at::Tensor SwiGluForward(const at::Tensor& gate, const at::Tensor& up) {
   return y;
 }
 
+// SwiGLU's backward kernel for the output gradient dy (dense, the inputs' dtype) into dgate and dup; cols > 0: the
+// stacked layout (SwiGluBackwardArgs::cols).
+void SwiGluGrad(const at::Tensor& dy, const void* gate, const void* up, void* dgate, void* dup, int64_t cols) {
+  SwiGluBackwardArgs a;
+  a.dtype = DtypeOf(dy);
+  a.gate = gate;
+  a.up = up;
+  a.dy = dy.data_ptr();
+  a.dgate = dgate;
+  a.dup = dup;
+  a.n = dy.numel();
+  a.cols = cols;
+  C10_CUDA_CHECK(LaunchSwiGluBackward(a, c10::cuda::getCurrentCUDAStream()));
+}
+
 class SwiGluFunction : public torch::autograd::Function<SwiGluFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up) {
@@ -181,15 +196,7 @@ class SwiGluFunction : public torch::autograd::Function<SwiGluFunction> {
     const c10::cuda::CUDAGuard guard(gate.device());
     at::Tensor dgate = at::empty_like(gate, at::MemoryFormat::Contiguous);
     at::Tensor dup = at::empty_like(up, at::MemoryFormat::Contiguous);
-    SwiGluBackwardArgs a;
-    a.dtype = DtypeOf(gate);
-    a.gate = gate.data_ptr();
-    a.up = up.data_ptr();
-    a.dy = dy.data_ptr();
-    a.dgate = dgate.data_ptr();
-    a.dup = dup.data_ptr();
-    a.n = gate.numel();
-    C10_CUDA_CHECK(LaunchSwiGluBackward(a, c10::cuda::getCurrentCUDAStream()));
+    SwiGluGrad(dy, gate.data_ptr(), up.data_ptr(), dgate.data_ptr(), dup.data_ptr(), 0);
     return {dgate, dup};
   }
 };
@@ -393,16 +400,8 @@ class SwiGluStackedFunction : public torch::autograd::Function<SwiGluStackedFunc
     at::Tensor dgate_up = at::empty_like(gate_up, at::MemoryFormat::Contiguous);
     const int64_t cols = gate_up.size(-1) / 2;
     const int64_t offset = cols * gate_up.element_size();
-    SwiGluBackwardArgs a;
-    a.dtype = DtypeOf(gate_up);
-    a.gate = gate_up.data_ptr();
-    a.up = static_cast<const char*>(gate_up.data_ptr()) + offset;
-    a.dy = dy.data_ptr();
-    a.dgate = dgate_up.data_ptr();
-    a.dup = static_cast<char*>(dgate_up.data_ptr()) + offset;
-    a.n = dy.numel();
-    a.cols = cols;
-    if (a.n > 0) C10_CUDA_CHECK(LaunchSwiGluBackward(a, c10::cuda::getCurrentCUDAStream()));
+    SwiGluGrad(dy, gate_up.data_ptr(), static_cast<const char*>(gate_up.data_ptr()) + offset, dgate_up.data_ptr(),
+               static_cast<char*>(dgate_up.data_ptr()) + offset, cols);
     return {dgate_up};
   }
 };

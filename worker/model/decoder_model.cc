@@ -682,25 +682,23 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
 #endif
   if (!x.defined() && !folded) x = RmsNorm(h_in, L.input_norm);
   at::Tensor q, k, v;
-  if (folded || (decode_step && L.qkv_w.defined())) {
-    const at::Tensor qkv = folded ? at::linear(h_in, cache->qkv_folded[i]) : at::linear(x, L.qkv_w, L.qkv_b);
-    q = SplitHeads(qkv.narrow(-1, 0, heads * hd), heads, hd);
-    k = SplitHeads(qkv.narrow(-1, heads * hd, kv_heads * hd), kv_heads, hd);
-    v = SplitHeads(qkv.narrow(-1, (heads + kv_heads) * hd, kv_heads * hd), kv_heads, hd);
-  } else if (L.qkv_w.defined()) {
-    // One GEMM over the stacked projections (StackedLinear, over the view: no copy); split (one node in autograd: its
-    // backward writes the three gradients side by side). RoPE reads q and k where they lie (kernels::Rope takes views
-    // of token rows); v is copied out, the layout the attention kernels took before. (q, k, v may be views made inside
-    // an autograd function: nothing here modifies them in place.) Where the projections do not lie stacked (ZeRO-3
-    // units with biases between the weights) the separate GEMMs below run in every mode, rather than copying the
-    // weights together at every step.
-    const at::Tensor qkv = StackedLinear(
-        x, {L.q_w, L.k_w, L.v_w},
-        L.qkv_b.defined() ? std::vector<at::Tensor>{L.q_b, L.k_b, L.v_b} : std::vector<at::Tensor>{}, L.qkv_w, L.qkv_b);
+  if (folded || L.qkv_w.defined()) {
+    // One GEMM over the stacked projections: the folded copy (its bias added by the RoPE kernel below), or
+    // StackedLinear over the view of the parameters (no copy), split (one node in autograd: its backward writes the
+    // three gradients side by side). RoPE reads q and k where they lie (kernels::Rope takes views of token rows), as
+    // does a decoding step's kernel v; other passes copy v out, the layout their attention kernels took before. (q, k,
+    // v may be views made inside an autograd function: nothing here modifies them in place.) Where the projections do
+    // not lie stacked (ZeRO-3 units with biases between the weights) the separate GEMMs below run in every mode,
+    // rather than copying the weights together at every step.
+    const at::Tensor qkv = folded ? at::linear(h_in, cache->qkv_folded[i])
+                                  : StackedLinear(x, {L.q_w, L.k_w, L.v_w},
+                                                  L.qkv_b.defined() ? std::vector<at::Tensor>{L.q_b, L.k_b, L.v_b}
+                                                                    : std::vector<at::Tensor>{},
+                                                  L.qkv_w, L.qkv_b);
     const std::vector<at::Tensor> parts = qkv.split_with_sizes({heads * hd, kv_heads * hd, kv_heads * hd}, -1);
     q = SplitHeads(parts[0], heads, hd);
     k = SplitHeads(parts[1], kv_heads, hd);
-    v = SplitHeads(parts[2].contiguous(), kv_heads, hd);
+    v = SplitHeads(decode_step ? parts[2] : parts[2].contiguous(), kv_heads, hd);
   } else {
     q = SplitHeads(at::linear(x, L.q_w, L.q_b), heads, hd);
     k = SplitHeads(at::linear(x, L.k_w, L.k_b), kv_heads, hd);

@@ -9,39 +9,33 @@ namespace verl {
 namespace {
 
 struct StackedViews : torch::CustomClassHolder {
-  at::Tensor weight, bias;  // StackedView of the weights and the biases, undefined where it does not hold
+  at::Tensor weight, bias;  // the stacked weights; the stacked biases, undefined without biases
 };
 
 class StackedLinearFunction : public torch::autograd::Function<StackedLinearFunction> {
  public:
-  static at::Tensor Weight(at::TensorList parts, const at::Tensor& view) {
-    return view.defined() ? view : at::cat(parts, 0);
-  }
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, at::TensorList weights,
                             at::TensorList biases, c10::intrusive_ptr<StackedViews> views) {
-    std::vector<at::Tensor> saved = {x};
-    saved.insert(saved.end(), weights.begin(), weights.end());
-    ctx->save_for_backward(saved);
+    ctx->save_for_backward({x});
+    std::vector<int64_t> rows;
+    for (const at::Tensor& w : weights) rows.push_back(w.size(0));
+    ctx->saved_data["rows"] = rows;  // the parts' rows: their gradients' split
     ctx->saved_data["biases"] = static_cast<int64_t>(biases.size());
-    at::Tensor out =
-        at::linear(x, Weight(weights, views->weight), biases.empty() ? at::Tensor() : Weight(biases, views->bias));
+    at::Tensor out = at::linear(x, views->weight, views->bias);
     ctx->saved_data["views"] = c10::IValue::make_capsule(std::move(views));
     return out;
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad) {
-    const torch::autograd::variable_list saved = ctx->get_saved_variables();
-    const at::Tensor& x = saved[0];
-    const std::vector<at::Tensor> weights(saved.begin() + 1, saved.end());
+    const at::Tensor x = ctx->get_saved_variables()[0];
+    const std::vector<int64_t> rows = ctx->saved_data["rows"].toIntVector();
     const int64_t biases = ctx->saved_data["biases"].toInt();
     const at::Tensor view =
         c10::static_intrusive_pointer_cast<StackedViews>(ctx->saved_data.at("views").toCapsule())->weight;
     const at::Tensor& g = grad[0];
     torch::autograd::variable_list out;
-    out.push_back(ctx->needs_input_grad(0) ? g.matmul(Weight(weights, view)) : at::Tensor());
-    std::vector<int64_t> rows;
-    for (const at::Tensor& w : weights) rows.push_back(w.size(0));
-    const int64_t n = static_cast<int64_t>(weights.size());
+    out.push_back(ctx->needs_input_grad(0) ? g.matmul(view) : at::Tensor());
+    const int64_t n = static_cast<int64_t>(rows.size());
     auto any_needed = [&](int64_t first, int64_t count) {
       bool any = false;
       for (int64_t i = first; i < first + count; ++i) any = any || ctx->needs_input_grad(i);
@@ -71,14 +65,17 @@ class StackedLinearFunction : public torch::autograd::Function<StackedLinearFunc
 at::Tensor StackedLinear(const at::Tensor& x, const std::vector<at::Tensor>& weights,
                          const std::vector<at::Tensor>& biases, const at::Tensor& weight_view,
                          const at::Tensor& bias_view) {
+  TORCH_CHECK(weight_view.defined() && biases.empty() != bias_view.defined(),
+              "StackedLinear: the stacked weights (and biases, where there are biases) must be given");
+  int64_t rows = 0;
+  for (const at::Tensor& w : weights) rows += w.size(0);
+  TORCH_CHECK(weight_view.size(0) == rows && (biases.empty() || bias_view.size(0) == rows),
+              "StackedLinear: the stacked tensors have ", weight_view.size(0), " rows, the parts ", rows);
   bool needs_grad = x.requires_grad();
   for (const auto* list : {&weights, &biases}) {
     for (const at::Tensor& t : *list) needs_grad = needs_grad || t.requires_grad();
   }
-  if (!at::GradMode::is_enabled() || !needs_grad) {
-    return at::linear(x, StackedLinearFunction::Weight(weights, weight_view),
-                      biases.empty() ? at::Tensor() : StackedLinearFunction::Weight(biases, bias_view));
-  }
+  if (!at::GradMode::is_enabled() || !needs_grad) return at::linear(x, weight_view, bias_view);
   auto views = c10::make_intrusive<StackedViews>();
   views->weight = weight_view;
   views->bias = bias_view;

@@ -10,11 +10,11 @@ namespace verl {
 // y = x W^T + b with W the weights' rows stacked (and b the biases', if any): DecoderModel's q/k/v and gate/up
 // projections as one GEMM each, differentiable in x and in each part. The separate small GEMMs cost about as much
 // each as the one, and in backward the input's gradient is one GEMM instead of one per part plus the adds that summed
-// them, the weight's gradient one GEMM whose rows go to the parts, the biases' one reduction. The stacked weight is
-// `weight_view` where defined (a tensor over the parts' memory, DecoderModel's StackedView: no copy), else a transient
-// at::cat of the parts; likewise `bias_view`. With gradients, backward keeps x and the parts (alive anyway), never a
-// stacked copy, so memory is what the separate projections kept. The same GEMM with or without gradients: the same
-// values in every mode.
+// them, the weight's gradient one GEMM whose rows go to the parts, the biases' one reduction. `weight_view` and
+// `bias_view` (defined where there are biases) are the stacked tensors over the parts' memory (DecoderModel's
+// StackedView: in-place updates of the parts show through); they are data only, the gradients go to the parts. With
+// gradients, backward keeps x only, never a stacked copy, so memory is what the separate projections kept. The same
+// GEMM with or without gradients: the same values in every mode.
 at::Tensor StackedLinear(const at::Tensor& x, const std::vector<at::Tensor>& weights,
                          const std::vector<at::Tensor>& biases, const at::Tensor& weight_view,
                          const at::Tensor& bias_view);

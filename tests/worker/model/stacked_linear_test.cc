@@ -1,6 +1,7 @@
 // StackedLinear (DecoderModel's q/k/v and gate/up GEMMs) against the separate projections it replaces: values and
 // the gradients of x, of each weight and of each bias, with the stacked weight a view over the parts' memory (as Load
-// leaves them) or copied, with and without biases, without gradients, with a frozen part and with a fixed input.
+// leaves them), with and without biases, without gradients, with a frozen part and with a fixed input; stacked
+// tensors missing or of the wrong size refused.
 
 #include "worker/model/stacked_linear.h"
 
@@ -38,53 +39,57 @@ TEST_CASE("StackedLinear equals the separate projections, values and gradients",
   const std::vector<int64_t> rows = {6, 2, 2};  // q, k, v of a GQA layer
   const int64_t K = 8;
   for (bool biased : {true, false}) {
-    for (bool with_view : {true, false}) {
-      CAPTURE(biased, with_view);
-      const at::Tensor w_buf = at::randn({10, K}, opts), b_buf = at::randn({10}, opts);
-      const std::vector<at::Tensor> weights = PartsOver(w_buf, rows);
-      const std::vector<at::Tensor> biases = biased ? PartsOver(b_buf, rows) : std::vector<at::Tensor>{};
-      const at::Tensor x0 = at::randn({2, 5, K}, opts);
-      const at::Tensor gy = at::randn({2, 5, 10}, opts);
+    CAPTURE(biased);
+    const at::Tensor w_buf = at::randn({10, K}, opts), b_buf = at::randn({10}, opts);
+    const std::vector<at::Tensor> weights = PartsOver(w_buf, rows);
+    const std::vector<at::Tensor> biases = biased ? PartsOver(b_buf, rows) : std::vector<at::Tensor>{};
+    const at::Tensor x0 = at::randn({2, 5, K}, opts);
+    const at::Tensor gy = at::randn({2, 5, 10}, opts);
 
-      at::Tensor x = x0.clone().requires_grad_(true);
-      const at::Tensor y = StackedLinear(x, weights, biases, with_view ? w_buf : at::Tensor(),
-                                         with_view && biased ? b_buf : at::Tensor());
-      std::vector<at::Tensor> inputs = {x};
-      inputs.insert(inputs.end(), weights.begin(), weights.end());
-      inputs.insert(inputs.end(), biases.begin(), biases.end());
-      const std::vector<at::Tensor> grads = torch::autograd::grad({y}, inputs, {gy});
+    at::Tensor x = x0.clone().requires_grad_(true);
+    const at::Tensor y = StackedLinear(x, weights, biases, w_buf, biased ? b_buf : at::Tensor());
+    std::vector<at::Tensor> inputs = {x};
+    inputs.insert(inputs.end(), weights.begin(), weights.end());
+    inputs.insert(inputs.end(), biases.begin(), biases.end());
+    const std::vector<at::Tensor> grads = torch::autograd::grad({y}, inputs, {gy});
 
-      // The reference: three linears on separate leaves with the same values.
-      at::Tensor xr = x0.clone().requires_grad_(true);
-      std::vector<at::Tensor> ref_inputs = {xr}, outs;
-      std::vector<at::Tensor> wr, br;
-      for (size_t i = 0; i < rows.size(); ++i) {
-        wr.push_back(weights[i].detach().clone().requires_grad_(true));
-        if (biased) br.push_back(biases[i].detach().clone().requires_grad_(true));
-        outs.push_back(at::linear(xr, wr[i], biased ? br[i] : at::Tensor()));
-      }
-      ref_inputs.insert(ref_inputs.end(), wr.begin(), wr.end());
-      ref_inputs.insert(ref_inputs.end(), br.begin(), br.end());
-      const at::Tensor yr = at::cat(outs, -1);
-      const std::vector<at::Tensor> ref = torch::autograd::grad({yr}, ref_inputs, {gy});
+    // The reference: three linears on separate leaves with the same values.
+    at::Tensor xr = x0.clone().requires_grad_(true);
+    std::vector<at::Tensor> ref_inputs = {xr}, outs;
+    std::vector<at::Tensor> wr, br;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      wr.push_back(weights[i].detach().clone().requires_grad_(true));
+      if (biased) br.push_back(biases[i].detach().clone().requires_grad_(true));
+      outs.push_back(at::linear(xr, wr[i], biased ? br[i] : at::Tensor()));
+    }
+    ref_inputs.insert(ref_inputs.end(), wr.begin(), wr.end());
+    ref_inputs.insert(ref_inputs.end(), br.begin(), br.end());
+    const at::Tensor yr = at::cat(outs, -1);
+    const std::vector<at::Tensor> ref = torch::autograd::grad({yr}, ref_inputs, {gy});
 
-      REQUIRE(y.sizes() == yr.sizes());
-      CHECK(MaxAbsDiff(y, yr) < 1e-12);
-      REQUIRE(grads.size() == ref.size());
-      for (size_t i = 0; i < grads.size(); ++i) {
-        CAPTURE(i);
-        REQUIRE(grads[i].sizes() == ref[i].sizes());
-        CHECK(MaxAbsDiff(grads[i], ref[i]) < 1e-12);
-      }
+    REQUIRE(y.sizes() == yr.sizes());
+    CHECK(MaxAbsDiff(y, yr) < 1e-12);
+    REQUIRE(grads.size() == ref.size());
+    for (size_t i = 0; i < grads.size(); ++i) {
+      CAPTURE(i);
+      REQUIRE(grads[i].sizes() == ref[i].sizes());
+      CHECK(MaxAbsDiff(grads[i], ref[i]) < 1e-12);
+    }
 
-      // Without gradients: the same values and no history.
-      {
-        at::NoGradGuard no_grad;
-        const at::Tensor y_ng = StackedLinear(x0, weights, biases, with_view ? w_buf : at::Tensor(),
-                                              with_view && biased ? b_buf : at::Tensor());
-        CHECK(!y_ng.requires_grad());
-        CHECK(at::equal(y_ng, y.detach()));
-      }
+    // The stacked tensors are required, with the parts' rows.
+    CHECK_THROWS_WITH(StackedLinear(x, weights, biases, at::Tensor(), biased ? b_buf : at::Tensor()),
+                      Catch::Contains("must be given"));
+    CHECK_THROWS_WITH(StackedLinear(x, weights, biases, w_buf.narrow(0, 0, 9), biased ? b_buf : at::Tensor()),
+                      Catch::Contains("rows"));
+    if (biased) {
+      CHECK_THROWS_WITH(StackedLinear(x, weights, biases, w_buf, at::Tensor()), Catch::Contains("must be given"));
+    }
+    // Without gradients: the same values and no history.
+    {
+      at::NoGradGuard no_grad;
+      const at::Tensor y_ng = StackedLinear(x0, weights, biases, w_buf, biased ? b_buf : at::Tensor());
+      CHECK(!y_ng.requires_grad());
+      CHECK(at::equal(y_ng, y.detach()));
     }
   }
 }
@@ -92,17 +97,19 @@ TEST_CASE("StackedLinear equals the separate projections, values and gradients",
 TEST_CASE("StackedLinear with a frozen part gives the others their gradients", "[worker][model]") {
   at::manual_seed(4);
   const auto opts = at::TensorOptions().dtype(at::kDouble);
-  const at::Tensor gate = at::randn({4, 3}, opts).requires_grad_(true);
-  const at::Tensor up = at::randn({4, 3}, opts);  // frozen
+  const at::Tensor buf = at::randn({8, 3}, opts);
+  const std::vector<at::Tensor> parts = PartsOver(buf, {4, 4});
+  const at::Tensor gate = parts[0];
+  const at::Tensor up = parts[1].detach();  // frozen
   at::Tensor x = at::randn({7, 3}, opts).requires_grad_(true);
   const at::Tensor gy = at::randn({7, 8}, opts);
-  const at::Tensor y = StackedLinear(x, {gate, up}, {}, at::Tensor(), at::Tensor());
+  const at::Tensor y = StackedLinear(x, {gate, up}, {}, buf, at::Tensor());
   const std::vector<at::Tensor> g = torch::autograd::grad({y}, {x, gate}, {gy});
   CHECK(MaxAbsDiff(g[0], gy.mm(at::cat({gate, up}).detach())) < 1e-12);
   CHECK(MaxAbsDiff(g[1], gy.narrow(1, 0, 4).t().mm(x.detach())) < 1e-12);
   // An input without a gradient (the weights' still formed).
   const at::Tensor x_fixed = x.detach();
-  const at::Tensor y2 = StackedLinear(x_fixed, {gate, up}, {}, at::Tensor(), at::Tensor());
+  const at::Tensor y2 = StackedLinear(x_fixed, {gate, up}, {}, buf, at::Tensor());
   const at::Tensor g2 = torch::autograd::grad({y2}, {gate}, {gy})[0];
   CHECK(MaxAbsDiff(g2, g[1]) < 1e-12);
 }
