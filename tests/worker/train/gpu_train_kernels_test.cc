@@ -8,6 +8,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -135,9 +136,11 @@ TEST_CASE("fused RoPE gives the ATen composition's values and gradients", "[work
   const auto opts = at::TensorOptions().device(at::kCUDA);
   for (at::ScalarType dtype : kDtypes) {
     INFO(c10::toString(dtype));
-    for (int64_t D : {64, 128, 8}) {
-      CAPTURE(D);
-      const int64_t B = 2, T = 33, H = 5;
+    // {T, H}: the general shape, and the one-token and one-head forms whose size-1 dimensions' strides are free.
+    for (const auto& [D, T, H] : std::vector<std::array<int64_t, 3>>{{64, 33, 5}, {128, 33, 5}, {8, 33, 5},
+                                                                      {64, 1, 5}, {64, 33, 1}, {128, 1, 1}}) {
+      CAPTURE(D, T, H);
+      const int64_t B = 2;
       const at::Tensor pos = at::arange(T, opts.dtype(at::kFloat)).repeat({B, 1}).unsqueeze(-1) * 1.7;
       const at::Tensor freqs = pos * at::rand({D / 2}, opts);
       const at::Tensor emb = at::cat({freqs, freqs}, -1).unsqueeze(1);
@@ -180,7 +183,8 @@ TEST_CASE("fused RoPE gives the ATen composition's values and gradients", "[work
       CHECK(dwide.narrow(-1, 0, 3 * D).eq(0).all().item<bool>());
       CHECK(dwide.narrow(-1, (H + 3) * D, D).eq(0).all().item<bool>());
       // Views whose elements could overlap are refused (the ATen composition runs for them).
-      CHECK_FALSE(kernels::RopeSupported(wide0.as_strided({B, H, T, D}, {T * D, D, D, 1}), cos));
+      if (H > 1) CHECK_FALSE(kernels::RopeSupported(wide0.as_strided({B, H, T, D}, {T * D, D, D, 1}), cos));
+      CHECK_FALSE(kernels::RopeSupported(wide0.as_strided({B, H, T, D}, {0, D, H * D, 1}), cos));
     }
   }
 #endif
