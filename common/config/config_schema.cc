@@ -138,6 +138,8 @@ const std::vector<ConfigKeySpec>& Table() {
        "With actor_rollout_ref.actor.shard_parameters: generate gathering one layer at a time for every decoding step, so no rank ever holds the whole actor (a collective per layer per token: slow), instead of gathering the whole actor once per rollout."},
       {"actor_rollout_ref.rollout.enforce_eager", T::kBool, "false", "", false, O::kVerl,
        "GPU ranks: false replays each decoding step (forward, LM head, sampling) as a CUDA graph captured at its first use per batch-size bucket (powers of two up to the slot count); true launches every kernel eagerly. No effect on CPU ranks or models the decode kernel does not take (head_dim 64 or 128, at most 8 query heads per KV head)."},
+      {"actor_rollout_ref.rollout.enable_prefix_caching", T::kBool, "true", "", false, O::kVerl,
+       "GPU ranks (the decode kernel): the rollout.n samples of a prompt read its keys and values from one KV cache slot instead of a copy each (the prefill writes the prompt once; when the sample holding it ends first, the prompt moves to one still running). The same tokens and log-probs bit for bit; decoding reads less memory. Only a prompt's own samples share (no cache across prompts or steps), and each slot keeps room for its prompt. No effect on CPU ranks."},
       {"actor_rollout_ref.rollout.max_num_seqs", T::kInt, "1024", "", false, O::kVerl,
        "Continuous batching: the most sequences decoding at once, each in a slot of a KV cache allocated at the start of the rollout; when one ends, the next waiting prompt takes its slot. On a GPU also bounded by gpu_memory_utilization."},
       {"actor_rollout_ref.rollout.max_num_batched_tokens", T::kInt, "8192", "", false, O::kVerl,

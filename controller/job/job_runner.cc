@@ -655,6 +655,7 @@ class JobRunner::Impl {
     ac->set_optimizer_offload(a.optimizer_offload);
     ac->set_rollout_gather_layer_by_layer(arr.rollout.gather_layer_by_layer);
     ac->set_rollout_enforce_eager(arr.rollout.enforce_eager);
+    ac->set_rollout_no_prompt_sharing(!arr.rollout.enable_prefix_caching);
     ac->set_gradient_checkpointing(arr.model.enable_gradient_checkpointing);
     ac->set_remove_padding(arr.model.use_remove_padding);
     ac->set_prefix_grouper(a.use_prefix_grouper);

@@ -14,10 +14,11 @@ verl's definition: (prompt + response tokens of the step) / step seconds / GPUs.
 
 Ours runs with actor_rollout_ref.actor.use_prefix_grouper (the 8 samples of a prompt share one run of its 256 tokens in
 the trainer's passes; the same numbers but for rounding); --prefix-grouper 0 turns it off, --ab-prefix-grouper runs
-ours both ways in the same run.
+ours both ways in the same run; --ab KEY=VALUE (repeatable) runs ours a second time with those overrides instead
+(e.g. --ab actor_rollout_ref.rollout.enable_prefix_caching=false), its figures under ours_other.
 
 usage: b3_grpo.py --build-dir build-cuda --out FILE.json [--steps 3] [--skip-trl] [--wheels .device-wheels]
-                  [--prefix-grouper 0|1] [--ab-prefix-grouper]
+                  [--prefix-grouper 0|1] [--ab-prefix-grouper | --ab KEY=VALUE ...]
 """
 import argparse
 import datetime
@@ -73,7 +74,7 @@ def hf_token_counter(model_dir):
     return count
 
 
-def run_ours(bin_dir, model, data, work, steps, prefix_grouper, name="ours"):
+def run_ours(bin_dir, model, data, work, steps, prefix_grouper, name="ours", overrides=()):
     logs = os.path.join(work, f"{name}-logs")
     cmd = [os.path.join(bin_dir, "verl-controller"), "--config", os.path.join(ROOT, "configs/quickstart.yaml"),
            f"actor_rollout_ref.model.path={model}", f"data.train_files={data}", f"data.val_files={data}",
@@ -90,7 +91,7 @@ def run_ours(bin_dir, model, data, work, steps, prefix_grouper, name="ours"):
            "trainer.val_before_train=false", "trainer.logger=[console,jsonl]", "trainer.device=cuda",
            "trainer.n_gpus_per_node=1", f"trainer.default_local_dir={work}/{name}-ckpt", f"trainer.log_dir={logs}",
            "cluster.num_threads_per_rank=8", "cluster.worker_start_timeout_s=120",
-           f"actor_rollout_ref.actor.use_prefix_grouper={'true' if prefix_grouper else 'false'}"]
+           f"actor_rollout_ref.actor.use_prefix_grouper={'true' if prefix_grouper else 'false'}", *overrides]
     start = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - start
@@ -107,7 +108,7 @@ def run_ours(bin_dir, model, data, work, steps, prefix_grouper, name="ours"):
     timed = per_step[1:] or per_step
     sec = sum(s["timing_s/step"] for s in timed) / len(timed)
     return {"engine": "verl-cpp (verl-controller, embedded worker)", "use_prefix_grouper": prefix_grouper,
-            "wall_s": wall, "steps": per_step,
+            "overrides": list(overrides), "wall_s": wall, "steps": per_step,
             "seconds_per_step": sec,
             "throughput": sum(s["perf/throughput"] for s in timed) / len(timed),
             "max_memory_allocated_gb": max((s["perf/max_memory_allocated_gb"] or 0) for s in per_step)}
@@ -185,6 +186,8 @@ def main():
                     help="ours with actor_rollout_ref.actor.use_prefix_grouper (a prompt's 8 samples share its run)")
     ap.add_argument("--ab-prefix-grouper", action="store_true",
                     help="also run ours with the other use_prefix_grouper setting (JSON: ours_other)")
+    ap.add_argument("--ab", action="append", default=[], metavar="KEY=VALUE",
+                    help="also run ours with these overrides (JSON: ours_other)")
     a = ap.parse_args()
     bin_dir = os.path.join(os.path.abspath(a.build_dir), "bin")
     work = tempfile.mkdtemp(prefix="b3_")
@@ -195,8 +198,9 @@ def main():
     ours = run_ours(bin_dir, model, data, work, a.steps, bool(a.prefix_grouper))
     print(json.dumps({k: v for k, v in ours.items() if k != "steps"}), file=sys.stderr)
     other = None
-    if a.ab_prefix_grouper:
-        other = run_ours(bin_dir, model, data, work, a.steps, not a.prefix_grouper, name="ours-other")
+    if a.ab_prefix_grouper or a.ab:
+        grouper = bool(a.prefix_grouper) != a.ab_prefix_grouper
+        other = run_ours(bin_dir, model, data, work, a.steps, grouper, name="ours-other", overrides=a.ab)
         print(json.dumps({k: v for k, v in other.items() if k != "steps"}), file=sys.stderr)
     baseline = None
     installed = []

@@ -5,6 +5,10 @@
 //   verl-bench-decode-attention [--batch 512] [--q-heads 14] [--kv-heads 2] [--head-dim 64] [--capacity 768]
 //                               [--min-len 512] [--max-len 512] [--iters 50] [--splits 0 (the kernel's choice)]
 //                               [--impl auto|simt|mma|read|read-persist] [--blocks-per-sm 8]
+//                               [--share 0] [--prefix-len 256]
+// --share N (N >= 1): shared prompts (DecodeAttentionArgs::prefix_slots) in groups of N consecutive slots, each slot's
+// positions [0, prefix-len) read from its group's first slot (N = 1: every slot its own, the shared form's overhead
+// alone); the first slot's positions are copied into the others, so the reference reads the same values.
 // Also checks the output against a plain float32 computation from the same bf16 inputs (`max_abs_err`, and
 // `max_abs_ref` for scale).
 
@@ -136,6 +140,8 @@ int main(int argc, char** argv) {
   const int iters = std::max(1, Flag(argc, argv, "--iters", 50));
   int splits = Flag(argc, argv, "--splits", 0);
   const int blocks_per_sm = std::max(1, Flag(argc, argv, "--blocks-per-sm", 8));
+  const int share = std::max(0, Flag(argc, argv, "--share", 0));
+  const int prefix_len = std::min(min_len, std::max(0, Flag(argc, argv, "--prefix-len", 256)));
   std::string impl = "auto";
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--impl") impl = argv[i + 1];
@@ -170,6 +176,23 @@ int main(int argc, char** argv) {
     positions += len[b];
   }
   CUDA_OK(cudaMemcpy(lengths, len.data(), B * sizeof(int32_t), cudaMemcpyHostToDevice));
+  int32_t *prefix_slots = nullptr, *prefix_lengths = nullptr;
+  if (share > 0) {
+    std::vector<int32_t> from(B), plen(B, prefix_len);
+    for (int b = 0; b < B; ++b) {
+      from[b] = b - b % share;
+      for (int h = 0; h < Hkv && from[b] != b; ++h) {
+        const int64_t dst = (static_cast<int64_t>(b) * Hkv + h) * C * D;
+        const int64_t src = (static_cast<int64_t>(from[b]) * Hkv + h) * C * D;
+        CUDA_OK(cudaMemcpy(k + dst, k + src, static_cast<int64_t>(prefix_len) * D * 2, cudaMemcpyDeviceToDevice));
+        CUDA_OK(cudaMemcpy(v + dst, v + src, static_cast<int64_t>(prefix_len) * D * 2, cudaMemcpyDeviceToDevice));
+      }
+    }
+    CUDA_OK(cudaMalloc(&prefix_slots, B * sizeof(int32_t)));
+    CUDA_OK(cudaMalloc(&prefix_lengths, B * sizeof(int32_t)));
+    CUDA_OK(cudaMemcpy(prefix_slots, from.data(), B * sizeof(int32_t), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(prefix_lengths, plen.data(), B * sizeof(int32_t), cudaMemcpyHostToDevice));
+  }
 
   DecodeAttentionArgs a;
   a.dtype = verl::kernels::KernelDtype::kBFloat16;
@@ -179,6 +202,8 @@ int main(int argc, char** argv) {
   a.kv_stride_b = static_cast<int64_t>(Hkv) * C * D;
   a.kv_stride_h = static_cast<int64_t>(C) * D;
   a.lengths = lengths;
+  a.prefix_slots = prefix_slots;
+  a.prefix_lengths = prefix_lengths;
   a.out = out;
   a.partial = partial;
   a.batch = B;
@@ -234,9 +259,9 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"benchmark\": \"decode_attention\", \"batch\": %d, \"q_heads\": %d, \"kv_heads\": %d, "
       "\"head_dim\": %d, \"capacity\": %d, \"min_len\": %d, \"max_len\": %d, \"splits\": %d, "
-      "\"impl\": \"%s\", \"iters\": %d, \"kv_bytes_per_launch\": %.0f, \"us_per_launch\": %.2f, "
-      "\"gb_per_s\": %.1f, \"max_abs_err\": %.3g, \"max_abs_ref\": %.3g}\n",
-      B, Hq, Hkv, D, C, min_len, max_len, splits, impl.c_str(), iters, bytes, us, bytes / (us * 1e-6) / 1e9, max_err,
-      max_ref);
+      "\"impl\": \"%s\", \"share\": %d, \"prefix_len\": %d, \"iters\": %d, \"kv_bytes_per_launch\": %.0f, "
+      "\"us_per_launch\": %.2f, \"gb_per_s\": %.1f, \"max_abs_err\": %.3g, \"max_abs_ref\": %.3g}\n",
+      B, Hq, Hkv, D, C, min_len, max_len, splits, impl.c_str(), share, share > 0 ? prefix_len : 0, iters, bytes, us,
+      bytes / (us * 1e-6) / 1e9, max_err, max_ref);
   return 0;
 }

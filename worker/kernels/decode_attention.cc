@@ -41,7 +41,8 @@ bool DecodeAttentionSupported(const at::Tensor& q, const at::Tensor& k_cache) {
 }
 
 at::Tensor DecodeAttention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                           const at::Tensor& lengths, double scale, bool tensor_cores) {
+                           const at::Tensor& lengths, double scale, bool tensor_cores, const at::Tensor& prefix_slots,
+                           const at::Tensor& prefix_lengths) {
   TORCH_CHECK(DecodeAttentionSupported(q, k_cache) && DecodeAttentionSupported(q, v_cache),
               "DecodeAttention: unsupported query ", q.sizes(), " ", q.scalar_type(), " or cache ", k_cache.sizes(),
               " (want CUDA float32/bfloat16/float16, head_dim 64 or 128, at most 8 query heads per KV head)");
@@ -52,6 +53,13 @@ at::Tensor DecodeAttention(const at::Tensor& q, const at::Tensor& k_cache, const
   TORCH_CHECK(
       lengths.scalar_type() == at::kInt && lengths.dim() == 1 && lengths.size(0) == B && lengths.device() == q.device(),
       "DecodeAttention: lengths must be int32 [", B, "] on ", q.device());
+  TORCH_CHECK(prefix_slots.defined() == prefix_lengths.defined(),
+              "DecodeAttention: prefix_slots and prefix_lengths go together");
+  for (const at::Tensor* t : {&prefix_slots, &prefix_lengths}) {
+    TORCH_CHECK(!t->defined() || (t->scalar_type() == at::kInt && t->dim() == 1 && t->size(0) == B &&
+                                  t->device() == q.device() && t->is_contiguous()),
+                "DecodeAttention: prefix_slots and prefix_lengths must be contiguous int32 [", B, "] on ", q.device());
+  }
   const c10::cuda::CUDAGuard guard(q.device());
   at::Tensor qc = q.contiguous();
   at::Tensor lens = lengths.contiguous();
@@ -64,6 +72,10 @@ at::Tensor DecodeAttention(const at::Tensor& q, const at::Tensor& k_cache, const
   a.kv_stride_b = k_cache.stride(0);
   a.kv_stride_h = k_cache.stride(1);
   a.lengths = lens.data_ptr<int32_t>();
+  if (prefix_slots.defined()) {
+    a.prefix_slots = prefix_slots.data_ptr<int32_t>();
+    a.prefix_lengths = prefix_lengths.data_ptr<int32_t>();
+  }
   a.out = out.data_ptr();
   a.batch = static_cast<int>(B);
   a.q_heads = static_cast<int>(q.size(1));

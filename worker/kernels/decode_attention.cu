@@ -71,7 +71,14 @@ __host__ __device__ inline int RangeLength(int capacity, int splits) {
   return ((capacity + splits - 1) / splits + kChunk - 1) / kChunk * kChunk;
 }
 
-template <typename T, int D>
+// The base of slot b's keys (or values) of KV head kvh: `base` advanced to the slot and head.
+template <typename T>
+__device__ __forceinline__ const T* SlotRows(const void* base, const DecodeAttentionArgs& a, int b, int kvh) {
+  return static_cast<const T*>(base) + static_cast<int64_t>(b) * a.kv_stride_b + static_cast<int64_t>(kvh) * a.kv_stride_h;
+}
+
+// kPrefix: positions [0, prefix_lengths[b]) read from slot prefix_slots[b] (DecodeAttentionArgs).
+template <typename T, int D, bool kPrefix>
 __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const DecodeAttentionArgs a) {
   WaitForPriorGrid();
   AllowDependentGrid();
@@ -109,9 +116,19 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const DecodeAt
     l_s[tid] = 0.f;
     alpha_s[tid] = 1.f;
   }
-  const int64_t kv_offset = static_cast<int64_t>(b) * a.kv_stride_b + static_cast<int64_t>(kvh) * a.kv_stride_h;
-  const T* kbase = static_cast<const T*>(a.k) + kv_offset;
-  const T* vbase = static_cast<const T*>(a.v) + kv_offset;
+  const T* kbase = SlotRows<T>(a.k, a, b, kvh);
+  const T* vbase = SlotRows<T>(a.v, a, b, kvh);
+  // Row i's keys at krows(i) * D (values likewise): the shared prompt's slot below prefix_len.
+  [[maybe_unused]] int prefix_len = 0;
+  [[maybe_unused]] const T* kpre = kbase;
+  [[maybe_unused]] const T* vpre = vbase;
+  if constexpr (kPrefix) {
+    prefix_len = a.prefix_lengths[b];
+    kpre = SlotRows<T>(a.k, a, a.prefix_slots[b], kvh);
+    vpre = SlotRows<T>(a.v, a, a.prefix_slots[b], kvh);
+  }
+  auto krows = [&](int i) { return kPrefix && i < prefix_len ? kpre : kbase; };
+  auto vrows = [&](int i) { return kPrefix && i < prefix_len ? vpre : vbase; };
   float acc[kMaxGroup][kVec];
 #pragma unroll
   for (int g = 0; g < kMaxGroup; ++g) {
@@ -124,7 +141,7 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const DecodeAt
     const int n = min(kChunk, end - c0);
     // 1. Scores of position c0 + tid (base 2).
     if (tid < n) {
-      const T* krow = kbase + static_cast<int64_t>(c0 + tid) * D;
+      const T* krow = krows(c0 + tid) + static_cast<int64_t>(c0 + tid) * D;
       float s[kMaxGroup];
 #pragma unroll
       for (int g = 0; g < kMaxGroup; ++g) s[g] = 0.f;
@@ -183,7 +200,7 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const DecodeAt
       for (int r = 0; r < kVBatch; ++r) {
         const int i = i0 + r * kWarps;
         if (i < n) {
-          LoadSmall<T, kVec>(vbase + static_cast<int64_t>(c0 + i) * D + lane * kVec, vv[r]);
+          LoadSmall<T, kVec>(vrows(c0 + i) + static_cast<int64_t>(c0 + i) * D + lane * kVec, vv[r]);
         } else {
 #pragma unroll
           for (int j = 0; j < kVec; ++j) vv[r][j] = 0.f;
@@ -307,7 +324,7 @@ __device__ __forceinline__ int WordDim(int w, int col) {
 
 // kPipelined: the loads of a warp's next tiles are issued before the current tiles' math (registers double-buffered),
 // so a warp keeps its memory requests in flight while it computes.
-template <typename T, int D, int kMmaTiles, bool kPipelined>
+template <typename T, int D, int kMmaTiles, bool kPipelined, bool kPrefix>
 __global__ void __launch_bounds__(kMmaWarps * 32, 1) DecodeAttentionMmaKernel(const DecodeAttentionArgs a) {
   WaitForPriorGrid();
   AllowDependentGrid();
@@ -337,9 +354,17 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 1) DecodeAttentionMmaKernel(co
       qf[w] = g < G ? Pack2<T>(ToFloat(q[d]), ToFloat(q[d + 1])) : 0u;
     }
   }
-  const int64_t kv_offset = static_cast<int64_t>(b) * a.kv_stride_b + static_cast<int64_t>(kvh) * a.kv_stride_h;
-  const T* kbase = static_cast<const T*>(a.k) + kv_offset;
-  const T* vbase = static_cast<const T*>(a.v) + kv_offset;
+  const T* kbase = SlotRows<T>(a.k, a, b, kvh);
+  const T* vbase = SlotRows<T>(a.v, a, b, kvh);
+  // The shared prompt's slot below prefix_len (kPrefix).
+  [[maybe_unused]] int prefix_len = 0;
+  [[maybe_unused]] const T* kpre = kbase;
+  [[maybe_unused]] const T* vpre = vbase;
+  if constexpr (kPrefix) {
+    prefix_len = a.prefix_lengths[b];
+    kpre = SlotRows<T>(a.k, a, a.prefix_slots[b], kvh);
+    vpre = SlotRows<T>(a.v, a, a.prefix_slots[b], kvh);
+  }
   const float qscale = a.scale * kLog2e;
 
   // This lane's running max and (partial) sum for heads 2t and 2t + 1, and its accumulator fragments of out^T: m-tile
@@ -367,8 +392,9 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 1) DecodeAttentionMmaKernel(co
           uint4 kr = make_uint4(0u, 0u, 0u, 0u);
           uint4 vr = make_uint4(0u, 0u, 0u, 0u);
           if (row < end) {
-            kr = *reinterpret_cast<const uint4*>(kbase + off + 32 * c);
-            vr = *reinterpret_cast<const uint4*>(vbase + off + 32 * c);
+            const bool shared = kPrefix && row < prefix_len;
+            kr = *reinterpret_cast<const uint4*>((shared ? kpre : kbase) + off + 32 * c);
+            vr = *reinterpret_cast<const uint4*>((shared ? vpre : vbase) + off + 32 * c);
           }
           kf[tile][h][4 * c] = kr.x, kf[tile][h][4 * c + 1] = kr.y, kf[tile][h][4 * c + 2] = kr.z,
                           kf[tile][h][4 * c + 3] = kr.w;
@@ -549,15 +575,20 @@ cudaError_t Launch(const DecodeAttentionArgs& a, cudaStream_t stream) {
     if (a.impl == DecodeAttentionImpl::kTensorCore) return cudaErrorInvalidValue;
     mma = false;
   }
+  const bool prefix = a.prefix_slots != nullptr;
   if (!mma) {
-    LaunchDependent(DecodeAttentionKernel<T, D>, grid, kThreads, stream, a);
+    LaunchDependent(prefix ? DecodeAttentionKernel<T, D, true> : DecodeAttentionKernel<T, D, false>, grid, kThreads,
+                    stream, a);
   } else if constexpr (!std::is_same_v<T, float>) {
     // Head dim 64: one tile per warp, the next one's loads in flight during its math (37.9 against 39.3 us at B1's mean
     // shape); 128: two tiles, not pipelined (the pipelined forms were no faster or spilled).
     if constexpr (D == 64) {
-      LaunchDependent(DecodeAttentionMmaKernel<T, D, 1, true>, grid, kMmaWarps * 32, stream, a);
+      LaunchDependent(prefix ? DecodeAttentionMmaKernel<T, D, 1, true, true> : DecodeAttentionMmaKernel<T, D, 1, true, false>,
+                      grid, kMmaWarps * 32, stream, a);
     } else {
-      LaunchDependent(DecodeAttentionMmaKernel<T, D, 2, false>, grid, kMmaWarps * 32, stream, a);
+      LaunchDependent(prefix ? DecodeAttentionMmaKernel<T, D, 2, false, true>
+                             : DecodeAttentionMmaKernel<T, D, 2, false, false>,
+                      grid, kMmaWarps * 32, stream, a);
     }
   }
   if (a.splits > 1) LaunchDependent(MergeSplitsKernel<T, D>, a.batch * a.q_heads, D, stream, a);
@@ -580,7 +611,7 @@ int DecodeAttentionSplits(int batch, int kv_heads, int capacity, int num_sms) {
 
 cudaError_t LaunchDecodeAttention(const DecodeAttentionArgs& a, cudaStream_t stream) {
   if (!DecodeAttentionShapeSupported(a.q_heads, a.kv_heads, a.head_dim) || a.splits < 1 ||
-      (a.splits > 1 && a.partial == nullptr)) {
+      (a.splits > 1 && a.partial == nullptr) || ((a.prefix_slots == nullptr) != (a.prefix_lengths == nullptr))) {
     return cudaErrorInvalidValue;
   }
   if (a.batch == 0) return cudaSuccess;

@@ -16,8 +16,12 @@ bool DecodeAttentionSupported(const at::Tensor& q, const at::Tensor& k_cache);
 // >= B of the caches are not read). `lengths` is int32 [B] on q's device. Returns [B, Hq, D] in q's dtype (zeros for a
 // length of 0). Runs on the current CUDA stream without synchronising (CUDA-graph safe). bfloat16 and float16 run on
 // the tensor cores unless `tensor_cores` is false (the SIMT kernel, which float32 always takes: tests compare the two).
+// Shared prompts: with `prefix_slots` and `prefix_lengths` (int32 [B] on q's device, both or neither), slot b reads its
+// positions [0, prefix_lengths[b]) from slot prefix_slots[b] (which must be < B) instead of its own, as if they had
+// been copied there.
 at::Tensor DecodeAttention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                           const at::Tensor& lengths, double scale, bool tensor_cores = true);
+                           const at::Tensor& lengths, double scale, bool tensor_cores = true,
+                           const at::Tensor& prefix_slots = {}, const at::Tensor& prefix_lengths = {});
 
 }  // namespace verl::kernels
 

@@ -31,6 +31,10 @@ struct DecodeAttentionArgs {
   int64_t kv_stride_b = 0;
   int64_t kv_stride_h = 0;
   const int32_t* lengths = nullptr;  // [B]: slot b attends to positions [0, lengths[b]); 0 gives zeros
+  // Shared prompts (optional, both or neither): positions [0, prefix_lengths[b]) of slot b are read from slot
+  // prefix_slots[b] (< B) instead, so the n samples of a prompt read its keys and values where one of them holds them.
+  const int32_t* prefix_slots = nullptr;    // [B]
+  const int32_t* prefix_lengths = nullptr;  // [B]
   void* out = nullptr;               // [B, Hq, D], contiguous, dtype of q
   float* partial = nullptr;          // splits > 1: [B, Hq, splits, D + 2] float32 workspace
   int batch = 0;

@@ -724,7 +724,8 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
       cache->v[i].view({-1, hd}).index_copy_(0, cache->slot_index, v.select(2, 0).reshape({-1, hd}));
     }
     attn = kernels::DecodeAttention(q_step, cache->k[i], cache->v[i], cache->slot_len,
-                                    1.0 / std::sqrt(static_cast<double>(hd)))
+                                    1.0 / std::sqrt(static_cast<double>(hd)), /*tensor_cores=*/true, cache->slot_prefix,
+                                    cache->prefix_len)
                .unsqueeze(2);
 #else
     TORCH_CHECK(false, "KvCache::slot_len needs the CUDA decode kernel (a VERL_WITH_CUDA build)");
@@ -749,6 +750,14 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
       cache->v[i].index_put_({rows, Slice(), cache->slot_pos}, v.select(2, 0));
       k = cache->k[i].narrow(2, 0, cache->attend);
       v = cache->v[i].narrow(2, 0, cache->attend);
+      if (cache->slot_prefix.defined()) {
+        // Shared prompts: each row's positions below its prefix length come from the slot holding its prompt.
+        const at::Tensor from = cache->slot_prefix.to(at::kLong);
+        const at::Tensor shared = at::arange(cache->attend, from.options()).view({1, 1, -1, 1}) <
+                                  cache->prefix_len.to(at::kLong).view({-1, 1, 1, 1});
+        k = at::where(shared, k.index_select(0, from), k);
+        v = at::where(shared, v.index_select(0, from), v);
+      }
     } else if (cache) {
       cache->k[i].narrow(2, start, T).copy_(k);
       cache->v[i].narrow(2, start, T).copy_(v);

@@ -39,6 +39,10 @@ struct KvCache {
   at::Tensor slot_pos;
   int64_t attend = 0;
   at::Tensor slot_len;
+  // Shared prompts over the slot cache (optional, both or neither; int32 [batch] on the device): slot b reads its
+  // positions [0, prefix_len[b]) from slot slot_prefix[b] (< batch), where one sample of its prompt holds them.
+  at::Tensor slot_prefix;
+  at::Tensor prefix_len;
   at::Tensor slot_index;  // set by Forward: the rows of the new keys in each k[i] viewed as [batch * kv_heads * C, D]
   // A packed prefill (Forward with PackedSequences): the pass's keys and values of each layer, [kv_heads, T, D] as
   // rows (head, t), go to rows packed_rows of k[i] and v[i] viewed as [-1, D]; packed_sources (else all rows in

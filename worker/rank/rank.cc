@@ -496,6 +496,7 @@ class CpuRank final : public RankInterface {
       opts.seed = sampling.seed;
       opts.lockstep = per_layer;
       opts.enforce_eager = config_.actor.rollout_enforce_eager;
+      opts.prompt_sharing = config_.actor.rollout_share_prompts ? PromptSharing::kAuto : PromptSharing::kOff;
       opts.max_num_batched_tokens = config_.actor.rollout_max_num_batched_tokens;
       for (size_t i = 0; i < prompts.size(); ++i) {
         opts.prompt_keys.push_back(

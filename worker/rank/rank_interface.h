@@ -76,6 +76,7 @@ struct RankActorSettings {
   int64_t rollout_max_num_batched_tokens = 8192;
   double rollout_gpu_memory_utilization = 0.5;
   bool rollout_enforce_eager = false;  // decode without CUDA graphs
+  bool rollout_share_prompts = true;   // PromptSharing::kAuto; false: kOff (rollout.enable_prefix_caching)
 };
 
 struct RankCriticSettings {

@@ -220,14 +220,23 @@ KvCache SlotView(const KvCache& slots, int64_t B) {
   return view;
 }
 
+// Sets a slot view's shared prompts from `prefix` (int32 [2, B] on the device: each slot's prefix slot and length,
+// KvCache::slot_prefix and prefix_len; undefined: none shared).
+void SetPrefix(KvCache* view, const at::Tensor& prefix) {
+  if (!prefix.defined()) return;
+  view->slot_prefix = prefix.select(0, 0);
+  view->prefix_len = prefix.select(0, 1);
+}
+
 // One slot-mode decoding step in the decode kernel over slots [0, B) of `slots`: row b feeds tokens[b] at position
-// pos[b] (int64 [B] on the model's device; its cache index too). Returns logits [B, V], in the model's dtype when
-// `keep_dtype` (for the fused sampler), float32 otherwise.
+// pos[b] (int64 [B] on the model's device; its cache index too), its prompt shared as `prefix` says (SetPrefix).
+// Returns logits [B, V], in the model's dtype when `keep_dtype` (for the fused sampler), float32 otherwise.
 at::Tensor DecodeSlotLogits(const DecoderModel& model, const KvCache& slots, int64_t B, const at::Tensor& tokens,
-                            const at::Tensor& pos, bool keep_dtype) {
+                            const at::Tensor& pos, const at::Tensor& prefix, bool keep_dtype) {
   KvCache view = SlotView(slots, B);
   view.slot_pos = pos;
   view.slot_len = (pos + 1).to(at::kInt);
+  SetPrefix(&view, prefix);
   at::Tensor hidden = model.Forward(tokens.unsqueeze(1), pos.unsqueeze(1), at::Tensor(), &view);
   return model.Logits(hidden.select(1, 0), keep_dtype);
 }
@@ -236,10 +245,11 @@ at::Tensor DecodeSlotLogits(const DecoderModel& model, const KvCache& slots, int
 // (float64 [B]): the sampled token (int64 [B]) and its log-prob (float32 [B]) of every slot.
 std::pair<at::Tensor, at::Tensor> DecodeAndSample(const DecoderModel& model, const KvCache& slots,
                                                   const SamplingOptions& options, int64_t B, const at::Tensor& tokens,
-                                                  const at::Tensor& pos, const at::Tensor& uniforms) {
+                                                  const at::Tensor& pos, const at::Tensor& prefix,
+                                                  const at::Tensor& uniforms) {
   // The fused sampler reads bf16/fp16 logits itself (exactly their float32 values); ATen's composition wants float32.
   const bool fused = model.device().is_cuda() && Unfiltered(options, model.config().vocab_size);
-  at::Tensor logits = DecodeSlotLogits(model, slots, B, tokens, pos, fused);
+  at::Tensor logits = DecodeSlotLogits(model, slots, B, tokens, pos, prefix, fused);
   at::Tensor lp;  // float32 on either sampling path
   at::Tensor tok = SampleNextTokens(logits, options, uniforms, &lp);
   return {tok, lp};
@@ -277,27 +287,31 @@ class DecodeSteps {
         use_graphs_(graphs),
         pool_(at::cuda::graph_pool_handle()) {}
 
-  // One step over slots [0, size): positions from `host_pos` (int64 [>= size]) and draws from `host_uniforms`
-  // (float64), both pinned; the sampled tokens and their log-prob land in the pinned `host_tok` (int64) and `host_lp`
+  // One step over slots [0, size): positions from `host_pos` (int64 [>= size]), draws from `host_uniforms`
+  // (float64) and shared prompts from `host_prefix` (int32 [2, size] contiguous, SetPrefix; undefined when prompts are
+  // not shared), all pinned; the sampled tokens and their log-prob land in the pinned `host_tok` (int64) and `host_lp`
   // (float32) once the current stream has reached the end of this call's work.
-  void Step(int64_t size, const at::Tensor& host_pos, const at::Tensor& host_uniforms, const at::Tensor& host_tok,
-            const at::Tensor& host_lp) {
+  void Step(int64_t size, const at::Tensor& host_pos, const at::Tensor& host_uniforms, const at::Tensor& host_prefix,
+            const at::Tensor& host_tok, const at::Tensor& host_lp) {
     if (!use_graphs_) {
       const at::Device device = model_.device();
-      auto [tok, lp] = Run(size, host_pos.narrow(0, 0, size).to(device, /*non_blocking=*/true),
-                           host_uniforms.narrow(0, 0, size).to(device, /*non_blocking=*/true));
+      auto [tok, lp] =
+          Run(size, host_pos.narrow(0, 0, size).to(device, /*non_blocking=*/true),
+              host_uniforms.narrow(0, 0, size).to(device, /*non_blocking=*/true),
+              host_prefix.defined() ? host_prefix.to(device, /*non_blocking=*/true) : at::Tensor());
       host_tok.narrow(0, 0, size).copy_(tok, /*non_blocking=*/true);
       host_lp.narrow(0, 0, size).copy_(lp, /*non_blocking=*/true);
       return;
     }
     auto it = graphs_.find(size);
     if (it == graphs_.end()) {
-      Capture(size, host_pos, host_uniforms, host_tok, host_lp);
+      Capture(size, host_pos, host_uniforms, host_prefix, host_tok, host_lp);
       return;
     }
     Graph& g = it->second;
     g.pos.copy_(host_pos.narrow(0, 0, size), /*non_blocking=*/true);
     g.uniforms.copy_(host_uniforms.narrow(0, 0, size), /*non_blocking=*/true);
+    if (g.prefix.defined()) g.prefix.copy_(host_prefix, /*non_blocking=*/true);
     g.graph->replay();
     host_tok.narrow(0, 0, size).copy_(g.tok, /*non_blocking=*/true);
     host_lp.narrow(0, 0, size).copy_(g.lp, /*non_blocking=*/true);
@@ -309,39 +323,42 @@ class DecodeSteps {
   struct Graph {
     at::Tensor pos;       // int64 [size] on the device
     at::Tensor uniforms;  // float64 [size]
+    at::Tensor prefix;    // int32 [2, size], or undefined (prompts not shared)
     at::Tensor tok, lp;   // the graph's outputs
     std::unique_ptr<at::cuda::CUDAGraph> graph;
   };
 
   // The step over slots [0, size) at device positions `pos` with draws `uniforms`: feeds last_, writes the samples
   // back to it, returns them with their log-probs.
-  std::pair<at::Tensor, at::Tensor> Run(int64_t size, const at::Tensor& pos, const at::Tensor& uniforms) {
+  std::pair<at::Tensor, at::Tensor> Run(int64_t size, const at::Tensor& pos, const at::Tensor& uniforms,
+                                        const at::Tensor& prefix) {
     at::Tensor tokens = last_.narrow(0, 0, size);
-    auto out = DecodeAndSample(model_, slots_, options_, size, tokens, pos, uniforms);
+    auto out = DecodeAndSample(model_, slots_, options_, size, tokens, pos, prefix, uniforms);
     tokens.copy_(out.first);
     return out;
   }
 
-  void Capture(int64_t size, const at::Tensor& host_pos, const at::Tensor& host_uniforms, const at::Tensor& host_tok,
-               const at::Tensor& host_lp) {
+  void Capture(int64_t size, const at::Tensor& host_pos, const at::Tensor& host_uniforms, const at::Tensor& host_prefix,
+               const at::Tensor& host_tok, const at::Tensor& host_lp) {
     const at::Device device = model_.device();
     Graph g;
     g.pos = host_pos.narrow(0, 0, size).to(device).contiguous();
     g.uniforms = host_uniforms.narrow(0, 0, size).to(device).contiguous();
+    if (host_prefix.defined()) g.prefix = host_prefix.to(device).contiguous();
     // Capture runs on a side stream, after everything queued on the current one.
     c10::cuda::getCurrentCUDAStream(device.index()).synchronize();
     c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, device.index());
     {
       const c10::cuda::CUDAStreamGuard guard(side);
       // This step, eagerly (it updates last_; also warms up cuBLAS on this stream); the capture below runs nothing.
-      auto [tok, lp] = Run(size, g.pos, g.uniforms);
+      auto [tok, lp] = Run(size, g.pos, g.uniforms, g.prefix);
       host_tok.narrow(0, 0, size).copy_(tok);
       host_lp.narrow(0, 0, size).copy_(lp);
       g.graph = std::make_unique<at::cuda::CUDAGraph>();
       // Thread-local capture: the daemon's other rank threads keep using their GPUs meanwhile.
       g.graph->capture_begin(pool_, cudaStreamCaptureModeThreadLocal);
       try {
-        std::tie(g.tok, g.lp) = Run(size, g.pos, g.uniforms);
+        std::tie(g.tok, g.lp) = Run(size, g.pos, g.uniforms, g.prefix);
       } catch (...) {
         // End the capture so the pool stream and the allocator leave capture mode, then report the first error.
         try {
@@ -413,11 +430,22 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
 
   const int64_t S = std::min<int64_t>(N, std::max<int32_t>(1, options.max_num_seqs));
   KvCache slots = model.NewCache(S, P + R);
+  // Decoding steps run in the CUDA decode kernel where the model allows (each row attends over its own length), and
+  // then, unless enforce_eager, as CUDA graphs; otherwise under a mask over the longest running length.
+  const bool decode_kernel = model.DecodeKernelAvailable();
+  // The samples of a prompt admitted together read its positions from one slot (PromptSharing).
+  const bool share = n > 1 && (options.prompt_sharing == PromptSharing::kOn ||
+                               (options.prompt_sharing == PromptSharing::kAuto && decode_kernel));
   std::vector<int64_t> slot_row(S, -1);  // -1: free
   std::vector<int64_t> slot_len(S, 0);   // prompt length
   std::vector<int64_t> slot_made(S, 0);  // response tokens sampled so far
   std::vector<int64_t> slot_last(S, 0);  // the last sampled token, fed at the next step (CPU ranks)
-  std::vector<int64_t> row_slot(N, -1);  // the slot a row runs in; -1 before and after
+  // The slot whose cache holds positions [0, slot_len) of this slot's sequence: itself, or (sharing) the slot of the
+  // sample of its prompt that holds the prompt. A running slot's prefix slot is always running too (handoff below).
+  std::vector<int64_t> slot_prefix(S);
+  for (int64_t s = 0; s < S; ++s) slot_prefix[s] = s;
+  std::vector<int64_t> freed_holders;     // slots freed while holding a prompt, to hand off before the next step
+  std::vector<int64_t> row_slot(N, -1);   // the slot a row runs in; -1 before and after
   std::vector<bool> row_ended(N, false);  // an EOS recorded
   int64_t running = 0;
   // Frees the slot of `row` (if it still holds one).
@@ -427,6 +455,31 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
     slot_row[s] = -1;
     row_slot[row] = -1;
     --running;
+    if (share) freed_holders.push_back(s);
+  };
+  // A freed slot that holds the prompt of samples still running hands it to the first of them: the prompt's positions
+  // are copied into that sample's slot (where it left them unwritten), and its siblings read them from there. Runs
+  // before anything can reuse or overwrite the freed slots (the next admission, step or compaction), after every
+  // release since the last step, so samples that end together hand nothing to each other. The copies queue behind the
+  // steps that still read the freed slot.
+  auto hand_off = [&]() {
+    for (const int64_t from : freed_holders) {
+      int64_t to = -1;
+      for (int64_t r = 0; r < S; ++r) {
+        if (slot_row[r] < 0 || r == from || slot_prefix[r] != from) continue;
+        if (to < 0) {
+          to = r;
+          for (size_t i = 0; i < slots.k.size(); ++i) {
+            slots.k[i][to].narrow(1, 0, slot_len[from]).copy_(slots.k[i][from].narrow(1, 0, slot_len[from]));
+            slots.v[i][to].narrow(1, 0, slot_len[from]).copy_(slots.v[i][from].narrow(1, 0, slot_len[from]));
+          }
+          ++out.prompt_handoffs;
+        }
+        slot_prefix[r] = to;
+      }
+      slot_prefix[from] = from;
+    }
+    freed_holders.clear();
   };
 
   // The draw for slot s's next token.
@@ -467,15 +520,29 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
     return tok;
   };
 
-  // Decoding steps run in the CUDA decode kernel where the model allows (each row attends over its own length), and
-  // then, unless enforce_eager, as CUDA graphs; otherwise under a mask over the longest running length.
-  const bool decode_kernel = model.DecodeKernelAvailable();
   const bool packed_prefill =
       options.prefill_layout == PrefillLayout::kPacked ||
       (options.prefill_layout == PrefillLayout::kAuto && PackedAttentionIsFlash(device, slots.k.front().scalar_type()));
   int64_t out_graphs = 0;
   at::Tensor host_in = at::empty({2, S}, long_opts);  // per slot: the token fed, its position (CPU ranks)
   at::Tensor host_uniforms = at::zeros({S}, at::kDouble);
+  // Shared prompts: a step's prefix slots and prompt lengths (SetPrefix), int32; where nothing is shared, the steps
+  // take no prefix (undefined).
+  at::Tensor host_prefix = share ? at::zeros({2 * S}, at::kInt) : at::Tensor();
+  // Writes slots [0, size)'s prefix slots and prompt lengths into the first 2 * size entries of `buffer` (int32 [2 * S];
+  // free slots read only their own positions) and returns them as [2, size], contiguous; undefined without a buffer.
+  auto fill_prefix = [&](const at::Tensor& buffer, int64_t size) {
+    if (!buffer.defined()) return at::Tensor();
+    const at::Tensor prefix = buffer.narrow(0, 0, 2 * size).view({2, size});
+    int32_t* from = prefix.data_ptr<int32_t>();
+    int32_t* len = from + size;
+    for (int64_t s = 0; s < size; ++s) {
+      const bool runs = slot_row[s] >= 0;
+      from[s] = static_cast<int32_t>(runs ? slot_prefix[s] : s);
+      len[s] = static_cast<int32_t>(runs ? slot_len[s] : 0);
+    }
+    return prefix;
+  };
 #ifdef VERL_WITH_CUDA
   // The decode kernel's steps run one ahead of the host: step k is enqueued (its positions and draws are known
   // without its input tokens, which stay on the device), and then the host reads step k - 1's tokens, which the device
@@ -492,7 +559,7 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
     at::cuda::CUDAEvent done;
   };
   Inflight inflight;
-  at::Tensor pinned_pos[2], pinned_uniforms[2], pinned_tok[2], pinned_lp[2];
+  at::Tensor pinned_pos[2], pinned_uniforms[2], pinned_prefix[2], pinned_tok[2], pinned_lp[2];
   int64_t decode_steps = 0;
   if (decode_kernel) {
     // The folded weights are made from the weights as they are now (they change between rollouts) and live as long
@@ -506,6 +573,7 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
     for (int i = 0; i < 2; ++i) {
       pinned_pos[i] = at::zeros({S}, long_opts.pinned_memory(true));
       pinned_uniforms[i] = at::zeros({S}, at::TensorOptions().dtype(at::kDouble).pinned_memory(true));
+      if (share) pinned_prefix[i] = at::zeros({2 * S}, at::TensorOptions().dtype(at::kInt).pinned_memory(true));
       pinned_tok[i] = at::zeros({S}, long_opts.pinned_memory(true));
       pinned_lp[i] = at::zeros({S}, at::TensorOptions().dtype(at::kFloat).pinned_memory(true));
     }
@@ -523,9 +591,11 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
 
   int64_t next_row = 0;
   while (next_row < N || running > 0) {
+    hand_off();
     // Admit waiting rows into free slots, a prefill group at a time: right-padded to the group's longest prompt, so
     // each row's keys land at positions [0, len) and move into its slot with one copy per layer. The n samples of a
-    // prompt (adjacent rows) share one prefill: its keys and values are copied into each of their slots.
+    // prompt (adjacent rows) share one prefill: its keys and values are copied into each of their slots, or with
+    // shared prompts into the first one's only (`holders`), the others reading them from there.
     std::vector<int64_t> free_slots;
     for (int64_t s = 0; s < S; ++s) {
       if (slot_row[s] < 0) free_slots.push_back(s);
@@ -564,6 +634,14 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
       const bool one_each = static_cast<int64_t>(group.size()) == u;
       const at::Tensor dev_prompt_of = one_each ? at::Tensor() : at::tensor(prompt_of, long_opts).to(device);
       auto rows = [&](const at::Tensor& t) { return one_each ? t : t.index_select(0, dev_prompt_of); };
+      // The slot that holds each distinct prompt's positions: its first sample's where prompts are shared.
+      std::vector<int64_t> holders(u, -1);
+      for (size_t g = 0; g < group.size(); ++g) {
+        if (holders[prompt_of[g]] < 0) holders[prompt_of[g]] = group[g];
+        slot_prefix[group[g]] = share ? holders[prompt_of[g]] : group[g];
+      }
+      // Whether the prefill writes one slot per distinct prompt, in the prefill's order (no gather).
+      const bool held_once = share || one_each;
       if (packed_prefill) {
         // The distinct prompts back to back in one row; each layer's keys and values go straight into the group's
         // slots (KvCache::packed_rows), and the LM head reads each prompt's last position.
@@ -587,17 +665,23 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
         const int64_t C = slots.k.front().size(2);
         std::vector<int64_t> dst_h, src_h;
         for (int64_t h = 0; h < kv_heads; ++h) {
+          if (held_once) {  // each prompt's rows into its holder's slot: every row of the pass in order
+            for (int64_t j = 0; j < u; ++j) {
+              for (int64_t t = 0; t < lengths[j]; ++t) dst_h.push_back((holders[j] * kv_heads + h) * C + t);
+            }
+            continue;
+          }
           for (size_t g = 0; g < group.size(); ++g) {
             const int64_t j = prompt_of[g];
             for (int64_t t = 0; t < lengths[j]; ++t) {
               dst_h.push_back((group[g] * kv_heads + h) * C + t);
-              if (!one_each) src_h.push_back(h * total + offsets[j] + t);
+              src_h.push_back(h * total + offsets[j] + t);
             }
           }
         }
         KvCache into{slots.k, slots.v};
         into.packed_rows = at::tensor(dst_h, long_opts).to(device);
-        if (!one_each) into.packed_sources = at::tensor(src_h, long_opts).to(device);
+        if (!held_once) into.packed_sources = at::tensor(src_h, long_opts).to(device);
         const at::Tensor hidden =
             model.Forward(at::tensor(ids_h, long_opts).to(device).unsqueeze(0),
                           at::tensor(pos_h, long_opts).to(device).unsqueeze(0), at::Tensor(), &into, &packed);
@@ -630,9 +714,15 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
       KvCache prefill = model.NewCache(u, longest, /*zeroed=*/false);
       at::Tensor hidden = model.Forward(ids.to(device), PositionIdsFromMask(valid),
                                         BuildAttentionMask(valid, 0, longest), &prefill);
+      const at::Tensor dev_holders = held_once ? at::tensor(holders, long_opts).to(device) : at::Tensor();
       for (size_t i = 0; i < slots.k.size(); ++i) {
-        slots.k[i].narrow(2, 0, longest).index_copy_(0, dev_group, rows(prefill.k[i]));
-        slots.v[i].narrow(2, 0, longest).index_copy_(0, dev_group, rows(prefill.v[i]));
+        if (held_once) {
+          slots.k[i].narrow(2, 0, longest).index_copy_(0, dev_holders, prefill.k[i]);
+          slots.v[i].narrow(2, 0, longest).index_copy_(0, dev_holders, prefill.v[i]);
+        } else {
+          slots.k[i].narrow(2, 0, longest).index_copy_(0, dev_group, rows(prefill.k[i]));
+          slots.v[i].narrow(2, 0, longest).index_copy_(0, dev_group, rows(prefill.v[i]));
+        }
       }
       running += static_cast<int64_t>(group.size());
       at::Tensor logits = model.Logits(hidden.index({at::arange(u, dev_long), last.to(device)}));
@@ -641,6 +731,7 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
       if (decode_kernel) dev_last.index_copy_(0, dev_group, first);
 #endif
     }
+    hand_off();  // a prompt's holder may have ended at its first token
     if (running == 0) continue;
 
     // Compaction: when the running sequences would fit a smaller bucket than their highest slot asks for (the long
@@ -663,8 +754,16 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
           slot_len[free_slot] = slot_len[s];
           slot_made[free_slot] = slot_made[s];
           slot_last[free_slot] = slot_last[s];
+          slot_prefix[free_slot] = slot_prefix[s];
           row_slot[slot_row[s]] = free_slot;
           slot_row[s] = -1;
+          slot_prefix[s] = s;
+        }
+        // A moved slot's whole cache moves, a held prompt with it: its samples follow.
+        for (int64_t r = 0; r < S; ++r) {
+          if (slot_row[r] < 0) continue;
+          const auto moved = std::find(from.begin(), from.end(), slot_prefix[r]);
+          if (moved != from.end()) slot_prefix[r] = to[moved - from.begin()];
         }
         const at::Tensor dev_from = at::tensor(from, long_opts).to(device);
         const at::Tensor dev_to = at::tensor(to, long_opts).to(device);
@@ -699,11 +798,13 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
         uniforms[s] = uniform(s);
         next.entries.push_back({s, slot_row[s], slot_made[s]});
       }
+      const int64_t bucket = DecodeBucket(high, S);
+      const at::Tensor prefix = fill_prefix(pinned_prefix[buffers], bucket);
       for (const auto& [s, row, t] : next.entries) {
         ++slot_made[s];
         if (t + 1 == R) release(row);
       }
-      steps->Step(DecodeBucket(high, S), pinned_pos[buffers], pinned_uniforms[buffers], pinned_tok[buffers],
+      steps->Step(bucket, pinned_pos[buffers], pinned_uniforms[buffers], prefix, pinned_tok[buffers],
                   pinned_lp[buffers]);
       next.done.record(c10::cuda::getCurrentCUDAStream(device.index()));
       drain();  // the previous step, finished while this one was being enqueued (or soon)
@@ -739,6 +840,8 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
     KvCache view = SlotView(slots, high);
     view.slot_pos = dev_pos;
     view.attend = attend;
+    const at::Tensor prefix = fill_prefix(host_prefix, high);
+    if (prefix.defined()) SetPrefix(&view, prefix.to(device));
     at::Tensor hidden =
         model.Forward(dev_tokens.unsqueeze(1), dev_pos.unsqueeze(1), mask.view({high, 1, 1, attend}), &view);
     at::Tensor h = hidden.select(1, 0);

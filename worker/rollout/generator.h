@@ -30,6 +30,15 @@ namespace verl {
 // packed attention is one call per prompt).
 enum class PrefillLayout { kAuto, kPacked, kPadded };
 
+// Whether continuous batching's samples of a prompt read its keys and values from one slot (the prefill writes them
+// once, into the first sample's slot; when that sample ends first, the prompt's positions are copied to the next one
+// still running) instead of a copy each. Decoding reads the same values either way, so the results are the same bit
+// for bit; the prefill writes one copy of a prompt instead of n, and a decoding step's n reads of a prompt's cache go
+// to the same memory (the samples' attention blocks run side by side, so all but the first mostly hit L2). The slots
+// keep room for the prompt (no memory saved). kAuto: on where the decode kernel runs; on a CPU rank the shared reads
+// are a gather per layer, dearer than the copies (kOn there is for tests).
+enum class PromptSharing { kAuto, kOn, kOff };
+
 struct SamplingOptions {
   double temperature = 1.0;
   int32_t top_k = -1;     // <= 0: off
@@ -53,6 +62,7 @@ struct SamplingOptions {
   int32_t max_num_seqs = 1024;
   int64_t max_num_batched_tokens = 8192;
   PrefillLayout prefill_layout = PrefillLayout::kAuto;
+  PromptSharing prompt_sharing = PromptSharing::kAuto;  // verl's rollout.enable_prefix_caching (false: kOff)
   // Continuous batching on a GPU with the decode kernel (DecoderModel::DecodeKernelAvailable): false replays each
   // decoding step (forward, LM head and sampling) as a CUDA graph captured once per batch size bucket (powers of two
   // up to the slot count) at its first use; true launches every kernel eagerly (verl's rollout.enforce_eager).
@@ -79,6 +89,7 @@ struct RolloutBatch {
   at::Tensor log_probs;      // [N, R] float32 rollout log-probs (0 where masked)
   int64_t decode_graphs = 0;  // CUDA graphs captured for decoding (continuous batching on a GPU, not enforce_eager)
   int64_t compactions = 0;    // continuous batching: times the running sequences moved into lower slots
+  int64_t prompt_handoffs = 0;      // shared prompts: times a prompt's positions moved to a sample still running
   int64_t folded_weight_bytes = 0;  // the per-rollout copies of weights with norms folded in (decode kernel, bf16)
 };
 

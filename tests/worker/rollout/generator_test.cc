@@ -357,6 +357,51 @@ TEST_CASE_METHOD(TinyModelFixture, "Generate: compaction moves the tail into low
   CHECK(fixed.compactions == 0);
 }
 
+TEST_CASE_METHOD(TinyModelFixture, "Generate: shared prompts give what a copy per sample gives, bit for bit",
+                 "[worker][rollout]") {
+  // 12 prompts x 4 samples; a third of the vocabulary ends a sequence, so a prompt's holder often ends before its
+  // siblings (hand-offs), and freed slots are taken by waiting prompts (10 slots) or the tail compacts (48 slots).
+  std::vector<std::vector<int32_t>> prompts;
+  for (int32_t i = 0; i < 12; ++i) {
+    std::vector<int32_t> p;
+    for (int32_t t = 0; t < 2 + i % 6; ++t) p.push_back((i * 13 + t * 7) % 45 + 1);
+    prompts.push_back(p);
+  }
+  SamplingOptions o;
+  o.n = 4;
+  o.max_new_tokens = 16;
+  o.temperature = 1.3;
+  o.seed = 5;
+  for (int32_t id = 2; id < 50; id += 3) o.eos_token_ids.push_back(id);
+  o.pad_token_id = 0;
+  int64_t handoffs = 0, compactions = 0;
+  for (const int32_t slots : {10, 48}) {
+    for (const PrefillLayout layout : {PrefillLayout::kPadded, PrefillLayout::kPacked}) {
+      INFO("max_num_seqs " << slots << (layout == PrefillLayout::kPacked ? ", packed prefill" : ", padded prefill"));
+      o.max_num_seqs = slots;
+      o.prefill_layout = layout;
+      o.prompt_sharing = PromptSharing::kOff;
+      const RolloutBatch copies = GenerateContinuous(model(), prompts, o);
+      o.prompt_sharing = PromptSharing::kOn;
+      const RolloutBatch shared = GenerateContinuous(model(), prompts, o);
+      CAPTURE(shared.prompt_handoffs, shared.compactions);
+      const at::Tensor lengths = copies.response_mask.sum(1);
+      REQUIRE(lengths.min().item<int64_t>() < lengths.max().item<int64_t>());
+      REQUIRE(at::equal(shared.responses, copies.responses));
+      REQUIRE(at::equal(shared.response_mask, copies.response_mask));
+      REQUIRE(at::equal(shared.log_probs, copies.log_probs));
+      CHECK(copies.prompt_handoffs == 0);
+      handoffs += shared.prompt_handoffs;
+      compactions += shared.compactions;
+      // The CPU's default copies (the gather costs more than it saves there).
+      o.prompt_sharing = PromptSharing::kAuto;
+      CHECK(GenerateContinuous(model(), prompts, o).prompt_handoffs == 0);
+    }
+  }
+  CHECK(handoffs > 0);
+  CHECK(compactions > 0);
+}
+
 TEST_CASE("KvSlotBytes: keys and values of every layer", "[worker][rollout]") {
   const DecoderConfig c = testing::TinyDecoderConfig();  // 2 layers, 2 kv heads of 8
   REQUIRE(KvSlotBytes(c, at::kFloat, 10) == 2 * 2 * 2 * 8 * 10 * 4);

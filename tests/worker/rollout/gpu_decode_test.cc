@@ -123,6 +123,68 @@ TEST_CASE("the CUDA decode kernel agrees with ATen attention over each slot's le
 #endif
 }
 
+TEST_CASE("the CUDA decode kernel's shared prompts read what a copy in each slot holds, bit for bit",
+          "[worker][rollout][gpu]") {
+  if (SkipWithoutGpu()) return;
+#ifdef VERL_WITH_CUDA
+  c10::InferenceMode guard;
+  struct Shape {
+    int64_t B, Hq, Hkv, D, C;
+  };
+  // One range per block, and merged ranges (few slots, a long cache).
+  const std::vector<Shape> shapes = {{301, 14, 2, 64, 300}, {7, 14, 2, 64, 900}, {9, 28, 4, 128, 513}};
+  std::mt19937_64 rng(12);
+  for (const Shape& sh : shapes) {
+    for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+      INFO("B " << sh.B << " Hq " << sh.Hq << " Hkv " << sh.Hkv << " D " << sh.D << " C " << sh.C << " "
+                << c10::toString(dtype));
+      auto opts = at::TensorOptions().device(at::kCUDA);
+      const at::Tensor q = at::randn({sh.B, sh.Hq, sh.D}, opts).to(dtype);
+      at::Tensor k = at::randn({sh.B, sh.Hkv, sh.C, sh.D}, opts).to(dtype);
+      at::Tensor v = at::randn({sh.B, sh.Hkv, sh.C, sh.D}, opts).to(dtype);
+      // Groups of three slots read the first one's prompt (lengths 0 to the slot's length, whole tiles or not); the
+      // copies hold it in each slot, the shared caches NaN there instead (never read).
+      std::vector<int32_t> len(sh.B), from(sh.B), plen(sh.B);
+      for (int64_t b = 0; b < sh.B; ++b) {
+        from[b] = static_cast<int32_t>(b - b % 3);
+        const int32_t prompt = b % 3 == 0 ? static_cast<int32_t>(rng() % (sh.C / 2 + 1)) : plen[from[b]];
+        plen[b] = prompt;
+        len[b] = prompt + static_cast<int32_t>(rng() % (sh.C - prompt + 1));
+      }
+      if (sh.B > 4) len[4] = plen[4];  // nothing past the prompt
+      at::Tensor k_copy = k.clone(), v_copy = v.clone();
+      for (int64_t b = 0; b < sh.B; ++b) {
+        if (from[b] == b || plen[b] == 0) continue;
+        k_copy[b].narrow(1, 0, plen[b]).copy_(k[from[b]].narrow(1, 0, plen[b]));
+        v_copy[b].narrow(1, 0, plen[b]).copy_(v[from[b]].narrow(1, 0, plen[b]));
+        k[b].narrow(1, 0, plen[b]).fill_(std::numeric_limits<float>::quiet_NaN());
+        v[b].narrow(1, 0, plen[b]).fill_(std::numeric_limits<float>::quiet_NaN());
+      }
+      const at::Tensor lengths = at::tensor(len, at::kInt).to(at::kCUDA);
+      const at::Tensor prefix_slots = at::tensor(from, at::kInt).to(at::kCUDA);
+      const at::Tensor prefix_lengths = at::tensor(plen, at::kInt).to(at::kCUDA);
+      const double scale = 1.0 / std::sqrt(static_cast<double>(sh.D));
+      for (const bool tensor_cores : {true, false}) {
+        INFO((tensor_cores ? "tensor cores" : "SIMT"));
+        const at::Tensor copied = kernels::DecodeAttention(q, k_copy, v_copy, lengths, scale, tensor_cores);
+        const at::Tensor shared =
+            kernels::DecodeAttention(q, k, v, lengths, scale, tensor_cores, prefix_slots, prefix_lengths);
+        REQUIRE(!copied.isnan().any().item<bool>());
+        CHECK(at::equal(shared, copied));
+      }
+    }
+  }
+  // Both or neither, int32 [B] on the query's device.
+  const at::Tensor q = at::zeros({2, 2, 64}, at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16));
+  const at::Tensor k = at::zeros({2, 1, 8, 64}, q.options());
+  const at::Tensor lengths = at::ones({2}, q.options().dtype(at::kInt));
+  CHECK_THROWS_WITH(kernels::DecodeAttention(q, k, k, lengths, 1.0, true, lengths, at::Tensor()),
+                    Catch::Contains("go together"));
+  CHECK_THROWS_WITH(kernels::DecodeAttention(q, k, k, lengths, 1.0, true, lengths.to(at::kLong), lengths),
+                    Catch::Contains("int32"));
+#endif
+}
+
 TEST_CASE("the CUDA decode kernel gives NaN where ATen attention does: a NaN key or value inside a slot's length",
           "[worker][rollout][gpu]") {
   if (SkipWithoutGpu()) return;
@@ -308,6 +370,43 @@ TEST_CASE("continuous batching with the decode kernel and CUDA graphs gives stat
       CHECK(lp_diff < 1e-4);
     }
   }
+}
+
+TEST_CASE("shared prompts on the GPU give what a copy per sample gives, bit for bit", "[worker][rollout][gpu]") {
+  if (SkipWithoutGpu()) return;
+  TestDir dir("gpu_decode_shared");
+  const DecoderConfig config = KernelModelConfig();
+  testing::WriteTinyModel(dir.path(), config);
+  auto model = LoadOn(dir.path(), at::kBFloat16);
+  REQUIRE(model->DecodeKernelAvailable());
+  const auto prompts = RandomPrompts(20, 300, 6);
+  // Sampling with a third of the vocabulary ending a sequence: a prompt's holder often ends before its siblings
+  // (hand-offs); 24 slots for 80 sequences (slots refilled mid-run), and all in slots (the tail compacted).
+  int64_t handoffs = 0;
+  for (const int32_t slots : {24, 1024}) {
+    for (const bool eager : {false, true}) {
+      INFO("max_num_seqs " << slots << (eager ? ", eager" : ", CUDA graphs"));
+      SamplingOptions o = Options(config, /*sample=*/true);
+      o.top_k = -1;
+      o.top_p = 1.0;
+      o.n = 4;
+      o.max_num_seqs = slots;
+      o.enforce_eager = eager;
+      o.prompt_sharing = PromptSharing::kOff;
+      const RolloutBatch copies = GenerateContinuous(*model, prompts, o);
+      o.prompt_sharing = PromptSharing::kAuto;  // on where the decode kernel runs
+      const RolloutBatch shared = GenerateContinuous(*model, prompts, o);
+      CAPTURE(shared.prompt_handoffs, shared.compactions, shared.decode_graphs);
+      const at::Tensor lengths = copies.response_mask.sum(1);
+      REQUIRE(lengths.min().item<int64_t>() < lengths.max().item<int64_t>());
+      CHECK(copies.prompt_handoffs == 0);
+      CHECK(at::equal(shared.responses, copies.responses));
+      CHECK(at::equal(shared.response_mask, copies.response_mask));
+      CHECK(at::equal(shared.log_probs, copies.log_probs));
+      handoffs += shared.prompt_handoffs;
+    }
+  }
+  CHECK(handoffs > 0);
 }
 
 TEST_CASE("a packed bf16 prefill (flash attention) gives the padded prefill's first tokens", "[worker][rollout][gpu]") {
