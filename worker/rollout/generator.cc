@@ -538,6 +538,10 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
     int32_t* len = from + size;
     for (int64_t s = 0; s < size; ++s) {
       const bool runs = slot_row[s] >= 0;
+      // A running slot reads its prompt from a running slot of the step (hand_off and compaction keep it so): the
+      // kernel reads whatever the cache holds there.
+      TORCH_CHECK(!runs || (slot_prefix[s] < size && slot_row[slot_prefix[s]] >= 0), "generation: slot ", s,
+                  " reads its prompt from slot ", slot_prefix[s], ", which holds no running sequence of the step");
       from[s] = static_cast<int32_t>(runs ? slot_prefix[s] : s);
       len[s] = static_cast<int32_t>(runs ? slot_len[s] : 0);
     }

@@ -381,17 +381,30 @@ TEST_CASE("shared prompts on the GPU give what a copy per sample gives, bit for 
   REQUIRE(model->DecodeKernelAvailable());
   const auto prompts = RandomPrompts(20, 300, 6);
   // Sampling with a third of the vocabulary ending a sequence: a prompt's holder often ends before its siblings
-  // (hand-offs); 24 slots for 80 sequences (slots refilled mid-run), and all in slots (the tail compacted).
+  // (hand-offs); 24 slots for 80 sequences (slots refilled mid-run), and all in slots (the tail compacted); 40 new
+  // tokens (practically every sequence ends by EOS) and 8 (some end by the limit, released as their last step is
+  // enqueued); the packed prefill (bf16's default) and the padded one.
   int64_t handoffs = 0;
-  for (const int32_t slots : {24, 1024}) {
-    for (const bool eager : {false, true}) {
-      INFO("max_num_seqs " << slots << (eager ? ", eager" : ", CUDA graphs"));
+  struct Case {
+    int32_t slots;
+    bool eager;
+    int32_t max_new_tokens;
+    PrefillLayout layout;
+  };
+  for (const Case& c : {Case{24, false, 40, PrefillLayout::kAuto}, Case{24, true, 40, PrefillLayout::kAuto},
+                        Case{1024, false, 40, PrefillLayout::kAuto}, Case{1024, true, 40, PrefillLayout::kAuto},
+                        Case{24, false, 8, PrefillLayout::kPadded}, Case{1024, false, 8, PrefillLayout::kAuto}}) {
+    {
+      INFO("max_num_seqs " << c.slots << (c.eager ? ", eager" : ", CUDA graphs") << ", max_new_tokens "
+                           << c.max_new_tokens << (c.layout == PrefillLayout::kPadded ? ", padded prefill" : ""));
       SamplingOptions o = Options(config, /*sample=*/true);
       o.top_k = -1;
       o.top_p = 1.0;
       o.n = 4;
-      o.max_num_seqs = slots;
-      o.enforce_eager = eager;
+      o.max_num_seqs = c.slots;
+      o.enforce_eager = c.eager;
+      o.max_new_tokens = c.max_new_tokens;
+      o.prefill_layout = c.layout;
       o.prompt_sharing = PromptSharing::kOff;
       const RolloutBatch copies = GenerateContinuous(*model, prompts, o);
       o.prompt_sharing = PromptSharing::kAuto;  // on where the decode kernel runs
@@ -403,6 +416,8 @@ TEST_CASE("shared prompts on the GPU give what a copy per sample gives, bit for 
       CHECK(at::equal(shared.responses, copies.responses));
       CHECK(at::equal(shared.response_mask, copies.response_mask));
       CHECK(at::equal(shared.log_probs, copies.log_probs));
+      if (c.slots == 1024) CHECK(shared.compactions > 0);
+      if (c.max_new_tokens == 8) CHECK(lengths.max().item<int64_t>() == 8);  // some end by the limit
       handoffs += shared.prompt_handoffs;
     }
   }
