@@ -142,14 +142,20 @@ TEST_CASE("the CUDA decode kernel's shared prompts read what a copy in each slot
       const at::Tensor q = at::randn({sh.B, sh.Hq, sh.D}, opts).to(dtype);
       at::Tensor k = at::randn({sh.B, sh.Hkv, sh.C, sh.D}, opts).to(dtype);
       at::Tensor v = at::randn({sh.B, sh.Hkv, sh.C, sh.D}, opts).to(dtype);
-      // Groups of three slots read the first one's prompt (lengths 0 to the slot's length, whole tiles or not); the
-      // copies hold it in each slot, the shared caches NaN there instead (never read).
+      // Groups of three slots read one slot's prompt (lengths 0 to the slot's length, whole tiles or not): the
+      // group's first, or in the second shape its last; the copies hold it in each slot, the shared caches NaN there
+      // instead (never read).
+      const bool last_holds = &sh == &shapes[1];
       std::vector<int32_t> len(sh.B), from(sh.B), plen(sh.B);
-      for (int64_t b = 0; b < sh.B; ++b) {
-        from[b] = static_cast<int32_t>(b - b % 3);
-        const int32_t prompt = b % 3 == 0 ? static_cast<int32_t>(rng() % (sh.C / 2 + 1)) : plen[from[b]];
-        plen[b] = prompt;
-        len[b] = prompt + static_cast<int32_t>(rng() % (sh.C - prompt + 1));
+      for (int64_t g0 = 0; g0 < sh.B; g0 += 3) {
+        const int64_t size = std::min<int64_t>(3, sh.B - g0);
+        const int64_t holder = last_holds ? g0 + size - 1 : g0;
+        const int32_t prompt = static_cast<int32_t>(rng() % (sh.C / 2 + 1));
+        for (int64_t b = g0; b < g0 + size; ++b) {
+          from[b] = static_cast<int32_t>(holder);
+          plen[b] = prompt;
+          len[b] = prompt + static_cast<int32_t>(rng() % (sh.C - prompt + 1));
+        }
       }
       if (sh.B > 4) len[4] = plen[4];  // nothing past the prompt
       at::Tensor k_copy = k.clone(), v_copy = v.clone();
