@@ -10,6 +10,9 @@
 //   verl-bench-rollout --model DIR [--prompts 512] [--prompt-len 256] [--new-tokens 512] [--device cuda]
 //                      [--dtype bfloat16] [--warmup 1] [--repeats 1] [--seed 0] [--schedule continuous|static]
 //                      [--max-num-seqs 1024] [--eos-every 0] [--enforce-eager 0] [--greedy 0] [--profile 0]
+//                      [--n 1] [--share-prompts 1]
+// --n N: N samples of each prompt (GRPO's rollout.n; --prompts x N sequences); --share-prompts 0 gives each sample its
+// own copy of its prompt's KV cache (rollout.enable_prefix_caching=false) instead of reading it from one slot.
 // --profile 1 adds one more run under the Kineto profiler: device time per kernel name (kernel_profile.h).
 //
 // tools/bench/b1_rollout.py runs it beside HF transformers' generate on the same files and shapes.
@@ -40,20 +43,33 @@ namespace {
 void Usage() {
   std::cerr << "usage: verl-bench-rollout --model DIR [--prompts 512] [--prompt-len 256] [--new-tokens 512] "
                "[--device cpu|cuda] [--dtype float32|bfloat16] [--warmup 1] [--repeats 1] [--seed 0] "
-               "[--schedule continuous|static] [--max-num-seqs 1024] [--eos-every 0] [--enforce-eager 0] [--greedy 0] [--profile 0] "
-               "[--fold-norms 1] [--fold-post-norms 1]\n";
+               "[--schedule continuous|static] [--max-num-seqs 1024] [--eos-every 0] [--enforce-eager 0] [--greedy 0] "
+               "[--profile 0] "
+               "[--fold-norms 1] [--fold-post-norms 1] [--n 1] [--share-prompts 1]\n";
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::map<std::string, std::string> flags = {{"model", ""},       {"prompts", "512"}, {"prompt-len", "256"},
-                                              {"new-tokens", "512"}, {"device", "cuda"}, {"dtype", "bfloat16"},
-                                              {"warmup", "1"},     {"repeats", "1"},   {"seed", "0"},
-                                              {"schedule", "continuous"}, {"max-num-seqs", "1024"},
-                                              {"eos-every", "0"}, {"enforce-eager", "0"}, {"greedy", "0"}, {"profile", "0"},
+  std::map<std::string, std::string> flags = {{"model", ""},
+                                              {"prompts", "512"},
+                                              {"prompt-len", "256"},
+                                              {"new-tokens", "512"},
+                                              {"device", "cuda"},
+                                              {"dtype", "bfloat16"},
+                                              {"warmup", "1"},
+                                              {"repeats", "1"},
+                                              {"seed", "0"},
+                                              {"schedule", "continuous"},
+                                              {"max-num-seqs", "1024"},
+                                              {"eos-every", "0"},
+                                              {"enforce-eager", "0"},
+                                              {"greedy", "0"},
+                                              {"profile", "0"},
                                               {"fold-norms", "1"},
-                                              {"fold-post-norms", "1"}};
+                                              {"fold-post-norms", "1"},
+                                              {"n", "1"},
+                                              {"share-prompts", "1"}};
   auto parsed = verl::bench::ParseFlags(argc, argv, flags, "model");
   if (!parsed) {
     Usage();
@@ -95,6 +111,8 @@ int main(int argc, char** argv) {
     opts.fold_input_norms = flags["fold-norms"] != "0";  // --fold-norms 0: each layer's input RMSNorm as a kernel
     // --fold-post-norms 0: each layer's post-attention RMSNorm (with the residual add) as a kernel
     opts.fold_post_attention_norms = flags["fold-post-norms"] != "0";
+    opts.n = std::max(1, std::stoi(flags["n"]));
+    opts.prompt_sharing = flags["share-prompts"] == "0" ? verl::PromptSharing::kOff : verl::PromptSharing::kAuto;
     for (int64_t id = eos_every; eos_every > 0 && id < vocab; id += eos_every) {
       opts.eos_token_ids.push_back(static_cast<int32_t>(id));
     }
@@ -122,6 +140,7 @@ int main(int argc, char** argv) {
     std::vector<double> seconds;
     int64_t generated = 0;
     int64_t graphs = 0;
+    int64_t handoffs = 0;
     for (int i = 0; i < repeats; ++i) {
       const auto start = std::chrono::steady_clock::now();
       verl::RolloutBatch out = run();
@@ -129,31 +148,37 @@ int main(int argc, char** argv) {
       seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
       generated = out.response_mask.sum().item<int64_t>();
       graphs = out.decode_graphs;
+      handoffs = out.prompt_handoffs;
     }
     const double peak_gb = verl::bench::PeakAllocatedGb(device);
     double best = seconds.front();
     for (double s : seconds) best = std::min(best, s);
-    nlohmann::json result = {{"engine", "verl-cpp"},
-                             {"model", flags["model"]},
-                             {"prompts", prompts},
-                             {"prompt_len", prompt_len},
-                             {"new_tokens", new_tokens},
-                             {"device", flags["device"]},
-                             {"dtype", flags["dtype"]},
-                             {"schedule", flags["schedule"]},
-                             {"max_num_seqs", max_seqs},
-                             {"enforce_eager", opts.enforce_eager},
-                             {"fold_input_norms", opts.fold_input_norms},
-                             {"fold_post_attention_norms", opts.fold_post_attention_norms},
-                             {"do_sample", opts.do_sample},
-                             {"decode_graphs", graphs},
-                             {"max_memory_allocated_gb", peak_gb},
-                             {"eos_ids", opts.eos_token_ids.size()},
-                             {"warmup", warmup},
-                             {"seconds", seconds},
-                             {"best_seconds", best},
-                             {"generated_tokens", generated},
-                             {"tokens_per_s", static_cast<double>(generated) / best}};
+    nlohmann::json result = {
+        {"engine", "verl-cpp"},
+        {"model", flags["model"]},
+        {"prompts", prompts},
+        {"prompt_len", prompt_len},
+        {"new_tokens", new_tokens},
+        {"device", flags["device"]},
+        {"dtype", flags["dtype"]},
+        {"schedule", flags["schedule"]},
+        {"max_num_seqs", max_seqs},
+        {"enforce_eager", opts.enforce_eager},
+        {"fold_input_norms", opts.fold_input_norms},
+        {"fold_post_attention_norms", opts.fold_post_attention_norms},
+        {"do_sample", opts.do_sample},
+        {"n", opts.n},
+        {"prompt_sharing",
+         opts.prompt_sharing == verl::PromptSharing::kOff ? "off" : "auto (on with the decode kernel)"},
+        {"prompt_handoffs", handoffs},
+        {"decode_graphs", graphs},
+        {"max_memory_allocated_gb", peak_gb},
+        {"eos_ids", opts.eos_token_ids.size()},
+        {"warmup", warmup},
+        {"seconds", seconds},
+        {"best_seconds", best},
+        {"generated_tokens", generated},
+        {"tokens_per_s", static_cast<double>(generated) / best}};
     if (flags["profile"] == "1") {
       result["profile"] = verl::bench::ProfileKernels([&] {
         (void)run();
