@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
     std::vector<double> seconds;
     int64_t generated = 0;
     int64_t graphs = 0;
-    int64_t handoffs = 0;
+    int64_t handoffs = 0, joins = 0;
     for (int i = 0; i < repeats; ++i) {
       const auto start = std::chrono::steady_clock::now();
       verl::RolloutBatch out = run();
@@ -149,6 +149,7 @@ int main(int argc, char** argv) {
       generated = out.response_mask.sum().item<int64_t>();
       graphs = out.decode_graphs;
       handoffs = out.prompt_handoffs;
+      joins = out.prompt_joins;
     }
     const double peak_gb = verl::bench::PeakAllocatedGb(device);
     double best = seconds.front();
@@ -171,6 +172,7 @@ int main(int argc, char** argv) {
         {"prompt_sharing",
          opts.prompt_sharing == verl::PromptSharing::kOff ? "off" : "auto (on with the decode kernel)"},
         {"prompt_handoffs", handoffs},
+        {"prompt_joins", joins},
         {"decode_graphs", graphs},
         {"max_memory_allocated_gb", peak_gb},
         {"eos_ids", opts.eos_token_ids.size()},

@@ -593,7 +593,18 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
   };
 #endif
 
+  // Rows are admitted in order, so at most one prompt has samples admitted and samples waiting (when free slots ran
+  // out in the middle of its samples): `pending_prompt`, with the first-token logits its prefill left ([1, V]).
+  int64_t pending_prompt = -1;
+  at::Tensor pending_logits;
   int64_t next_row = 0;
+  // After a prefill whose last prompt still has samples waiting: keeps that prompt's logits (row u - 1 of `logits`).
+  auto keep_pending = [&](const std::vector<int64_t>& distinct, const at::Tensor& logits) {
+    if (n == 1 || next_row >= N || next_row / n != distinct.back()) return;
+    pending_prompt = distinct.back();
+    pending_logits = logits.narrow(0, logits.size(0) - 1, 1).clone();
+  };
+
   while (next_row < N || running > 0) {
     hand_off();
     // Admit waiting rows into free slots, a prefill group at a time: right-padded to the group's longest prompt, so
@@ -606,6 +617,52 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
     }
     size_t used = 0;
     while (next_row < N && used < free_slots.size()) {
+      // The waiting samples of the pending prompt join a running sample of it instead of prefilling the prompt again:
+      // they read its positions from the slot holding them (shared prompts) or copy them from there, and draw their
+      // first token from the logits its prefill left - the same values a prefill in another pass would give but for
+      // rounding. Where none of its samples runs any more, it is prefilled again below.
+      if (pending_prompt >= 0 && next_row / n == pending_prompt) {
+        int64_t source = -1;  // the slot holding the prompt's positions
+        for (int64_t r = 0; r < S && source < 0; ++r) {
+          if (slot_row[r] >= 0 && slot_row[r] / n == pending_prompt) source = slot_prefix[r];
+        }
+        if (source >= 0) {
+          const int64_t len = row_prompt[next_row]->size();
+          std::vector<int64_t> joined;
+          while (next_row < N && used < free_slots.size() && next_row / n == pending_prompt) {
+            const int64_t s = free_slots[used++];
+            row_slot[next_row] = s;
+            slot_row[s] = next_row++;
+            slot_len[s] = len;
+            slot_made[s] = 0;
+            slot_prefix[s] = share ? source : s;
+            joined.push_back(s);
+          }
+          const at::Tensor dev_joined = at::tensor(joined, long_opts).to(device);
+          if (!share) {
+            for (size_t i = 0; i < slots.k.size(); ++i) {
+              for (at::Tensor* c : {&slots.k[i], &slots.v[i]}) {
+                const at::Tensor head = c->narrow(2, 0, len);
+                head.index_copy_(0, dev_joined, head[source].unsqueeze(0).expand_as(head.narrow(0, 0, joined.size())));
+              }
+            }
+          }
+          ++out.prompt_joins;
+          running += static_cast<int64_t>(joined.size());
+          const at::Tensor logits = pending_logits.expand({static_cast<int64_t>(joined.size()), -1}).contiguous();
+          if (next_row >= N || next_row / n != pending_prompt) {
+            pending_prompt = -1;
+            pending_logits = at::Tensor();
+          }
+          const at::Tensor first = sample_and_record(joined, logits);
+#ifdef VERL_WITH_CUDA
+          if (decode_kernel) dev_last.index_copy_(0, dev_joined, first);
+#endif
+          continue;
+        }
+        pending_prompt = -1;
+        pending_logits = at::Tensor();
+      }
       std::vector<int64_t> group;       // slots
       std::vector<int64_t> distinct;    // the prompts prefilled, in order
       std::vector<int64_t> prompt_of;   // per slot of the group: its prompt's index in `distinct`
@@ -692,6 +749,7 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
         running += static_cast<int64_t>(group.size());
         const at::Tensor last = at::tensor(last_h, long_opts).to(device);
         const at::Tensor logits = model.Logits(hidden.select(0, 0).index_select(0, last));
+        keep_pending(distinct, logits);
         const at::Tensor first = sample_and_record(group, rows(logits));
 #ifdef VERL_WITH_CUDA
         if (decode_kernel) dev_last.index_copy_(0, dev_group, first);
@@ -730,6 +788,7 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
       }
       running += static_cast<int64_t>(group.size());
       at::Tensor logits = model.Logits(hidden.index({at::arange(u, dev_long), last.to(device)}));
+      keep_pending(distinct, logits);
       const at::Tensor first = sample_and_record(group, rows(logits));
 #ifdef VERL_WITH_CUDA
       if (decode_kernel) dev_last.index_copy_(0, dev_group, first);

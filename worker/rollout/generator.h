@@ -90,6 +90,7 @@ struct RolloutBatch {
   int64_t decode_graphs = 0;  // CUDA graphs captured for decoding (continuous batching on a GPU, not enforce_eager)
   int64_t compactions = 0;    // continuous batching: times the running sequences moved into lower slots
   int64_t prompt_handoffs = 0;      // shared prompts: times a prompt's positions moved to a sample still running
+  int64_t prompt_joins = 0;  // admissions of a prompt's waiting samples that joined a running sample, not a prefill
   int64_t folded_weight_bytes = 0;  // the per-rollout copies of weights with norms folded in (decode kernel, bf16)
 };
 

@@ -311,8 +311,11 @@ TEST_CASE_METHOD(TinyModelFixture, "Generate: continuous batching gives what sta
   INFO((packed ? "packed prefill" : "padded prefill"));
   o.prefill_layout = packed ? PrefillLayout::kPacked : PrefillLayout::kPadded;
   RolloutBatch cont = GenerateContinuous(model(), prompts, o);
-  CAPTURE(cont.compactions);
+  CAPTURE(cont.compactions, cont.prompt_joins);
   REQUIRE(cont.decode_graphs == 0);  // CPU
+  // Three sampled samples in three slots or five: they end at different steps, so the next prompt's samples straddle
+  // admission rounds, the later ones joining (greedy samples of a prompt end together).
+  if (o.n == 3 && !greedy && (slots == 3 || slots == 5)) CHECK(cont.prompt_joins > 0);
   REQUIRE(at::equal(cont.prompts, fixed.prompts));
   REQUIRE(at::equal(cont.prompt_mask, fixed.prompt_mask));
   REQUIRE(at::equal(cont.response_mask, fixed.response_mask));
@@ -360,7 +363,8 @@ TEST_CASE_METHOD(TinyModelFixture, "Generate: compaction moves the tail into low
 TEST_CASE_METHOD(TinyModelFixture, "Generate: shared prompts give what a copy per sample gives, bit for bit",
                  "[worker][rollout]") {
   // 12 prompts x 4 samples; a third of the vocabulary ends a sequence, so a prompt's holder often ends before its
-  // siblings (hand-offs), and freed slots are taken by waiting prompts (10 slots) or the tail compacts (48 slots).
+  // siblings (hand-offs), and freed slots are taken by waiting prompts (10 slots: a prompt's samples often straddle
+  // admission rounds, and the later ones join a running sample of it) or the tail compacts (48 slots).
   std::vector<std::vector<int32_t>> prompts;
   for (int32_t i = 0; i < 12; ++i) {
     std::vector<int32_t> p;
@@ -374,7 +378,7 @@ TEST_CASE_METHOD(TinyModelFixture, "Generate: shared prompts give what a copy pe
   o.seed = 5;
   for (int32_t id = 2; id < 50; id += 3) o.eos_token_ids.push_back(id);
   o.pad_token_id = 0;
-  int64_t handoffs = 0, compactions = 0;
+  int64_t handoffs = 0, compactions = 0, joins = 0;
   for (const int32_t slots : {10, 48}) {
     for (const PrefillLayout layout : {PrefillLayout::kPadded, PrefillLayout::kPacked}) {
       INFO("max_num_seqs " << slots << (layout == PrefillLayout::kPacked ? ", packed prefill" : ", padded prefill"));
@@ -391,7 +395,9 @@ TEST_CASE_METHOD(TinyModelFixture, "Generate: shared prompts give what a copy pe
       REQUIRE(at::equal(shared.response_mask, copies.response_mask));
       REQUIRE(at::equal(shared.log_probs, copies.log_probs));
       CHECK(copies.prompt_handoffs == 0);
+      CHECK(copies.prompt_joins == shared.prompt_joins);  // joins do not depend on sharing
       handoffs += shared.prompt_handoffs;
+      joins += shared.prompt_joins;
       compactions += shared.compactions;
       // The CPU's default copies (the gather costs more than it saves there).
       o.prompt_sharing = PromptSharing::kAuto;
@@ -400,6 +406,7 @@ TEST_CASE_METHOD(TinyModelFixture, "Generate: shared prompts give what a copy pe
   }
   CHECK(handoffs > 0);
   CHECK(compactions > 0);
+  CHECK(joins > 0);
 }
 
 TEST_CASE("KvSlotBytes: keys and values of every layer", "[worker][rollout]") {

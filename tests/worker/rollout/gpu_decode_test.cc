@@ -390,7 +390,7 @@ TEST_CASE("shared prompts on the GPU give what a copy per sample gives, bit for 
   // (hand-offs); 24 slots for 80 sequences (slots refilled mid-run), and all in slots (the tail compacted); 40 new
   // tokens (practically every sequence ends by EOS) and 8 (some end by the limit, released as their last step is
   // enqueued); the packed prefill (bf16's default) and the padded one.
-  int64_t handoffs = 0;
+  int64_t handoffs = 0, joins = 0;
   struct Case {
     int32_t slots;
     bool eager;
@@ -422,12 +422,15 @@ TEST_CASE("shared prompts on the GPU give what a copy per sample gives, bit for 
       CHECK(at::equal(shared.responses, copies.responses));
       CHECK(at::equal(shared.response_mask, copies.response_mask));
       CHECK(at::equal(shared.log_probs, copies.log_probs));
+      CHECK(copies.prompt_joins == shared.prompt_joins);
+      joins += shared.prompt_joins;
       if (c.slots == 1024) CHECK(shared.compactions > 0);
       if (c.max_new_tokens == 8) CHECK(lengths.max().item<int64_t>() == 8);  // some end by the limit
       handoffs += shared.prompt_handoffs;
     }
   }
   CHECK(handoffs > 0);
+  CHECK(joins > 0);  // with 24 slots a prompt's later samples join its running ones
 }
 
 TEST_CASE("a packed bf16 prefill (flash attention) gives the padded prefill's first tokens", "[worker][rollout][gpu]") {
