@@ -643,7 +643,9 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
             for (size_t i = 0; i < slots.k.size(); ++i) {
               for (at::Tensor* c : {&slots.k[i], &slots.v[i]}) {
                 const at::Tensor head = c->narrow(2, 0, len);
-                head.index_copy_(0, dev_joined, head[source].unsqueeze(0).expand_as(head.narrow(0, 0, joined.size())));
+                // A copy of the source's rows (index_copy_ cannot check an expanded view of its own tensor for overlap).
+                head.index_copy_(0, dev_joined,
+                                 head[source].clone().unsqueeze(0).expand_as(head.narrow(0, 0, joined.size())));
               }
             }
           }
