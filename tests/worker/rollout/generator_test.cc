@@ -411,6 +411,38 @@ TEST_CASE_METHOD(TinyModelFixture, "Generate: shared prompts give what a copy pe
   CHECK(joins > 0);
 }
 
+TEST_CASE_METHOD(TinyModelFixture,
+                 "Generate: joined samples that end at their first token give static batching's outputs",
+                 "[worker][rollout]") {
+  // Three new tokens, half the vocabulary an EOS, five slots for 10 prompts x 3 samples: slots free a few at a time, so
+  // prompts straddle admission rounds and their later samples join one still running; many of those end at their
+  // first token (released during admission) or at the limit.
+  std::vector<std::vector<int32_t>> prompts;
+  for (int32_t i = 0; i < 10; ++i) prompts.push_back({(i * 7) % 45 + 1, (i * 3) % 45 + 2, 5});
+  SamplingOptions o;
+  o.n = 3;
+  o.max_new_tokens = 3;
+  o.temperature = 1.2;
+  o.seed = 9;
+  for (int32_t id = 1; id < 50; id += 2) o.eos_token_ids.push_back(id);
+  o.pad_token_id = 0;
+  o.max_num_seqs = 5;
+  const RolloutBatch fixed = GenerateStatic(model(), prompts, o);
+  const at::Tensor lengths = fixed.response_mask.sum(1);
+  REQUIRE(lengths.eq(1).any().item<bool>());
+  REQUIRE(lengths.eq(3).any().item<bool>());
+  for (const PromptSharing sharing : {PromptSharing::kOff, PromptSharing::kOn}) {
+    INFO((sharing == PromptSharing::kOn ? "shared" : "copies"));
+    o.prompt_sharing = sharing;
+    const RolloutBatch cont = GenerateContinuous(model(), prompts, o);
+    CAPTURE(cont.prompt_joins, cont.prompt_handoffs);
+    CHECK(cont.prompt_joins > 0);
+    REQUIRE(at::equal(cont.responses, fixed.responses));
+    REQUIRE(at::equal(cont.response_mask, fixed.response_mask));
+    REQUIRE(MaxAbsDiff(cont.log_probs, fixed.log_probs) < 1e-5);
+  }
+}
+
 TEST_CASE("KvSlotBytes: keys and values of every layer", "[worker][rollout]") {
   const DecoderConfig c = testing::TinyDecoderConfig();  // 2 layers, 2 kv heads of 8
   REQUIRE(KvSlotBytes(c, at::kFloat, 10) == 2 * 2 * 2 * 8 * 10 * 4);
