@@ -44,8 +44,7 @@ void Usage() {
   std::cerr << "usage: verl-bench-rollout --model DIR [--prompts 512] [--prompt-len 256] [--new-tokens 512] "
                "[--device cpu|cuda] [--dtype float32|bfloat16] [--warmup 1] [--repeats 1] [--seed 0] "
                "[--schedule continuous|static] [--max-num-seqs 1024] [--eos-every 0] [--enforce-eager 0] [--greedy 0] "
-               "[--profile 0] "
-               "[--fold-norms 1] [--fold-post-norms 1] [--n 1] [--share-prompts 1]\n";
+               "[--profile 0] [--fold-norms 1] [--fold-post-norms 1] [--n 1] [--share-prompts 1]\n";
 }
 
 }  // namespace
@@ -116,15 +115,17 @@ int main(int argc, char** argv) {
     for (int64_t id = eos_every; eos_every > 0 && id < vocab; id += eos_every) {
       opts.eos_token_ids.push_back(static_cast<int32_t>(id));
     }
-    // Static waves: max_num_seqs prompts at a time, each wave decoded until its last sequence ends.
+    // Static waves: max_num_seqs sequences (their prompts' n samples each) at a time, each wave decoded until its last
+    // sequence ends.
+    const size_t wave_prompts = static_cast<size_t>(std::max(1, max_seqs / opts.n));
     auto run = [&]() {
       if (continuous) return verl::GenerateContinuous(**model, batch, opts);
       std::vector<verl::RolloutBatch> waves;
-      for (size_t b = 0; b < batch.size(); b += static_cast<size_t>(max_seqs)) {
+      for (size_t b = 0; b < batch.size(); b += wave_prompts) {
         verl::SamplingOptions wave = opts;
-        std::vector<std::vector<int32_t>> part(batch.begin() + static_cast<std::ptrdiff_t>(b),
-                                               batch.begin() + static_cast<std::ptrdiff_t>(
-                                                                   std::min(batch.size(), b + max_seqs)));
+        std::vector<std::vector<int32_t>> part(
+            batch.begin() + static_cast<std::ptrdiff_t>(b),
+            batch.begin() + static_cast<std::ptrdiff_t>(std::min(batch.size(), b + wave_prompts)));
         for (size_t i = 0; i < part.size(); ++i) wave.prompt_keys.push_back(b + i);
         waves.push_back(verl::GenerateStatic(**model, part, wave));
       }

@@ -462,6 +462,14 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
   // before anything can reuse or overwrite the freed slots (the next admission, step or compaction), after every
   // release since the last step, so samples that end together hand nothing to each other. The copies queue behind the
   // steps that still read the freed slot.
+  // Copies positions [0, len) of slot `from`'s keys and values, every layer, into slot `to` (a hand-off, or an
+  // unshared join).
+  auto copy_prompt = [&](int64_t from, int64_t to, int64_t len) {
+    for (size_t i = 0; i < slots.k.size(); ++i) {
+      slots.k[i][to].narrow(1, 0, len).copy_(slots.k[i][from].narrow(1, 0, len));
+      slots.v[i][to].narrow(1, 0, len).copy_(slots.v[i][from].narrow(1, 0, len));
+    }
+  };
   auto hand_off = [&]() {
     for (const int64_t from : freed_holders) {
       int64_t to = -1;
@@ -469,10 +477,7 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
         if (slot_row[r] < 0 || r == from || slot_prefix[r] != from) continue;
         if (to < 0) {
           to = r;
-          for (size_t i = 0; i < slots.k.size(); ++i) {
-            slots.k[i][to].narrow(1, 0, slot_len[from]).copy_(slots.k[i][from].narrow(1, 0, slot_len[from]));
-            slots.v[i][to].narrow(1, 0, slot_len[from]).copy_(slots.v[i][from].narrow(1, 0, slot_len[from]));
-          }
+          copy_prompt(from, to, slot_len[from]);
           ++out.prompt_handoffs;
         }
         slot_prefix[r] = to;
@@ -636,18 +641,8 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
             slot_len[s] = len;
             slot_made[s] = 0;
             slot_prefix[s] = share ? source : s;
+            if (!share) copy_prompt(source, s, len);
             joined.push_back(s);
-          }
-          const at::Tensor dev_joined = at::tensor(joined, long_opts).to(device);
-          if (!share) {
-            for (size_t i = 0; i < slots.k.size(); ++i) {
-              for (at::Tensor* c : {&slots.k[i], &slots.v[i]}) {
-                const at::Tensor head = c->narrow(2, 0, len);
-                // A copy of the source's rows (index_copy_ cannot check an expanded view of its own tensor for overlap).
-                head.index_copy_(0, dev_joined,
-                                 head[source].clone().unsqueeze(0).expand_as(head.narrow(0, 0, joined.size())));
-              }
-            }
           }
           ++out.prompt_joins;
           running += static_cast<int64_t>(joined.size());
@@ -658,7 +653,7 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
           }
           const at::Tensor first = sample_and_record(joined, logits);
 #ifdef VERL_WITH_CUDA
-          if (decode_kernel) dev_last.index_copy_(0, dev_joined, first);
+          if (decode_kernel) dev_last.index_copy_(0, at::tensor(joined, long_opts).to(device), first);
 #endif
           continue;
         }
