@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
+#include "worker/model/host_upload.h"
 #include "worker/model/safetensors_checkpoint.h"
 #include "worker/model/stacked_linear.h"
 #include "worker/rank/torch_util.h"
@@ -482,7 +483,7 @@ PackedSequences PackLengths(const std::vector<int64_t>& lengths, at::Device devi
     cu.push_back(static_cast<int32_t>(p.offsets.back()));
     p.max_len = std::max(p.max_len, len);
   }
-  p.cu_seqlens = at::tensor(cu, at::TensorOptions().dtype(at::kInt)).to(device);
+  p.cu_seqlens = IntsOn(cu, device);
   return p;
 }
 
@@ -493,22 +494,26 @@ std::vector<int64_t> HostLongs(const at::Tensor& t) {
   return std::vector<int64_t>(h.data_ptr<int64_t>(), h.data_ptr<int64_t>() + h.numel());
 }
 
-at::Tensor LongsOn(const std::vector<int64_t>& v, at::Device device) {
-  return at::tensor(v, at::TensorOptions().dtype(at::kLong)).to(device);
+// PackBatch's inputs on the host: `host` where given, else read back.
+HostCopies OnHost(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& response_mask,
+                  const HostCopies& host) {
+  auto pick = [](const at::Tensor& t, const at::Tensor& h, at::ScalarType dtype) {
+    return (h.defined() ? h : verl::OnHost(t)).to(dtype).contiguous();
+  };
+  return {pick(input_ids, host.input_ids, at::kLong), pick(attention_mask, host.attention_mask, at::kBool),
+          pick(response_mask, host.response_mask, at::kBool)};
 }
 
-// PackBatch with share_prompts (see decoder_model.h).
-PackedBatch PackSharedPrompts(const at::Tensor& input_ids, const at::Tensor& attention_mask,
-                              const at::Tensor& response_mask) {
-  const int64_t N = input_ids.size(0);
-  const int64_t S = input_ids.size(1);
-  const int64_t R = response_mask.size(1);
+// PackBatch with share_prompts (see decoder_model.h), from the host copies `h`.
+PackedBatch PackSharedPrompts(const at::Tensor& input_ids, const HostCopies& h) {
+  const int64_t N = h.input_ids.size(0);
+  const int64_t S = h.input_ids.size(1);
+  const int64_t R = h.response_mask.size(1);
   const int64_t P = S - R;
-  const PromptGroups groups = GroupByPrompt(input_ids, attention_mask, R);
-  const std::vector<int64_t> responses = HostLongs(response_mask.sum(1));
+  const PromptGroups groups = GroupByPrompt(h.input_ids, h.attention_mask, R);
+  const std::vector<int64_t> responses = HostLongs(h.response_mask.sum(1));
   // Valid tokens must be the prompt's last columns and the response's first: the packed ids come from those columns.
-  const at::Tensor valid_host = attention_mask.to(at::kCPU, at::kBool).contiguous();
-  const bool* valid = valid_host.data_ptr<bool>();
+  const bool* valid = h.attention_mask.data_ptr<bool>();
   for (int64_t b = 0; b < N; ++b) {
     const int64_t p = groups.prompt_len[b], r = responses[b];
     TORCH_CHECK(p > 0, "shared prompts (use_prefix_grouper): row ", b, " has an empty prompt");
@@ -602,6 +607,39 @@ PackedBatch PackSharedPrompts(const at::Tensor& input_ids, const at::Tensor& att
   return out;
 }
 
+// PackBatch without share_prompts, from the host copies `h`.
+PackedBatch PackRows(const at::Tensor& input_ids, const HostCopies& h) {
+  const int64_t N = h.input_ids.size(0);
+  const int64_t S = h.input_ids.size(1);
+  const int64_t P = S - h.response_mask.size(1);
+  const at::Device device = input_ids.device();
+  // Each row's valid tokens are contiguous (left-padded prompt, right-padded response): in row order, each at its
+  // position among its row's valid tokens (masked_select(attention_mask) and PositionIdsFromMask's order and values).
+  const bool* valid = h.attention_mask.data_ptr<bool>();
+  std::vector<int64_t> source, positions, lengths(N), prompts(N, 0);
+  for (int64_t b = 0; b < N; ++b) {
+    for (int64_t c = 0; c < S; ++c) {
+      if (!valid[b * S + c]) continue;
+      source.push_back(b * S + c);
+      positions.push_back(lengths[b]++);
+      if (c < P) ++prompts[b];
+    }
+  }
+  const std::vector<int64_t> responses = HostLongs(h.response_mask.sum(1));
+  PackedBatch out;
+  out.input_ids = input_ids.reshape({-1}).index_select(0, LongsOn(source, device)).unsqueeze(0);
+  out.position_ids = LongsOn(positions, device).unsqueeze(0);
+  out.sequences = PackLengths(lengths, device);
+  // Response token t of row b is predicted by the hidden state at offsets[b] + prompt_b - 1 + t.
+  std::vector<int64_t> predicting;
+  for (int64_t b = 0; b < N; ++b) {
+    const int64_t first = out.sequences.offsets[b] + prompts[b] - 1;
+    for (int64_t t = 0; t < responses[b]; ++t) predicting.push_back(first + t);
+  }
+  out.predicting = LongsOn(predicting, device);
+  return out;
+}
+
 }  // namespace
 
 PromptGroups GroupByPrompt(const at::Tensor& input_ids, const at::Tensor& attention_mask, int64_t response_cols) {
@@ -630,26 +668,12 @@ PromptGroups GroupByPrompt(const at::Tensor& input_ids, const at::Tensor& attent
 }
 
 PackedBatch PackBatch(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& response_mask,
-                      bool share_prompts) {
-  if (share_prompts) return PackSharedPrompts(input_ids, attention_mask, response_mask);
-  const int64_t N = input_ids.size(0);
-  const int64_t P = input_ids.size(1) - response_mask.size(1);
-  PackedBatch out;
-  // Each row's valid tokens are contiguous (left-padded prompt, right-padded response).
-  out.input_ids = input_ids.masked_select(attention_mask).unsqueeze(0);
-  out.position_ids = PositionIdsFromMask(attention_mask).masked_select(attention_mask).unsqueeze(0);
-  const at::Tensor lengths = attention_mask.sum(1).to(at::kCPU, at::kLong).contiguous();
-  const at::Tensor prompts = attention_mask.narrow(1, 0, P).sum(1).to(at::kCPU, at::kLong).contiguous();
-  const at::Tensor responses = response_mask.sum(1).to(at::kCPU, at::kLong).contiguous();
-  out.sequences = PackLengths(std::vector<int64_t>(lengths.data_ptr<int64_t>(), lengths.data_ptr<int64_t>() + N),
-                              input_ids.device());
-  // Response token t of row b is predicted by the hidden state at offsets[b] + prompt_b - 1 + t.
-  std::vector<int64_t> predicting;
-  for (int64_t b = 0; b < N; ++b) {
-    const int64_t first = out.sequences.offsets[b] + prompts.data_ptr<int64_t>()[b] - 1;
-    for (int64_t t = 0; t < responses.data_ptr<int64_t>()[b]; ++t) predicting.push_back(first + t);
-  }
-  out.predicting = at::tensor(predicting, at::TensorOptions().dtype(at::kLong)).to(input_ids.device());
+                      bool share_prompts, const HostCopies& host) {
+  const HostCopies h = OnHost(input_ids, attention_mask, response_mask, host);
+  PackedBatch out = share_prompts ? PackSharedPrompts(input_ids, h) : PackRows(input_ids, h);
+  const at::Tensor flat = h.response_mask.reshape({-1});
+  out.response_tokens = UploadAsync(at::arange(flat.numel(), at::TensorOptions().dtype(at::kLong)).masked_select(flat),
+                                    input_ids.device());
   return out;
 }
 
@@ -900,7 +924,7 @@ at::Tensor DecoderModel::ForwardCausal(const at::Tensor& input_ids, const at::Te
 }
 
 at::Tensor DecoderModel::ForwardColumns(const at::Tensor& input_ids, const at::Tensor& valid, int64_t begin,
-                                        int64_t length, bool causal) const {
+                                        int64_t length, bool causal, const at::Tensor& host_valid) const {
   const int64_t B = input_ids.size(0), T = input_ids.size(1);
   TORCH_CHECK(valid.sizes() == input_ids.sizes() && T > 0 && begin >= 0 && length >= 0 && begin + length <= T,
               "ForwardColumns: columns [", begin, ", ", begin + length, ") of rows of ", T, " tokens");
@@ -908,7 +932,7 @@ at::Tensor DecoderModel::ForwardColumns(const at::Tensor& input_ids, const at::T
     return Forward(input_ids, PositionIdsFromMask(valid), BuildAttentionMask(valid, 0, T), nullptr)
         .narrow(1, begin, length);
   }
-  const RolledRows r = RollRows(valid);
+  const RolledRows r = RollRows(valid, host_valid);
   const at::Tensor hidden = ForwardCausal(input_ids.gather(1, r.index), PositionIdsFromMask(valid.gather(1, r.index)));
   // Back to the rows' own columns: valid column c of a row is rolled column c - lead. A padding column reads the
   // row's last valid token's state (a state of the row's own, whatever rows share the pass; not meaningful).
@@ -1057,14 +1081,19 @@ at::Tensor RunStarts(const at::Tensor& valid) {
 
 at::Tensor LeadingPadding(const at::Tensor& valid) { return valid.to(at::kLong).cumsum(1).eq(0).sum(1); }
 
-RolledRows RollRows(const at::Tensor& valid) {
+RolledRows RollRows(const at::Tensor& valid, const at::Tensor& host_valid) {
   const int64_t T = valid.size(1);
   TORCH_CHECK(T > 0, "RollRows: rows without columns");
+  TORCH_CHECK(!host_valid.defined() || (host_valid.is_cpu() && host_valid.sizes() == valid.sizes()),
+              "RollRows: host_valid must be valid's CPU copy");
   const at::Tensor v = valid.to(at::kBool);
   RolledRows r;
   r.count = v.sum(1);
-  // One read back: whether every row's valid tokens are one run, and the longest run (the rolled rows' width).
-  const at::Tensor host = at::stack({RunStarts(v).max(), r.count.max()}).to(at::kCPU);
+  // Whether every row's valid tokens are one run, and the longest run (the rolled rows' width): from the host copy, or
+  // one read back.
+  auto runs_and_width = [](const at::Tensor& m) { return at::stack({RunStarts(m).max(), m.sum(1).max()}); };
+  const at::Tensor host =
+      host_valid.defined() ? runs_and_width(host_valid.to(at::kBool)) : runs_and_width(v).to(at::kCPU);
   TORCH_CHECK(host[0].item<int64_t>() <= 1, "causal attention asked for rows whose valid tokens are not one run");
   r.width = std::max<int64_t>(1, host[1].item<int64_t>());
   // The leading padding: columns before the first valid token (T for a row without any, which then stays as it is).

@@ -100,6 +100,8 @@ struct PackedBatch {
   // For every valid response token (row-major, as masked_select(response_mask) orders them), the packed position of
   // the hidden state that predicts it: [sum of response lengths] int64 on the batch's device.
   at::Tensor predicting;
+  // The same tokens' flat indices in [N, R] (row-major): targets = responses.view(-1).index_select(0, response_tokens).
+  at::Tensor response_tokens;
 };
 // input_ids and attention_mask [N, P + R], response_mask [N, R].
 // share_prompts (verl's use_prefix_grouper): rows with the same prompt (the same valid prompt tokens) share one run of
@@ -108,8 +110,14 @@ struct PackedBatch {
 // response token gets the hidden state it would get packed alone (but for rounding), with the prompt's tokens
 // computed once per group instead of once per row. Each row's valid prompt tokens must be its last prompt columns
 // and its valid response tokens its first response columns (checked), and no prompt may be empty.
+// Packing is planned on the host: from `host` (CPU copies of the three tensors, as the trainer keeps them per batch)
+// where given, so that nothing is read back from the device, else from copies read back here. The index tensors go
+// to the device without waiting for it (worker/model/host_upload.h).
+struct HostCopies {
+  at::Tensor input_ids, attention_mask, response_mask;  // CPU; any of them undefined: read back
+};
 PackedBatch PackBatch(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& response_mask,
-                      bool share_prompts = false);
+                      bool share_prompts = false, const HostCopies& host = {});
 
 // The groups of rows with the same prompt (the same valid tokens in the first P = input_ids.size(1) - response_cols
 // columns): group[b] numbers row b's group in the order of each group's first row, prompt_len[b] its valid prompt
@@ -150,12 +158,13 @@ class DecoderModel {
   // (bool), as Forward with BuildAttentionMask(valid, 0, T) computes them at valid columns. `causal`: every row's valid
   // tokens form one run (OneValidRun: prompt left padding, response right padding; else an error), and attention runs
   // without a mask: each row is rolled left past its leading padding, so that its valid tokens come first, the rolled
-  // rows, cut to the longest run, run through ForwardCausal (RollRows; two numbers read back), and the states are
-  // gathered back to the rows' own columns: the masked pass's states at valid columns but for the attention kernel's
-  // rounding; a padding column gets its row's last valid token's state. Rows without leading padding, the longest of
-  // which fills T, give ForwardCausal's states at their valid columns bit for bit.
+  // rows, cut to the longest run, run through ForwardCausal (RollRows; two numbers read back unless `host_valid`,
+  // valid's CPU copy, is given), and the states are gathered back to the rows' own columns: the masked pass's states at
+  // valid columns but for the attention kernel's rounding; a padding column gets its row's last valid token's state.
+  // Rows without leading padding, the longest of which fills T, give ForwardCausal's states at their valid columns bit
+  // for bit.
   at::Tensor ForwardColumns(const at::Tensor& input_ids, const at::Tensor& valid, int64_t begin, int64_t length,
-                            bool causal) const;
+                            bool causal, const at::Tensor& host_valid = {}) const;
 
   // hidden [..., H] -> logits [..., vocab] in float32 (in the model's dtype with keep_dtype).
   at::Tensor Logits(const at::Tensor& hidden, bool keep_dtype = false) const;
@@ -309,14 +318,15 @@ at::Tensor LeadingPadding(const at::Tensor& valid);
 // runs them: `index` [B, width] holds the column of each rolled column, (j + lead) mod T, so that a row [pad x a,
 // valid x n, pad x c] reads [valid x n, pad x c, pad x a] cut to `width`, the longest run (at least 1). `lead` [B, 1]
 // is each row's leading padding (T for a row without valid tokens, which stays as it is), `count` [B] its valid
-// tokens; all int64 on valid's device. Reads two numbers back; a row whose valid tokens are not one run is an error.
+// tokens; all int64 on valid's device. Reads two numbers back, or takes them from `host_valid` (valid's CPU copy) where
+// given; a row whose valid tokens are not one run is an error.
 struct RolledRows {
   at::Tensor lead;
   at::Tensor count;
   at::Tensor index;
   int64_t width = 0;
 };
-RolledRows RollRows(const at::Tensor& valid);
+RolledRows RollRows(const at::Tensor& valid, const at::Tensor& host_valid = {});
 
 // Position ids from a validity mask [B, S]: the count of valid tokens before each position (left padding -> 0).
 at::Tensor PositionIdsFromMask(const at::Tensor& valid);

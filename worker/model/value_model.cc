@@ -63,26 +63,28 @@ absl::StatusOr<std::unique_ptr<ValueModel>> ValueModel::Load(const std::string& 
 }
 
 at::Tensor ValueModel::Values(const at::Tensor& input_ids, const at::Tensor& attention_mask, int64_t response_length,
-                              bool causal) const {
+                              bool causal, const at::Tensor& host_valid) const {
   const int64_t S = input_ids.size(1);
   // As the actor's ForwardLogProbs: rows whose valid tokens form one run (checked) attend causally without a mask.
   // Values at padding positions then differ from the masked pass's; the critic masks them everywhere (ComputeValues,
   // the value loss).
   const at::Tensor h =
-      decoder_->ForwardColumns(input_ids, attention_mask, S - response_length - 1, response_length, causal);
+      decoder_->ForwardColumns(input_ids, attention_mask, S - response_length - 1, response_length, causal, host_valid);
   return at::linear(h, head_weight_, head_bias_).squeeze(-1).to(at::kFloat);
 }
 
 at::Tensor ValueModel::ValuesPacked(const at::Tensor& input_ids, const at::Tensor& attention_mask,
-                                    const at::Tensor& response_mask) const {
-  const PackedBatch packed = PackBatch(input_ids, attention_mask, response_mask);
+                                    const at::Tensor& response_mask, const HostCopies& host) const {
+  const PackedBatch packed = PackBatch(input_ids, attention_mask, response_mask, /*share_prompts=*/false, host);
   at::Tensor hidden = decoder_->Forward(packed.input_ids, packed.position_ids, at::Tensor(), nullptr,
                                         &packed.sequences);
   at::Tensor flat = at::linear(hidden.index_select(1, packed.predicting), head_weight_, head_bias_)
                         .squeeze(-1)
                         .squeeze(0)
                         .to(at::kFloat);
-  return at::zeros(response_mask.sizes(), flat.options()).masked_scatter(response_mask, flat);
+  return at::zeros({response_mask.numel()}, flat.options())
+      .index_copy(0, packed.response_tokens, flat)
+      .view(response_mask.sizes());
 }
 
 std::vector<at::Tensor> ValueModel::parameters() const {

@@ -30,14 +30,16 @@ class ValueModel {
   // Values of the last `response_length` tokens of every row: [N, R] float32, aligned like the log-probs
   // (the hidden state before each response token). Records autograd history when grad mode is on. `causal`: every
   // row's valid tokens form one run (OneValidRun; checked), so the decoder attends causally without a mask, each row
-  // rolled past its leading padding (DecoderModel::ForwardColumns with causal): the same values at valid positions but for
-  // the attention kernel's rounding, others at padding positions, which callers mask (as the critic does). The critic
-  // decides it once per step's batch (CausalPasses).
+  // rolled past its leading padding (DecoderModel::ForwardColumns with causal): the same values at valid positions but
+  // for the attention kernel's rounding, others at padding positions, which callers mask (as the critic does). The
+  // critic decides it once per step's batch (CausalPasses). `host_valid`: attention_mask's CPU copy, if the caller has
+  // one (nothing is then read back).
   at::Tensor Values(const at::Tensor& input_ids, const at::Tensor& attention_mask, int64_t response_length,
-                    bool causal = false) const;
+                    bool causal = false, const at::Tensor& host_valid = {}) const;
   // The same computed with the rows packed without padding (use_remove_padding); 0 outside `response_mask` [N, R].
+  // `host`: the inputs' CPU copies, if the caller has them (PackBatch).
   at::Tensor ValuesPacked(const at::Tensor& input_ids, const at::Tensor& attention_mask,
-                          const at::Tensor& response_mask) const;
+                          const at::Tensor& response_mask, const HostCopies& host = {}) const;
 
   // Decoder parameters (HF names; lm_head excluded: it has no gradient here) plus score.weight and score.bias.
   const std::vector<std::pair<std::string, at::Tensor>>& named_parameters() const { return params_; }

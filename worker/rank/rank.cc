@@ -520,8 +520,9 @@ class CpuRank final : public RankInterface {
         }
       }
       const RolloutBatch& r = batch.rollout;
-      batch.seq = {at::cat({r.prompts, r.responses}, 1), at::cat({r.prompt_mask, r.response_mask}, 1), r.responses,
-                   r.response_mask};
+      // With host copies (one read-back), from which every pass over the batch is planned (SequenceBatch).
+      batch.seq = WithHostCopies({at::cat({r.prompts, r.responses}, 1), at::cat({r.prompt_mask, r.response_mask}, 1),
+                                  r.responses, r.response_mask});
       for (const PromptInput& p : prompts) {
         for (int32_t j = 0; j < opts.n; ++j) batch.row_uids.push_back(p.uid);
       }
@@ -634,7 +635,7 @@ class CpuRank final : public RankInterface {
           const at::Tensor rest_on = rest.to(lp.device());
           micro.causal = CausalPasses(batch->seq, micro.packed);  // the update's decision, over every row
           ASSIGN_OR_RETURN(at::Tensor part,
-                           ComputeLogProbsNoGrad(*model, SelectRows(batch->seq, rest_on), temperature, micro));
+                           ComputeLogProbsNoGrad(*model, SelectRows(batch->seq, rest), temperature, micro));
           lp.index_copy_(0, rest_on, part);
         }
         batch->deferred_rows = deferred;
@@ -1188,8 +1189,8 @@ class CpuRank final : public RankInterface {
     r.log_probs = at::cat(log_probs).to(device_);
     batch.token_level_rewards = at::cat(rewards);
     if (!baseline.empty() && baseline.size() == plan.sources.size()) batch.baseline_scores = at::cat(baseline);
-    batch.seq = {at::cat({r.prompts, r.responses}, 1), at::cat({r.prompt_mask, r.response_mask}, 1), r.responses,
-                 r.response_mask};
+    batch.seq = WithHostCopies({at::cat({r.prompts, r.responses}, 1), at::cat({r.prompt_mask, r.response_mask}, 1),
+                                r.responses, r.response_mask});
     for (const PromptInput& p : plan.prompts) {
       for (int32_t j = 0; j < plan.n; ++j) batch.row_uids.push_back(p.uid);
     }

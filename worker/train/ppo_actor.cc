@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
+#include "worker/model/host_upload.h"
 #include "worker/train/chunked_log_probs.h"
 #include "worker/train/core_algos.h"
 #include "worker/train/metric_accumulator.h"
@@ -19,13 +20,15 @@ LogProbResult ForwardLogProbs(const DecoderModel& model, const SequenceBatch& ba
   at::Tensor ids = batch.input_ids.narrow(0, begin, count);
   at::Tensor valid = batch.attention_mask.narrow(0, begin, count);
   at::Tensor responses = batch.responses.narrow(0, begin, count);
+  const at::Tensor host_valid =
+      batch.has_host_copies() ? batch.host_attention_mask.narrow(0, begin, count) : at::Tensor();
   const int64_t S = ids.size(1);
   const int64_t R = responses.size(1);
   // Rows whose valid tokens form one run (prompt left padding, response right padding; checked) attend causally
   // without a mask, each rolled past its leading padding and cut to the longest (ForwardColumns): SDPA then skips the
   // tiles above the diagonal, which a mask makes it compute. Only valid positions are read below.
   // The hidden state at position t predicts token t + 1: responses start at S - R.
-  const at::Tensor hidden = model.ForwardColumns(ids, valid, S - R - 1, R, causal);
+  const at::Tensor hidden = model.ForwardColumns(ids, valid, S - R - 1, R, causal, host_valid);
   // The [tokens, vocab] logits are formed a chunk of tokens at a time (worker/train/chunked_log_probs.h).
   ChunkedLogProbsResult c = ChunkedLogProbs(hidden, model.LmHeadWeight(), responses, temperature, with_entropy);
   return {c.log_probs, c.entropy};
@@ -33,32 +36,38 @@ LogProbResult ForwardLogProbs(const DecoderModel& model, const SequenceBatch& ba
 
 LogProbResult ForwardLogProbsPacked(const DecoderModel& model, const SequenceBatch& batch, double temperature,
                                     bool with_entropy, bool share_prompts) {
-  const PackedBatch packed = PackBatch(batch.input_ids, batch.attention_mask, batch.response_mask, share_prompts);
+  const PackedBatch packed = PackBatch(batch.input_ids, batch.attention_mask, batch.response_mask, share_prompts,
+                                       {batch.host_input_ids, batch.host_attention_mask, batch.host_response_mask});
   at::Tensor hidden = model.Forward(packed.input_ids, packed.position_ids, at::Tensor(), nullptr, &packed.sequences);
-  const at::Tensor targets = batch.responses.masked_select(batch.response_mask).unsqueeze(0);
+  const at::Tensor targets = batch.responses.reshape({-1}).index_select(0, packed.response_tokens).unsqueeze(0);
   ChunkedLogProbsResult c = ChunkedLogProbs(hidden.index_select(1, packed.predicting), model.LmHeadWeight(), targets,
                                             temperature, with_entropy);
   auto unpack = [&](const at::Tensor& flat) {
-    return at::zeros(batch.responses.sizes(), flat.options()).masked_scatter(batch.response_mask, flat.squeeze(0));
+    return at::zeros({batch.responses.numel()}, flat.options())
+        .index_copy(0, packed.response_tokens, flat.squeeze(0))
+        .view(batch.responses.sizes());
   };
   return {unpack(c.log_probs), with_entropy ? unpack(c.entropy) : at::Tensor(), packed.input_ids.size(1)};
 }
 
-absl::StatusOr<at::Tensor> ComputeLogProbsNoGrad(const DecoderModel& model, const SequenceBatch& batch,
+absl::StatusOr<at::Tensor> ComputeLogProbsNoGrad(const DecoderModel& model, const SequenceBatch& whole,
                                                  double temperature, const MicroBatching& micro) {
   at::NoGradGuard no_grad;
+  // Planned on the host from one read-back: the passes then run without the device waiting for the host between them.
+  const SequenceBatch batch = WithHostCopies(whole);
   const bool causal = micro.causal.value_or(CausalPasses(batch, micro.packed));
   MicroBatching how = micro;
   how.rolled = causal;  // the passes compute rows x the longest row
   ASSIGN_OR_RETURN(std::vector<at::Tensor> parts, SplitMicroBatches(batch, how));
   const int64_t R = batch.responses.size(1);
-  at::Tensor out = at::zeros({batch.size(), R}, at::TensorOptions().dtype(at::kFloat).device(batch.input_ids.device()));
+  const at::Device device = batch.input_ids.device();
+  at::Tensor out = at::zeros({batch.size(), R}, at::TensorOptions().dtype(at::kFloat).device(device));
   for (const at::Tensor& rows : parts) {
     const SequenceBatch sub = SelectTrimmed(batch, rows);
     const at::Tensor lp = micro.packed
                               ? ForwardLogProbsPacked(model, sub, temperature, false, micro.share_prompts).log_probs
                               : ForwardLogProbs(model, sub, 0, sub.size(), temperature, false, causal).log_probs;
-    out.index_copy_(0, rows, PadResponseColumns(lp * sub.response_mask.to(lp.scalar_type()), R));
+    out.index_copy_(0, UploadAsync(rows, device), PadResponseColumns(lp * sub.response_mask.to(lp.scalar_type()), R));
   }
   return out;
 }
@@ -86,8 +95,12 @@ at::Tensor FirstMiniBatchRows(int64_t N, int64_t mini_batch_size, bool shuffle, 
 }
 
 absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, AdamW& optimizer,
-                                                           const SequenceBatch& batch, const PolicyUpdateInputs& inputs,
+                                                           const SequenceBatch& whole, const PolicyUpdateInputs& inputs,
                                                            const PolicyUpdateOptions& options) {
+  // Planned on the host from one read-back, and the losses' figures read back once per mini-batch: the micro-batches'
+  // passes then run without the device waiting for the host between them.
+  const SequenceBatch batch = WithHostCopies(whole);
+  const at::Device device = batch.input_ids.device();
   const int64_t N = batch.size();
   if (options.mini_batch_size <= 0 || N % options.mini_batch_size != 0) {
     return absl::InvalidArgumentError(
@@ -119,17 +132,19 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
   for (int64_t epoch = 0; epoch < options.ppo_epochs; ++epoch) {
     const at::Tensor order = EpochOrder(N, options.shuffle, gen);
     for (int64_t mb = 0; mb < N; mb += options.mini_batch_size) {
-      at::Tensor idx = order.narrow(0, mb, options.mini_batch_size).to(batch.input_ids.device());
+      const at::Tensor idx_host = order.narrow(0, mb, options.mini_batch_size);
+      const at::Tensor idx = UploadAsync(idx_host, device);
       // The first mini-batch of a deferred pass: old log-probs from this forward (the policy is the rollout's yet).
       const bool own_old = inputs.first_mini_batch_deferred && epoch == 0 && mb == 0;
-      SequenceBatch mini = SelectRows(batch, idx);
+      SequenceBatch mini = SelectRows(batch, idx_host);
       at::Tensor old_lp = inputs.old_log_probs.index_select(0, idx);
       at::Tensor adv = inputs.advantages.index_select(0, idx);
       at::Tensor ref_lp = options.use_kl_loss ? inputs.ref_log_probs.index_select(0, idx) : at::Tensor();
       at::Tensor rollout_lp =
           options.loss.tis_imp_ratio_cap > 0 ? inputs.rollout_log_probs.index_select(0, idx) : at::Tensor();
-      const AggNormalizer norm = GlobalAggNormalizer(mini.response_mask, options.reduce_sum);
-      double pg_loss = 0, kl_loss = 0, entropy = 0;
+      const AggNormalizer norm = GlobalAggNormalizer(mini.host_response_mask, options.reduce_sum);
+      // Per micro-batch, on the device: pg_loss, entropy, kl_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower.
+      std::vector<at::Tensor> figures;
       optimizer.ZeroGrad();
       GradAccumulator grads(params);  // the micro-batches' gradients summed in float32
       ASSIGN_OR_RETURN(std::vector<at::Tensor> micro_batches, SplitMicroBatches(mini, micro));
@@ -139,7 +154,8 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
         // [rows, r] with r the longest response among them, and the inputs it compares them with are cut to match.
         const SequenceBatch sub = SelectTrimmed(mini, rows);
         const int64_t r = sub.responses.size(1);
-        auto cut = [&](const at::Tensor& t) { return t.index_select(0, rows).narrow(1, 0, r); };
+        const at::Tensor rows_on = UploadAsync(rows, device);
+        auto cut = [&](const at::Tensor& t) { return t.index_select(0, rows_on).narrow(1, 0, r); };
         LogProbResult lp =
             micro.packed
                 ? ForwardLogProbsPacked(model, sub, options.temperature, /*with_entropy=*/true, micro.share_prompts)
@@ -149,7 +165,7 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
         at::Tensor old = cut(old_lp);
         if (own_old) {
           old = lp.log_probs.detach().to(at::kFloat) * mask;  // as ComputeLogProbsNoGrad stores them
-          inputs.old_log_probs.index_copy_(0, idx.index_select(0, rows),
+          inputs.old_log_probs.index_copy_(0, idx.index_select(0, rows_on),
                                            PadResponseColumns(old, inputs.old_log_probs.size(1)));
         }
         ASSIGN_OR_RETURN(
@@ -158,21 +174,35 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
                                     rollout_lp.defined() ? cut(rollout_lp) : at::Tensor(), loss_options, norm));
         ASSIGN_OR_RETURN(at::Tensor entropy_term, AggLossGlobal(lp.entropy, mask, options.loss.loss_agg_mode, norm));
         at::Tensor loss = pl.pg_loss - options.entropy_coeff * entropy_term;
+        at::Tensor kl_term = at::zeros({}, pl.pg_loss.options());
         if (options.use_kl_loss) {
           ASSIGN_OR_RETURN(at::Tensor kld, KlPenalty(lp.log_probs, cut(ref_lp), options.kl_loss_type));
-          ASSIGN_OR_RETURN(at::Tensor kl_term, AggLossGlobal(kld, mask, options.loss.loss_agg_mode, norm));
+          ASSIGN_OR_RETURN(kl_term, AggLossGlobal(kld, mask, options.loss.loss_agg_mode, norm));
           loss = loss + kl_term * options.kl_loss_coef;
-          kl_loss += kl_term.item<double>();
         }
         loss.backward();
         grads.Collect();
-        pg_loss += pl.pg_loss.item<double>();
-        entropy += entropy_term.item<double>();
-        metrics.Add("actor/pg_clipfrac", pl.pg_clipfrac.item<double>());
-        metrics.Add("actor/ppo_kl", pl.ppo_kl.item<double>());
-        metrics.Add("actor/pg_clipfrac_lower", pl.pg_clipfrac_lower.item<double>());
+        std::vector<at::Tensor> these;
+        for (const at::Tensor& t :
+             {pl.pg_loss, entropy_term, kl_term, pl.pg_clipfrac, pl.ppo_kl, pl.pg_clipfrac_lower}) {
+          these.push_back(t.detach().reshape({1}).to(at::kDouble));
+        }
+        figures.push_back(at::cat(these));
       }
       grads.Finish();
+      double pg_loss = 0, entropy = 0, kl_loss = 0;
+      if (!figures.empty()) {
+        const at::Tensor f = OnHost(at::stack(figures)).contiguous();  // [micro-batches, 6]
+        const auto a = f.accessor<double, 2>();
+        for (int64_t i = 0; i < f.size(0); ++i) {
+          pg_loss += a[i][0];
+          entropy += a[i][1];
+          kl_loss += a[i][2];
+          metrics.Add("actor/pg_clipfrac", a[i][3]);
+          metrics.Add("actor/ppo_kl", a[i][4]);
+          metrics.Add("actor/pg_clipfrac_lower", a[i][5]);
+        }
+      }
       if (!model.sharded()) ReduceGradients(params, options.reduce_sum);
       // Each rank holds its share of the mini-batch's (globally normalised) losses: the sum is the mini-batch's.
       if (options.reduce_sum) {

@@ -7,15 +7,29 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
+#include "worker/model/host_upload.h"
 #include "worker/train/core_algos.h"
 #include "worker/train/metric_accumulator.h"
 #include "worker/train/policy_loss.h"
 
 namespace verl {
 
-absl::StatusOr<at::Tensor> ComputeValuesNoGrad(const ValueModel& model, const SequenceBatch& batch,
+namespace {
+
+// The critic's pass over `sub` (SelectTrimmed's rows), from its host copies where it has them.
+at::Tensor Values(const ValueModel& model, const SequenceBatch& sub, bool packed, bool causal) {
+  return packed
+             ? model.ValuesPacked(sub.input_ids, sub.attention_mask, sub.response_mask,
+                                  {sub.host_input_ids, sub.host_attention_mask, sub.host_response_mask})
+             : model.Values(sub.input_ids, sub.attention_mask, sub.responses.size(1), causal, sub.host_attention_mask);
+}
+
+}  // namespace
+
+absl::StatusOr<at::Tensor> ComputeValuesNoGrad(const ValueModel& model, const SequenceBatch& whole,
                                                const MicroBatching& micro) {
   at::NoGradGuard no_grad;
+  const SequenceBatch batch = WithHostCopies(whole);  // planned on the host (UpdatePolicy's note)
   const bool causal = CausalPasses(batch, micro.packed);
   MicroBatching how = micro;
   how.rolled = causal;  // the passes compute rows x the longest row
@@ -24,9 +38,9 @@ absl::StatusOr<at::Tensor> ComputeValuesNoGrad(const ValueModel& model, const Se
   at::Tensor out = at::zeros({batch.size(), R}, at::TensorOptions().dtype(at::kFloat).device(batch.input_ids.device()));
   for (const at::Tensor& rows : parts) {
     const SequenceBatch sub = SelectTrimmed(batch, rows);
-    at::Tensor values = micro.packed ? model.ValuesPacked(sub.input_ids, sub.attention_mask, sub.response_mask)
-                                     : model.Values(sub.input_ids, sub.attention_mask, sub.responses.size(1), causal);
-    out.index_copy_(0, rows, PadResponseColumns(values * sub.response_mask.to(at::kFloat), R));
+    at::Tensor values = Values(model, sub, micro.packed, causal);
+    out.index_copy_(0, UploadAsync(rows, batch.input_ids.device()),
+                    PadResponseColumns(values * sub.response_mask.to(at::kFloat), R));
   }
   return out;
 }
@@ -38,9 +52,11 @@ at::Tensor ComputeValuesNoGrad(const ValueModel& model, const SequenceBatch& bat
 }
 
 absl::StatusOr<std::map<std::string, double>> UpdateValue(ValueModel& model, AdamW& optimizer,
-                                                          const SequenceBatch& batch, const at::Tensor& old_values,
+                                                          const SequenceBatch& whole, const at::Tensor& old_values,
                                                           const at::Tensor& returns,
                                                           const ValueUpdateOptions& options) {
+  const SequenceBatch batch = WithHostCopies(whole);  // planned on the host (UpdatePolicy's note)
+  const at::Device device = batch.input_ids.device();
   const int64_t N = batch.size();
   if (options.mini_batch_size <= 0 || N % options.mini_batch_size != 0) {
     return absl::InvalidArgumentError(absl::StrCat("batch of ", N, " sequences is not divisible into critic ",
@@ -60,12 +76,13 @@ absl::StatusOr<std::map<std::string, double>> UpdateValue(ValueModel& model, Ada
   for (int64_t epoch = 0; epoch < options.ppo_epochs; ++epoch) {
     at::Tensor order = options.shuffle ? at::randperm(N, gen, long_opts) : at::arange(N, long_opts);
     for (int64_t mb = 0; mb < N; mb += options.mini_batch_size) {
-      at::Tensor idx = order.narrow(0, mb, options.mini_batch_size).to(batch.input_ids.device());
-      const SequenceBatch mini = SelectRows(batch, idx);
+      const at::Tensor idx_host = order.narrow(0, mb, options.mini_batch_size);
+      const at::Tensor idx = UploadAsync(idx_host, device);
+      const SequenceBatch mini = SelectRows(batch, idx_host);
       at::Tensor vold = old_values.index_select(0, idx);
       at::Tensor ret = returns.index_select(0, idx);
-      const AggNormalizer norm = GlobalAggNormalizer(mini.response_mask.to(at::kFloat), options.reduce_sum);
-      double vf_loss = 0;
+      const AggNormalizer norm = GlobalAggNormalizer(mini.host_response_mask.to(at::kFloat), options.reduce_sum);
+      std::vector<at::Tensor> figures;  // per micro-batch, on the device: vf_loss, vf_clipfrac, vpred_mean
       optimizer.ZeroGrad();
       GradAccumulator grads(params);  // the micro-batches' gradients summed in float32
       ASSIGN_OR_RETURN(std::vector<at::Tensor> micro_batches, SplitMicroBatches(mini, micro));
@@ -73,20 +90,31 @@ absl::StatusOr<std::map<std::string, double>> UpdateValue(ValueModel& model, Ada
       for (const at::Tensor& rows : micro_batches) {
         const SequenceBatch sub = SelectTrimmed(mini, rows);  // as in UpdatePolicy
         const int64_t r = sub.responses.size(1);
-        auto cut = [&](const at::Tensor& t) { return t.index_select(0, rows).narrow(1, 0, r); };
+        const at::Tensor rows_on = UploadAsync(rows, device);
+        auto cut = [&](const at::Tensor& t) { return t.index_select(0, rows_on).narrow(1, 0, r); };
         at::Tensor m = sub.response_mask.to(at::kFloat);
-        at::Tensor vpreds = options.remove_padding
-                                ? model.ValuesPacked(sub.input_ids, sub.attention_mask, sub.response_mask)
-                                : model.Values(sub.input_ids, sub.attention_mask, r, causal);
+        at::Tensor vpreds = Values(model, sub, options.remove_padding, causal);
         ASSIGN_OR_RETURN(ValueLossResult vl, ComputeValueLoss(vpreds, cut(ret), cut(vold), m, options.cliprange_value,
                                                               options.loss_agg_mode, norm));
         vl.vf_loss.backward();
         grads.Collect();
-        vf_loss += vl.vf_loss.item<double>();
-        metrics.Add("critic/vf_clipfrac", vl.vf_clipfrac.item<double>());
-        metrics.Add("critic/vpred_mean", MaskedMean(vpreds.detach(), m).item<double>());
+        std::vector<at::Tensor> these;
+        for (const at::Tensor& t : {vl.vf_loss, vl.vf_clipfrac, MaskedMean(vpreds.detach(), m)}) {
+          these.push_back(t.detach().reshape({1}).to(at::kDouble));
+        }
+        figures.push_back(at::cat(these));
       }
       grads.Finish();
+      double vf_loss = 0;  // read back once per mini-batch
+      if (!figures.empty()) {
+        const at::Tensor f = OnHost(at::stack(figures)).contiguous();
+        const auto a = f.accessor<double, 2>();
+        for (int64_t i = 0; i < f.size(0); ++i) {
+          vf_loss += a[i][0];
+          metrics.Add("critic/vf_clipfrac", a[i][1]);
+          metrics.Add("critic/vpred_mean", a[i][2]);
+        }
+      }
       ReduceGradients(params, options.reduce_sum);
       if (options.reduce_sum)
         vf_loss = ReduceSum(options.reduce_sum, at::tensor({vf_loss}, at::kDouble)).item<double>();

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "worker/model/decoder_model.h"
+#include "worker/model/host_upload.h"
 
 namespace verl {
 
@@ -26,13 +27,16 @@ struct RowSizes {
 RowSizes RowLengths(const SequenceBatch& b) {
   const int64_t R = b.responses.size(1);
   const int64_t P = b.input_ids.size(1) - R;
-  auto long_on = at::TensorOptions().dtype(at::kLong).device(b.input_ids.device());
+  // From the host copies, or computed on the device and read back once.
+  const at::Tensor& attention = b.has_host_copies() ? b.host_attention_mask : b.attention_mask;
+  const at::Tensor& response_mask = b.has_host_copies() ? b.host_response_mask : b.response_mask;
+  auto long_on = at::TensorOptions().dtype(at::kLong).device(attention.device());
   // Prompt columns from the first valid one (0 without any): P minus the padding columns before it.
-  const at::Tensor prompt = P - LeadingPadding(b.attention_mask.narrow(1, 0, P));
+  const at::Tensor prompt = P - LeadingPadding(attention.narrow(1, 0, P));
   // Response columns up to the last valid one (0 without any).
-  const at::Tensor response = (b.response_mask.to(at::kLong) * at::arange(1, R + 1, long_on)).amax(1);
+  const at::Tensor response = (response_mask.to(at::kLong) * at::arange(1, R + 1, long_on)).amax(1);
   const at::Tensor host =
-      at::stack({prompt, response, b.attention_mask.to(at::kLong).sum(1)}).to(at::kCPU, at::kLong).contiguous();
+      OnHost(at::stack({prompt, response, attention.to(at::kLong).sum(1)})).to(at::kLong).contiguous();
   const int64_t N = b.size();
   const int64_t* h = host.data_ptr<int64_t>();
   return {std::vector<int64_t>(h, h + N), std::vector<int64_t>(h + N, h + 2 * N),
@@ -41,18 +45,44 @@ RowSizes RowLengths(const SequenceBatch& b) {
 
 }  // namespace
 
+SequenceBatch WithHostCopies(SequenceBatch b) {
+  if (b.has_host_copies()) return b;
+  b.host_input_ids = OnHost(b.input_ids);
+  b.host_attention_mask = OnHost(b.attention_mask);
+  b.host_response_mask = OnHost(b.response_mask);
+  return b;
+}
+
 SequenceBatch SelectRows(const SequenceBatch& b, const at::Tensor& idx) {
-  return {b.input_ids.index_select(0, idx), b.attention_mask.index_select(0, idx), b.responses.index_select(0, idx),
-          b.response_mask.index_select(0, idx)};
+  const at::Device device = b.input_ids.device();
+  const at::Tensor on_device = idx.device() == device ? idx : UploadAsync(idx, device);
+  SequenceBatch s{b.input_ids.index_select(0, on_device), b.attention_mask.index_select(0, on_device),
+                  b.responses.index_select(0, on_device), b.response_mask.index_select(0, on_device)};
+  if (b.has_host_copies()) {
+    if (b.host_attention_mask.is_same(b.attention_mask)) {  // a CPU batch: the tensors are their own host copies
+      s.host_input_ids = s.input_ids;
+      s.host_attention_mask = s.attention_mask;
+      s.host_response_mask = s.response_mask;
+    } else {
+      const at::Tensor on_host = OnHost(idx);
+      s.host_input_ids = b.host_input_ids.index_select(0, on_host);
+      s.host_attention_mask = b.host_attention_mask.index_select(0, on_host);
+      s.host_response_mask = b.host_response_mask.index_select(0, on_host);
+    }
+  }
+  return s;
 }
 
 SequenceBatch SelectTrimmed(const SequenceBatch& b, const at::Tensor& idx) {
   SequenceBatch s = SelectRows(b, idx);
   const int64_t R = s.responses.size(1);
   const int64_t P = s.input_ids.size(1) - R;
-  // The first prompt column any row uses, and one past the last response column any row uses (host, one sync each).
-  at::Tensor prompt_used = s.attention_mask.narrow(1, 0, P).any(0).to(at::kCPU).contiguous();
-  at::Tensor response_used = s.response_mask.any(0).to(at::kCPU).contiguous();
+  // The first prompt column any row uses, and one past the last response column any row uses (from the host copies,
+  // else read back).
+  const at::Tensor& attention = s.has_host_copies() ? s.host_attention_mask : s.attention_mask;
+  const at::Tensor& response_mask = s.has_host_copies() ? s.host_response_mask : s.response_mask;
+  at::Tensor prompt_used = OnHost(attention.narrow(1, 0, P).any(0)).contiguous();
+  at::Tensor response_used = OnHost(response_mask.any(0)).contiguous();
   const bool* pu = prompt_used.data_ptr<bool>();
   const bool* ru = response_used.data_ptr<bool>();
   int64_t first = P;
@@ -74,6 +104,11 @@ SequenceBatch SelectTrimmed(const SequenceBatch& b, const at::Tensor& idx) {
   s.attention_mask = s.attention_mask.narrow(1, first, P - first + width);
   s.responses = s.responses.narrow(1, 0, width);
   s.response_mask = s.response_mask.narrow(1, 0, width);
+  if (s.has_host_copies()) {
+    s.host_input_ids = s.host_input_ids.narrow(1, first, P - first + width);
+    s.host_attention_mask = s.host_attention_mask.narrow(1, first, P - first + width);
+    s.host_response_mask = s.host_response_mask.narrow(1, 0, width);
+  }
   return s;
 }
 
@@ -115,7 +150,10 @@ absl::StatusOr<std::vector<at::Tensor>> SplitMicroBatches(const SequenceBatch& b
       // Units of rows with one prompt, each costing the prompt's tokens once plus its rows' response tokens; a group
       // over the budget is cut (each part runs the prompt again). Largest units first, each into the current
       // micro-batch while the sum stays within the budget.
-      const PromptGroups pg = GroupByPrompt(batch.input_ids, batch.attention_mask, batch.responses.size(1));
+      const PromptGroups pg =
+          batch.has_host_copies()
+              ? GroupByPrompt(batch.host_input_ids, batch.host_attention_mask, batch.responses.size(1))
+              : GroupByPrompt(batch.input_ids, batch.attention_mask, batch.responses.size(1));
       std::vector<std::vector<int64_t>> members(pg.count);
       for (int64_t b = 0; b < N; ++b) members[pg.group[b]].push_back(b);
       std::vector<std::pair<int64_t, std::vector<int64_t>>> units;
@@ -189,7 +227,7 @@ absl::StatusOr<std::vector<at::Tensor>> SplitMicroBatches(const SequenceBatch& b
     for (auto& g : groups) std::sort(g.begin(), g.end());
   }
   std::vector<at::Tensor> out;
-  for (const auto& g : groups) out.push_back(at::tensor(g, at::TensorOptions().dtype(at::kLong)).to(device));
+  for (const auto& g : groups) out.push_back(at::tensor(g, at::TensorOptions().dtype(at::kLong)));
   return out;
 }
 

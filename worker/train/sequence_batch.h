@@ -24,14 +24,24 @@ struct SequenceBatch {
   at::Tensor attention_mask;  // [N, S] bool
   at::Tensor responses;       // [N, R] int64
   at::Tensor response_mask;   // [N, R] bool
+  // CPU copies of the above (WithHostCopies; undefined: none), from which the passes are planned (micro-batches, the
+  // columns each keeps, packing) without reading the device back: every read-back makes the host wait for the device,
+  // which then idles while the host plans and launches the next pass. Kept by SelectRows and SelectTrimmed.
+  at::Tensor host_input_ids, host_attention_mask, host_response_mask;
   int64_t size() const { return input_ids.size(0); }
+  bool has_host_copies() const { return host_attention_mask.defined(); }
 };
 
-// Rows `idx` (int64, on the batch's device) of `b`, all columns.
+// `b` with host copies (one read-back of the ids and masks; a CPU batch's are its own tensors). Kept if `b` has them.
+SequenceBatch WithHostCopies(SequenceBatch b);
+
+// Rows `idx` (int64, on the host or on the batch's device) of `b`, all columns. With host copies and a host `idx`, no
+// read-back: the rows go to the device without waiting for it.
 SequenceBatch SelectRows(const SequenceBatch& b, const at::Tensor& idx);
 
 // Rows `idx` of `b` without the prompt columns no selected row uses and without the response columns past the
-// longest selected response (at least one column stays). The result's R is the kept response width.
+// longest selected response (at least one column stays). The result's R is the kept response width. The columns are
+// found from the host copies where `b` has them (no read-back), else read back.
 SequenceBatch SelectTrimmed(const SequenceBatch& b, const at::Tensor& idx);
 
 // Whether the padded (not `packed`) passes over `batch` attend causally without a mask: every row's valid tokens form
@@ -63,7 +73,8 @@ struct MicroBatching {
   ReduceSumFn agree;
 };
 
-// Row index tensors (on the batch's device), one per micro-batch, covering every row once. By budget: rows longest
+// Row index tensors (int64 on the host: UploadAsync them for the device), one per micro-batch, covering every row
+// once; planned from the batch's host copies where it has them (else read back). By budget: rows longest
 // first, each added to the current micro-batch while the tokens its pass computes stay within max_token_len: rows x
 // (longest prompt + longest response, in the columns SelectTrimmed keeps) padded, rows x the longest row (valid
 // tokens) rolled, the rows' valid tokens packed (as verl's use_dynamic_bsz counts; with share_prompts, groups of rows

@@ -76,6 +76,49 @@ TEST_CASE("SelectTrimmed drops the padding columns no selected row uses", "[work
                     b.response_mask.index_select(0, at::tensor({3, 4}, at::kLong)).to(at::kFloat)));
 }
 
+TEST_CASE("Host copies plan the passes as the tensors they copy would, and are what planning reads",
+          "[worker][train]") {
+  SequenceBatch b = RaggedBatch();
+  // Copies in memory of their own (a GPU batch's are CPU tensors; a CPU batch's are the tensors themselves).
+  SequenceBatch h = b;
+  h.host_input_ids = b.input_ids.clone();
+  h.host_attention_mask = b.attention_mask.clone();
+  h.host_response_mask = b.response_mask.clone();
+  REQUIRE(WithHostCopies(b).host_attention_mask.is_same(b.attention_mask));
+  REQUIRE(WithHostCopies(h).host_attention_mask.is_same(h.host_attention_mask));  // kept
+  for (const std::vector<int64_t>& rows : std::vector<std::vector<int64_t>>{{0, 2}, {3, 4}, {5, 1, 0}}) {
+    INFO("rows " << rows.size());
+    const SequenceBatch plain = SelectTrimmed(b, at::tensor(rows, at::kLong));
+    const SequenceBatch copied = SelectTrimmed(h, at::tensor(rows, at::kLong));
+    REQUIRE_FALSE(plain.has_host_copies());
+    REQUIRE(at::equal(copied.input_ids, plain.input_ids));
+    REQUIRE(at::equal(copied.host_input_ids, plain.input_ids));
+    REQUIRE(at::equal(copied.host_attention_mask, plain.attention_mask));
+    REQUIRE(at::equal(copied.host_response_mask, plain.response_mask));
+    for (bool share : {false, true}) {
+      const PackedBatch p = PackBatch(plain.input_ids, plain.attention_mask, plain.response_mask, share);
+      const PackedBatch q = PackBatch(copied.input_ids, copied.attention_mask, copied.response_mask, share,
+                                      {copied.host_input_ids, copied.host_attention_mask, copied.host_response_mask});
+      REQUIRE(at::equal(p.input_ids, q.input_ids));
+      REQUIRE(at::equal(p.position_ids, q.position_ids));
+      REQUIRE(at::equal(p.predicting, q.predicting));
+      REQUIRE(p.sequences.offsets == q.sequences.offsets);
+      // The valid response tokens in masked_select's order.
+      REQUIRE(at::equal(plain.responses.reshape({-1}).index_select(0, q.response_tokens),
+                        plain.responses.masked_select(plain.response_mask)));
+    }
+  }
+  MicroBatching budget;
+  budget.max_token_len = 18;
+  REQUIRE(AsLists(SplitMicroBatches(h, budget).value()) == AsLists(SplitMicroBatches(b, budget).value()));
+  // Planning reads the host copies, not the tensors: host response masks that keep only the first column cut rows 0
+  // (5 response tokens) and 4 (1) to that column, where the tensors keep 5.
+  h.host_response_mask = b.response_mask.clone();
+  h.host_response_mask.narrow(1, 1, 4).fill_(false);
+  REQUIRE(SelectTrimmed(h, at::tensor({0, 4}, at::kLong)).responses.size(1) == 1);
+  REQUIRE(SelectTrimmed(b, at::tensor({0, 4}, at::kLong)).responses.size(1) == 5);
+}
+
 TEST_CASE("SplitMicroBatches: fixed sizes in order, or token budgets longest first", "[worker][train]") {
   const SequenceBatch b = RaggedBatch();  // prompt + response: 1+5, 2+4, 3+3, 4+2, 5+1, 6+5
   MicroBatching fixed;
