@@ -60,18 +60,34 @@ double PeakRssGb() {
 void Usage() {
   std::cerr << "usage: verl-bench-update --model DIR [--sequences 512] [--prompt-len 256] [--response-len 512] "
                "[--micro 8] [--device cpu|cuda] [--dtype float32|bfloat16] [--warmup 1] [--repeats 2] [--seed 0] "
-               "[--checkpointing 0|1]\n";
+               "[--checkpointing 0|1] [--max-token-len 0] [--remove-padding 0|1] [--prefix-grouper 0|1] [--n 1] "
+               "[--fuse-lm-head 1|0] [--log-probs 0|1] [--profile 0|1]\n";
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::map<std::string, std::string> flags = {
-      {"model", ""},     {"sequences", "512"}, {"prompt-len", "256"}, {"response-len", "512"}, {"micro", "8"},
-      {"device", "cuda"}, {"dtype", "bfloat16"}, {"warmup", "1"},      {"repeats", "2"},        {"seed", "0"},
-      {"checkpointing", "0"}, {"max-token-len", "0"}, {"remove-padding", "0"}, {"profile", "0"},
-      {"log-probs", "0"}, {"min-prompt-len", ""}, {"min-response-len", ""}, {"sdpa", "default"}, {"n", "1"},
-      {"prefix-grouper", "0"}};
+  std::map<std::string, std::string> flags = {{"model", ""},
+                                              {"sequences", "512"},
+                                              {"prompt-len", "256"},
+                                              {"response-len", "512"},
+                                              {"micro", "8"},
+                                              {"device", "cuda"},
+                                              {"dtype", "bfloat16"},
+                                              {"warmup", "1"},
+                                              {"repeats", "2"},
+                                              {"seed", "0"},
+                                              {"checkpointing", "0"},
+                                              {"max-token-len", "0"},
+                                              {"remove-padding", "0"},
+                                              {"profile", "0"},
+                                              {"log-probs", "0"},
+                                              {"min-prompt-len", ""},
+                                              {"min-response-len", ""},
+                                              {"sdpa", "default"},
+                                              {"n", "1"},
+                                              {"prefix-grouper", "0"},
+                                              {"fuse-lm-head", "1"}};
   auto parsed = verl::bench::ParseFlags(argc, argv, flags, "model");
   if (!parsed) {
     Usage();
@@ -149,6 +165,7 @@ int main(int argc, char** argv) {
     o.max_token_len = std::stoll(flags["max-token-len"]);
     o.remove_padding = flags["remove-padding"] == "1";
     o.share_prompts = flags["prefix-grouper"] == "1";
+    o.fuse_lm_head_grad = flags["fuse-lm-head"] == "1";
     verl::AdamW optimizer(m.named_parameters(), verl::AdamWOptions{1e-6, 0.01, 0.9, 0.999, 1e-8});
     verl::GradScope<verl::DecoderModel> grads(m);
     auto sync = [&] { verl::bench::SyncDevice(device); };
@@ -198,6 +215,7 @@ int main(int argc, char** argv) {
                              {"remove_padding", o.remove_padding},
                              {"n", n},
                              {"prefix_grouper", o.share_prompts},
+                             {"fuse_lm_head_grad", o.fuse_lm_head_grad},
                              {"sdpa", flags["sdpa"]},
                              {"checkpointing", m.gradient_checkpointing()},
                              {"device", flags["device"]},

@@ -27,6 +27,24 @@ bool FusedKernelsApply(const at::Tensor& h2d) {
 }
 #endif
 
+// The CPU (ATen) path's gradient w.r.t. the float32 logits z of a chunk (already divided by the temperature), in the
+// weight's dtype: d log_prob / dz = onehot(target) - p; d entropy / dz = -p * (z - sum(p * z)); then through the
+// division by the temperature and the cast to float32, into linear's backward (in its dtype).
+at::Tensor ChunkLogitsGrad(const at::Tensor& z, const at::Tensor& targets, const at::Tensor& g_lp,
+                           const at::Tensor& g_ent, double temperature, at::ScalarType dtype) {
+  const at::Tensor p = z.softmax(-1);
+  at::Tensor gz = at::zeros_like(z);
+  if (g_lp.defined()) {
+    const at::Tensor g = g_lp.to(at::kFloat).unsqueeze(-1);
+    gz.sub_(p * g).scatter_add_(-1, targets.unsqueeze(-1), g);
+  }
+  if (g_ent.defined()) {
+    const at::Tensor g = g_ent.to(at::kFloat).unsqueeze(-1);
+    gz.sub_(p * (z - (p * z).sum(-1, /*keepdim=*/true)) * g);
+  }
+  return (gz / temperature).to(dtype);
+}
+
 class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbsFunction> {
  public:
   // h2d [N, H], weight [V, H], targets [N] -> {log_probs [N], entropy [N] (zeros without with_entropy)}.
@@ -109,19 +127,9 @@ class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbs
     for (int64_t b = 0; b < N; b += chunk) {
       const int64_t n = std::min(chunk, N - b);
       const at::Tensor z = ChunkLogits(h2d, weight, b, n, temperature);
-      const at::Tensor p = z.softmax(-1);
-      at::Tensor gz = at::zeros_like(z);
-      // d log_prob / dz = onehot(target) - p;  d entropy / dz = -p * (z - sum(p * z)).
-      if (g_lp.defined()) {
-        const at::Tensor g = g_lp.narrow(0, b, n).to(at::kFloat).unsqueeze(-1);
-        gz.sub_(p * g).scatter_add_(-1, targets.narrow(0, b, n).unsqueeze(-1), g);
-      }
-      if (g_ent.defined()) {
-        const at::Tensor g = g_ent.narrow(0, b, n).to(at::kFloat).unsqueeze(-1);
-        gz.sub_(p * (z - (p * z).sum(-1, /*keepdim=*/true)) * g);
-      }
-      // Through the division by the temperature and the cast to float32, into linear's backward (in its dtype).
-      const at::Tensor g_logits = (gz / temperature).to(weight.scalar_type());
+      const at::Tensor g_logits =
+          ChunkLogitsGrad(z, targets.narrow(0, b, n), g_lp.defined() ? g_lp.narrow(0, b, n) : g_lp,
+                          g_ent.defined() ? g_ent.narrow(0, b, n) : g_ent, temperature, weight.scalar_type());
       grad_h.narrow(0, b, n).copy_(at::mm(g_logits, weight));
       grad_w.add_(at::mm(g_logits.t(), h2d.narrow(0, b, n)).to(at::kFloat));
     }
@@ -129,7 +137,86 @@ class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbs
   }
 };
 
+// ChunkedLogProbsWithGrad's autograd node: the forward runs the chunks and keeps the gradients, the backward hands
+// them on (scaled by the anchor's upstream gradient).
+class ChunkedLossGradFunction : public torch::autograd::Function<ChunkedLossGradFunction> {
+ public:
+  // h2d [N, H], weight [V, H], targets [N] -> {log_probs [N], entropy [N], anchor []}.
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& h2d, const at::Tensor& weight,
+                               const at::Tensor& targets, double temperature, int64_t chunk,
+                               const TokenLossGrad* token_grad) {
+    const int64_t N = h2d.size(0);
+    at::Tensor log_probs = at::empty({N}, h2d.options().dtype(at::kFloat));
+    at::Tensor entropy = at::empty({N}, h2d.options().dtype(at::kFloat));
+    at::Tensor grad_h = at::empty_like(h2d, at::MemoryFormat::Contiguous);
+    at::Tensor grad_w = at::zeros(weight.sizes(), weight.options().dtype(at::kFloat));
+    for (int64_t b = 0; b < N; b += chunk) {
+      const int64_t n = std::min(chunk, N - b);
+      const at::Tensor h = h2d.narrow(0, b, n);
+      const at::Tensor t = targets.narrow(0, b, n);
+      at::Tensor lp = log_probs.narrow(0, b, n);
+      at::Tensor ent = entropy.narrow(0, b, n);
+      at::Tensor gh = grad_h.narrow(0, b, n);
+#ifdef VERL_WITH_CUDA
+      if (FusedKernelsApply(h2d)) {
+        // One GEMM for the logits, the fused kernels' forward and (once the token gradients are known) backward over
+        // them in place, and the two GEMMs of linear's backward: ChunkedLogProbs' backward without its recompute.
+        at::Tensor logits = at::linear(h, weight);
+        const at::Tensor lse = at::empty({n}, lp.options());
+        kernels::TokenLogProbsInto(logits, t, temperature, {lp, ent, lse});
+        const auto [g_lp, g_ent] = (*token_grad)(b, lp, ent);
+        kernels::TokenLogProbsBackwardInPlace(logits, t, lse, ent, g_lp, g_ent, temperature);
+        at::mm_out(gh, logits, weight);
+        if (h2d.scalar_type() != at::kFloat && h2d.is_contiguous()) {
+          kernels::AddTransposedMatmulFloat(grad_w, logits, h);
+        } else {
+          grad_w.add_(at::mm(logits.t(), h));
+        }
+        continue;
+      }
+#endif
+      const at::Tensor z = ChunkLogits(h2d, weight, b, n, temperature);
+      const at::Tensor lse = z.logsumexp(-1);
+      lp.copy_(z.gather(-1, t.unsqueeze(-1)).squeeze(-1) - lse);
+      ent.copy_(lse - (z.softmax(-1) * z).sum(-1));
+      const auto [g_lp, g_ent] = (*token_grad)(b, lp, ent);
+      const at::Tensor g_logits = ChunkLogitsGrad(z, t, g_lp, g_ent, temperature, weight.scalar_type());
+      gh.copy_(at::mm(g_logits, weight));
+      grad_w.add_(at::mm(g_logits.t(), h).to(at::kFloat));
+    }
+    ctx->mark_non_differentiable({log_probs, entropy});
+    ctx->saved_data["grad_h"] = grad_h;
+    ctx->saved_data["grad_w"] = grad_w;
+    ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weight.scalar_type());
+    return {log_probs, entropy, at::zeros({}, h2d.options().dtype(at::kFloat))};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    at::Tensor grad_h = ctx->saved_data["grad_h"].toTensor();
+    at::Tensor grad_w = ctx->saved_data["grad_w"].toTensor();
+    const auto weight_dtype = static_cast<at::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
+    const at::Tensor& scale = grads[2];  // the anchor's upstream gradient (1 for anchor.backward())
+    return {grad_h.mul_(scale.to(grad_h.scalar_type())),
+            grad_w.mul_(scale).to(weight_dtype),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor()};
+  }
+};
+
 }  // namespace
+
+ChunkedLossGradResult ChunkedLogProbsWithGrad(const at::Tensor& hidden, const at::Tensor& weight,
+                                              const at::Tensor& targets, double temperature,
+                                              const TokenLossGrad& token_grad, int64_t chunk_tokens) {
+  const int64_t H = hidden.size(-1);
+  const at::Tensor h2d = hidden.reshape({-1, H});
+  const at::Tensor t1d = targets.reshape({-1}).to(at::kLong);
+  const int64_t chunk = chunk_tokens > 0 ? chunk_tokens : std::max<int64_t>(1, (int64_t{1} << 28) / weight.size(0));
+  variable_list out = ChunkedLossGradFunction::apply(h2d, weight, t1d, temperature, chunk, &token_grad);
+  return {out[0].view(targets.sizes()), out[1].view(targets.sizes()), out[2]};
+}
 
 ChunkedLogProbsResult ChunkedLogProbs(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
                                       double temperature, bool with_entropy, int64_t chunk_tokens) {

@@ -17,6 +17,8 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <functional>
+#include <utility>
 
 namespace verl {
 
@@ -29,6 +31,31 @@ struct ChunkedLogProbsResult {
 // autograd history to hidden and weight when grad mode is on. `chunk_tokens` <= 0 picks chunks of about 2^28 logits.
 ChunkedLogProbsResult ChunkedLogProbs(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
                                       double temperature, bool with_entropy, int64_t chunk_tokens = 0);
+
+// The gradient of a loss that is a sum of per-token terms, each a function of its own token's log-prob and entropy,
+// for the flattened targets' tokens [begin, begin + n): given their log-probs and entropies (float32 [n], no history),
+// {d loss / d log_prob, d loss / d entropy} (float32 [n]; the second undefined without an entropy term). Called with
+// grad mode off; it may enable it to differentiate the terms.
+using TokenLossGrad = std::function<std::pair<at::Tensor, at::Tensor>(int64_t begin, const at::Tensor& log_probs,
+                                                                      const at::Tensor& entropy)>;
+
+struct ChunkedLossGradResult {
+  at::Tensor log_probs;  // float32, shaped like targets, no history
+  at::Tensor entropy;    // float32, shaped like targets, no history
+  // A zero scalar whose backward delivers the loss's gradients to hidden and weight: backward() it (or add it to what
+  // is backpropagated) once. Its upstream gradient scales them.
+  at::Tensor anchor;
+};
+
+// ChunkedLogProbs (with entropy) for a loss whose gradient `token_grad` gives token by token: each chunk's gradients
+// w.r.t. hidden and weight are formed in the forward, while its logits are at hand, instead of recomputing the logits
+// in backward, so the LM head's GEMM runs three times per token instead of four (Liger's fused linear cross entropy
+// does the same for cross entropy). The gradients wait (hidden's in its dtype, weight's in float32) until the anchor's
+// backward. The log-probs and entropy are ChunkedLogProbs' bit for bit; the gradients are those of backpropagating the
+// loss through ChunkedLogProbs, but for the rounding of the per-token gradients (the same ops on the same values).
+ChunkedLossGradResult ChunkedLogProbsWithGrad(const at::Tensor& hidden, const at::Tensor& weight,
+                                              const at::Tensor& targets, double temperature,
+                                              const TokenLossGrad& token_grad, int64_t chunk_tokens = 0);
 
 }  // namespace verl
 

@@ -245,6 +245,37 @@ absl::StatusOr<PolicyLossResult> PolicyLossImpl(const at::Tensor& old_log_prob, 
 
 }  // namespace
 
+bool PolicyLossIsPerToken(const PolicyLossOptions& options) {
+  return options.loss_mode == "vanilla" || options.loss_mode == "gpg" || options.loss_mode == "cispo";
+}
+
+absl::StatusOr<at::Tensor> PerTokenPolicyLoss(const at::Tensor& old_log_prob, const at::Tensor& log_prob,
+                                              const at::Tensor& advantages, const at::Tensor& response_mask,
+                                              const at::Tensor& rollout_log_prob, const PolicyLossOptions& o) {
+  if (!PolicyLossIsPerToken(o)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("policy loss '", o.loss_mode, "' is not a sum of per-token terms (vanilla, gpg and cispo are)"));
+  }
+  RETURN_IF_ERROR(SameShape("old_log_prob", old_log_prob, log_prob, "log_prob"));
+  RETURN_IF_ERROR(SameShape("advantages", advantages, log_prob, "log_prob"));
+  RETURN_IF_ERROR(SameShape("response_mask", response_mask, log_prob, "log_prob"));
+  try {
+    LossTerms t;
+    if (o.loss_mode == "vanilla") {
+      ASSIGN_OR_RETURN(t, Vanilla(old_log_prob, log_prob, advantages, response_mask, o));
+    } else if (o.loss_mode == "gpg") {
+      t = Gpg(log_prob, advantages, o);
+    } else {
+      t = Cispo(old_log_prob, log_prob, advantages, response_mask, o);
+    }
+    ASSIGN_OR_RETURN(at::Tensor tis, TisWeights(old_log_prob, rollout_log_prob, o));
+    return tis.defined() ? t.pg_losses * tis : t.pg_losses;
+  } catch (const std::exception& e) {
+    return absl::InternalError(
+        absl::StrCat("policy loss '", o.loss_mode, "' on log_prob ", ShapeOf(log_prob), ": ", e.what()));
+  }
+}
+
 const std::vector<std::string>& PolicyLossModeNames() {
   static const auto* names = new std::vector<std::string>{"vanilla", "gspo", "gpg", "cispo", "clip_cov", "kl_cov"};
   return *names;

@@ -83,6 +83,16 @@ absl::StatusOr<PolicyLossResult> ComputePolicyLossByMode(const at::Tensor& old_l
                                                          const at::Tensor& rollout_log_prob,
                                                          const PolicyLossOptions& options, const AggNormalizer& norm);
 
+// Whether `options.loss_mode`'s loss is its aggregation (AggLossGlobal with options.loss_agg_mode) of per-token terms,
+// each a function of its own token's log-prob: vanilla, gpg and cispo (not gspo's sequence ratio, nor clip_cov's and
+// kl_cov's choice of tokens over the micro-batch).
+bool PolicyLossIsPerToken(const PolicyLossOptions& options);
+// Those per-token terms (TIS weights applied), shaped like log_prob (any shape): ComputePolicyLossByMode's pg_loss is
+// AggLossGlobal of them. InvalidArgument for another mode or shapes that differ.
+absl::StatusOr<at::Tensor> PerTokenPolicyLoss(const at::Tensor& old_log_prob, const at::Tensor& log_prob,
+                                              const at::Tensor& advantages, const at::Tensor& response_mask,
+                                              const at::Tensor& rollout_log_prob, const PolicyLossOptions& options);
+
 struct ValueLossResult {
   at::Tensor vf_loss;      // scalar, differentiable (already multiplied by 0.5 as verl does)
   at::Tensor vf_clipfrac;  // scalar, detached

@@ -1,8 +1,11 @@
 #include "worker/train/ppo_actor.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/autograd/autograd.h>
 
 #include <cmath>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -16,7 +19,7 @@
 namespace verl {
 
 LogProbResult ForwardLogProbs(const DecoderModel& model, const SequenceBatch& batch, int64_t begin, int64_t count,
-                              double temperature, bool with_entropy, bool causal) {
+                              double temperature, bool with_entropy, bool causal, const TokenLossGradFor* loss_grad) {
   at::Tensor ids = batch.input_ids.narrow(0, begin, count);
   at::Tensor valid = batch.attention_mask.narrow(0, begin, count);
   at::Tensor responses = batch.responses.narrow(0, begin, count);
@@ -30,23 +33,33 @@ LogProbResult ForwardLogProbs(const DecoderModel& model, const SequenceBatch& ba
   // The hidden state at position t predicts token t + 1: responses start at S - R.
   const at::Tensor hidden = model.ForwardColumns(ids, valid, S - R - 1, R, causal, host_valid);
   // The [tokens, vocab] logits are formed a chunk of tokens at a time (worker/train/chunked_log_probs.h).
+  if (loss_grad != nullptr) {
+    ChunkedLossGradResult c =
+        ChunkedLogProbsWithGrad(hidden, model.LmHeadWeight(), responses, temperature, (*loss_grad)(at::Tensor()));
+    return {c.log_probs, c.entropy, 0, c.anchor};
+  }
   ChunkedLogProbsResult c = ChunkedLogProbs(hidden, model.LmHeadWeight(), responses, temperature, with_entropy);
   return {c.log_probs, c.entropy};
 }
 
 LogProbResult ForwardLogProbsPacked(const DecoderModel& model, const SequenceBatch& batch, double temperature,
-                                    bool with_entropy, bool share_prompts) {
+                                    bool with_entropy, bool share_prompts, const TokenLossGradFor* loss_grad) {
   const PackedBatch packed = PackBatch(batch.input_ids, batch.attention_mask, batch.response_mask, share_prompts,
                                        {batch.host_input_ids, batch.host_attention_mask, batch.host_response_mask});
   at::Tensor hidden = model.Forward(packed.input_ids, packed.position_ids, at::Tensor(), nullptr, &packed.sequences);
   const at::Tensor targets = batch.responses.reshape({-1}).index_select(0, packed.response_tokens).unsqueeze(0);
-  ChunkedLogProbsResult c = ChunkedLogProbs(hidden.index_select(1, packed.predicting), model.LmHeadWeight(), targets,
-                                            temperature, with_entropy);
   auto unpack = [&](const at::Tensor& flat) {
     return at::zeros({batch.responses.numel()}, flat.options())
         .index_copy(0, packed.response_tokens, flat.squeeze(0))
         .view(batch.responses.sizes());
   };
+  const at::Tensor predicting = hidden.index_select(1, packed.predicting);
+  if (loss_grad != nullptr) {
+    ChunkedLossGradResult c = ChunkedLogProbsWithGrad(predicting, model.LmHeadWeight(), targets, temperature,
+                                                      (*loss_grad)(packed.response_tokens));
+    return {unpack(c.log_probs), unpack(c.entropy), packed.input_ids.size(1), c.anchor};
+  }
+  ChunkedLogProbsResult c = ChunkedLogProbs(predicting, model.LmHeadWeight(), targets, temperature, with_entropy);
   return {unpack(c.log_probs), with_entropy ? unpack(c.entropy) : at::Tensor(), packed.input_ids.size(1)};
 }
 
@@ -85,6 +98,15 @@ namespace {
 at::Tensor EpochOrder(int64_t N, bool shuffle, at::Generator& gen) {
   return shuffle ? at::randperm(N, gen, at::TensorOptions().dtype(at::kLong))
                  : at::arange(N, at::TensorOptions().dtype(at::kLong));
+}
+
+// The weight of each token's term in AggLossGlobal(terms, mask, mode, norm), which is linear in the terms: its gradient
+// w.r.t. them (0 outside the mask).
+absl::StatusOr<at::Tensor> AggWeights(const at::Tensor& mask, const std::string& mode, const AggNormalizer& norm) {
+  at::AutoGradMode grad_on(true);
+  const at::Tensor terms = at::zeros(mask.sizes(), mask.options().dtype(at::kFloat)).requires_grad_(true);
+  ASSIGN_OR_RETURN(at::Tensor agg, AggLossGlobal(terms, mask, mode, norm));
+  return torch::autograd::grad({agg}, {terms})[0];
 }
 
 }  // namespace
@@ -129,6 +151,16 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
   micro.share_prompts = options.share_prompts;
   const bool causal = CausalPasses(batch, micro.packed);  // as ComputeLogProbsNoGrad's
   micro.rolled = causal;
+  // The LM head's gradients formed in the forward (PolicyUpdateOptions::fuse_lm_head_grad).
+  const bool fused =
+      options.fuse_lm_head_grad && PolicyLossIsPerToken(loss_options) && !model.sharded() && at::GradMode::is_enabled();
+  if (fused) {  // the loss's settings checked up front, as the first micro-batch's loss would check them
+    const at::Tensor z = at::zeros({1, 1});
+    AggNormalizer one;
+    one.global_tokens = one.global_seqs = one.max_response_length = 1;
+    RETURN_IF_ERROR(ComputePolicyLossByMode(z, z, z, at::ones({1, 1}), z, loss_options, one).status());
+    if (options.use_kl_loss) RETURN_IF_ERROR(KlPenalty(z, z, options.kl_loss_type).status());
+  }
   for (int64_t epoch = 0; epoch < options.ppo_epochs; ++epoch) {
     const at::Tensor order = EpochOrder(N, options.shuffle, gen);
     for (int64_t mb = 0; mb < N; mb += options.mini_batch_size) {
@@ -156,18 +188,59 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
         const int64_t r = sub.responses.size(1);
         const at::Tensor rows_on = UploadAsync(rows, device);
         auto cut = [&](const at::Tensor& t) { return t.index_select(0, rows_on).narrow(1, 0, r); };
-        LogProbResult lp =
-            micro.packed
-                ? ForwardLogProbsPacked(model, sub, options.temperature, /*with_entropy=*/true, micro.share_prompts)
-                : ForwardLogProbs(model, sub, 0, sub.size(), options.temperature, /*with_entropy=*/true, causal);
-        if (micro.packed) metrics.Add("perf/actor_packed_tokens", static_cast<double>(lp.packed_tokens));
         at::Tensor mask = sub.response_mask.to(at::kFloat);
+        // Fused: each token's loss gradient from its own log-prob, as backpropagating the loss below would give it: its
+        // policy-loss and KL terms differentiated where they stand, times the token's aggregation weight (the entropy
+        // term's gradient is that weight times -entropy_coeff). The own-old mini-batch's old log-probs are the
+        // forward's own.
+        std::optional<TokenLossGradFor> loss_grad;
+        if (fused) {
+          ASSIGN_OR_RETURN(const at::Tensor weight, AggWeights(mask, options.loss.loss_agg_mode, norm));
+          loss_grad = [&, weight](const at::Tensor& flat) -> TokenLossGrad {
+            auto flat_of = [&](const at::Tensor& t) {
+              const at::Tensor f = t.reshape({-1});
+              return flat.defined() ? f.index_select(0, flat) : f;
+            };
+            const at::Tensor w = flat_of(weight), m = flat_of(mask), a = flat_of(cut(adv));
+            const at::Tensor o = own_old ? at::Tensor() : flat_of(cut(old_lp));
+            const at::Tensor ref = options.use_kl_loss ? flat_of(cut(ref_lp)) : at::Tensor();
+            const at::Tensor roll = rollout_lp.defined() ? flat_of(cut(rollout_lp)) : at::Tensor();
+            return [w, m, a, o, ref, roll, &options](int64_t begin, const at::Tensor& lp_c,
+                                                     const at::Tensor&) -> std::pair<at::Tensor, at::Tensor> {
+              const int64_t n = lp_c.size(0);
+              auto part = [&](const at::Tensor& t) { return t.defined() ? t.narrow(0, begin, n) : t; };
+              at::AutoGradMode grad_on(true);
+              const at::Tensor leaf = lp_c.detach().requires_grad_(true);
+              const at::Tensor wc = part(w), valid = part(m).ne(0), zero = at::zeros({}, wc.options());
+              const at::Tensor old_c = o.defined() ? part(o) : lp_c.detach();
+              auto pg = PerTokenPolicyLoss(old_c, leaf, part(a), part(m), part(roll), options.loss);
+              TORCH_CHECK(pg.ok(), pg.status().ToString());
+              at::Tensor total = (at::where(valid, *pg, zero) * wc).sum();
+              if (options.use_kl_loss) {
+                auto kld = KlPenalty(leaf, part(ref), options.kl_loss_type);
+                TORCH_CHECK(kld.ok(), kld.status().ToString());
+                total = total + (at::where(valid, *kld, zero) * wc).sum() * options.kl_loss_coef;
+              }
+              at::Tensor g_lp = torch::autograd::grad({total}, {leaf})[0];
+              return {g_lp, options.entropy_coeff != 0 ? wc * -options.entropy_coeff : at::Tensor()};
+            };
+          };
+        }
+        const TokenLossGradFor* grad_for = loss_grad ? &*loss_grad : nullptr;
+        LogProbResult lp = micro.packed ? ForwardLogProbsPacked(model, sub, options.temperature, /*with_entropy=*/true,
+                                                                micro.share_prompts, grad_for)
+                                        : ForwardLogProbs(model, sub, 0, sub.size(), options.temperature,
+                                                          /*with_entropy=*/true, causal, grad_for);
+        if (micro.packed) metrics.Add("perf/actor_packed_tokens", static_cast<double>(lp.packed_tokens));
         at::Tensor old = cut(old_lp);
         if (own_old) {
           old = lp.log_probs.detach().to(at::kFloat) * mask;  // as ComputeLogProbsNoGrad stores them
           inputs.old_log_probs.index_copy_(0, idx.index_select(0, rows_on),
                                            PadResponseColumns(old, inputs.old_log_probs.size(1)));
         }
+        // Fused, the loss is computed for its figures only (its gradient went with the forward).
+        std::optional<at::NoGradGuard> figures_only;
+        if (fused) figures_only.emplace();
         ASSIGN_OR_RETURN(
             PolicyLossResult pl,
             ComputePolicyLossByMode(old, lp.log_probs, cut(adv), mask,
@@ -180,7 +253,8 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
           ASSIGN_OR_RETURN(kl_term, AggLossGlobal(kld, mask, options.loss.loss_agg_mode, norm));
           loss = loss + kl_term * options.kl_loss_coef;
         }
-        loss.backward();
+        figures_only.reset();
+        (fused ? lp.anchor : loss).backward();
         grads.Collect();
         std::vector<at::Tensor> these;
         for (const at::Tensor& t :

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "worker/model/decoder_model.h"
 #include "worker/train/adamw.h"
+#include "worker/train/chunked_log_probs.h"
 #include "worker/train/policy_loss.h"
 #include "worker/train/sequence_batch.h"
 
@@ -22,7 +23,14 @@ struct LogProbResult {
   at::Tensor log_probs;  // [N, R] float32
   at::Tensor entropy;    // [N, R] float32, or undefined when not asked for
   int64_t packed_tokens = 0;  // ForwardLogProbsPacked: the tokens its forward ran (a shared prompt's once)
+  at::Tensor anchor;  // with a TokenLossGradFor: ChunkedLogProbsWithGrad's anchor (log_probs, entropy without history)
 };
+
+// A pass's per-token loss gradient (chunked_log_probs.h's TokenLossGrad) for the tokens it computes, given where they
+// are: their flat indices into the pass's [rows, R] log-probs (row-major), in the order the pass computes them, or
+// undefined for all of them in order. With one, a forward with gradients forms the LM head's gradients chunk by chunk
+// (ChunkedLogProbsWithGrad) and returns the log-probs, the entropy and the anchor whose backward applies them.
+using TokenLossGradFor = std::function<TokenLossGrad(const at::Tensor& flat_tokens)>;
 
 // Log-probs of `responses` under softmax(logits / temperature) for rows [begin, begin + count) of `batch`. Records
 // autograd history when grad mode is on. `causal`: every row's valid tokens form one run (OneValidRun; checked), so
@@ -30,14 +38,16 @@ struct LogProbResult {
 // the same values at the responses but for the attention kernel's rounding). The passes decide it once per step's
 // batch (CausalPasses).
 LogProbResult ForwardLogProbs(const DecoderModel& model, const SequenceBatch& batch, int64_t begin, int64_t count,
-                              double temperature, bool with_entropy, bool causal = false);
+                              double temperature, bool with_entropy, bool causal = false,
+                              const TokenLossGradFor* loss_grad = nullptr);
 
 // ForwardLogProbs of every row of `batch` with the sequences packed back to back without padding (use_remove_padding):
 // the same numbers, from attention per sequence (PackedSequences). Outputs are 0 outside the response mask.
 // share_prompts (verl's use_prefix_grouper): rows with the same prompt run it once (PackBatch), the same numbers but
 // for rounding, with gradients to the shared prompt's tokens summed over its rows.
 LogProbResult ForwardLogProbsPacked(const DecoderModel& model, const SequenceBatch& batch, double temperature,
-                                    bool with_entropy, bool share_prompts = false);
+                                    bool with_entropy, bool share_prompts = false,
+                                    const TokenLossGradFor* loss_grad = nullptr);
 
 // Log-probs for the whole batch, a micro-batch at a time (padding trimmed per micro-batch), without gradients; 0 outside
 // the response mask.
@@ -63,6 +73,10 @@ struct PolicyUpdateOptions {
   // Passes packed with the rows of one prompt sharing its run (verl's use_prefix_grouper; packed with or without
   // remove_padding): MicroBatching::share_prompts.
   bool share_prompts = false;
+  // The LM head's gradients formed in the forward, chunk by chunk, where the loss is a sum of per-token terms
+  // (PolicyLossIsPerToken) and the model is not sharded: its GEMM then runs three times per token instead of four
+  // (ChunkedLogProbsWithGrad). The same update but for rounding; false: backpropagate through ChunkedLogProbs.
+  bool fuse_lm_head_grad = true;
   int64_t ppo_epochs = 1;
   bool shuffle = false;
   double temperature = 1.0;

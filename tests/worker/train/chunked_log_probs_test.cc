@@ -5,6 +5,9 @@
 
 #include <ATen/core/grad_mode.h>
 
+#include <utility>
+#include <vector>
+
 #include "tests/worker/torch_catch.h"
 #include "worker/train/core_algos.h"
 
@@ -85,6 +88,57 @@ TEST_CASE("ChunkedLogProbs equals the full-logits path, values and gradients", "
     at::NoGradGuard no_grad;
     ChunkedLogProbsResult r = ChunkedLogProbs(hidden.clone().requires_grad_(true), weight, targets, 1.0, true, 4);
     CHECK_FALSE(r.log_probs.requires_grad());
+  }
+}
+
+TEST_CASE("ChunkedLogProbsWithGrad gives ChunkedLogProbs' values and backward, its gradients waiting on the anchor",
+          "[worker][train]") {
+  at::manual_seed(8);
+  const int64_t B = 3, R = 5, H = 16, V = 37;
+  const at::Tensor hidden = at::randn({B, R, H});
+  const at::Tensor weight = at::randn({V, H}) * 0.3;
+  const at::Tensor targets = at::randint(0, V, {B, R}, at::kLong);
+  const at::Tensor g_lp = at::randn({B * R});
+  const at::Tensor g_ent = at::randn({B * R});
+  for (int64_t chunk : {0, 4, 15}) {
+    for (bool with_ent : {true, false}) {
+      CAPTURE(chunk, with_ent);
+      // The plain chunks, backpropagated from g_lp . log_probs (+ g_ent . entropy).
+      at::Tensor h1 = hidden.clone().requires_grad_(true), w1 = weight.clone().requires_grad_(true);
+      ChunkedLogProbsResult plain = ChunkedLogProbs(h1, w1, targets, 0.8, /*with_entropy=*/true, chunk);
+      at::Tensor loss = (plain.log_probs.reshape({-1}) * g_lp).sum();
+      if (with_ent) loss = loss + (plain.entropy.reshape({-1}) * g_ent).sum();
+      (2.0 * loss).backward();
+      // The same gradients from the token callback, the anchor's backward scaled by 2; each chunk's callback sees the
+      // chunk's own log-probs and entropy.
+      at::Tensor h2 = hidden.clone().requires_grad_(true), w2 = weight.clone().requires_grad_(true);
+      std::vector<std::pair<at::Tensor, at::Tensor>> seen;
+      std::vector<int64_t> begins;
+      const TokenLossGrad token_grad = [&](int64_t begin, const at::Tensor& lp, const at::Tensor& ent) {
+        REQUIRE_FALSE(at::GradMode::is_enabled());
+        begins.push_back(begin);
+        seen.emplace_back(lp.clone(), ent.clone());
+        const int64_t n = lp.size(0);
+        return std::make_pair(g_lp.narrow(0, begin, n), with_ent ? g_ent.narrow(0, begin, n) : at::Tensor());
+      };
+      ChunkedLossGradResult fused = ChunkedLogProbsWithGrad(h2, w2, targets, 0.8, token_grad, chunk);
+      REQUIRE_FALSE(fused.log_probs.requires_grad());
+      REQUIRE(at::equal(fused.log_probs, plain.log_probs.detach()));
+      REQUIRE(at::equal(fused.entropy, plain.entropy.detach()));
+      REQUIRE(fused.anchor.item<double>() == 0.0);
+      REQUIRE_FALSE(h2.grad().defined());  // nothing reaches the leaves before the anchor's backward
+      (2.0 * fused.anchor).backward();
+      CHECK(MaxDiff(h2.grad(), h1.grad()) <= 1e-6 * (1 + h1.grad().abs().max().item<double>()));
+      CHECK(MaxDiff(w2.grad(), w1.grad()) <= 1e-6 * (1 + w1.grad().abs().max().item<double>()));
+      // The chunks cover the tokens once, in order, and the callback saw the values returned.
+      const int64_t step = chunk > 0 ? chunk : B * R;
+      REQUIRE(begins.size() == static_cast<size_t>((B * R + step - 1) / step));
+      for (size_t i = 0; i < begins.size(); ++i) {
+        REQUIRE(begins[i] == static_cast<int64_t>(i) * step);
+        REQUIRE(at::equal(seen[i].first, fused.log_probs.reshape({-1}).narrow(0, begins[i], seen[i].first.size(0))));
+        REQUIRE(at::equal(seen[i].second, fused.entropy.reshape({-1}).narrow(0, begins[i], seen[i].second.size(0))));
+      }
+    }
   }
 }
 

@@ -587,5 +587,76 @@ TEST_CASE("Updates and log-prob passes with shared prompts give the padded passe
   }
 }
 
+TEST_CASE("The LM head's gradients formed in the forward give the update of backpropagating through its chunks",
+          "[worker][train]") {
+  TestDir dir("fused_lm_head_grad");
+  testing::WriteTinyModel(dir.path(), testing::TinyDecoderConfig());
+  const SequenceBatch b = SharedPromptBatch();
+  const at::Tensor adv = at::linspace(-1.0, 1.5, 35, at::kFloat).view({7, 5});
+  const at::Tensor shift = at::linspace(-0.4, 0.3, 35, at::kFloat).view({7, 5});
+  struct Case {
+    std::string loss_mode, agg_mode;
+    bool kl, packed, share, deferred, tis;
+    int64_t budget;
+  };
+  const std::vector<Case> cases = {
+      {"vanilla", "token-mean", true, false, false, false, false, 0},
+      {"vanilla", "token-mean", true, true, true, true, false, 12},
+      {"vanilla", "seq-mean-token-mean", false, true, false, false, true, 0},
+      {"gpg", "seq-mean-token-sum", true, false, false, true, false, 12},
+      {"cispo", "seq-mean-token-sum-norm", true, true, true, false, false, 0},
+  };
+  for (const Case& c : cases) {
+    INFO(c.loss_mode << " / " << c.agg_mode << (c.kl ? " + kl" : "") << (c.packed ? " packed" : "")
+                     << (c.share ? " shared" : "") << (c.deferred ? " deferred" : "") << (c.tis ? " tis" : "")
+                     << " budget " << c.budget);
+    auto run = [&](bool fuse) {
+      auto model = LoadModelOrDie(dir.path());
+      MicroBatching micro;
+      micro.rows = 7;
+      micro.packed = c.packed;
+      micro.share_prompts = c.share;
+      const at::Tensor lp = ComputeLogProbsNoGrad(*model, b, 0.7, micro).value();
+      PolicyUpdateOptions o;
+      o.lr = 1.0;
+      o.grad_clip = 1e9;
+      o.mini_batch_size = 7;
+      o.micro_batch_size = 3;
+      o.max_token_len = c.budget;
+      o.remove_padding = c.packed;
+      o.share_prompts = c.share;
+      o.temperature = 0.7;
+      o.entropy_coeff = 0.1;
+      o.use_kl_loss = c.kl;
+      o.kl_loss_coef = 0.5;
+      o.kl_loss_type = "low_var_kl";
+      o.loss.loss_mode = c.loss_mode;
+      o.loss.loss_agg_mode = c.agg_mode;
+      o.loss.tis_imp_ratio_cap = c.tis ? 1.5 : -1;
+      o.fuse_lm_head_grad = fuse;
+      model->SetRequiresGrad(true);
+      AdamW opt(model->named_parameters(), AdamWOptions{o.lr, 0.0, 0.9, 0.999, /*eps=*/1.0});
+      // Old log-probs off the policy's (so ratios clip), the reference and the rollout further off.
+      PolicyUpdateInputs in{(lp + shift) * b.response_mask, (lp - shift) * b.response_mask, adv,
+                            (lp + 2 * shift) * b.response_mask};
+      in.first_mini_batch_deferred = c.deferred;
+      auto m = UpdatePolicy(*model, opt, b, in, o);
+      INFO(m.status().ToString());
+      REQUIRE(m.ok());
+      return std::make_tuple(Snapshot(model->named_parameters()), *m, in.old_log_probs);
+    };
+    const auto [plain_w, plain_m, plain_old] = run(false);
+    const auto [fused_w, fused_m, fused_old] = run(true);
+    REQUIRE(MaxDiff(fused_w, plain_w) < 1e-5);
+    REQUIRE(MaxAbsDiff(fused_old, plain_old) == 0.0);  // a deferred mini-batch's old log-probs: the same forward
+    for (const char* key : {"actor/pg_loss", "actor/entropy", "actor/pg_clipfrac", "actor/ppo_kl"}) {
+      INFO(key);
+      REQUIRE(fused_m.at(key) == Approx(plain_m.at(key)).margin(1e-7));
+    }
+    REQUIRE(fused_m.at("actor/grad_norm") == Approx(plain_m.at("actor/grad_norm")).epsilon(1e-5));
+    if (c.kl) REQUIRE(fused_m.at("actor/kl_loss") == Approx(plain_m.at("actor/kl_loss")).margin(1e-7));
+  }
+}
+
 }  // namespace
 }  // namespace verl
