@@ -103,7 +103,7 @@ def run_ours(bin_dir, model, data, work, steps, prefix_grouper, name="ours", ove
             "perf/update_max_memory_allocated_gb", "response_length/mean", "prompt_length/mean",
             "training/rollout_probs_diff_max", "training/rollout_probs_diff_mean", "actor/grad_norm",
             "actor/kl_loss", "perf/rollout_kv_cache_slots", "perf/old_log_prob_deferred_rows",
-            "perf/actor_packed_tokens", "perf/actor_micro_batches"]
+            "perf/actor_packed_tokens", "perf/actor_micro_batches", "perf/max_memory_reserved_gb"]
     per_step = [{k: d.get(k) for k in keys} for d in steps_data]
     timed = per_step[1:] or per_step
     sec = sum(s["timing_s/step"] for s in timed) / len(timed)

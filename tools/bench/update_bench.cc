@@ -61,7 +61,7 @@ void Usage() {
   std::cerr << "usage: verl-bench-update --model DIR [--sequences 512] [--prompt-len 256] [--response-len 512] "
                "[--micro 8] [--device cpu|cuda] [--dtype float32|bfloat16] [--warmup 1] [--repeats 2] [--seed 0] "
                "[--checkpointing 0|1] [--max-token-len 0] [--remove-padding 0|1] [--prefix-grouper 0|1] [--n 1] "
-               "[--fuse-lm-head 1|0] [--log-probs 0|1] [--profile 0|1]\n";
+               "[--fuse-lm-head 1|0] [--mini-batch 0] [--log-probs 0|1] [--profile 0|1]\n";
 }
 
 }  // namespace
@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
                                               {"sdpa", "default"},
                                               {"n", "1"},
                                               {"prefix-grouper", "0"},
-                                              {"fuse-lm-head", "1"}};
+                                              {"fuse-lm-head", "1"}, {"mini-batch", "0"}};
   auto parsed = verl::bench::ParseFlags(argc, argv, flags, "model");
   if (!parsed) {
     Usage();
@@ -160,7 +160,8 @@ int main(int argc, char** argv) {
     o.kl_loss_coef = 0.001;
     o.kl_loss_type = "low_var_kl";
     o.loss.loss_agg_mode = "token-mean";
-    o.mini_batch_size = N;  // one optimizer step per update
+    // One optimizer step per update by default; --mini-batch M: N / M steps (B3 takes two of 512 rows each).
+    o.mini_batch_size = std::stoll(flags["mini-batch"]) > 0 ? std::stoll(flags["mini-batch"]) : N;
     o.micro_batch_size = micro;
     o.max_token_len = std::stoll(flags["max-token-len"]);
     o.remove_padding = flags["remove-padding"] == "1";
@@ -216,6 +217,7 @@ int main(int argc, char** argv) {
                              {"n", n},
                              {"prefix_grouper", o.share_prompts},
                              {"fuse_lm_head_grad", o.fuse_lm_head_grad},
+                             {"mini_batch", o.mini_batch_size},
                              {"sdpa", flags["sdpa"]},
                              {"checkpointing", m.gradient_checkpointing()},
                              {"device", flags["device"]},
