@@ -209,7 +209,7 @@ int main(int argc, char** argv) {
                              {"response_len", R},
                              {"min_prompt_len", min_p},
                              {"min_response_len", min_r},
-                             {"causal_passes", verl::CausalPasses(batch, o.remove_padding)},
+                             {"causal_passes", verl::CausalPasses(batch, o.remove_padding || o.share_prompts)},
                              {"padded_tokens", N * (P + R)},
                              {"micro_batch", micro},
                              {"max_token_len", o.max_token_len},

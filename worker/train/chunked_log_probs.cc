@@ -192,9 +192,12 @@ class ChunkedLossGradFunction : public torch::autograd::Function<ChunkedLossGrad
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    // Taken out of the node, whose saved_data lives as long as the anchor does (past this backward): the float32
+    // weight gradient is freed once converted.
     at::Tensor grad_h = ctx->saved_data["grad_h"].toTensor();
     at::Tensor grad_w = ctx->saved_data["grad_w"].toTensor();
     const auto weight_dtype = static_cast<at::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
+    ctx->saved_data.clear();             // the only references now: scaled in place
     const at::Tensor& scale = grads[2];  // the anchor's upstream gradient (1 for anchor.backward())
     return {grad_h.mul_(scale.to(grad_h.scalar_type())),
             grad_w.mul_(scale).to(weight_dtype),

@@ -50,9 +50,10 @@ struct ChunkedLossGradResult {
 // ChunkedLogProbs (with entropy) for a loss whose gradient `token_grad` gives token by token: each chunk's gradients
 // w.r.t. hidden and weight are formed in the forward, while its logits are at hand, instead of recomputing the logits
 // in backward, so the LM head's GEMM runs three times per token instead of four (Liger's fused linear cross entropy
-// does the same for cross entropy). The gradients wait (hidden's in its dtype, weight's in float32) until the anchor's
-// backward. The log-probs and entropy are ChunkedLogProbs' bit for bit; the gradients are those of backpropagating the
-// loss through ChunkedLogProbs, but for the rounding of the per-token gradients (the same ops on the same values).
+// does the same for cross entropy). The gradients wait (hidden's in its dtype, weight's in float32) for the anchor's
+// backward, which hands them on and lets them go (it runs once). The log-probs and entropy are ChunkedLogProbs' bit for
+// bit; the gradients are those of backpropagating the loss through ChunkedLogProbs, but for the rounding of the
+// per-token gradients (the same ops on the same values).
 ChunkedLossGradResult ChunkedLogProbsWithGrad(const at::Tensor& hidden, const at::Tensor& weight,
                                               const at::Tensor& targets, double temperature,
                                               const TokenLossGrad& token_grad, int64_t chunk_tokens = 0);

@@ -68,7 +68,7 @@ absl::StatusOr<at::Tensor> ComputeLogProbsNoGrad(const DecoderModel& model, cons
   at::NoGradGuard no_grad;
   // Planned on the host from one read-back: the passes then run without the device waiting for the host between them.
   const SequenceBatch batch = WithHostCopies(whole);
-  const bool causal = micro.causal.value_or(CausalPasses(batch, micro.packed));
+  const bool causal = micro.causal.has_value() ? *micro.causal : CausalPasses(batch, micro.packed);
   MicroBatching how = micro;
   how.rolled = causal;  // the passes compute rows x the longest row
   ASSIGN_OR_RETURN(std::vector<at::Tensor> parts, SplitMicroBatches(batch, how));
@@ -298,6 +298,7 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
   }
   auto out = metrics.Means();
   out["actor/lr"] = options.lr;
+  out["perf/actor_fused_lm_head"] = fused ? 1.0 : 0.0;  // the LM head's gradients formed in the forward
   return out;
 }
 

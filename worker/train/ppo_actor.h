@@ -76,6 +76,7 @@ struct PolicyUpdateOptions {
   // The LM head's gradients formed in the forward, chunk by chunk, where the loss is a sum of per-token terms
   // (PolicyLossIsPerToken) and the model is not sharded: its GEMM then runs three times per token instead of four
   // (ChunkedLogProbsWithGrad). The same update but for rounding; false: backpropagate through ChunkedLogProbs.
+  // UpdatePolicy reports whether it did as perf/actor_fused_lm_head (1 or 0).
   bool fuse_lm_head_grad = true;
   int64_t ppo_epochs = 1;
   bool shuffle = false;

@@ -236,7 +236,8 @@ bool CausalPasses(const SequenceBatch& batch, bool packed) {
     const char* env = std::getenv("VERL_CAUSAL_PASSES");
     return env != nullptr && std::string(env) == "0";
   }();
-  return !packed && !masked_only && OneValidRun(batch.attention_mask);
+  return !packed && !masked_only &&
+         OneValidRun(batch.has_host_copies() ? batch.host_attention_mask : batch.attention_mask);
 }
 
 }  // namespace verl

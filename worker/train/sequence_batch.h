@@ -45,11 +45,11 @@ SequenceBatch SelectRows(const SequenceBatch& b, const at::Tensor& idx);
 SequenceBatch SelectTrimmed(const SequenceBatch& b, const at::Tensor& idx);
 
 // Whether the padded (not `packed`) passes over `batch` attend causally without a mask: every row's valid tokens form
-// one run (OneValidRun of its mask, one flag read back: prompt left padding and response right padding; each row is
-// rolled past its leading padding, DecoderModel::ForwardColumns with causal). Decided once per step's batch, not per
-// micro-batch, so that every pass over a row (the no-grad one and the update, which group rows differently) takes the
-// same attention path. VERL_CAUSAL_PASSES=0 in the environment makes every padded pass use the explicit mask (for
-// A/B runs; before 148fe46 batches with left padding did, those without already attended causally).
+// one run (OneValidRun of its mask, from the host copies or one flag read back: prompt left padding and response right
+// padding; each row is rolled past its leading padding, DecoderModel::ForwardColumns with causal). Decided once per
+// step's batch, not per micro-batch, so that every pass over a row (the no-grad one and the update, which group rows
+// differently) takes the same attention path. VERL_CAUSAL_PASSES=0 in the environment makes every padded pass use the
+// explicit mask (for A/B runs; before 148fe46 batches with left padding did, those without already attended causally).
 bool CausalPasses(const SequenceBatch& batch, bool packed);
 
 // `t` [n, r] widened with zeros to [n, R].

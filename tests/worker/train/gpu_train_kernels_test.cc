@@ -329,6 +329,81 @@ TEST_CASE("ChunkedLogProbsWithGrad on the GPU gives ChunkedLogProbs' values and 
   }
 }
 
+TEST_CASE("an update on the GPU with the LM head's gradients formed in the forward equals the one without",
+          "[worker][train][gpu]") {
+  if (SkipWithoutGpu()) return;
+  // The tiny decoder in bf16 on the GPU, a batch of ragged rows (two share a prompt), padded and packed with shared
+  // prompts, the first mini-batch's old log-probs deferred: UpdatePolicy fused and not, from the same weights.
+  TestDir dir;
+  testing::WriteTinyModel(dir.path(), testing::TinyDecoderConfig());
+  at::manual_seed(12);
+  const int64_t N = 6, P = 6, R = 5;
+  const std::vector<int64_t> prompt_len = {3, 6, 3, 1, 4, 2}, response_len = {5, 3, 4, 2, 1, 5};
+  SequenceBatch batch;
+  batch.input_ids = at::randint(1, 50, {N, P + R}, at::kLong);
+  batch.input_ids[2].narrow(0, 0, P).copy_(batch.input_ids[0].narrow(0, 0, P));  // rows 0 and 2: one prompt
+  batch.attention_mask = at::zeros({N, P + R}, at::kBool);
+  for (int64_t b = 0; b < N; ++b) {
+    batch.attention_mask[b].narrow(0, P - prompt_len[b], prompt_len[b]).fill_(true);
+    batch.attention_mask[b].narrow(0, P, response_len[b]).fill_(true);
+  }
+  batch.responses = batch.input_ids.narrow(1, P, R).contiguous();
+  batch.response_mask = batch.attention_mask.narrow(1, P, R).contiguous();
+  SequenceBatch on;
+  on.input_ids = batch.input_ids.cuda();
+  on.attention_mask = batch.attention_mask.cuda();
+  on.responses = batch.responses.cuda();
+  on.response_mask = batch.response_mask.cuda();
+  const at::Tensor mask = on.response_mask.to(at::kFloat);
+  const at::Tensor adv = at::linspace(-1.0, 1.5, N * R, at::kFloat).view({N, R}).cuda();
+  const at::Tensor off = at::linspace(-1.2, 0.9, N * R, at::kFloat).view({N, R}).cuda();
+  for (bool packed : {false, true}) {
+    CAPTURE(packed);
+    auto run = [&](bool fuse) {
+      auto loaded = DecoderModel::Load(dir.path(), at::kBFloat16, at::kCUDA);
+      REQUIRE(loaded.ok());
+      DecoderModel& model = **loaded;
+      MicroBatching micro;
+      micro.rows = 3;
+      micro.packed = packed;
+      micro.share_prompts = packed;
+      const at::Tensor lp = ComputeLogProbsNoGrad(model, on, 0.9, micro).value();
+      PolicyUpdateOptions o;
+      o.lr = 1e-2;
+      o.mini_batch_size = 3;
+      o.micro_batch_size = 2;
+      o.share_prompts = packed;
+      o.temperature = 0.9;
+      o.entropy_coeff = 0.05;
+      o.use_kl_loss = true;
+      o.kl_loss_coef = 0.2;
+      o.fuse_lm_head_grad = fuse;
+      model.SetRequiresGrad(true);
+      AdamW opt(model.named_parameters(), AdamWOptions{o.lr, 0.0, 0.9, 0.999, /*eps=*/1e-3});
+      PolicyUpdateInputs in{(lp + off) * mask, (lp - off) * mask, adv, at::Tensor()};
+      in.first_mini_batch_deferred = true;
+      auto m = UpdatePolicy(model, opt, on, in, o);
+      INFO(m.status().ToString());
+      REQUIRE(m.ok());
+      REQUIRE(m->at("perf/actor_fused_lm_head") == (fuse ? 1.0 : 0.0));
+      std::vector<at::Tensor> weights;
+      for (const at::Tensor& p : model.parameters()) weights.push_back(p.detach().cpu().to(at::kFloat));
+      return std::make_tuple(weights, *m, in.old_log_probs.cpu());
+    };
+    const auto [plain_w, plain_m, plain_old] = run(false);
+    const auto [fused_w, fused_m, fused_old] = run(true);
+    CHECK(MaxAbsDiff(fused_old, plain_old) == 0.0);
+    for (size_t i = 0; i < plain_w.size(); ++i) {
+      CAPTURE(i);
+      // Within a bf16 step of the weights' scale (the update itself is about lr, several steps of the small weights).
+      CHECK(MaxAbsDiff(fused_w[i], plain_w[i]) <= Ulp(at::kBFloat16) * MaxAbs(plain_w[i]));
+    }
+    CHECK(fused_m.at("actor/pg_loss") == Approx(plain_m.at("actor/pg_loss")).margin(1e-6));
+    CHECK(fused_m.at("actor/kl_loss") == Approx(plain_m.at("actor/kl_loss")).margin(1e-6));
+    CHECK(fused_m.at("actor/grad_norm") == Approx(plain_m.at("actor/grad_norm")).epsilon(1e-3));
+  }
+}
+
 TEST_CASE("AddTransposedMatmulFloat adds a^T b to a float32 matrix in place", "[worker][train][gpu]") {
   if (SkipWithoutGpu()) return;
 #ifdef VERL_WITH_CUDA

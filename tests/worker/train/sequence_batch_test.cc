@@ -598,6 +598,13 @@ TEST_CASE("The LM head's gradients formed in the forward give the update of back
     std::string loss_mode, agg_mode;
     bool kl, packed, share, deferred, tis;
     int64_t budget;
+    // Old log-probs this far off the policy's (times `shift`): 4 reaches the dual clip (ratios past clip_ratio_c = 3
+    // with negative advantages), the TIS cap and low_var_kl's clamp.
+    double off = 1.0;
+    double entropy_coeff = 0.1;
+    std::string kl_type = "low_var_kl";
+    int64_t epochs = 1;
+    double temperature = 0.7;
   };
   const std::vector<Case> cases = {
       {"vanilla", "token-mean", true, false, false, false, false, 0},
@@ -605,18 +612,22 @@ TEST_CASE("The LM head's gradients formed in the forward give the update of back
       {"vanilla", "seq-mean-token-mean", false, true, false, false, true, 0},
       {"gpg", "seq-mean-token-sum", true, false, false, true, false, 12},
       {"cispo", "seq-mean-token-sum-norm", true, true, true, false, false, 0},
+      {"vanilla", "token-mean", true, true, true, false, true, 0, 4.0, 0.0},
+      {"vanilla", "seq-mean-token-mean", true, false, false, false, true, 12, 4.0, 0.1, "mse", 2, 1.0},
+      {"cispo", "token-mean", true, true, false, true, true, 0, 4.0, 0.0, "kl", 2},
   };
   for (const Case& c : cases) {
-    INFO(c.loss_mode << " / " << c.agg_mode << (c.kl ? " + kl" : "") << (c.packed ? " packed" : "")
+    INFO(c.loss_mode << " / " << c.agg_mode << (c.kl ? " + kl " + c.kl_type : "") << (c.packed ? " packed" : "")
                      << (c.share ? " shared" : "") << (c.deferred ? " deferred" : "") << (c.tis ? " tis" : "")
-                     << " budget " << c.budget);
+                     << " budget " << c.budget << " off " << c.off << " entropy " << c.entropy_coeff << " epochs "
+                     << c.epochs << " temperature " << c.temperature);
     auto run = [&](bool fuse) {
       auto model = LoadModelOrDie(dir.path());
       MicroBatching micro;
       micro.rows = 7;
       micro.packed = c.packed;
       micro.share_prompts = c.share;
-      const at::Tensor lp = ComputeLogProbsNoGrad(*model, b, 0.7, micro).value();
+      const at::Tensor lp = ComputeLogProbsNoGrad(*model, b, c.temperature, micro).value();
       PolicyUpdateOptions o;
       o.lr = 1.0;
       o.grad_clip = 1e9;
@@ -625,11 +636,13 @@ TEST_CASE("The LM head's gradients formed in the forward give the update of back
       o.max_token_len = c.budget;
       o.remove_padding = c.packed;
       o.share_prompts = c.share;
-      o.temperature = 0.7;
-      o.entropy_coeff = 0.1;
+      o.temperature = c.temperature;
+      o.entropy_coeff = c.entropy_coeff;
       o.use_kl_loss = c.kl;
       o.kl_loss_coef = 0.5;
-      o.kl_loss_type = "low_var_kl";
+      o.kl_loss_type = c.kl_type;
+      o.ppo_epochs = c.epochs;
+      o.shuffle = c.epochs > 1;
       o.loss.loss_mode = c.loss_mode;
       o.loss.loss_agg_mode = c.agg_mode;
       o.loss.tis_imp_ratio_cap = c.tis ? 1.5 : -1;
@@ -637,8 +650,9 @@ TEST_CASE("The LM head's gradients formed in the forward give the update of back
       model->SetRequiresGrad(true);
       AdamW opt(model->named_parameters(), AdamWOptions{o.lr, 0.0, 0.9, 0.999, /*eps=*/1.0});
       // Old log-probs off the policy's (so ratios clip), the reference and the rollout further off.
-      PolicyUpdateInputs in{(lp + shift) * b.response_mask, (lp - shift) * b.response_mask, adv,
-                            (lp + 2 * shift) * b.response_mask};
+      const at::Tensor off = shift * c.off;
+      PolicyUpdateInputs in{(lp + off) * b.response_mask, (lp - off) * b.response_mask, adv,
+                            (lp + 2 * off) * b.response_mask};
       in.first_mini_batch_deferred = c.deferred;
       auto m = UpdatePolicy(*model, opt, b, in, o);
       INFO(m.status().ToString());
@@ -647,9 +661,13 @@ TEST_CASE("The LM head's gradients formed in the forward give the update of back
     };
     const auto [plain_w, plain_m, plain_old] = run(false);
     const auto [fused_w, fused_m, fused_old] = run(true);
+    REQUIRE(plain_m.at("perf/actor_fused_lm_head") == 0.0);
+    REQUIRE(fused_m.at("perf/actor_fused_lm_head") == 1.0);  // the fused path ran
     REQUIRE(MaxDiff(fused_w, plain_w) < 1e-5);
     REQUIRE(MaxAbsDiff(fused_old, plain_old) == 0.0);  // a deferred mini-batch's old log-probs: the same forward
-    for (const char* key : {"actor/pg_loss", "actor/entropy", "actor/pg_clipfrac", "actor/ppo_kl"}) {
+    if (c.off > 1 && c.loss_mode == "vanilla") REQUIRE(plain_m.at("actor/pg_clipfrac_lower") > 0);  // dual clip
+    for (const char* key :
+         {"actor/pg_loss", "actor/entropy", "actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower"}) {
       INFO(key);
       REQUIRE(fused_m.at(key) == Approx(plain_m.at(key)).margin(1e-7));
     }
