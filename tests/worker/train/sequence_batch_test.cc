@@ -589,8 +589,11 @@ TEST_CASE("Updates and log-prob passes with shared prompts give the padded passe
 
 TEST_CASE("The LM head's gradients formed in the forward give the update of backpropagating through its chunks",
           "[worker][train]") {
-  TestDir dir("fused_lm_head_grad");
+  TestDir dir("fused_lm_head_grad"), untied_dir("fused_lm_head_grad_untied");
   testing::WriteTinyModel(dir.path(), testing::TinyDecoderConfig());
+  DecoderConfig untied = testing::TinyDecoderConfig();
+  untied.tie_word_embeddings = false;  // an lm_head.weight of its own (Llama's layout)
+  testing::WriteTinyModel(untied_dir.path(), untied);
   const SequenceBatch b = SharedPromptBatch();
   const at::Tensor adv = at::linspace(-1.0, 1.5, 35, at::kFloat).view({7, 5});
   const at::Tensor shift = at::linspace(-0.4, 0.3, 35, at::kFloat).view({7, 5});
@@ -605,6 +608,7 @@ TEST_CASE("The LM head's gradients formed in the forward give the update of back
     std::string kl_type = "low_var_kl";
     int64_t epochs = 1;
     double temperature = 0.7;
+    bool tied = true;
   };
   const std::vector<Case> cases = {
       {"vanilla", "token-mean", true, false, false, false, false, 0},
@@ -615,14 +619,17 @@ TEST_CASE("The LM head's gradients formed in the forward give the update of back
       {"vanilla", "token-mean", true, true, true, false, true, 0, 4.0, 0.0},
       {"vanilla", "seq-mean-token-mean", true, false, false, false, true, 12, 4.0, 0.1, "mse", 2, 1.0},
       {"cispo", "token-mean", true, true, false, true, true, 0, 4.0, 0.0, "kl", 2},
+      {"vanilla", "token-mean", true, false, false, false, false, 0, 4.0, 0.1, "low_var_kl", 1, 0.7, false},
+      {"vanilla", "seq-mean-token-mean", true, true, true, true, true, 12, 1.0, 0.1, "low_var_kl", 1, 0.7, false},
   };
   for (const Case& c : cases) {
     INFO(c.loss_mode << " / " << c.agg_mode << (c.kl ? " + kl " + c.kl_type : "") << (c.packed ? " packed" : "")
                      << (c.share ? " shared" : "") << (c.deferred ? " deferred" : "") << (c.tis ? " tis" : "")
                      << " budget " << c.budget << " off " << c.off << " entropy " << c.entropy_coeff << " epochs "
-                     << c.epochs << " temperature " << c.temperature);
+                     << c.epochs << " temperature " << c.temperature << (c.tied ? " tied" : " untied"));
     auto run = [&](bool fuse) {
-      auto model = LoadModelOrDie(dir.path());
+      auto model = LoadModelOrDie(c.tied ? dir.path() : untied_dir.path());
+      REQUIRE(model->config().tie_word_embeddings == c.tied);
       MicroBatching micro;
       micro.rows = 7;
       micro.packed = c.packed;
