@@ -495,10 +495,10 @@ std::vector<int64_t> HostLongs(const at::Tensor& t) {
 }
 
 // PackBatch's inputs on the host: `host` where given, else read back.
-HostCopies OnHost(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& response_mask,
-                  const HostCopies& host) {
+HostCopies HostInputs(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& response_mask,
+                      const HostCopies& host) {
   auto pick = [](const at::Tensor& t, const at::Tensor& h, at::ScalarType dtype) {
-    return (h.defined() ? h : verl::OnHost(t)).to(dtype).contiguous();
+    return (h.defined() ? h : OnHost(t)).to(dtype).contiguous();
   };
   return {pick(input_ids, host.input_ids, at::kLong), pick(attention_mask, host.attention_mask, at::kBool),
           pick(response_mask, host.response_mask, at::kBool)};
@@ -669,7 +669,7 @@ PromptGroups GroupByPrompt(const at::Tensor& input_ids, const at::Tensor& attent
 
 PackedBatch PackBatch(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& response_mask,
                       bool share_prompts, const HostCopies& host) {
-  const HostCopies h = OnHost(input_ids, attention_mask, response_mask, host);
+  const HostCopies h = HostInputs(input_ids, attention_mask, response_mask, host);
   PackedBatch out = share_prompts ? PackSharedPrompts(input_ids, h) : PackRows(input_ids, h);
   const at::Tensor flat = h.response_mask.reshape({-1});
   out.response_tokens = UploadAsync(at::arange(flat.numel(), at::TensorOptions().dtype(at::kLong)).masked_select(flat),

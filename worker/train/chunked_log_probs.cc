@@ -45,6 +45,30 @@ at::Tensor ChunkLogitsGrad(const at::Tensor& z, const at::Tensor& targets, const
   return (gz / temperature).to(dtype);
 }
 
+// The CPU (ATen) path's log-probs (and entropy, where `ent` is defined) of a chunk from its float32 logits z, written
+// into lp and ent; returns the rows' logsumexp.
+at::Tensor ChunkLogProbs(const at::Tensor& z, const at::Tensor& targets, at::Tensor lp, at::Tensor ent) {
+  const at::Tensor lse = z.logsumexp(-1);
+  lp.copy_(z.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse);
+  if (ent.defined()) ent.copy_(lse - (z.softmax(-1) * z).sum(-1));
+  return lse;
+}
+
+// linear's backward for a chunk: its rows' hidden-state gradient written to gh, its weight gradient added to the
+// float32 grad_w. In bf16 / fp16 on a GPU the GEMM sums into grad_w itself (beta 1, no rounding of each chunk's part);
+// otherwise the product is added.
+void ChunkLinearBackward(const at::Tensor& g_logits, const at::Tensor& h, const at::Tensor& weight, at::Tensor gh,
+                         at::Tensor& grad_w) {
+  at::mm_out(gh, g_logits, weight);
+#ifdef VERL_WITH_CUDA
+  if (g_logits.is_cuda() && h.scalar_type() != at::kFloat && h.is_contiguous()) {
+    kernels::AddTransposedMatmulFloat(grad_w, g_logits, h);
+    return;
+  }
+#endif
+  grad_w.add_(at::mm(g_logits.t(), h).to(at::kFloat));
+}
+
 class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbsFunction> {
  public:
   // h2d [N, H], weight [V, H], targets [N] -> {log_probs [N], entropy [N] (zeros without with_entropy)}.
@@ -75,10 +99,8 @@ class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbs
 #endif
     for (int64_t b = 0; b < N; b += chunk) {
       const int64_t n = std::min(chunk, N - b);
-      const at::Tensor z = ChunkLogits(h2d, weight, b, n, temperature);
-      const at::Tensor lse = z.logsumexp(-1);
-      log_probs.narrow(0, b, n).copy_(z.gather(-1, targets.narrow(0, b, n).unsqueeze(-1)).squeeze(-1) - lse);
-      if (with_entropy) entropy.narrow(0, b, n).copy_(lse - (z.softmax(-1) * z).sum(-1));
+      ChunkLogProbs(ChunkLogits(h2d, weight, b, n, temperature), targets.narrow(0, b, n), log_probs.narrow(0, b, n),
+                    with_entropy ? entropy.narrow(0, b, n) : at::Tensor());
     }
     ctx->save_for_backward({h2d, weight, targets});
     return {log_probs, entropy};
@@ -101,9 +123,6 @@ class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbs
       const at::Tensor& ent = saved[4];
       at::Tensor grad_h = at::empty_like(h2d, at::MemoryFormat::Contiguous);
       at::Tensor grad_w = at::zeros(weight.sizes(), weight.options().dtype(at::kFloat));
-      // bf16 / fp16: each chunk's weight gradient is summed into grad_w in float32 by the GEMM itself (beta 1);
-      // float32 (or a strided h2d) takes the product and an add.
-      const bool wgrad_gemm = h2d.scalar_type() != at::kFloat && h2d.is_contiguous();
       for (int64_t b = 0; b < N; b += chunk) {
         const int64_t n = std::min(chunk, N - b);
         const at::Tensor h = h2d.narrow(0, b, n);
@@ -111,13 +130,7 @@ class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbs
         kernels::TokenLogProbsBackwardInPlace(logits, targets.narrow(0, b, n), lse.narrow(0, b, n),
                                               ent.narrow(0, b, n), g_lp.defined() ? g_lp.narrow(0, b, n) : g_lp,
                                               g_ent.defined() ? g_ent.narrow(0, b, n) : g_ent, temperature);
-        at::Tensor gh = grad_h.narrow(0, b, n);
-        at::mm_out(gh, logits, weight);
-        if (wgrad_gemm) {
-          kernels::AddTransposedMatmulFloat(grad_w, logits, h);
-        } else {
-          grad_w.add_(at::mm(logits.t(), h));
-        }
+        ChunkLinearBackward(logits, h, weight, grad_h.narrow(0, b, n), grad_w);
       }
       return {grad_h, grad_w.to(weight.scalar_type()), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
     }
@@ -130,8 +143,7 @@ class ChunkedLogProbsFunction : public torch::autograd::Function<ChunkedLogProbs
       const at::Tensor g_logits =
           ChunkLogitsGrad(z, targets.narrow(0, b, n), g_lp.defined() ? g_lp.narrow(0, b, n) : g_lp,
                           g_ent.defined() ? g_ent.narrow(0, b, n) : g_ent, temperature, weight.scalar_type());
-      grad_h.narrow(0, b, n).copy_(at::mm(g_logits, weight));
-      grad_w.add_(at::mm(g_logits.t(), h2d.narrow(0, b, n)).to(at::kFloat));
+      ChunkLinearBackward(g_logits, h2d.narrow(0, b, n), weight, grad_h.narrow(0, b, n), grad_w);
     }
     return {grad_h, grad_w.to(weight.scalar_type()), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
@@ -166,23 +178,14 @@ class ChunkedLossGradFunction : public torch::autograd::Function<ChunkedLossGrad
         kernels::TokenLogProbsInto(logits, t, temperature, {lp, ent, lse});
         const auto [g_lp, g_ent] = (*token_grad)(b, lp, ent);
         kernels::TokenLogProbsBackwardInPlace(logits, t, lse, ent, g_lp, g_ent, temperature);
-        at::mm_out(gh, logits, weight);
-        if (h2d.scalar_type() != at::kFloat && h2d.is_contiguous()) {
-          kernels::AddTransposedMatmulFloat(grad_w, logits, h);
-        } else {
-          grad_w.add_(at::mm(logits.t(), h));
-        }
+        ChunkLinearBackward(logits, h, weight, gh, grad_w);
         continue;
       }
 #endif
       const at::Tensor z = ChunkLogits(h2d, weight, b, n, temperature);
-      const at::Tensor lse = z.logsumexp(-1);
-      lp.copy_(z.gather(-1, t.unsqueeze(-1)).squeeze(-1) - lse);
-      ent.copy_(lse - (z.softmax(-1) * z).sum(-1));
+      ChunkLogProbs(z, t, lp, ent);
       const auto [g_lp, g_ent] = (*token_grad)(b, lp, ent);
-      const at::Tensor g_logits = ChunkLogitsGrad(z, t, g_lp, g_ent, temperature, weight.scalar_type());
-      gh.copy_(at::mm(g_logits, weight));
-      grad_w.add_(at::mm(g_logits.t(), h).to(at::kFloat));
+      ChunkLinearBackward(ChunkLogitsGrad(z, t, g_lp, g_ent, temperature, weight.scalar_type()), h, weight, gh, grad_w);
     }
     ctx->mark_non_differentiable({log_probs, entropy});
     ctx->saved_data["grad_h"] = grad_h;

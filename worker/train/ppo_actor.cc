@@ -109,6 +109,42 @@ absl::StatusOr<at::Tensor> AggWeights(const at::Tensor& mask, const std::string&
   return torch::autograd::grad({agg}, {terms})[0];
 }
 
+// The fused update's token gradients (PolicyUpdateOptions::fuse_lm_head_grad) for a pass whose per-token inputs are
+// [rows, r]: each token's loss gradient from its own log-prob, as backpropagating UpdatePolicy's loss would give it —
+// its policy-loss and KL terms differentiated where they stand, times the token's aggregation weight `weight`
+// (AggWeights); the entropy term's gradient is that weight times -entropy_coeff. `old` undefined: the old log-probs
+// are the forward's own (a deferred first mini-batch).
+TokenLossGradFor FusedLossGrad(const at::Tensor& weight, const at::Tensor& mask, const at::Tensor& adv,
+                               const at::Tensor& old, const at::Tensor& ref, const at::Tensor& roll,
+                               const PolicyUpdateOptions& options) {
+  return [=, &options](const at::Tensor& flat) -> TokenLossGrad {
+    // In the order the pass computes its tokens.
+    auto flat_of = [&](const at::Tensor& t) {
+      if (!t.defined()) return t;
+      const at::Tensor f = t.reshape({-1});
+      return flat.defined() ? f.index_select(0, flat) : f;
+    };
+    return [w = flat_of(weight), m = flat_of(mask), a = flat_of(adv), o = flat_of(old), rf = flat_of(ref),
+            rl = flat_of(roll), &options](int64_t begin, const at::Tensor& lp, const at::Tensor&) {
+      const int64_t n = lp.size(0);
+      auto part = [&](const at::Tensor& t) { return t.defined() ? t.narrow(0, begin, n) : t; };
+      at::AutoGradMode grad_on(true);
+      const at::Tensor leaf = lp.detach().requires_grad_(true);
+      const at::Tensor wc = part(w), valid = part(m).ne(0), zero = at::zeros({}, wc.options());
+      auto pg = PerTokenPolicyLoss(o.defined() ? part(o) : lp.detach(), leaf, part(a), part(m), part(rl), options.loss);
+      TORCH_CHECK(pg.ok(), pg.status().ToString());
+      at::Tensor total = (at::where(valid, *pg, zero) * wc).sum();
+      if (options.use_kl_loss) {
+        auto kld = KlPenalty(leaf, part(rf), options.kl_loss_type);
+        TORCH_CHECK(kld.ok(), kld.status().ToString());
+        total = total + (at::where(valid, *kld, zero) * wc).sum() * options.kl_loss_coef;
+      }
+      return std::make_pair(torch::autograd::grad({total}, {leaf})[0],
+                            options.entropy_coeff != 0 ? wc * -options.entropy_coeff : at::Tensor());
+    };
+  };
+}
+
 }  // namespace
 
 at::Tensor FirstMiniBatchRows(int64_t N, int64_t mini_batch_size, bool shuffle, uint64_t seed) {
@@ -175,8 +211,7 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
       at::Tensor rollout_lp =
           options.loss.tis_imp_ratio_cap > 0 ? inputs.rollout_log_probs.index_select(0, idx) : at::Tensor();
       const AggNormalizer norm = GlobalAggNormalizer(mini.host_response_mask, options.reduce_sum);
-      // Per micro-batch, on the device: pg_loss, entropy, kl_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower.
-      std::vector<at::Tensor> figures;
+      DeviceFigures figures;  // per pass: pg_loss, entropy, kl_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower
       optimizer.ZeroGrad();
       GradAccumulator grads(params);  // the micro-batches' gradients summed in float32
       ASSIGN_OR_RETURN(std::vector<at::Tensor> micro_batches, SplitMicroBatches(mini, micro));
@@ -187,44 +222,14 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
         const SequenceBatch sub = SelectTrimmed(mini, rows);
         const int64_t r = sub.responses.size(1);
         const at::Tensor rows_on = UploadAsync(rows, device);
-        auto cut = [&](const at::Tensor& t) { return t.index_select(0, rows_on).narrow(1, 0, r); };
-        at::Tensor mask = sub.response_mask.to(at::kFloat);
-        // Fused: each token's loss gradient from its own log-prob, as backpropagating the loss below would give it: its
-        // policy-loss and KL terms differentiated where they stand, times the token's aggregation weight (the entropy
-        // term's gradient is that weight times -entropy_coeff). The own-old mini-batch's old log-probs are the
-        // forward's own.
+        auto cut = [&](const at::Tensor& t) { return t.defined() ? t.index_select(0, rows_on).narrow(1, 0, r) : t; };
+        const at::Tensor mask = sub.response_mask.to(at::kFloat);
+        const at::Tensor adv_c = cut(adv), ref_c = cut(ref_lp), roll_c = cut(rollout_lp);
+        at::Tensor old = cut(old_lp);
         std::optional<TokenLossGradFor> loss_grad;
         if (fused) {
           ASSIGN_OR_RETURN(const at::Tensor weight, AggWeights(mask, options.loss.loss_agg_mode, norm));
-          loss_grad = [&, weight](const at::Tensor& flat) -> TokenLossGrad {
-            auto flat_of = [&](const at::Tensor& t) {
-              const at::Tensor f = t.reshape({-1});
-              return flat.defined() ? f.index_select(0, flat) : f;
-            };
-            const at::Tensor w = flat_of(weight), m = flat_of(mask), a = flat_of(cut(adv));
-            const at::Tensor o = own_old ? at::Tensor() : flat_of(cut(old_lp));
-            const at::Tensor ref = options.use_kl_loss ? flat_of(cut(ref_lp)) : at::Tensor();
-            const at::Tensor roll = rollout_lp.defined() ? flat_of(cut(rollout_lp)) : at::Tensor();
-            return [w, m, a, o, ref, roll, &options](int64_t begin, const at::Tensor& lp_c,
-                                                     const at::Tensor&) -> std::pair<at::Tensor, at::Tensor> {
-              const int64_t n = lp_c.size(0);
-              auto part = [&](const at::Tensor& t) { return t.defined() ? t.narrow(0, begin, n) : t; };
-              at::AutoGradMode grad_on(true);
-              const at::Tensor leaf = lp_c.detach().requires_grad_(true);
-              const at::Tensor wc = part(w), valid = part(m).ne(0), zero = at::zeros({}, wc.options());
-              const at::Tensor old_c = o.defined() ? part(o) : lp_c.detach();
-              auto pg = PerTokenPolicyLoss(old_c, leaf, part(a), part(m), part(roll), options.loss);
-              TORCH_CHECK(pg.ok(), pg.status().ToString());
-              at::Tensor total = (at::where(valid, *pg, zero) * wc).sum();
-              if (options.use_kl_loss) {
-                auto kld = KlPenalty(leaf, part(ref), options.kl_loss_type);
-                TORCH_CHECK(kld.ok(), kld.status().ToString());
-                total = total + (at::where(valid, *kld, zero) * wc).sum() * options.kl_loss_coef;
-              }
-              at::Tensor g_lp = torch::autograd::grad({total}, {leaf})[0];
-              return {g_lp, options.entropy_coeff != 0 ? wc * -options.entropy_coeff : at::Tensor()};
-            };
-          };
+          loss_grad = FusedLossGrad(weight, mask, adv_c, own_old ? at::Tensor() : old, ref_c, roll_c, options);
         }
         const TokenLossGradFor* grad_for = loss_grad ? &*loss_grad : nullptr;
         LogProbResult lp = micro.packed ? ForwardLogProbsPacked(model, sub, options.temperature, /*with_entropy=*/true,
@@ -232,7 +237,6 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
                                         : ForwardLogProbs(model, sub, 0, sub.size(), options.temperature,
                                                           /*with_entropy=*/true, causal, grad_for);
         if (micro.packed) metrics.Add("perf/actor_packed_tokens", static_cast<double>(lp.packed_tokens));
-        at::Tensor old = cut(old_lp);
         if (own_old) {
           old = lp.log_probs.detach().to(at::kFloat) * mask;  // as ComputeLogProbsNoGrad stores them
           inputs.old_log_probs.index_copy_(0, idx.index_select(0, rows_on),
@@ -241,41 +245,30 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
         // Fused, the loss is computed for its figures only (its gradient went with the forward).
         std::optional<at::NoGradGuard> figures_only;
         if (fused) figures_only.emplace();
-        ASSIGN_OR_RETURN(
-            PolicyLossResult pl,
-            ComputePolicyLossByMode(old, lp.log_probs, cut(adv), mask,
-                                    rollout_lp.defined() ? cut(rollout_lp) : at::Tensor(), loss_options, norm));
+        ASSIGN_OR_RETURN(PolicyLossResult pl,
+                         ComputePolicyLossByMode(old, lp.log_probs, adv_c, mask, roll_c, loss_options, norm));
         ASSIGN_OR_RETURN(at::Tensor entropy_term, AggLossGlobal(lp.entropy, mask, options.loss.loss_agg_mode, norm));
         at::Tensor loss = pl.pg_loss - options.entropy_coeff * entropy_term;
         at::Tensor kl_term = at::zeros({}, pl.pg_loss.options());
         if (options.use_kl_loss) {
-          ASSIGN_OR_RETURN(at::Tensor kld, KlPenalty(lp.log_probs, cut(ref_lp), options.kl_loss_type));
+          ASSIGN_OR_RETURN(at::Tensor kld, KlPenalty(lp.log_probs, ref_c, options.kl_loss_type));
           ASSIGN_OR_RETURN(kl_term, AggLossGlobal(kld, mask, options.loss.loss_agg_mode, norm));
           loss = loss + kl_term * options.kl_loss_coef;
         }
         figures_only.reset();
         (fused ? lp.anchor : loss).backward();
         grads.Collect();
-        std::vector<at::Tensor> these;
-        for (const at::Tensor& t :
-             {pl.pg_loss, entropy_term, kl_term, pl.pg_clipfrac, pl.ppo_kl, pl.pg_clipfrac_lower}) {
-          these.push_back(t.detach().reshape({1}).to(at::kDouble));
-        }
-        figures.push_back(at::cat(these));
+        figures.Add({pl.pg_loss, entropy_term, kl_term, pl.pg_clipfrac, pl.ppo_kl, pl.pg_clipfrac_lower});
       }
       grads.Finish();
       double pg_loss = 0, entropy = 0, kl_loss = 0;
-      if (!figures.empty()) {
-        const at::Tensor f = OnHost(at::stack(figures)).contiguous();  // [micro-batches, 6]
-        const auto a = f.accessor<double, 2>();
-        for (int64_t i = 0; i < f.size(0); ++i) {
-          pg_loss += a[i][0];
-          entropy += a[i][1];
-          kl_loss += a[i][2];
-          metrics.Add("actor/pg_clipfrac", a[i][3]);
-          metrics.Add("actor/ppo_kl", a[i][4]);
-          metrics.Add("actor/pg_clipfrac_lower", a[i][5]);
-        }
+      for (const std::vector<double>& f : figures.ReadBack()) {
+        pg_loss += f[0];
+        entropy += f[1];
+        kl_loss += f[2];
+        metrics.Add("actor/pg_clipfrac", f[3]);
+        metrics.Add("actor/ppo_kl", f[4]);
+        metrics.Add("actor/pg_clipfrac_lower", f[5]);
       }
       if (!model.sharded()) ReduceGradients(params, options.reduce_sum);
       // Each rank holds its share of the mini-batch's (globally normalised) losses: the sum is the mini-batch's.

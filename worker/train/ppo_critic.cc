@@ -82,7 +82,7 @@ absl::StatusOr<std::map<std::string, double>> UpdateValue(ValueModel& model, Ada
       at::Tensor vold = old_values.index_select(0, idx);
       at::Tensor ret = returns.index_select(0, idx);
       const AggNormalizer norm = GlobalAggNormalizer(mini.host_response_mask.to(at::kFloat), options.reduce_sum);
-      std::vector<at::Tensor> figures;  // per micro-batch, on the device: vf_loss, vf_clipfrac, vpred_mean
+      DeviceFigures figures;  // per pass: vf_loss, vf_clipfrac, vpred_mean
       optimizer.ZeroGrad();
       GradAccumulator grads(params);  // the micro-batches' gradients summed in float32
       ASSIGN_OR_RETURN(std::vector<at::Tensor> micro_batches, SplitMicroBatches(mini, micro));
@@ -98,22 +98,14 @@ absl::StatusOr<std::map<std::string, double>> UpdateValue(ValueModel& model, Ada
                                                               options.loss_agg_mode, norm));
         vl.vf_loss.backward();
         grads.Collect();
-        std::vector<at::Tensor> these;
-        for (const at::Tensor& t : {vl.vf_loss, vl.vf_clipfrac, MaskedMean(vpreds.detach(), m)}) {
-          these.push_back(t.detach().reshape({1}).to(at::kDouble));
-        }
-        figures.push_back(at::cat(these));
+        figures.Add({vl.vf_loss, vl.vf_clipfrac, MaskedMean(vpreds.detach(), m)});
       }
       grads.Finish();
-      double vf_loss = 0;  // read back once per mini-batch
-      if (!figures.empty()) {
-        const at::Tensor f = OnHost(at::stack(figures)).contiguous();
-        const auto a = f.accessor<double, 2>();
-        for (int64_t i = 0; i < f.size(0); ++i) {
-          vf_loss += a[i][0];
-          metrics.Add("critic/vf_clipfrac", a[i][1]);
-          metrics.Add("critic/vpred_mean", a[i][2]);
-        }
+      double vf_loss = 0;
+      for (const std::vector<double>& f : figures.ReadBack()) {
+        vf_loss += f[0];
+        metrics.Add("critic/vf_clipfrac", f[1]);
+        metrics.Add("critic/vpred_mean", f[2]);
       }
       ReduceGradients(params, options.reduce_sum);
       if (options.reduce_sum)

@@ -28,8 +28,8 @@ RowSizes RowLengths(const SequenceBatch& b) {
   const int64_t R = b.responses.size(1);
   const int64_t P = b.input_ids.size(1) - R;
   // From the host copies, or computed on the device and read back once.
-  const at::Tensor& attention = b.has_host_copies() ? b.host_attention_mask : b.attention_mask;
-  const at::Tensor& response_mask = b.has_host_copies() ? b.host_response_mask : b.response_mask;
+  const at::Tensor& attention = b.plan_attention_mask();
+  const at::Tensor& response_mask = b.plan_response_mask();
   auto long_on = at::TensorOptions().dtype(at::kLong).device(attention.device());
   // Prompt columns from the first valid one (0 without any): P minus the padding columns before it.
   const at::Tensor prompt = P - LeadingPadding(attention.narrow(1, 0, P));
@@ -79,10 +79,8 @@ SequenceBatch SelectTrimmed(const SequenceBatch& b, const at::Tensor& idx) {
   const int64_t P = s.input_ids.size(1) - R;
   // The first prompt column any row uses, and one past the last response column any row uses (from the host copies,
   // else read back).
-  const at::Tensor& attention = s.has_host_copies() ? s.host_attention_mask : s.attention_mask;
-  const at::Tensor& response_mask = s.has_host_copies() ? s.host_response_mask : s.response_mask;
-  at::Tensor prompt_used = OnHost(attention.narrow(1, 0, P).any(0)).contiguous();
-  at::Tensor response_used = OnHost(response_mask.any(0)).contiguous();
+  at::Tensor prompt_used = OnHost(s.plan_attention_mask().narrow(1, 0, P).any(0)).contiguous();
+  at::Tensor response_used = OnHost(s.plan_response_mask().any(0)).contiguous();
   const bool* pu = prompt_used.data_ptr<bool>();
   const bool* ru = response_used.data_ptr<bool>();
   int64_t first = P;
@@ -151,9 +149,7 @@ absl::StatusOr<std::vector<at::Tensor>> SplitMicroBatches(const SequenceBatch& b
       // over the budget is cut (each part runs the prompt again). Largest units first, each into the current
       // micro-batch while the sum stays within the budget.
       const PromptGroups pg =
-          batch.has_host_copies()
-              ? GroupByPrompt(batch.host_input_ids, batch.host_attention_mask, batch.responses.size(1))
-              : GroupByPrompt(batch.input_ids, batch.attention_mask, batch.responses.size(1));
+          GroupByPrompt(batch.plan_input_ids(), batch.plan_attention_mask(), batch.responses.size(1));
       std::vector<std::vector<int64_t>> members(pg.count);
       for (int64_t b = 0; b < N; ++b) members[pg.group[b]].push_back(b);
       std::vector<std::pair<int64_t, std::vector<int64_t>>> units;
@@ -236,8 +232,7 @@ bool CausalPasses(const SequenceBatch& batch, bool packed) {
     const char* env = std::getenv("VERL_CAUSAL_PASSES");
     return env != nullptr && std::string(env) == "0";
   }();
-  return !packed && !masked_only &&
-         OneValidRun(batch.has_host_copies() ? batch.host_attention_mask : batch.attention_mask);
+  return !packed && !masked_only && OneValidRun(batch.plan_attention_mask());
 }
 
 }  // namespace verl

@@ -30,6 +30,10 @@ struct SequenceBatch {
   at::Tensor host_input_ids, host_attention_mask, host_response_mask;
   int64_t size() const { return input_ids.size(0); }
   bool has_host_copies() const { return host_attention_mask.defined(); }
+  // What planning reads: the host copies where the batch has them, else the tensors themselves (read back).
+  const at::Tensor& plan_input_ids() const { return has_host_copies() ? host_input_ids : input_ids; }
+  const at::Tensor& plan_attention_mask() const { return has_host_copies() ? host_attention_mask : attention_mask; }
+  const at::Tensor& plan_response_mask() const { return has_host_copies() ? host_response_mask : response_mask; }
 };
 
 // `b` with host copies (one read-back of the ids and masks; a CPU batch's are its own tensors). Kept if `b` has them.
