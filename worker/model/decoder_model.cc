@@ -22,6 +22,7 @@
 #include "worker/kernels/decode_attention.h"
 #include "worker/kernels/decode_attention_kernel.h"
 #include "worker/kernels/fused_ops.h"
+#include "worker/kernels/gather_rows.h"
 #endif
 
 namespace verl {
@@ -379,22 +380,36 @@ at::Tensor AdditiveMask(const at::Tensor& mask, at::ScalarType dtype) {
   return at::where(mask, at::scalar_tensor(0.0, opts), at::scalar_tensor(-inf, opts));
 }
 
-// Rows picked at distinct indices: y = x.index_select(0, index) with no index repeated, so the backward scatters the
-// gradient back with plain stores (index_select's own backward, index_add, adds atomically: in B3's update it took
-// 0.16 s for the shared prompts' attention rows).
+// The attention rows' movers of shared prompts (PackedAttention). On a GPU the zero-filled scatters and the repeated
+// rows' gradient sums are kernels of their own (kernels::GatherRowsOrZero, SumRows: one launch instead of a fill and an
+// index_copy_, and a deterministic sum instead of index_add_'s atomics); elsewhere ATen's ops.
+
+// rows [n, ...] zero but for rows[index[i]] = x[i]; `inverse` lists each row's i (-1 for none).
+at::Tensor ZeroRowsBut(const at::Tensor& x, const at::Tensor& index, const at::Tensor& inverse, int64_t n) {
+#ifdef VERL_WITH_CUDA
+  if (x.is_cuda()) return kernels::GatherRowsOrZero(x, inverse);
+#endif
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape[0] = n;
+  return at::zeros(shape, x.options()).index_copy_(0, index, x);
+}
+
+// Rows picked at distinct indices: y = x.index_select(0, index), no index repeated, so the backward puts the gradient
+// back with plain stores (index_select's own backward, index_add, adds atomically: in B3's update it took 0.16 s for
+// the shared prompts' attention rows). inverse[r]: the i with index[i] = r, -1 for none.
 class GatherDistinct : public torch::autograd::Function<GatherDistinct> {
  public:
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& index) {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& index,
+                            const at::Tensor& inverse) {
     ctx->saved_data["rows"] = x.size(0);
-    ctx->save_for_backward({index});
+    ctx->save_for_backward({index, inverse});
     return x.index_select(0, index);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad) {
-    const at::Tensor index = ctx->get_saved_variables()[0];
-    std::vector<int64_t> shape = grad[0].sizes().vec();
-    shape[0] = ctx->saved_data["rows"].toInt();
-    return {at::zeros(shape, grad[0].options()).index_copy_(0, index, grad[0]), at::Tensor()};
+    const auto saved = ctx->get_saved_variables();
+    return {ZeroRowsBut(grad[0].contiguous(), saved[0], saved[1], ctx->saved_data["rows"].toInt()), at::Tensor(),
+            at::Tensor()};
   }
 };
 
@@ -402,15 +417,40 @@ class GatherDistinct : public torch::autograd::Function<GatherDistinct> {
 class ScatterDistinct : public torch::autograd::Function<ScatterDistinct> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& index,
-                            int64_t rows) {
+                            const at::Tensor& inverse, int64_t rows) {
     ctx->save_for_backward({index});
-    std::vector<int64_t> shape = x.sizes().vec();
-    shape[0] = rows;
-    return at::zeros(shape, x.options()).index_copy_(0, index, x);
+    return ZeroRowsBut(x, index, inverse, rows);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad) {
-    return {grad[0].index_select(0, ctx->get_saved_variables()[0]), at::Tensor(), at::Tensor()};
+    return {grad[0].index_select(0, ctx->get_saved_variables()[0]), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+// Rows picked with repeats: y = x.index_select(0, index) (a prompt's keys and values in every row holding it); the
+// backward sums each row's gradients, x's row t from the positions positions[offsets[t] .. offsets[t + 1]).
+class GatherRepeated : public torch::autograd::Function<GatherRepeated> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& index,
+                            const at::Tensor& offsets, const at::Tensor& positions) {
+    ctx->saved_data["rows"] = x.size(0);
+    ctx->save_for_backward({index, offsets, positions});
+    return x.index_select(0, index);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor g = grad[0].contiguous();
+    at::Tensor dx;
+#ifdef VERL_WITH_CUDA
+    if (g.is_cuda()) dx = kernels::SumRows(g, saved[1], saved[2]);
+#endif
+    if (!dx.defined()) {
+      std::vector<int64_t> shape = g.sizes().vec();
+      shape[0] = ctx->saved_data["rows"].toInt();
+      dx = at::zeros(shape, g.options()).index_add_(0, saved[0], g);
+    }
+    return {dx, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -424,14 +464,18 @@ at::Tensor PackedAttention(const at::Tensor& q, const at::Tensor& k, const at::T
   if (packed.row_index.defined()) {
     // Shared prompts: causal attention over the gathered rows (PackedSequences::row_index), then each token's output
     // from its row. Keys and values: every row gathers its tokens', so gradients reach a prompt's from every row that
-    // holds it (index_select's backward sums them; two KV heads here against the queries' 14). Queries: each token's
+    // holds it (GatherRepeated's backward sums them; two KV heads here against the queries' 14). Queries: each token's
     // only at the position its output is taken from (distinct positions, plain stores both ways); the prompt's
     // positions in its other rows hold zeros, whose outputs are not taken.
     const int64_t heads = q.size(1), D = q.size(3), flat = packed.row_index.size(0);
     auto tokens_first = [](const at::Tensor& t) { return t.squeeze(0).transpose(0, 1); };  // [T, h, D]
-    const at::Tensor q_rows = ScatterDistinct::apply(tokens_first(q).contiguous(), packed.row_output, flat);
-    const at::Tensor k_rows = tokens_first(k).index_select(0, packed.row_index);
-    const at::Tensor v_rows = tokens_first(v).index_select(0, packed.row_index);
+    const at::Tensor q_rows =
+        ScatterDistinct::apply(tokens_first(q).contiguous(), packed.row_output, packed.row_source, flat);
+    auto repeated = [&](const at::Tensor& t) {
+      return GatherRepeated::apply(tokens_first(t), packed.row_index, packed.key_offsets, packed.key_positions);
+    };
+    const at::Tensor k_rows = repeated(k);
+    const at::Tensor v_rows = repeated(v);
     std::vector<at::Tensor> outs;
     int64_t at = 0;
     for (const auto& [n, len] : packed.row_buckets) {
@@ -445,7 +489,7 @@ at::Tensor PackedAttention(const at::Tensor& q, const at::Tensor& k, const at::T
       at += n * len;
     }
     const at::Tensor o_flat = outs.size() == 1 ? outs.front() : at::cat(outs, 0);
-    return GatherDistinct::apply(o_flat, packed.row_output).transpose(0, 1).unsqueeze(0);
+    return GatherDistinct::apply(o_flat, packed.row_output, packed.row_source).transpose(0, 1).unsqueeze(0);
   }
   if (PackedAttentionIsFlash(q.device(), q.scalar_type())) {
     // [1, heads, T, hd] -> [T, heads, hd]
@@ -600,8 +644,19 @@ PackedBatch PackSharedPrompts(const at::Tensor& input_ids, const HostCopies& h) 
   out.input_ids = input_ids.reshape({-1}).index_select(0, LongsOn(source, device)).unsqueeze(0);
   out.position_ids = LongsOn(positions, device).unsqueeze(0);
   out.sequences = PackLengths(lengths, device);
+  // The inverse maps (PackedSequences::row_source, key_offsets, key_positions).
+  std::vector<int64_t> row_source(row_index.size(), -1), key_offsets(source.size() + 1, 0),
+      key_positions(row_index.size());
+  for (size_t t = 0; t < row_output.size(); ++t) row_source[row_output[t]] = static_cast<int64_t>(t);
+  for (int64_t t : row_index) ++key_offsets[t + 1];
+  for (size_t t = 0; t < source.size(); ++t) key_offsets[t + 1] += key_offsets[t];
+  std::vector<int64_t> filled(key_offsets.begin(), key_offsets.end() - 1);
+  for (size_t i = 0; i < row_index.size(); ++i) key_positions[filled[row_index[i]]++] = static_cast<int64_t>(i);
   out.sequences.row_index = LongsOn(row_index, device);
   out.sequences.row_output = LongsOn(row_output, device);
+  out.sequences.row_source = LongsOn(row_source, device);
+  out.sequences.key_offsets = LongsOn(key_offsets, device);
+  out.sequences.key_positions = LongsOn(key_positions, device);
   out.sequences.row_buckets = buckets;
   out.predicting = LongsOn(predicting, device);
   return out;

@@ -77,6 +77,13 @@ struct PackedSequences {
   int64_t max_len = 0;
   at::Tensor row_index;   // int64 on the model's device, or undefined: each sequence attends to itself only
   at::Tensor row_output;  // int64 [T] on the model's device: positions in row_index
+  // The same maps the other way, for the attention rows' movers on a GPU (kernels::GatherRowsOrZero, SumRows):
+  // row_source [row_index's size]: the packed token whose query and output sit at each position (row_output's
+  // inverse), -1 at the others; key_offsets [T + 1] and key_positions [row_index's size]: for packed token t, the
+  // positions key_positions[key_offsets[t] .. key_offsets[t + 1]) whose row_index is t, ascending.
+  at::Tensor row_source;
+  at::Tensor key_offsets;
+  at::Tensor key_positions;
   std::vector<std::pair<int64_t, int64_t>> row_buckets;  // (rows, row length), in row_index's order
 };
 

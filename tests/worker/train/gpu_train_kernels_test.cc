@@ -2,7 +2,8 @@
 // token log-prob / entropy kernels inside ChunkedLogProbs (values and gradients), and a whole decoder's training
 // forward and backward on the GPU (all of them together, with and without gradient checkpointing) against the CPU, and
 // the no-grad log-prob passes (residual adds fused into the norms) against the forward with gradients, bit for bit,
-// and packed passes with shared prompts (use_prefix_grouper) against the CPU's float32 padded pass.
+// and packed passes with shared prompts (use_prefix_grouper, and the row movers behind them) against the CPU's float32
+// padded pass.
 // Tagged [gpu]: each case skips with a warning where the build has no CUDA or no GPU is visible.
 
 #include <torch/csrc/autograd/autograd.h>
@@ -24,6 +25,7 @@
 #include "worker/train/ppo_actor.h"
 #ifdef VERL_WITH_CUDA
 #include "worker/kernels/fused_ops.h"
+#include "worker/kernels/gather_rows.h"
 #include "worker/kernels/log_probs.h"
 #endif
 
@@ -402,6 +404,66 @@ TEST_CASE("an update on the GPU with the LM head's gradients formed in the forwa
     CHECK(fused_m.at("actor/kl_loss") == Approx(plain_m.at("actor/kl_loss")).margin(1e-6));
     CHECK(fused_m.at("actor/grad_norm") == Approx(plain_m.at("actor/grad_norm")).epsilon(1e-3));
   }
+}
+
+TEST_CASE("the shared-prompt row movers give index_copy_'s rows and index_add_'s sums", "[worker][train][gpu]") {
+  if (SkipWithoutGpu()) return;
+#ifdef VERL_WITH_CUDA
+  at::manual_seed(3);
+  // Rows of 32 bytes and more (16-byte copies), of 6 and 20 bytes (2- and 4-byte ones), and a strided input.
+  const std::vector<std::pair<at::ScalarType, std::vector<int64_t>>> shapes = {
+      {at::kBFloat16, {37, 2, 8}}, {at::kHalf, {37, 3}}, {at::kFloat, {37, 5}}, {at::kBFloat16, {37, 14, 64}}};
+  for (const auto& [dtype, shape] : shapes) {
+    INFO(c10::toString(dtype) << " " << at::IntArrayRef(shape));
+    const at::Tensor x = at::randn(shape, at::kFloat).to(dtype);
+    const int64_t S = shape[0], R = 53;
+    // Each of x's rows at most once, in a shuffled order, among -1s: GatherRowsOrZero against a zero fill and
+    // index_copy_.
+    const at::Tensor perm = at::randperm(R, at::kLong);
+    at::Tensor inverse = at::full({R}, -1, at::kLong);
+    const at::Tensor used = perm.narrow(0, 0, S);
+    inverse.index_copy_(0, used, at::arange(S, at::kLong));
+    std::vector<int64_t> out_shape = shape;
+    out_shape[0] = R;
+    const at::Tensor want = at::zeros(out_shape, x.options()).index_copy_(0, used, x);
+    const at::Tensor got = kernels::GatherRowsOrZero(x.cuda(), inverse.cuda()).cpu();
+    CHECK(got.sizes() == want.sizes());
+    CHECK(at::equal(got, want));
+    // A transposed (non-contiguous) input gives its values too.
+    if (shape.size() == 3) {
+      const at::Tensor xt = x.transpose(1, 2).contiguous().transpose(1, 2);
+      CHECK(at::equal(kernels::GatherRowsOrZero(xt.cuda(), inverse.cuda()).cpu(), want));
+    }
+    // SumRows: each of R positions names a row of x (repeats and rows named by none), summed per x's row in float32 in
+    // the positions' order and rounded once: exactly a float32 loop's values.
+    const at::Tensor index = at::randint(0, S - 3, {R}, at::kLong);  // rows S-3.. get nothing: zeros
+    const at::Tensor g = at::randn(out_shape, at::kFloat).to(dtype);
+    std::vector<int64_t> offsets(S + 1, 0), positions;
+    const int64_t* ix = index.data_ptr<int64_t>();
+    for (int64_t s = 0; s < S; ++s) {
+      for (int64_t i = 0; i < R; ++i) {
+        if (ix[i] == s) positions.push_back(i);
+      }
+      offsets[s + 1] = static_cast<int64_t>(positions.size());
+    }
+    const int64_t width = g.numel() / R;
+    const at::Tensor gf = g.to(at::kFloat).contiguous().view({R, width});
+    at::Tensor loop = at::zeros({S, width}, at::kFloat);
+    for (int64_t s = 0; s < S; ++s) {
+      for (int64_t j = offsets[s]; j < offsets[s + 1]; ++j) loop[s] += gf[positions[j]];  // float32 adds in order
+    }
+    std::vector<int64_t> sum_shape = shape;
+    const at::Tensor sums =
+        kernels::SumRows(g.cuda(), at::tensor(offsets, at::kLong).cuda(), at::tensor(positions, at::kLong).cuda())
+            .cpu();
+    CHECK(sums.sizes() == at::IntArrayRef(sum_shape));
+    CHECK(at::equal(sums, loop.to(dtype).view(sum_shape)));
+    CHECK(sums.narrow(0, S - 3, 3).abs().sum().item<double>() == 0.0);
+    // index_add_ into zeros (index_select's backward), to its atomics' rounding.
+    const at::Tensor added = at::zeros(sum_shape, at::kFloat).index_add_(0, index, g.to(at::kFloat));
+    CHECK(MaxAbsDiff(sums.to(at::kFloat), added) <= 4 * Ulp(dtype) * (1 + MaxAbs(added)));
+  }
+#endif
 }
 
 TEST_CASE("AddTransposedMatmulFloat adds a^T b to a float32 matrix in place", "[worker][train][gpu]") {

@@ -419,6 +419,29 @@ TEST_CASE("Shared prompts (use_prefix_grouper) run each prompt once, with the pa
   REQUIRE(shared.sequences.row_index.narrow(0, 30, 8).equal(at::tensor({0, 1, 2, 8, 9, 10, 11, 11}, at::kLong)));
   REQUIRE(shared.sequences.row_output[1].item<int64_t>() == 22 + 1);      // A's prompt from its first row (row 0's)
   REQUIRE(shared.sequences.row_output[8].item<int64_t>() == 30 + 3);      // row 2's first response token
+  {
+    // The maps the other way (the GPU's row movers): row_source inverts row_output (-1 at the positions no token's
+    // output is taken from), key_positions lists each token's positions in row_index, ascending.
+    const at::Tensor index = shared.sequences.row_index, output = shared.sequences.row_output;
+    const at::Tensor source = shared.sequences.row_source, offsets = shared.sequences.key_offsets,
+                     positions = shared.sequences.key_positions;
+    const int64_t T = shared.input_ids.size(1), flat = index.numel();
+    REQUIRE(source.numel() == flat);
+    REQUIRE(offsets.numel() == T + 1);
+    REQUIRE(positions.numel() == flat);
+    REQUIRE(source.index_select(0, output).equal(at::arange(T, at::kLong)));
+    REQUIRE((source >= 0).sum().item<int64_t>() == T);
+    REQUIRE(source[22].item<int64_t>() == 0);   // A's first prompt token from its first row
+    REQUIRE(source[30].item<int64_t>() == -1);  // A's prompt in row 2's row: not taken from there
+    REQUIRE(offsets[T].item<int64_t>() == flat);
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t a = offsets[t].item<int64_t>(), e = offsets[t + 1].item<int64_t>();
+      const at::Tensor mine = at::nonzero(index == t).view(-1);
+      CAPTURE(t);
+      REQUIRE(positions.narrow(0, a, e - a).equal(mine));
+    }
+    REQUIRE(offsets[1].item<int64_t>() - offsets[0].item<int64_t>() == 3);  // A's first token: in rows 0, 2 and 5
+  }
   REQUIRE(shared.position_ids.narrow(1, 0, 13).equal(
       at::tensor({0, 1, 2, 3, 4, 5, 6, 7, 3, 4, 5, 6, 3}, at::kLong).unsqueeze(0)));
   // Targets in row order: row 1's first response token (target 5) is predicted by B's last prompt token (B follows
