@@ -7,6 +7,8 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <limits>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "worker/kernels/aten_dtype.h"
@@ -35,13 +37,22 @@ KernelDtype DtypeOf(const at::Tensor& t) {
 // A gradient in the forward input's dtype and contiguous (what the backward kernels read).
 at::Tensor DenseGrad(const at::Tensor& g, const at::Tensor& like) { return g.to(like.scalar_type()).contiguous(); }
 
-at::Tensor RmsNormForward(const at::Tensor& x, const at::Tensor& weight, double eps, at::Tensor* rstd) {
+// RMSNorm of x (of x + residual where residual is defined, the sum stored in *sum), rstd kept where asked for.
+at::Tensor RmsNormForward(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight, double eps,
+                          at::Tensor* sum, at::Tensor* rstd) {
   TORCH_CHECK(RmsNormSupported(x, weight), "fused RmsNorm: unsupported input ", x.sizes(), " ", x.scalar_type());
+  TORCH_CHECK(!residual.defined() || AddRmsNormSupported(x, residual, weight), "fused AddRmsNorm: unsupported input ",
+              x.sizes(), " ", x.scalar_type(), " and residual ", residual.sizes(), " ", residual.scalar_type());
   const c10::cuda::CUDAGuard guard(x.device());
   at::Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
   RmsNormArgs a;
   a.dtype = DtypeOf(x);
   a.x = x.data_ptr();
+  if (residual.defined()) {
+    *sum = at::empty_like(x, at::MemoryFormat::Contiguous);
+    a.residual = residual.data_ptr();
+    a.sum_out = sum->data_ptr();
+  }
   a.weight = weight.data_ptr();
   a.y = y.data_ptr();
   a.hidden = static_cast<int>(x.size(-1));
@@ -55,42 +66,80 @@ at::Tensor RmsNormForward(const at::Tensor& x, const at::Tensor& weight, double 
   return y;
 }
 
+// RMSNorm's backward for the normed tensor x (saved with weight and rstd): x's gradient where need_dx (plus dx_add
+// where defined: x's gradient from its other uses), weight's where need_dw.
+std::pair<at::Tensor, at::Tensor> RmsNormBackward(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& rstd,
+                                                  const at::Tensor& grad_y, const at::Tensor& dx_add, bool need_dx,
+                                                  bool need_dw) {
+  const at::Tensor dy = DenseGrad(grad_y, x);
+  const at::Tensor add = dx_add.defined() ? DenseGrad(dx_add, x) : at::Tensor();
+  const c10::cuda::CUDAGuard guard(x.device());
+  RmsNormBackwardArgs a;
+  a.dtype = DtypeOf(x);
+  a.x = x.data_ptr();
+  a.weight = weight.data_ptr();
+  a.rstd = rstd.data_ptr<float>();
+  a.dy = dy.data_ptr();
+  a.hidden = static_cast<int>(x.size(-1));
+  a.rows = x.numel() / x.size(-1);
+  at::Tensor dx, partial;
+  if (need_dx) {
+    dx = at::empty_like(x, at::MemoryFormat::Contiguous);
+    a.dx = dx.data_ptr();
+    if (add.defined()) a.dx_add = add.data_ptr();
+  }
+  if (need_dw) {
+    // Zeros: no rows (an empty batch) launch nothing, and the weight's gradient is then 0.
+    partial = at::zeros({RmsNormBackwardChunks(a.rows), a.hidden}, x.options().dtype(at::kFloat));
+    a.dweight_partial = partial.data_ptr<float>();
+  }
+  C10_CUDA_CHECK(LaunchRmsNormBackward(a, c10::cuda::getCurrentCUDAStream()));
+  return {dx, partial.defined() ? partial.sum(0).to(weight.scalar_type()) : at::Tensor()};
+}
+
 class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight, double eps) {
     at::Tensor rstd;
-    at::Tensor y = RmsNormForward(x, weight, eps, &rstd);
+    at::Tensor y = RmsNormForward(x, at::Tensor(), weight, eps, nullptr, &rstd);
     ctx->save_for_backward({x, weight, rstd});
     return y;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
-    const at::Tensor& x = saved[0];
-    const at::Tensor& weight = saved[1];
-    const at::Tensor& rstd = saved[2];
-    const at::Tensor dy = DenseGrad(grads[0], x);
-    const c10::cuda::CUDAGuard guard(x.device());
-    RmsNormBackwardArgs a;
-    a.dtype = DtypeOf(x);
-    a.x = x.data_ptr();
-    a.weight = weight.data_ptr();
-    a.rstd = rstd.data_ptr<float>();
-    a.dy = dy.data_ptr();
-    a.hidden = static_cast<int>(x.size(-1));
-    a.rows = x.numel() / x.size(-1);
-    at::Tensor dx, partial;
-    if (ctx->needs_input_grad(0)) {
-      dx = at::empty_like(x, at::MemoryFormat::Contiguous);
-      a.dx = dx.data_ptr();
-    }
-    if (ctx->needs_input_grad(1)) {
-      // Zeros: no rows (an empty batch) launch nothing, and the weight's gradient is then 0.
-      partial = at::zeros({RmsNormBackwardChunks(a.rows), a.hidden}, x.options().dtype(at::kFloat));
-      a.dweight_partial = partial.data_ptr<float>();
-    }
-    C10_CUDA_CHECK(LaunchRmsNormBackward(a, c10::cuda::getCurrentCUDAStream()));
-    at::Tensor dw = partial.defined() ? partial.sum(0).to(weight.scalar_type()) : at::Tensor();
+    auto [dx, dw] = RmsNormBackward(saved[0], saved[1], saved[2], grads[0], at::Tensor(), ctx->needs_input_grad(0),
+                                    ctx->needs_input_grad(1));
     return {dx, dw, at::Tensor()};
+  }
+};
+
+// (y, sum) = (RmsNorm(x + residual), x + residual) with gradients: one kernel each way. The sum's gradient from its
+// other uses (the residual stream's) is added inside the norm's backward kernel, rounded as autograd adds it, and is
+// x's and residual's gradient both.
+class AddRmsNormFunction : public torch::autograd::Function<AddRmsNormFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& residual,
+                               const at::Tensor& weight, double eps) {
+    at::Tensor rstd, sum;
+    at::Tensor y = RmsNormForward(x, residual, weight, eps, &sum, &rstd);
+    ctx->save_for_backward({sum, weight, rstd});
+    return {y, sum};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor& sum = saved[0];
+    const bool need_dx = ctx->needs_input_grad(0) || ctx->needs_input_grad(1);
+    at::Tensor dx, dw;
+    if (grads[0].defined()) {
+      std::tie(dx, dw) =
+          RmsNormBackward(sum, saved[1], saved[2], grads[0], grads[1], need_dx, ctx->needs_input_grad(2));
+    } else {  // y unused: the sum's own gradient passes through, the weight gets none
+      dx = grads[1].defined() || !need_dx ? grads[1] : at::zeros_like(sum);
+      if (ctx->needs_input_grad(2)) dw = at::zeros_like(saved[1]);
+    }
+    if (need_dx && !dx.defined()) dx = at::zeros_like(sum);
+    return {ctx->needs_input_grad(0) ? dx : at::Tensor(), ctx->needs_input_grad(1) ? dx : at::Tensor(), dw,
+            at::Tensor()};
   }
 };
 
@@ -212,7 +261,7 @@ bool RmsNormSupported(const at::Tensor& x, const at::Tensor& weight) {
 }
 
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  if (!NeedsGrad({&x, &weight})) return RmsNormForward(x, weight, eps, nullptr);
+  if (!NeedsGrad({&x, &weight})) return RmsNormForward(x, at::Tensor(), weight, eps, nullptr, nullptr);
   return RmsNormFunction::apply(x, weight, eps);
 }
 
@@ -335,22 +384,10 @@ at::Tensor AddRmsNorm(const at::Tensor& x, const at::Tensor& residual, const at:
                       at::Tensor* sum) {
   TORCH_CHECK(AddRmsNormSupported(x, residual, weight), "fused AddRmsNorm: unsupported input ", x.sizes(), " ",
               x.scalar_type(), " and residual ", residual.sizes(), " ", residual.scalar_type());
-  TORCH_CHECK(!NeedsGrad({&x, &residual, &weight}), "fused AddRmsNorm: inputs that need a gradient");
-  const c10::cuda::CUDAGuard guard(x.device());
-  at::Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
-  *sum = at::empty_like(x, at::MemoryFormat::Contiguous);
-  RmsNormArgs a;
-  a.dtype = DtypeOf(x);
-  a.x = x.data_ptr();
-  a.residual = residual.data_ptr();
-  a.sum_out = sum->data_ptr();
-  a.weight = weight.data_ptr();
-  a.y = y.data_ptr();
-  a.hidden = static_cast<int>(x.size(-1));
-  a.rows = x.numel() / x.size(-1);
-  a.eps = static_cast<float>(eps);
-  C10_CUDA_CHECK(LaunchRmsNorm(a, c10::cuda::getCurrentCUDAStream()));
-  return y;
+  if (!NeedsGrad({&x, &residual, &weight})) return RmsNormForward(x, residual, weight, eps, sum, nullptr);
+  const variable_list out = AddRmsNormFunction::apply(x, residual, weight, eps);
+  *sum = out[1];
+  return out[0];
 }
 
 bool SwiGluStackedSupported(const at::Tensor& gate_up) {

@@ -215,8 +215,10 @@ __global__ void __launch_bounds__(kNormThreads) RmsNormInputGradKernel(const Rms
   const T* w = static_cast<const T*>(a.weight);
   const T* dy = static_cast<const T*>(a.dy) + row * a.hidden;
   T* dx = static_cast<T*>(a.dx) + row * a.hidden;
+  const T* add = a.dx_add != nullptr ? static_cast<const T*>(a.dx_add) + row * a.hidden : nullptr;
   const float r = a.rstd[row];
-  const bool x_vec = Aligned16(x), w_vec = Aligned16(w), dy_vec = Aligned16(dy), dx_vec = Aligned16(dx);
+  const bool x_vec = Aligned16(x), w_vec = Aligned16(w), dy_vec = Aligned16(dy), dx_vec = Aligned16(dx),
+             add_vec = add != nullptr && Aligned16(add);
   float dot = 0.f;  // sum(g * x), g = dy * weight
   WarpRow<T, kVec>(a.hidden, lane, [&](int i, auto n) {
     float xv[n.value], wv[n.value], gv[n.value];
@@ -236,6 +238,11 @@ __global__ void __launch_bounds__(kNormThreads) RmsNormInputGradKernel(const Rms
     LoadAt<T>(dy + i, dy_vec, gv);
 #pragma unroll
     for (int j = 0; j < n.value; ++j) xv[j] = r * gv[j] * wv[j] - xv[j] * c;
+    if (add != nullptr) {
+      LoadAt<T>(add + i, add_vec, gv);
+#pragma unroll
+      for (int j = 0; j < n.value; ++j) xv[j] = __fadd_rn(Round<T>(xv[j]), gv[j]);
+    }
     StoreAt<T>(dx + i, dx_vec, xv);
   });
 }

@@ -44,10 +44,11 @@ at::Tensor RopeAppendNormed(const at::Tensor& q, const at::Tensor& k, const at::
                             const at::Tensor& sin, const at::Tensor& k_cache, const at::Tensor& v_cache,
                             const at::Tensor& rows, const at::Tensor& norm_x, double eps, const at::Tensor& bias);
 
-// Decoding's fused forms (inference only: no gradients). x and residual of one shape, contiguous; weight as RmsNorm's.
+// x and residual of one shape, contiguous; weight as RmsNorm's.
 bool AddRmsNormSupported(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight);
 // RmsNorm(x + residual) with *sum = x + residual (rounded as ATen's add): one kernel for the add and the norm, the
-// same values bit for bit.
+// same values bit for bit. Differentiable: one kernel for the norm's backward and the add of the sum's gradient from
+// its other uses (rounded as autograd sums the two), which is x's and residual's gradient.
 at::Tensor AddRmsNorm(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight, double eps,
                       at::Tensor* sum);
 // gate_up [..., 2I] contiguous: the output of one GEMM over the stacked gate and up projections.

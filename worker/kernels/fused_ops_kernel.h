@@ -39,6 +39,9 @@ struct RmsNormBackwardArgs {
   const float* rstd = nullptr;       // [rows], from the forward
   const void* dy = nullptr;          // [rows, hidden], contiguous
   void* dx = nullptr;                // [rows, hidden], contiguous; null: no input gradient
+  // [rows, hidden], contiguous, or null: added to dx (the normed tensor's gradient from its other uses, e.g. the
+  // residual stream's), rounded as autograd's sum of the two: dx = to_dtype(to_dtype(dx) + dx_add).
+  const void* dx_add = nullptr;
   float* dweight_partial = nullptr;  // null: no weight gradient
   int64_t rows = 0;
   int hidden = 0;

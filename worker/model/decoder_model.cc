@@ -744,10 +744,9 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
   // with the input norm folded, the MLP's in the down GEMM. Every pass runs q/k/v and gate/up as one GEMM each
   // (StackedLinear).
   const bool decode_step = T == 1 && cache && cache->slot_len.defined() && c10::InferenceMode::is_enabled();
-  // Without gradients (decoding, the prefill, the trainer's log-prob passes) a residual add and the RMSNorm after it
-  // are one kernel (kernels::AddRmsNorm: the add's rounding, the same bits as the two ops the forward with gradients
-  // runs).
-  [[maybe_unused]] const bool fuse_adds = !at::GradMode::is_enabled();  // decode_step too (inference mode)
+  // A residual add and the RMSNorm after it are one kernel on a GPU (kernels::AddRmsNorm: the add's rounding, the same
+  // bits as the two ops; differentiable, its backward adds the residual stream's gradient in the norm's kernel): the
+  // post-attention norm's here, and the layer's last add where the caller defers it to the next norm (`pending`).
   // The input norm folded into the q/k/v projection (KvCache::qkv_folded): no norm kernel, the projection reads h_in.
   const bool folded = decode_step && !cache->qkv_folded.empty();
   at::Tensor h_layer = h_in;  // the layer's input: h_in, plus the previous layer's MLP output where that was deferred
@@ -869,7 +868,7 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
   const at::Tensor o = at::linear(attn, L.o_w, L.o_b);
   at::Tensor h;
 #ifdef VERL_WITH_CUDA
-  if (fuse_adds && kernels::AddRmsNormSupported(h_layer, o, L.post_norm)) {
+  if (kernels::AddRmsNormSupported(h_layer, o, L.post_norm)) {
     x = kernels::AddRmsNorm(h_layer, o, L.post_norm, config_.rms_norm_eps, &h);  // the two lines below in one kernel
   }
 #endif
@@ -901,7 +900,7 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
   const at::Tensor mlp = at::linear(act, L.down_w);
 #ifdef VERL_WITH_CUDA
   // The next norm (the next layer's input norm, or the final one) has this layer's norms' shape and dtype.
-  if (pending && fuse_adds && kernels::AddRmsNormSupported(h, mlp, L.input_norm)) {
+  if (pending && kernels::AddRmsNormSupported(h, mlp, L.input_norm)) {
     *pending = mlp;
     return h;
   }
@@ -1023,9 +1022,10 @@ at::Tensor DecoderModel::ForwardImpl(const at::Tensor& input_ids, const at::Tens
             .view({-1});
   }
   const bool checkpoint = gradient_checkpointing_ && cache == nullptr && at::GradMode::is_enabled();
-  // Without gradients (LayerForward's fuse_adds) each layer's last residual add is left to the next RMSNorm's kernel.
+  // Each layer's last residual add is left to the next RMSNorm's kernel (LayerForward's `pending`), but across
+  // checkpointed layers, each of which returns its whole output.
   at::Tensor pending;
-  at::Tensor* defer = at::GradMode::is_enabled() ? nullptr : &pending;
+  at::Tensor* defer = checkpoint ? nullptr : &pending;
   for (size_t i = 0; i < layers_.size(); ++i) {
     h = checkpoint ? CheckpointedLayer(i, h, cos, sin, mask, packed, causal)
                    : LayerForward(layers_[i], h, cos, sin, mask, cache, i, packed, defer, causal);

@@ -131,6 +131,50 @@ TEST_CASE("fused RMSNorm gives the ATen composition's values and gradients", "[w
 #endif
 }
 
+TEST_CASE("fused AddRmsNorm with gradients gives the add and the norm's values and gradients, bit for bit",
+          "[worker][train][gpu]") {
+  if (SkipWithoutGpu()) return;
+#ifdef VERL_WITH_CUDA
+  at::manual_seed(4);
+  for (at::ScalarType dtype : kDtypes) {
+    INFO(c10::toString(dtype));
+    const auto opts = at::TensorOptions().dtype(dtype).device(at::kCUDA);
+    for (int64_t hidden : {896, 40}) {  // 16-byte vectors, and rows that take single elements
+      CAPTURE(hidden);
+      const at::Tensor x0 = at::randn({3, 5, hidden}, opts), r0 = at::randn({3, 5, hidden}, opts);
+      const at::Tensor w0 = (1 + 0.1 * at::randn({hidden}, at::kFloat)).to(opts);
+      // The residual stream's gradient (the sum's other use) and the norm's.
+      const at::Tensor g_y = at::randn({3, 5, hidden}, opts), g_sum = at::randn({3, 5, hidden}, opts);
+      for (bool sum_used : {true, false}) {
+        CAPTURE(sum_used);
+        auto run = [&](bool fused) {
+          const at::Tensor x = x0.clone().requires_grad_(true), r = r0.clone().requires_grad_(true),
+                           w = w0.clone().requires_grad_(true);
+          at::Tensor sum, y;
+          if (fused) {
+            y = kernels::AddRmsNorm(x, r, w, 1e-6, &sum);
+          } else {
+            sum = x + r;
+            y = kernels::RmsNorm(sum, w, 1e-6);
+          }
+          const at::Tensor loss = (y * g_y).sum() + (sum_used ? (sum * g_sum).sum() : at::zeros({}, opts));
+          std::vector<at::Tensor> g = Grads(loss, at::ones({}, opts), {x, r, w});
+          g.insert(g.begin(), {y.detach(), sum.detach()});
+          return g;
+        };
+        const std::vector<at::Tensor> fused = run(true), plain = run(false);
+        const char* names[] = {"y", "sum", "dx", "dresidual", "dweight"};
+        for (size_t i = 0; i < fused.size(); ++i) {
+          INFO(names[i]);
+          REQUIRE(fused[i].defined());
+          CHECK(at::equal(fused[i], plain[i]));
+        }
+      }
+    }
+  }
+#endif
+}
+
 TEST_CASE("fused RoPE gives the ATen composition's values and gradients", "[worker][train][gpu]") {
   if (SkipWithoutGpu()) return;
 #ifdef VERL_WITH_CUDA
