@@ -191,21 +191,19 @@ void GradAccumulator::Finish() {
 
 double ClipGradNorm(const std::vector<at::Tensor>& params, double max_norm, const ReduceSumFn& sum_over_shards) {
   at::NoGradGuard no_grad;
-  // Summed on the gradients' device, one host sync at the end.
-  std::vector<at::Tensor> squares;
+  // Each gradient's L2 norm (ATen's multi-tensor kernel on a GPU: a few launches for all of them, as
+  // torch.nn.utils.clip_grad_norm_ does), their squares summed in float64 on the gradients' device, one host sync.
+  std::vector<at::Tensor> grads;
   for (const at::Tensor& p : params) {
-    if (p.grad().defined()) squares.push_back(p.grad().to(at::kDouble).square().sum());
+    if (p.grad().defined()) grads.push_back(p.grad());
   }
-  at::Tensor total = squares.empty() ? at::zeros({}, at::kDouble) : at::stack(squares).sum();
+  at::Tensor total = grads.empty() ? at::zeros({}, at::kDouble)
+                                   : at::stack(at::_foreach_norm(grads, 2, at::kFloat)).to(at::kDouble).square().sum();
   if (sum_over_shards) total = sum_over_shards(total.reshape({1}));
   const double norm = std::sqrt(total.sum().item<double>());
   if (!std::isfinite(norm)) return norm;
   const double coef = max_norm / (norm + 1e-6);
-  if (coef < 1.0) {
-    for (const at::Tensor& p : params) {
-      if (p.grad().defined()) p.grad().mul_(coef);
-    }
-  }
+  if (coef < 1.0 && !grads.empty()) at::_foreach_mul_(grads, coef);
   return norm;
 }
 
