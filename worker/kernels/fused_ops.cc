@@ -123,6 +123,9 @@ class AddRmsNormFunction : public torch::autograd::Function<AddRmsNormFunction> 
     at::Tensor rstd, sum;
     at::Tensor y = RmsNormForward(x, residual, weight, eps, &sum, &rstd);
     ctx->save_for_backward({sum, weight, rstd});
+    // An output nothing used gets an undefined gradient rather than zeros (the final norm's sum, e.g.): no zero tensor
+    // read and added, and -0 stays -0, as the two ops give.
+    ctx->set_materialize_grads(false);
     return {y, sum};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -134,10 +137,10 @@ class AddRmsNormFunction : public torch::autograd::Function<AddRmsNormFunction> 
       std::tie(dx, dw) =
           RmsNormBackward(sum, saved[1], saved[2], grads[0], grads[1], need_dx, ctx->needs_input_grad(2));
     } else {  // y unused: the sum's own gradient passes through, the weight gets none
-      dx = grads[1].defined() || !need_dx ? grads[1] : at::zeros_like(sum);
+      dx = grads[1];
       if (ctx->needs_input_grad(2)) dw = at::zeros_like(saved[1]);
     }
-    if (need_dx && !dx.defined()) dx = at::zeros_like(sum);
+    if (need_dx && !dx.defined()) dx = at::zeros_like(sum);  // neither output used
     return {ctx->needs_input_grad(0) ? dx : at::Tensor(), ctx->needs_input_grad(1) ? dx : at::Tensor(), dw,
             at::Tensor()};
   }

@@ -387,7 +387,10 @@ at::Tensor AdditiveMask(const at::Tensor& mask, at::ScalarType dtype) {
 // rows [n, ...] zero but for rows[index[i]] = x[i]; `inverse` lists each row's i (-1 for none).
 at::Tensor ZeroRowsBut(const at::Tensor& x, const at::Tensor& index, const at::Tensor& inverse, int64_t n) {
 #ifdef VERL_WITH_CUDA
-  if (x.is_cuda()) return kernels::GatherRowsOrZero(x, inverse);
+  if (x.is_cuda()) {
+    TORCH_CHECK(inverse.size(0) == n, "shared prompts: ", inverse.size(0), " inverse entries for ", n, " rows");
+    return kernels::GatherRowsOrZero(x, inverse);
+  }
 #endif
   std::vector<int64_t> shape = x.sizes().vec();
   shape[0] = n;
@@ -443,7 +446,10 @@ class GatherRepeated : public torch::autograd::Function<GatherRepeated> {
     const at::Tensor g = grad[0].contiguous();
     at::Tensor dx;
 #ifdef VERL_WITH_CUDA
-    if (g.is_cuda()) dx = kernels::SumRows(g, saved[1], saved[2]);
+    const at::ScalarType t = g.scalar_type();
+    if (g.is_cuda() && (t == at::kFloat || t == at::kBFloat16 || t == at::kHalf)) {
+      dx = kernels::SumRows(g, saved[1], saved[2]);
+    }
 #endif
     if (!dx.defined()) {
       std::vector<int64_t> shape = g.sizes().vec();

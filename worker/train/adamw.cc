@@ -197,8 +197,22 @@ double ClipGradNorm(const std::vector<at::Tensor>& params, double max_norm, cons
   for (const at::Tensor& p : params) {
     if (p.grad().defined()) grads.push_back(p.grad());
   }
-  at::Tensor total = grads.empty() ? at::zeros({}, at::kDouble)
-                                   : at::stack(at::_foreach_norm(grads, 2, at::kFloat)).to(at::kDouble).square().sum();
+  at::Tensor total = at::zeros({}, at::kDouble);
+  if (!grads.empty()) {
+    const bool any_double =
+        std::any_of(grads.begin(), grads.end(), [](const at::Tensor& g) { return g.scalar_type() == at::kDouble; });
+    std::vector<at::Tensor> norms;
+    if (any_double) {  // float64 gradients keep their precision (one norm per tensor)
+      for (const at::Tensor& g : grads) {
+        norms.push_back(
+            at::linalg_vector_norm(g, 2, std::nullopt, false, g.scalar_type() == at::kDouble ? at::kDouble : at::kFloat)
+                .to(at::kDouble));
+      }
+    } else {
+      norms = at::_foreach_norm(grads, 2, at::kFloat);
+    }
+    total = at::stack(norms).to(at::kDouble).square().sum();
+  }
   if (sum_over_shards) total = sum_over_shards(total.reshape({1}));
   const double norm = std::sqrt(total.sum().item<double>());
   if (!std::isfinite(norm)) return norm;

@@ -215,13 +215,19 @@ class ChunkedLossGradFunction : public torch::autograd::Function<ChunkedLossGrad
 
 namespace {
 
-// Tokens per chunk: `chunk_tokens`, or 1 GiB of logits in the weight's dtype (2^29 bf16 logits: 3,533 tokens of
-// Qwen2.5's vocabulary; 2^28 in float32). Against 2^28 bf16 logits, a B3 mini-batch's update on an H200 took 2.45-2.47
-// s instead of 2.50-2.51 s (fewer weight-gradient GEMMs accumulating into the float32 gradient) for 65 MB more at its
-// peak; 2^30 gained 0.6 % more for 1 GB more.
-int64_t DefaultChunkTokens(int64_t chunk_tokens, const at::Tensor& weight) {
+// Tokens per chunk: `chunk_tokens`, or 1 GiB of logits as the pass holds them: the weight's dtype for the fused
+// kernels (2^29 bf16 logits: 3,533 tokens of Qwen2.5's vocabulary), float32 on the ATen path (2^28). Against 2^28 bf16
+// logits, a B3 mini-batch's update on an H200 took 2.45-2.47 s instead of 2.50-2.51 s (fewer weight-gradient GEMMs
+// accumulating into the float32 gradient) for 65 MB more at its peak; 2^30 gained 0.6 % more for 1 GB more.
+int64_t DefaultChunkTokens(int64_t chunk_tokens, const at::Tensor& h2d, const at::Tensor& weight) {
   if (chunk_tokens > 0) return chunk_tokens;
-  return std::max<int64_t>(1, (int64_t{1} << 30) / static_cast<int64_t>(weight.element_size()) / weight.size(0));
+  int64_t bytes = 4;  // the ATen path's float32 logits
+#ifdef VERL_WITH_CUDA
+  if (FusedKernelsApply(h2d)) bytes = static_cast<int64_t>(weight.element_size());
+#else
+  (void)h2d;
+#endif
+  return std::max<int64_t>(1, (int64_t{1} << 30) / bytes / weight.size(0));
 }
 
 }  // namespace
@@ -232,7 +238,7 @@ ChunkedLossGradResult ChunkedLogProbsWithGrad(const at::Tensor& hidden, const at
   const int64_t H = hidden.size(-1);
   const at::Tensor h2d = hidden.reshape({-1, H});
   const at::Tensor t1d = targets.reshape({-1}).to(at::kLong);
-  const int64_t chunk = DefaultChunkTokens(chunk_tokens, weight);
+  const int64_t chunk = DefaultChunkTokens(chunk_tokens, h2d, weight);
   variable_list out = ChunkedLossGradFunction::apply(h2d, weight, t1d, temperature, chunk, &token_grad);
   return {out[0].view(targets.sizes()), out[1].view(targets.sizes()), out[2]};
 }
@@ -242,7 +248,7 @@ ChunkedLogProbsResult ChunkedLogProbs(const at::Tensor& hidden, const at::Tensor
   const int64_t H = hidden.size(-1);
   const at::Tensor h2d = hidden.reshape({-1, H});
   const at::Tensor t1d = targets.reshape({-1}).to(at::kLong);
-  const int64_t chunk = DefaultChunkTokens(chunk_tokens, weight);
+  const int64_t chunk = DefaultChunkTokens(chunk_tokens, h2d, weight);
   variable_list out = ChunkedLogProbsFunction::apply(h2d, weight, t1d, temperature, with_entropy, chunk);
   ChunkedLogProbsResult r;
   r.log_probs = out[0].view(targets.sizes());

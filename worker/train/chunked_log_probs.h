@@ -28,8 +28,8 @@ struct ChunkedLogProbsResult {
 };
 
 // hidden [..., H] (any float dtype), weight [V, H] (the LM head, hidden's dtype), targets [...] int64. Records
-// autograd history to hidden and weight when grad mode is on. `chunk_tokens` <= 0 picks chunks of 1 GiB of logits in
-// weight's dtype.
+// autograd history to hidden and weight when grad mode is on. `chunk_tokens` <= 0 picks chunks of 1 GiB of logits (in
+// the weight's dtype for the GPU's fused kernels, float32 on the ATen path).
 ChunkedLogProbsResult ChunkedLogProbs(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
                                       double temperature, bool with_entropy, int64_t chunk_tokens = 0);
 

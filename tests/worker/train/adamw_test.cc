@@ -125,6 +125,18 @@ TEST_CASE("ClipGradNorm scales to max_norm and returns the norm before clipping"
     REQUIRE(a.grad()[0].item<float>() == 3.0f);
     REQUIRE(b.grad()[1].item<float>() == 12.0f);
   }
+  SECTION("float64 gradients keep float64 precision, beside float32 and bf16 ones") {
+    // 1 + 1e-9 in float64: a float32 norm would round it to 1.
+    at::Tensor d = at::zeros({1}, at::kDouble).requires_grad_(true);
+    d.mutable_grad() = at::full({1}, 1.0 + 1e-9, at::kDouble);
+    at::Tensor h = at::zeros({2}, at::kBFloat16).requires_grad_(true);
+    h.mutable_grad() = at::zeros({2}, at::kBFloat16);
+    REQUIRE(ClipGradNorm({d, h}, 10.0) == 1.0 + 1e-9);
+    const double expect = std::sqrt((1.0 + 1e-9) * (1.0 + 1e-9) + 169.0);
+    REQUIRE(ClipGradNorm({a, b, d, h}, 100.0) == Approx(expect).epsilon(1e-12));
+    REQUIRE(ClipGradNorm({a, b, d}, 1.0) == Approx(expect).epsilon(1e-12));
+    REQUIRE(d.grad()[0].item<double>() == Approx((1.0 + 1e-9) / (expect + 1e-6)).epsilon(1e-12));
+  }
 }
 
 TEST_CASE("AdamW: the fused kernel gives the element-wise update, float32 and bf16 with masters", "[worker][train]") {

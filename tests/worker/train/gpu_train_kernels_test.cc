@@ -139,14 +139,14 @@ TEST_CASE("fused AddRmsNorm with gradients gives the add and the norm's values a
   for (at::ScalarType dtype : kDtypes) {
     INFO(c10::toString(dtype));
     const auto opts = at::TensorOptions().dtype(dtype).device(at::kCUDA);
-    for (int64_t hidden : {896, 40}) {  // 16-byte vectors, and rows that take single elements
+    for (int64_t hidden : {896, 41}) {  // 16-byte vectors, and rows that take single elements
       CAPTURE(hidden);
       const at::Tensor x0 = at::randn({3, 5, hidden}, opts), r0 = at::randn({3, 5, hidden}, opts);
       const at::Tensor w0 = (1 + 0.1 * at::randn({hidden}, at::kFloat)).to(opts);
       // The residual stream's gradient (the sum's other use) and the norm's.
       const at::Tensor g_y = at::randn({3, 5, hidden}, opts), g_sum = at::randn({3, 5, hidden}, opts);
-      for (bool sum_used : {true, false}) {
-        CAPTURE(sum_used);
+      for (int uses : {0, 1, 2}) {  // both outputs used, only y (the final norm's case), only the sum
+        CAPTURE(uses);
         auto run = [&](bool fused) {
           const at::Tensor x = x0.clone().requires_grad_(true), r = r0.clone().requires_grad_(true),
                            w = w0.clone().requires_grad_(true);
@@ -157,7 +157,8 @@ TEST_CASE("fused AddRmsNorm with gradients gives the add and the norm's values a
             sum = x + r;
             y = kernels::RmsNorm(sum, w, 1e-6);
           }
-          const at::Tensor loss = (y * g_y).sum() + (sum_used ? (sum * g_sum).sum() : at::zeros({}, opts));
+          at::Tensor loss = uses != 2 ? (y * g_y).sum() : (sum * g_sum).sum();
+          if (uses == 0) loss = loss + (sum * g_sum).sum();
           std::vector<at::Tensor> g = Grads(loss, at::ones({}, opts), {x, r, w});
           g.insert(g.begin(), {y.detach(), sum.detach()});
           return g;
@@ -166,8 +167,17 @@ TEST_CASE("fused AddRmsNorm with gradients gives the add and the norm's values a
         const char* names[] = {"y", "sum", "dx", "dresidual", "dweight"};
         for (size_t i = 0; i < fused.size(); ++i) {
           INFO(names[i]);
+          if (i == 4 &&
+              uses == 2) {  // y unused: the weight's gradient is zeros (the unfused graph leaves it undefined)
+            REQUIRE(fused[i].defined());
+            CHECK(fused[i].abs().sum().item<double>() == 0.0);
+            continue;
+          }
           REQUIRE(fused[i].defined());
+          REQUIRE(plain[i].defined());
           CHECK(at::equal(fused[i], plain[i]));
+          // Bit for bit, signed zeros included.
+          CHECK(at::equal(fused[i].view(-1).signbit(), plain[i].view(-1).signbit()));
         }
       }
     }
@@ -702,10 +712,11 @@ TEST_CASE("a decoder's training forward and backward on the GPU (fused kernels) 
 
 TEST_CASE("no-grad log-prob passes on the GPU equal the forward with gradients, bit for bit", "[worker][train][gpu]") {
   if (SkipWithoutGpu()) return;
-  // Without gradients a layer's residual adds run inside the RMSNorm kernels (AddRmsNorm); with them, as two ops. The
-  // old log-probs of a GRPO step must be the first update's own, so the two forms must agree exactly: padded (a
-  // boolean mask made additive once per pass, or causal attention without one, each row rolled past its left padding)
-  // and packed, in bf16 and float32.
+  // Without gradients a layer's residual adds run inside the RMSNorm kernels (AddRmsNorm); with them too, but for a
+  // checkpointed layer's last add (the next layer's input norm then runs alone; the fused kernel's values equal the two
+  // ops', a case above). The old log-probs of a GRPO step must be the first update's own, so the two forms must agree
+  // exactly: padded (a boolean mask made additive once per pass, or causal attention without one, each row rolled past
+  // its left padding) and packed, in bf16 and float32.
   TestDir dir;
   testing::WriteTinyModel(dir.path(), testing::TinyDecoderConfig());
   at::manual_seed(5);
