@@ -45,10 +45,16 @@ at::Tensor GatherRowsOrZero(const at::Tensor& x, const at::Tensor& index) {
   return y;
 }
 
+bool SumRowsSupported(const at::Tensor& x) {
+  KernelDtype dtype;
+  return x.is_cuda() && x.dim() >= 1 && KernelDtypeOf(x.scalar_type(), &dtype);
+}
+
 at::Tensor SumRows(const at::Tensor& x, const at::Tensor& offsets, const at::Tensor& positions) {
-  TORCH_CHECK(x.is_cuda() && x.dim() >= 1, "SumRows: x must be a CUDA tensor of at least one dimension");
+  TORCH_CHECK(SumRowsSupported(x), "SumRows: x must be a float32, bfloat16 or float16 CUDA tensor, got ",
+              x.scalar_type(), " ", x.sizes(), " on ", x.device());
   KernelDtype dtype = KernelDtype::kFloat32;
-  TORCH_CHECK(KernelDtypeOf(x.scalar_type(), &dtype), "SumRows: unsupported dtype ", x.scalar_type());
+  KernelDtypeOf(x.scalar_type(), &dtype);  // known to succeed: SumRowsSupported
   CheckIndex(offsets, x, "offsets");
   CheckIndex(positions, x, "positions");
   TORCH_CHECK(offsets.size(0) >= 1, "SumRows: offsets must hold at least one entry");

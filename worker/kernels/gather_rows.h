@@ -14,10 +14,11 @@ namespace verl::kernels {
 // index_copy_ do (or index_select where no index is -1), the same bytes.
 at::Tensor GatherRowsOrZero(const at::Tensor& x, const at::Tensor& index);
 
-// x [P, ...] float32, bfloat16 or float16 on a CUDA device; offsets int64 [R + 1] and positions int64 [offsets[R]] on
-// that device (rows of x, not checked on the device): [R, ...] whose row r is the sum of x's rows
-// positions[offsets[r]], ..., positions[offsets[r + 1] - 1], added in float32 in that order and rounded once (zeros for
-// an empty list). What index_add_ into zeros computes for an index listing each position's output row, without its
+// Whether SumRows takes x: float32, bfloat16 or float16 on a CUDA device, at least one dimension.
+bool SumRowsSupported(const at::Tensor& x);
+// x [P, ...] as SumRowsSupported; offsets int64 [R + 1] and positions int64 [offsets[R]] on that device (rows of x,
+// not checked on the device): [R, ...] whose row r is the sum of x's rows positions[offsets[r]], ...,
+// positions[offsets[r + 1] - 1], added in float32 in that order and rounded once (zeros for an empty list). What index_add_ into zeros computes for an index listing each position's output row, without its
 // atomics: deterministic, one rounding.
 at::Tensor SumRows(const at::Tensor& x, const at::Tensor& offsets, const at::Tensor& positions);
 

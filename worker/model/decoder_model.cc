@@ -446,10 +446,7 @@ class GatherRepeated : public torch::autograd::Function<GatherRepeated> {
     const at::Tensor g = grad[0].contiguous();
     at::Tensor dx;
 #ifdef VERL_WITH_CUDA
-    const at::ScalarType t = g.scalar_type();
-    if (g.is_cuda() && (t == at::kFloat || t == at::kBFloat16 || t == at::kHalf)) {
-      dx = kernels::SumRows(g, saved[1], saved[2]);
-    }
+    if (kernels::SumRowsSupported(g)) dx = kernels::SumRows(g, saved[1], saved[2]);
 #endif
     if (!dx.defined()) {
       std::vector<int64_t> shape = g.sizes().vec();

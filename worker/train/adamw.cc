@@ -199,18 +199,10 @@ double ClipGradNorm(const std::vector<at::Tensor>& params, double max_norm, cons
   }
   at::Tensor total = at::zeros({}, at::kDouble);
   if (!grads.empty()) {
+    // float32 sums of squares per tensor, float64 where any gradient is float64 (its precision kept).
     const bool any_double =
         std::any_of(grads.begin(), grads.end(), [](const at::Tensor& g) { return g.scalar_type() == at::kDouble; });
-    std::vector<at::Tensor> norms;
-    if (any_double) {  // float64 gradients keep their precision (one norm per tensor)
-      for (const at::Tensor& g : grads) {
-        norms.push_back(
-            at::linalg_vector_norm(g, 2, std::nullopt, false, g.scalar_type() == at::kDouble ? at::kDouble : at::kFloat)
-                .to(at::kDouble));
-      }
-    } else {
-      norms = at::_foreach_norm(grads, 2, at::kFloat);
-    }
+    const std::vector<at::Tensor> norms = at::_foreach_norm(grads, 2, any_double ? at::kDouble : at::kFloat);
     total = at::stack(norms).to(at::kDouble).square().sum();
   }
   if (sum_over_shards) total = sum_over_shards(total.reshape({1}));

@@ -211,10 +211,6 @@ class ChunkedLossGradFunction : public torch::autograd::Function<ChunkedLossGrad
   }
 };
 
-}  // namespace
-
-namespace {
-
 // Tokens per chunk: `chunk_tokens`, or 1 GiB of logits as the pass holds them: the weight's dtype for the fused
 // kernels (2^29 bf16 logits: 3,533 tokens of Qwen2.5's vocabulary), float32 on the ATen path (2^28). Against 2^28 bf16
 // logits, a B3 mini-batch's update on an H200 took 2.45-2.47 s instead of 2.50-2.51 s (fewer weight-gradient GEMMs
