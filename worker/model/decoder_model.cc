@@ -737,7 +737,8 @@ PackedBatch PackBatch(const at::Tensor& input_ids, const at::Tensor& attention_m
 
 at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, const at::Tensor& cos,
                                       const at::Tensor& sin, const at::Tensor& attn_mask, KvCache* cache, size_t i,
-                                      const PackedSequences* packed, at::Tensor* pending, bool causal) const {
+                                      const PackedSequences* packed, at::Tensor* pending, bool causal,
+                                      at::Tensor* mlp_input) const {
   const int64_t heads = config_.num_attention_heads;
   const int64_t kv_heads = config_.num_key_value_heads;
   const int64_t hd = config_.head_dim;
@@ -900,6 +901,11 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
     h.view({-1, hidden}).addmm_(act.view({-1, act.size(-1)}), L.down_w.t());
     return h;
   }
+  if (mlp_input) {
+    TORCH_CHECK(!cache && !pending, "LayerForward: mlp_input is for a checkpointed layer's recompute");
+    *mlp_input = act;
+    return h;
+  }
   const at::Tensor mlp = at::linear(act, L.down_w);
 #ifdef VERL_WITH_CUDA
   // The next norm (the next layer's input norm, or the final one) has this layer's norms' shape and dtype.
@@ -918,18 +924,22 @@ using torch::autograd::variable_list;
 
 // What CheckpointFunction keeps for backward: the layer as a function of its input, and the parameters it reads.
 struct CheckpointHolder : torch::CustomClassHolder {
-  std::function<at::Tensor(const at::Tensor&)> block;
-  std::vector<at::Tensor> params;
+  // LayerForward of the layer on x; with `mlp_input` its recompute form (stopping before the down projection).
+  std::function<at::Tensor(const at::Tensor& x, at::Tensor* mlp_input)> block;
+  std::vector<at::Tensor> params;  // the last: the down projection's weight
 };
 
 // (x, params) -> block(x) without keeping activations (the forward of an autograd function runs without gradients);
 // backward runs block again on the saved input with gradients and differentiates it w.r.t. x and the parameters.
+// The recompute stops before the layer's last GEMM, the down projection, whose backward reads its input and weight
+// but not its output: that GEMM's backward is formed here, as autograd's matrix-product backward forms it, so a
+// checkpointed layer costs one down projection fewer than a forward on top of its backward.
 class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, at::TensorList params,
                             c10::intrusive_ptr<CheckpointHolder> holder) {
     (void)params;  // inputs only for autograd: the block reads the same tensors
-    at::Tensor out = holder->block(x);
+    at::Tensor out = holder->block(x, nullptr);
     ctx->save_for_backward({x});
     ctx->saved_data["holder"] = c10::IValue::make_capsule(std::move(holder));
     return out;
@@ -937,15 +947,21 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
     const auto holder = c10::static_intrusive_pointer_cast<CheckpointHolder>(ctx->saved_data.at("holder").toCapsule());
     const at::Tensor x_in = ctx->get_saved_variables()[0].detach().requires_grad_(true);
-    at::Tensor out;
-    {
-      at::AutoGradMode enable(true);
-      out = holder->block(x_in);
-    }
     variable_list inputs{x_in};
     inputs.insert(inputs.end(), holder->params.begin(), holder->params.end());
-    variable_list grads = torch::autograd::grad({out}, inputs, {grad_out[0]}, /*retain_graph=*/false,
+    at::Tensor h, act;  // the layer's output is h + act down_w^T
+    {
+      at::AutoGradMode enable(true);
+      h = holder->block(x_in, &act);
+    }
+    const at::Tensor down_w = inputs.back();
+    inputs.pop_back();
+    const at::Tensor g = grad_out[0].reshape({-1, grad_out[0].size(-1)});
+    const at::Tensor a = act.detach().reshape({-1, act.size(-1)});
+    const at::Tensor d_act = g.mm(down_w).view(act.sizes());
+    variable_list grads = torch::autograd::grad({h, act}, inputs, {grad_out[0], d_act}, /*retain_graph=*/false,
                                                 /*create_graph=*/false, /*allow_unused=*/true);
+    grads.push_back(down_w.requires_grad() ? g.t().mm(a) : at::Tensor());
     grads.push_back(at::Tensor());  // the holder
     return grads;
   }
@@ -958,14 +974,15 @@ at::Tensor DecoderModel::CheckpointedLayer(size_t i, const at::Tensor& h, const 
                                            bool causal) const {
   const Layer& L = layers_[i];
   auto holder = c10::make_intrusive<CheckpointHolder>();
-  for (const at::Tensor& t : {L.input_norm, L.q_w, L.q_b, L.k_w, L.k_b, L.v_w, L.v_b, L.o_w, L.o_b, L.post_norm,
-                              L.gate_w, L.up_w, L.down_w}) {
+  for (const at::Tensor& t :
+       {L.input_norm, L.q_w, L.q_b, L.k_w, L.k_b, L.v_w, L.v_b, L.o_w, L.o_b, L.post_norm, L.gate_w, L.up_w}) {
     if (t.defined()) holder->params.push_back(t);
   }
+  holder->params.push_back(L.down_w);  // last (CheckpointFunction's backward forms its gradient)
   // The block runs again in backward, after the caller's PackedSequences may be gone: it keeps its own copy.
   std::shared_ptr<const PackedSequences> own = packed ? std::make_shared<const PackedSequences>(*packed) : nullptr;
-  holder->block = [this, i, cos, sin, attn_mask, own, causal](const at::Tensor& x) {
-    return LayerForward(layers_[i], x, cos, sin, attn_mask, nullptr, i, own.get(), nullptr, causal);
+  holder->block = [this, i, cos, sin, attn_mask, own, causal](const at::Tensor& x, at::Tensor* mlp_input) {
+    return LayerForward(layers_[i], x, cos, sin, attn_mask, nullptr, i, own.get(), nullptr, causal, mlp_input);
   };
   const std::vector<at::Tensor> params = holder->params;
   return CheckpointFunction::apply(h, at::TensorList(params), std::move(holder));

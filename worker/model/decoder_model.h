@@ -271,10 +271,13 @@ class DecoderModel {
   // output, which the layer adds to `h` inside its input RMSNorm's kernel; on exit, this layer's MLP output where the
   // layer left its own residual add to the next norm (then the result is `h` + *pending), else undefined.
   // `causal` (ForwardCausal): attention is causal within each row, attn_mask undefined.
+  // `mlp_input` (without a cache or `pending`: a checkpointed layer's recompute): the layer stops before its down
+  // projection, stores the SwiGLU output there and returns the residual stream after attention, whose sum with
+  // down(*mlp_input) is the layer's output.
   at::Tensor LayerForward(const Layer& L, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
                           const at::Tensor& attn_mask, KvCache* cache, size_t i,
-                          const PackedSequences* packed = nullptr, at::Tensor* pending = nullptr,
-                          bool causal = false) const;
+                          const PackedSequences* packed = nullptr, at::Tensor* pending = nullptr, bool causal = false,
+                          at::Tensor* mlp_input = nullptr) const;
   // LayerForward of layer i through an autograd function that recomputes it in backward.
   at::Tensor CheckpointedLayer(size_t i, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
                                const at::Tensor& attn_mask, const PackedSequences* packed, bool causal) const;
