@@ -552,7 +552,10 @@ HostCopies HostInputs(const at::Tensor& input_ids, const at::Tensor& attention_m
 }
 
 // PackBatch with share_prompts (see decoder_model.h), from the host copies `h`.
-PackedBatch PackSharedPrompts(const at::Tensor& input_ids, const HostCopies& h) {
+PackedBatch PackSharedPrompts(const at::Tensor& input_ids, const HostCopies& h, const BucketSteps& steps) {
+  TORCH_CHECK(steps.rows >= 1 && steps.length >= 1, "BucketSteps: steps of ", steps.rows, " rows and ", steps.length,
+              " positions");
+  auto round_up = [](int64_t x, int64_t step) { return (x + step - 1) / step * step; };
   const int64_t N = h.input_ids.size(0);
   const int64_t S = h.input_ids.size(1);
   const int64_t R = h.response_mask.size(1);
@@ -606,22 +609,28 @@ PackedBatch PackSharedPrompts(const at::Tensor& input_ids, const HostCopies& h) 
     }
     if (static_cast<int64_t>(rows.size()) == first_row[g]) rows.push_back(prompt);  // no responses: the prompt alone
   }
-  // Buckets: rows longest first, each bucket's rows at least 4/5 of its first's length, padded to it.
+  // Buckets: rows longest first, each bucket's rows at least 4/5 of its first's length, padded to it (rounded up to
+  // a multiple of steps.length), and rows of padding up to a multiple of steps.rows (the bucket's last row again:
+  // keys of a real row, zero queries, outputs not taken).
   std::vector<int64_t> order(rows.size()), flat_start(rows.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return rows[a].size() > rows[b].size(); });
   std::vector<std::pair<int64_t, int64_t>> buckets;
   std::vector<int64_t> row_index, row_output(source.size());
   for (size_t i = 0; i < order.size();) {
-    const int64_t len = static_cast<int64_t>(rows[order[i]].size());
+    const int64_t first = static_cast<int64_t>(rows[order[i]].size());
+    const int64_t len = round_up(first, steps.length);
     size_t j = i;
-    for (; j < order.size() && static_cast<int64_t>(rows[order[j]].size()) * 5 >= len * 4; ++j) {
+    for (; j < order.size() && static_cast<int64_t>(rows[order[j]].size()) * 5 >= first * 4; ++j) {
       const std::vector<int64_t>& row = rows[order[j]];
       flat_start[order[j]] = static_cast<int64_t>(row_index.size());
       row_index.insert(row_index.end(), row.begin(), row.end());
       row_index.insert(row_index.end(), len - static_cast<int64_t>(row.size()), row.back());
     }
-    buckets.push_back({static_cast<int64_t>(j - i), len});
+    const int64_t n = static_cast<int64_t>(j - i), padded = round_up(n, steps.rows);
+    const std::vector<int64_t> last(row_index.end() - len, row_index.end());
+    for (int64_t extra = n; extra < padded; ++extra) row_index.insert(row_index.end(), last.begin(), last.end());
+    buckets.push_back({padded, len});
     i = j;
   }
   for (int64_t g = 0; g < groups.count; ++g) {
@@ -725,10 +734,14 @@ PromptGroups GroupByPrompt(const at::Tensor& input_ids, const at::Tensor& attent
   return out;
 }
 
+BucketSteps BucketSteps::ForDevice(at::Device device) { return device.is_cuda() ? BucketSteps{4, 64} : BucketSteps{}; }
+
 PackedBatch PackBatch(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& response_mask,
-                      bool share_prompts, const HostCopies& host) {
+                      bool share_prompts, const HostCopies& host, std::optional<BucketSteps> steps) {
   const HostCopies h = HostInputs(input_ids, attention_mask, response_mask, host);
-  PackedBatch out = share_prompts ? PackSharedPrompts(input_ids, h) : PackRows(input_ids, h);
+  PackedBatch out = share_prompts
+                        ? PackSharedPrompts(input_ids, h, steps.value_or(BucketSteps::ForDevice(input_ids.device())))
+                        : PackRows(input_ids, h);
   const at::Tensor flat = h.response_mask.reshape({-1});
   out.response_tokens = UploadAsync(at::arange(flat.numel(), at::TensorOptions().dtype(at::kLong)).masked_select(flat),
                                     input_ids.device());

@@ -12,6 +12,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -67,8 +68,8 @@ struct KvCache {
 // response that continues it is a sequence of its own, attending to the prompt's tokens and its own. Attention then runs
 // over rows gathered from the packed tokens, each row a prompt's tokens followed by one of its responses' (a prompt
 // without responses alone). The rows go longest first into buckets of rows at least 4/5 as long as the bucket's first,
-// each row padded at the end to that length with its last token: row_index lists the buckets' rows one after another,
-// row_buckets their (rows, length). Causal attention over each bucket (SDPA's is_causal, no mask: cuDNN's fused kernel
+// each row padded at the end to that length with its last token (on a GPU the length and the row count rounded up,
+// PackBatch's BucketSteps): row_index lists the buckets' rows one after another, row_buckets their (rows, length). Causal attention over each bucket (SDPA's is_causal, no mask: cuDNN's fused kernel
 // on GPUs) gives every valid position what its sequence attends to; token t's output is at row_output[t] in the
 // buckets' flattened positions (a prompt token's from its prompt's first row).
 struct PackedSequences {
@@ -123,8 +124,19 @@ struct PackedBatch {
 struct HostCopies {
   at::Tensor input_ids, attention_mask, response_mask;  // CPU; any of them undefined: read back
 };
+// Shared prompts' attention buckets (PackedSequences::row_buckets) take shapes from a coarse grid: each bucket's row
+// count rounded up to a multiple of `rows`, its length to a multiple of `length`, the added rows and positions
+// padding whose outputs are not taken. cuDNN builds an execution graph for every attention shape it has not seen
+// (milliseconds of host time each, the device idle meanwhile), and micro-batches of varied rows and lengths would
+// otherwise show it new shapes at every step. Unset: ForDevice's.
+struct BucketSteps {
+  int64_t rows = 1, length = 1;
+  // Multiples of 4 rows and 64 positions on a GPU; exact shapes elsewhere.
+  static BucketSteps ForDevice(at::Device device);
+};
 PackedBatch PackBatch(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& response_mask,
-                      bool share_prompts = false, const HostCopies& host = {});
+                      bool share_prompts = false, const HostCopies& host = {},
+                      std::optional<BucketSteps> steps = std::nullopt);
 
 // The groups of rows with the same prompt (the same valid tokens in the first P = input_ids.size(1) - response_cols
 // columns): group[b] numbers row b's group in the order of each group's first row, prompt_len[b] its valid prompt

@@ -449,6 +449,39 @@ TEST_CASE("Shared prompts (use_prefix_grouper) run each prompt once, with the pa
   REQUIRE(shared.predicting[5].item<int64_t>() == 18);
   REQUIRE(shared.predicting[8].item<int64_t>() == 2);
   REQUIRE(shared.predicting[9].item<int64_t>() == 8);
+  {
+    // Buckets on a grid (BucketSteps; a GPU's pads to cuDNN-friendly shapes): 3 rows and 4 positions here, rows of
+    // padding repeating a bucket's last row. Every token's output still sits at its own key, and the pass gives the
+    // exact shapes' hidden states and gradients.
+    const PackedBatch grid = PackBatch(b.input_ids, b.attention_mask, b.response_mask, true, {}, BucketSteps{3, 4});
+    REQUIRE(grid.sequences.row_buckets == std::vector<std::pair<int64_t, int64_t>>{{3, 12}, {3, 8}, {3, 8}, {3, 4}});
+    REQUIRE(grid.sequences.row_index.numel() == 36 + 24 + 24 + 12);
+    for (const PackedBatch* p : {&shared, &grid}) {
+      const at::Tensor at_output = p->sequences.row_index.index_select(0, p->sequences.row_output);
+      REQUIRE(at_output.equal(at::arange(p->input_ids.size(1), at::kLong)));
+    }
+    std::vector<at::Tensor> hidden;
+    std::vector<std::vector<at::Tensor>> grid_grads;
+    for (const PackedBatch* p : {&shared, &grid}) {
+      auto model = LoadModelOrDie(dir.path());
+      model->SetRequiresGrad(true);
+      const at::Tensor h = model->Forward(p->input_ids, p->position_ids, at::Tensor(), nullptr, &p->sequences);
+      (h * h.detach().sin()).sum().backward();
+      hidden.push_back(h.detach());
+      grid_grads.emplace_back();
+      for (const auto& [name, t] : model->named_parameters()) grid_grads.back().push_back(t.grad().clone());
+    }
+    REQUIRE(hidden[0].abs().sum().item<double>() > 1.0);
+    REQUIRE(MaxAbsDiff(hidden[1], hidden[0]) < 1e-5);
+    // Float32 sums in another order (attention over longer rows): relative to the gradients' scale.
+    double scale = 0;
+    for (const at::Tensor& g : grid_grads[0]) scale = std::max(scale, g.abs().max().item<double>());
+    INFO("gradient scale " << scale);
+    REQUIRE(scale > 0.1);
+    REQUIRE(MaxDiff(grid_grads[1], grid_grads[0]) < std::max(1e-5, 2e-6 * scale));
+    REQUIRE_THROWS_WITH(PackBatch(b.input_ids, b.attention_mask, b.response_mask, true, {}, BucketSteps{0, 4}),
+                        Catch::Contains("BucketSteps"));
+  }
 
   const bool checkpointing = GENERATE(false, true);
   INFO("checkpointing " << checkpointing);
