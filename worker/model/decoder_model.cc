@@ -611,7 +611,8 @@ PackedBatch PackSharedPrompts(const at::Tensor& input_ids, const HostCopies& h, 
   }
   // Buckets: rows longest first, each bucket's rows at least 4/5 of its first's length, padded to it (rounded up to
   // a multiple of steps.length), and rows of padding up to a multiple of steps.rows (the bucket's last row again:
-  // keys of a real row, zero queries, outputs not taken).
+  // keys of a real row, zero queries, outputs not taken); a bucket of fewer rows to the next power of two (a long
+  // row alone stays alone).
   std::vector<int64_t> order(rows.size()), flat_start(rows.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return rows[a].size() > rows[b].size(); });
@@ -627,7 +628,10 @@ PackedBatch PackSharedPrompts(const at::Tensor& input_ids, const HostCopies& h, 
       row_index.insert(row_index.end(), row.begin(), row.end());
       row_index.insert(row_index.end(), len - static_cast<int64_t>(row.size()), row.back());
     }
-    const int64_t n = static_cast<int64_t>(j - i), padded = round_up(n, steps.rows);
+    const int64_t n = static_cast<int64_t>(j - i);
+    int64_t padded = 1;  // fewer rows than steps.rows: the next power of two (at most steps.rows)
+    while (padded < n) padded *= 2;
+    padded = n >= steps.rows ? round_up(n, steps.rows) : std::min(padded, steps.rows);
     const std::vector<int64_t> last(row_index.end() - len, row_index.end());
     for (int64_t extra = n; extra < padded; ++extra) row_index.insert(row_index.end(), last.begin(), last.end());
     buckets.push_back({padded, len});
@@ -757,6 +761,7 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
   const int64_t hd = config_.head_dim;
   const int64_t T = h_in.size(1);
   const int64_t start = cache ? cache->length : 0;
+  TORCH_CHECK(!mlp_input || (!cache && !pending), "LayerForward: mlp_input is for a checkpointed layer's recompute");
   // A decoding step over the slot cache (inference mode): the residual adds happen inside the RMSNorm kernels, or,
   // with the input norm folded, the MLP's in the down GEMM. Every pass runs q/k/v and gate/up as one GEMM each
   // (StackedLinear).
@@ -915,7 +920,6 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
     return h;
   }
   if (mlp_input) {
-    TORCH_CHECK(!cache && !pending, "LayerForward: mlp_input is for a checkpointed layer's recompute");
     *mlp_input = act;
     return h;
   }
@@ -960,22 +964,27 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
     const auto holder = c10::static_intrusive_pointer_cast<CheckpointHolder>(ctx->saved_data.at("holder").toCapsule());
     const at::Tensor x_in = ctx->get_saved_variables()[0].detach().requires_grad_(true);
-    variable_list inputs{x_in};
-    inputs.insert(inputs.end(), holder->params.begin(), holder->params.end());
-    at::Tensor h, act;  // the layer's output is h + act down_w^T
+    at::Tensor h, act;  // the layer's output is h + act down_w^T (no bias: Layer has none for the down projection)
     {
       at::AutoGradMode enable(true);
       h = holder->block(x_in, &act);
     }
-    const at::Tensor down_w = inputs.back();
-    inputs.pop_back();
+    const at::Tensor& down_w = holder->params.back();
     const at::Tensor g = grad_out[0].reshape({-1, grad_out[0].size(-1)});
-    const at::Tensor a = act.detach().reshape({-1, act.size(-1)});
     const at::Tensor d_act = g.mm(down_w).view(act.sizes());
-    variable_list grads = torch::autograd::grad({h, act}, inputs, {grad_out[0], d_act}, /*retain_graph=*/false,
-                                                /*create_graph=*/false, /*allow_unused=*/true);
-    grads.push_back(down_w.requires_grad() ? g.t().mm(a) : at::Tensor());
-    grads.push_back(at::Tensor());  // the holder
+    // Differentiated: the input and the parameters that take gradients (a frozen one gets none).
+    variable_list inputs{x_in};
+    std::vector<size_t> slot{0};
+    for (size_t i = 0; i + 1 < holder->params.size(); ++i) {
+      if (!holder->params[i].requires_grad()) continue;
+      inputs.push_back(holder->params[i]);
+      slot.push_back(1 + i);
+    }
+    const variable_list found = torch::autograd::grad({h, act}, inputs, {grad_out[0], d_act}, /*retain_graph=*/false,
+                                                      /*create_graph=*/false, /*allow_unused=*/true);
+    variable_list grads(holder->params.size() + 2);  // x, the parameters, the holder
+    for (size_t i = 0; i < found.size(); ++i) grads[slot[i]] = found[i];
+    if (down_w.requires_grad()) grads[holder->params.size()] = g.t().mm(act.detach().reshape({-1, act.size(-1)}));
     return grads;
   }
 };

@@ -125,10 +125,11 @@ struct HostCopies {
   at::Tensor input_ids, attention_mask, response_mask;  // CPU; any of them undefined: read back
 };
 // Shared prompts' attention buckets (PackedSequences::row_buckets) take shapes from a coarse grid: each bucket's row
-// count rounded up to a multiple of `rows`, its length to a multiple of `length`, the added rows and positions
-// padding whose outputs are not taken. cuDNN builds an execution graph for every attention shape it has not seen
-// (milliseconds of host time each, the device idle meanwhile), and micro-batches of varied rows and lengths would
-// otherwise show it new shapes at every step. Unset: ForDevice's.
+// count rounded up to a multiple of `rows` (below `rows`, to a power of two: a long row alone stays alone), its length
+// to a multiple of `length`, the added rows and positions padding whose outputs are not taken. cuDNN builds an
+// execution graph for every attention shape it has not seen (milliseconds of host time each, the device idle
+// meanwhile), and micro-batches of varied rows and lengths would otherwise show it new shapes at every step. Unset:
+// ForDevice's. Without share_prompts, unused.
 struct BucketSteps {
   int64_t rows = 1, length = 1;
   // Multiples of 4 rows and 64 positions on a GPU; exact shapes elsewhere.

@@ -450,36 +450,72 @@ TEST_CASE("Shared prompts (use_prefix_grouper) run each prompt once, with the pa
   REQUIRE(shared.predicting[8].item<int64_t>() == 2);
   REQUIRE(shared.predicting[9].item<int64_t>() == 8);
   {
-    // Buckets on a grid (BucketSteps; a GPU's pads to cuDNN-friendly shapes): 3 rows and 4 positions here, rows of
-    // padding repeating a bucket's last row. Every token's output still sits at its own key, and the pass gives the
-    // exact shapes' hidden states and gradients.
-    const PackedBatch grid = PackBatch(b.input_ids, b.attention_mask, b.response_mask, true, {}, BucketSteps{3, 4});
-    REQUIRE(grid.sequences.row_buckets == std::vector<std::pair<int64_t, int64_t>>{{3, 12}, {3, 8}, {3, 8}, {3, 4}});
-    REQUIRE(grid.sequences.row_index.numel() == 36 + 24 + 24 + 12);
-    for (const PackedBatch* p : {&shared, &grid}) {
-      const at::Tensor at_output = p->sequences.row_index.index_select(0, p->sequences.row_output);
-      REQUIRE(at_output.equal(at::arange(p->input_ids.size(1), at::kLong)));
+    // Buckets on a grid (BucketSteps; a GPU's pads to cuDNN-friendly shapes), here 4 rows and 8 positions. Rows 0-2
+    // share a prompt of 5 tokens, rows 3-4 one of 7, row 5 has its own of 2: attention rows of 13 and 11 tokens (a
+    // bucket), 10, 10 and 9 (another, padded with a fourth row), 3 (alone, as a power of two of rows stays).
+    const int64_t N = 6, P = 7, R = 6;
+    const std::vector<int64_t> group = {0, 0, 0, 1, 1, 2}, prompt_len = {5, 7, 2}, response_len = {6, 4, 5, 3, 6, 1};
+    at::manual_seed(17);
+    const at::Tensor prompts = at::randint(1, 50, {3, P}, at::kLong);
+    SequenceBatch g;
+    g.input_ids = at::randint(1, 50, {N, P + R}, at::kLong);
+    g.attention_mask = at::zeros({N, P + R}, at::kBool);
+    for (int64_t r = 0; r < N; ++r) {
+      const int64_t p = prompt_len[group[r]];
+      g.input_ids[r].narrow(0, P - p, p).copy_(prompts[group[r]].narrow(0, 0, p));
+      g.attention_mask[r].narrow(0, P - p, p).fill_(true);
+      g.attention_mask[r].narrow(0, P, response_len[r]).fill_(true);
     }
-    std::vector<at::Tensor> hidden;
-    std::vector<std::vector<at::Tensor>> grid_grads;
-    for (const PackedBatch* p : {&shared, &grid}) {
-      auto model = LoadModelOrDie(dir.path());
-      model->SetRequiresGrad(true);
-      const at::Tensor h = model->Forward(p->input_ids, p->position_ids, at::Tensor(), nullptr, &p->sequences);
-      (h * h.detach().sin()).sum().backward();
-      hidden.push_back(h.detach());
-      grid_grads.emplace_back();
-      for (const auto& [name, t] : model->named_parameters()) grid_grads.back().push_back(t.grad().clone());
+    g.response_mask = g.attention_mask.narrow(1, P, R).contiguous();
+    const PackedBatch exact = PackBatch(g.input_ids, g.attention_mask, g.response_mask, true);
+    const PackedBatch grid = PackBatch(g.input_ids, g.attention_mask, g.response_mask, true, {}, BucketSteps{4, 8});
+    REQUIRE(exact.sequences.row_buckets == std::vector<std::pair<int64_t, int64_t>>{{2, 13}, {3, 10}, {1, 3}});
+    REQUIRE(grid.sequences.row_buckets == std::vector<std::pair<int64_t, int64_t>>{{2, 16}, {4, 16}, {1, 8}});
+    REQUIRE(grid.sequences.row_index.numel() == 32 + 64 + 8);
+    for (const PackedBatch* p : {&exact, &grid}) {
+      // Every token's output sits at its own key; row_source inverts row_output (-1 at padding and at the prompts'
+      // other rows); key_positions lists each token's positions in row_index, ascending (padding included).
+      const at::Tensor index = p->sequences.row_index, output = p->sequences.row_output;
+      const at::Tensor source = p->sequences.row_source, offsets = p->sequences.key_offsets,
+                       positions = p->sequences.key_positions;
+      const int64_t T = p->input_ids.size(1), flat = index.numel();
+      REQUIRE(index.index_select(0, output).equal(at::arange(T, at::kLong)));
+      REQUIRE(source.numel() == flat);
+      REQUIRE(source.index_select(0, output).equal(at::arange(T, at::kLong)));
+      REQUIRE((source >= 0).sum().item<int64_t>() == T);
+      REQUIRE(offsets.numel() == T + 1);
+      REQUIRE(offsets[T].item<int64_t>() == flat);
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t a = offsets[t].item<int64_t>(), e = offsets[t + 1].item<int64_t>();
+        CAPTURE(t);
+        REQUIRE(positions.narrow(0, a, e - a).equal(at::nonzero(index == t).view(-1)));
+      }
     }
-    REQUIRE(hidden[0].abs().sum().item<double>() > 1.0);
-    REQUIRE(MaxAbsDiff(hidden[1], hidden[0]) < 1e-5);
-    // Float32 sums in another order (attention over longer rows): relative to the gradients' scale.
-    double scale = 0;
-    for (const at::Tensor& g : grid_grads[0]) scale = std::max(scale, g.abs().max().item<double>());
-    INFO("gradient scale " << scale);
-    REQUIRE(scale > 0.1);
-    REQUIRE(MaxDiff(grid_grads[1], grid_grads[0]) < std::max(1e-5, 2e-6 * scale));
-    REQUIRE_THROWS_WITH(PackBatch(b.input_ids, b.attention_mask, b.response_mask, true, {}, BucketSteps{0, 4}),
+    // The pass over the grid gives the exact shapes' hidden states and gradients, with and without checkpointing.
+    for (bool checkpointing : {false, true}) {
+      CAPTURE(checkpointing);
+      std::vector<at::Tensor> hidden;
+      std::vector<std::vector<at::Tensor>> grid_grads;
+      for (const PackedBatch* p : {&exact, &grid}) {
+        auto model = LoadModelOrDie(dir.path());
+        model->SetRequiresGrad(true);
+        model->SetGradientCheckpointing(checkpointing);
+        const at::Tensor h = model->Forward(p->input_ids, p->position_ids, at::Tensor(), nullptr, &p->sequences);
+        (h * h.detach().sin()).sum().backward();
+        hidden.push_back(h.detach());
+        grid_grads.emplace_back();
+        for (const auto& [name, t] : model->named_parameters()) grid_grads.back().push_back(t.grad().clone());
+      }
+      REQUIRE(hidden[0].abs().sum().item<double>() > 1.0);
+      REQUIRE(MaxAbsDiff(hidden[1], hidden[0]) < 1e-5);
+      // Float32 sums in another order (attention over longer rows): relative to the gradients' scale.
+      double scale = 0;
+      for (const at::Tensor& t : grid_grads[0]) scale = std::max(scale, t.abs().max().item<double>());
+      INFO("gradient scale " << scale);
+      REQUIRE(scale > 0.1);
+      REQUIRE(MaxDiff(grid_grads[1], grid_grads[0]) < std::max(1e-5, 2e-6 * scale));
+    }
+    REQUIRE_THROWS_WITH(PackBatch(g.input_ids, g.attention_mask, g.response_mask, true, {}, BucketSteps{0, 4}),
                         Catch::Contains("BucketSteps"));
   }
 
