@@ -178,6 +178,7 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   r.Read("actor_rollout_ref.rollout.update_weights_bucket_megabytes", &ro.update_weights_bucket_megabytes);
   r.Read("actor_rollout_ref.rollout.gather_layer_by_layer", &ro.gather_layer_by_layer);
   r.Read("actor_rollout_ref.rollout.enforce_eager", &ro.enforce_eager);
+  r.Read("actor_rollout_ref.rollout.ignore_eos", &ro.ignore_eos);
   r.Read("actor_rollout_ref.rollout.enable_prefix_caching", &ro.enable_prefix_caching);
   r.Read("actor_rollout_ref.rollout.max_num_seqs", &ro.max_num_seqs);
   r.Read("actor_rollout_ref.rollout.max_num_batched_tokens", &ro.max_num_batched_tokens);

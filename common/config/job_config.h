@@ -118,6 +118,7 @@ struct RolloutConfig {
   int64_t log_prob_max_token_len_per_gpu = 16384;
   int64_t update_weights_bucket_megabytes = 512;            // split placement: weight sync buckets
   bool enforce_eager = false;                               // GPU decoding without CUDA graphs
+  bool ignore_eos = false;                                  // sample past EOS tokens to the response length
   bool enable_prefix_caching = true;                        // a prompt's samples share its KV cache slot (GPU)
   bool gather_layer_by_layer = false;                      // ZeRO-3 rollout: per-layer gathers, not the whole actor
   int64_t max_num_seqs = 1024;                             // continuous batching: sequences decoding at once

@@ -823,6 +823,7 @@ class JobRunner::Impl {
     }
     s.set_max_new_tokens(static_cast<int32_t>(config_.data.max_response_length));
     for (int32_t id : eos_ids_) s.add_eos_token_ids(id);
+    s.set_ignore_eos(r.ignore_eos);
     s.set_pad_token_id(pad_id_);
     s.set_seed(static_cast<uint64_t>(config_.trainer.seed) * 1000003ULL + static_cast<uint64_t>(step) * 7919ULL +
                (validation ? 1 : 0));

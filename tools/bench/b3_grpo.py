@@ -4,7 +4,7 @@ GRPOTrainer (HF generate, no vLLM) with the same settings on the same model and 
 
 Runs on the GPU machine (tools/device/perf_gpu.sh). bench-0.5b (verl-make-tiny-model: the Qwen2.5-0.5B shape, random
 weights, its small byte-level tokenizer), 128 prompts of 256 tokens (after the chat template) x n=8 samples, 512 new
-tokens (the random model practically never samples its EOS), one PPO epoch, mini-batches of 64 prompts (two optimizer
+tokens (ignore EOS: ours with actor_rollout_ref.rollout.ignore_eos, TRL with min_new_tokens 512), one PPO epoch, mini-batches of 64 prompts (two optimizer
 steps per step), KL loss (low_var_kl, 0.001) against the frozen reference model, grad clip 1.0, lr 1e-6, bf16 with
 float32 master weights (ours; TRL: bf16 autocast over float32 weights, its default with bf16=True).
 
@@ -86,6 +86,7 @@ def run_ours(bin_dir, model, data, work, steps, prefix_grouper, name="ours", ove
            "actor_rollout_ref.actor.kl_loss_type=low_var_kl", "actor_rollout_ref.actor.grad_clip=1.0",
            "actor_rollout_ref.actor.use_dynamic_bsz=true", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=24576",
            "actor_rollout_ref.model.dtype=bfloat16", "actor_rollout_ref.rollout.temperature=1.0",
+           "actor_rollout_ref.rollout.ignore_eos=true",
            "actor_rollout_ref.rollout.top_p=1.0", "algorithm.adv_estimator=grpo",
            f"trainer.total_training_steps={steps}", "trainer.save_freq=-1", "trainer.test_freq=-1",
            "trainer.val_before_train=false", "trainer.logger=[console,jsonl]", "trainer.device=cuda",

@@ -491,7 +491,7 @@ class CpuRank final : public RankInterface {
       opts.do_sample = sampling.do_sample;
       opts.n = std::max(1, sampling.n);
       opts.max_new_tokens = sampling.max_new_tokens;
-      opts.eos_token_ids = sampling.eos_token_ids;
+      if (!sampling.ignore_eos) opts.eos_token_ids = sampling.eos_token_ids;  // ignored: no token ends a response
       opts.pad_token_id = sampling.pad_token_id;
       opts.seed = sampling.seed;
       opts.lockstep = per_layer;

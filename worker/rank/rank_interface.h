@@ -143,6 +143,7 @@ struct SamplingSettings {
   int32_t n = 1;
   int32_t max_new_tokens = 16;
   std::vector<int32_t> eos_token_ids;
+  bool ignore_eos = false;  // sample past EOS tokens to max_new_tokens (vLLM's ignore_eos)
   int32_t pad_token_id = 0;
   uint64_t seed = 0;
 };

@@ -111,6 +111,7 @@ SamplingSettings FromProto(const v1::SamplingParams& p) {
   s.n = p.n();
   s.max_new_tokens = p.max_new_tokens();
   s.eos_token_ids.assign(p.eos_token_ids().begin(), p.eos_token_ids().end());
+  s.ignore_eos = p.ignore_eos();
   s.pad_token_id = p.pad_token_id();
   s.seed = p.seed();
   return s;

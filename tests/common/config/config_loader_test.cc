@@ -132,6 +132,7 @@ TEST_CASE("a minimal config gets verl's defaults", "[config]") {
   CHECK(c.actor_rollout_ref.actor.loss_agg_mode == "token-mean");
   CHECK(c.actor_rollout_ref.actor.kl_loss_type == "low_var_kl");
   CHECK(c.actor_rollout_ref.rollout.n == 1);
+  CHECK_FALSE(c.actor_rollout_ref.rollout.ignore_eos);
   CHECK(c.actor_rollout_ref.rollout.val_kwargs.temperature == 0.0);
   CHECK_FALSE(c.actor_rollout_ref.rollout.val_kwargs.do_sample);
   CHECK(c.algorithm.adv_estimator == "gae");
@@ -346,6 +347,11 @@ TEST_CASE("combination rules", "[config]") {
                        "true");
   CHECK(LoadJobConfig(path, {"actor_rollout_ref.rollout.temperature=0", "actor_rollout_ref.rollout.do_sample=false"})
             .ok());
+  {
+    auto eos = LoadJobConfig(path, {"actor_rollout_ref.rollout.ignore_eos=true"});
+    REQUIRE(eos.ok());
+    CHECK(eos->actor_rollout_ref.rollout.ignore_eos);
+  }
   CHECK_ERROR_CONTAINS(error({"actor_rollout_ref.rollout.top_p=0"}), "actor_rollout_ref.rollout.top_p must lie in (0, 1]");
   CHECK_ERROR_CONTAINS(error({"actor_rollout_ref.rollout.top_p=1.5"}), "top_p must lie in (0, 1], got 1.5");
   CHECK_ERROR_CONTAINS(error({"trainer.save_freq=0"}), "trainer.save_freq must be -1 (disabled) or > 0, got 0");

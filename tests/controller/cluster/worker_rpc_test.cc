@@ -134,6 +134,18 @@ TEST_CASE("WorkerService runs a GRPO step over gRPC and reports errors with cont
     CHECK(gen->prompt_lengths(i) == 4);
   }
   CHECK(gen->metrics().count("rollout/log_prob/mean") == 1);
+  {
+    INFO("ignore_eos (rollout.ignore_eos) samples past EOS tokens: with every token an EOS, one token without it");
+    for (bool ignore : {false, true}) {
+      v1::GenerateRequest req = SmallBatch(ignore ? "eos-ignored" : "eos-all");
+      for (int32_t id = 0; id < loaded->vocab_size(); ++id) req.mutable_sampling()->add_eos_token_ids(id);
+      req.mutable_sampling()->set_ignore_eos(ignore);
+      auto r = client->Generate(req);
+      REQUIRE(r.ok());
+      REQUIRE(r->response_lengths_size() == 4);
+      for (int i = 0; i < 4; ++i) CHECK(r->response_lengths(i) == (ignore ? 4 : 1));
+    }
+  }
 
   {
     INFO("Generate is idempotent per step id, even when the repeated request differs");
