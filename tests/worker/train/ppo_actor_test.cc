@@ -251,6 +251,38 @@ TEST_CASE("Gradient checkpointing: the same gradients, layers recomputed in back
     REQUIRE(MaxAbsDiff(grads[0][i], grads[1][i]) < 1e-6);
   }
   REQUIRE(largest > 1e-3);  // real gradients were compared
+
+  // Frozen parameters (a layer's attention and down projections) take no gradient in the checkpointed backward, and
+  // the others take the same gradients as without checkpointing.
+  auto frozen = [](const std::string& name) {
+    return name.find("layers.0.self_attn.q_proj") != std::string::npos ||
+           name.find("layers.1.mlp.down_proj") != std::string::npos;
+  };
+  std::vector<std::vector<at::Tensor>> partial;
+  for (bool checkpointing : {false, true}) {
+    auto model = LoadModelOrDie(dir.path());
+    model->SetGradientCheckpointing(checkpointing);
+    model->SetRequiresGrad(true);
+    int64_t frozen_count = 0;
+    for (const auto& [name, p] : model->named_parameters()) {
+      if (frozen(name)) {
+        p.requires_grad_(false);
+        ++frozen_count;
+      }
+    }
+    REQUIRE(frozen_count >= 2);
+    LogProbResult r = ForwardLogProbs(*model, b, 0, 2, /*temperature=*/0.9, /*with_entropy=*/true);
+    (-(r.log_probs.sum() + 0.1 * r.entropy.sum())).backward();
+    partial.emplace_back();
+    for (const auto& [name, p] : model->named_parameters()) {
+      INFO(name);
+      REQUIRE(p.grad().defined() == !frozen(name));
+      partial.back().push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
+    }
+  }
+  for (size_t i = 0; i < partial[0].size(); ++i) {
+    if (partial[0][i].defined()) REQUIRE(MaxAbsDiff(partial[0][i], partial[1][i]) < 1e-6);
+  }
 }
 
 }  // namespace
