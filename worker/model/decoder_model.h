@@ -69,9 +69,10 @@ struct KvCache {
 // over rows gathered from the packed tokens, each row a prompt's tokens followed by one of its responses' (a prompt
 // without responses alone). The rows go longest first into buckets of rows at least 4/5 as long as the bucket's first,
 // each row padded at the end to that length with its last token (on a GPU the length and the row count rounded up,
-// PackBatch's BucketSteps): row_index lists the buckets' rows one after another, row_buckets their (rows, length). Causal attention over each bucket (SDPA's is_causal, no mask: cuDNN's fused kernel
-// on GPUs) gives every valid position what its sequence attends to; token t's output is at row_output[t] in the
-// buckets' flattened positions (a prompt token's from its prompt's first row).
+// PackBatch's BucketSteps): row_index lists the buckets' rows one after another, row_buckets their (rows, length).
+// Causal attention over each bucket (SDPA's is_causal, no mask: cuDNN's fused kernel on GPUs) gives every valid
+// position what its sequence attends to; token t's output is at row_output[t] in the buckets' flattened positions (a
+// prompt token's from its prompt's first row).
 struct PackedSequences {
   std::vector<int64_t> offsets;  // host, [B + 1], offsets[0] = 0
   at::Tensor cu_seqlens;         // the same as int32 on the model's device (flash attention's variable-length form)
