@@ -385,8 +385,7 @@ bool AddRmsNormSupported(const at::Tensor& x, const at::Tensor& residual, const 
 
 at::Tensor AddRmsNorm(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight, double eps,
                       at::Tensor* sum) {
-  TORCH_CHECK(AddRmsNormSupported(x, residual, weight), "fused AddRmsNorm: unsupported input ", x.sizes(), " ",
-              x.scalar_type(), " and residual ", residual.sizes(), " ", residual.scalar_type());
+  // RmsNormForward checks the inputs (AddRmsNormSupported), with gradients or without.
   if (!NeedsGrad({&x, &residual, &weight})) return RmsNormForward(x, residual, weight, eps, sum, nullptr);
   const variable_list out = AddRmsNormFunction::apply(x, residual, weight, eps);
   *sum = out[1];

@@ -18,8 +18,9 @@ at::Tensor GatherRowsOrZero(const at::Tensor& x, const at::Tensor& index);
 bool SumRowsSupported(const at::Tensor& x);
 // x [P, ...] as SumRowsSupported; offsets int64 [R + 1] and positions int64 [offsets[R]] on that device (rows of x,
 // not checked on the device): [R, ...] whose row r is the sum of x's rows positions[offsets[r]], ...,
-// positions[offsets[r + 1] - 1], added in float32 in that order and rounded once (zeros for an empty list). What index_add_ into zeros computes for an index listing each position's output row, without its
-// atomics: deterministic, one rounding.
+// positions[offsets[r + 1] - 1], added in float32 in that order and rounded once (zeros for an empty list). What
+// index_add_ into zeros computes for an index listing each position's output row, without its atomics: deterministic,
+// one rounding.
 at::Tensor SumRows(const at::Tensor& x, const at::Tensor& offsets, const at::Tensor& positions);
 
 }  // namespace verl::kernels

@@ -630,9 +630,12 @@ PackedBatch PackSharedPrompts(const at::Tensor& input_ids, const HostCopies& h, 
       row_index.insert(row_index.end(), len - static_cast<int64_t>(row.size()), row.back());
     }
     const int64_t n = static_cast<int64_t>(j - i);
-    int64_t padded = 1;  // fewer rows than steps.rows: the next power of two (at most steps.rows)
-    while (padded < n) padded *= 2;
-    padded = n >= steps.rows ? round_up(n, steps.rows) : std::min(padded, steps.rows);
+    int64_t padded = round_up(n, steps.rows);
+    if (n < steps.rows) {  // fewer rows: the next power of two, at most steps.rows
+      padded = 1;
+      while (padded < n) padded *= 2;
+      padded = std::min(padded, steps.rows);
+    }
     const std::vector<int64_t> last(row_index.end() - len, row_index.end());
     for (int64_t extra = n; extra < padded; ++extra) row_index.insert(row_index.end(), last.begin(), last.end());
     buckets.push_back({padded, len});

@@ -389,6 +389,28 @@ SequenceBatch SharedPromptBatch() {
   return b;
 }
 
+// A shared-prompt packing's maps (the GPU's row movers read them): every token's output sits at its own key;
+// row_source inverts row_output (-1 at the positions no token's output is taken from: a prompt's other rows, padding);
+// key_positions lists each token's positions in row_index, ascending (padding included).
+void CheckInverseMaps(const PackedBatch& p) {
+  const at::Tensor index = p.sequences.row_index, output = p.sequences.row_output;
+  const at::Tensor source = p.sequences.row_source, offsets = p.sequences.key_offsets,
+                   positions = p.sequences.key_positions;
+  const int64_t T = p.input_ids.size(1), flat = index.numel();
+  REQUIRE(index.index_select(0, output).equal(at::arange(T, at::kLong)));
+  REQUIRE(source.numel() == flat);
+  REQUIRE(offsets.numel() == T + 1);
+  REQUIRE(positions.numel() == flat);
+  REQUIRE(source.index_select(0, output).equal(at::arange(T, at::kLong)));
+  REQUIRE((source >= 0).sum().item<int64_t>() == T);
+  REQUIRE(offsets[T].item<int64_t>() == flat);
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t a = offsets[t].item<int64_t>(), e = offsets[t + 1].item<int64_t>();
+    CAPTURE(t);
+    REQUIRE(positions.narrow(0, a, e - a).equal(at::nonzero(index == t).view(-1)));
+  }
+}
+
 TEST_CASE("GroupByPrompt groups rows by their valid prompt tokens", "[worker][train]") {
   const SequenceBatch b = SharedPromptBatch();
   const PromptGroups g = GroupByPrompt(b.input_ids, b.attention_mask, b.responses.size(1));
@@ -419,29 +441,11 @@ TEST_CASE("Shared prompts (use_prefix_grouper) run each prompt once, with the pa
   REQUIRE(shared.sequences.row_index.narrow(0, 30, 8).equal(at::tensor({0, 1, 2, 8, 9, 10, 11, 11}, at::kLong)));
   REQUIRE(shared.sequences.row_output[1].item<int64_t>() == 22 + 1);      // A's prompt from its first row (row 0's)
   REQUIRE(shared.sequences.row_output[8].item<int64_t>() == 30 + 3);      // row 2's first response token
-  {
-    // The maps the other way (the GPU's row movers): row_source inverts row_output (-1 at the positions no token's
-    // output is taken from), key_positions lists each token's positions in row_index, ascending.
-    const at::Tensor index = shared.sequences.row_index, output = shared.sequences.row_output;
-    const at::Tensor source = shared.sequences.row_source, offsets = shared.sequences.key_offsets,
-                     positions = shared.sequences.key_positions;
-    const int64_t T = shared.input_ids.size(1), flat = index.numel();
-    REQUIRE(source.numel() == flat);
-    REQUIRE(offsets.numel() == T + 1);
-    REQUIRE(positions.numel() == flat);
-    REQUIRE(source.index_select(0, output).equal(at::arange(T, at::kLong)));
-    REQUIRE((source >= 0).sum().item<int64_t>() == T);
-    REQUIRE(source[22].item<int64_t>() == 0);   // A's first prompt token from its first row
-    REQUIRE(source[30].item<int64_t>() == -1);  // A's prompt in row 2's row: not taken from there
-    REQUIRE(offsets[T].item<int64_t>() == flat);
-    for (int64_t t = 0; t < T; ++t) {
-      const int64_t a = offsets[t].item<int64_t>(), e = offsets[t + 1].item<int64_t>();
-      const at::Tensor mine = at::nonzero(index == t).view(-1);
-      CAPTURE(t);
-      REQUIRE(positions.narrow(0, a, e - a).equal(mine));
-    }
-    REQUIRE(offsets[1].item<int64_t>() - offsets[0].item<int64_t>() == 3);  // A's first token: in rows 0, 2 and 5
-  }
+  CheckInverseMaps(shared);
+  REQUIRE(shared.sequences.row_source[22].item<int64_t>() == 0);   // A's first prompt token from its first row
+  REQUIRE(shared.sequences.row_source[30].item<int64_t>() == -1);  // A's prompt in row 2's row: not taken from there
+  // A's first token: in rows 0, 2 and 5.
+  REQUIRE(shared.sequences.key_offsets[1].item<int64_t>() - shared.sequences.key_offsets[0].item<int64_t>() == 3);
   REQUIRE(shared.position_ids.narrow(1, 0, 13).equal(
       at::tensor({0, 1, 2, 3, 4, 5, 6, 7, 3, 4, 5, 6, 3}, at::kLong).unsqueeze(0)));
   // Targets in row order: row 1's first response token (target 5) is predicted by B's last prompt token (B follows
@@ -472,25 +476,8 @@ TEST_CASE("Shared prompts (use_prefix_grouper) run each prompt once, with the pa
     REQUIRE(exact.sequences.row_buckets == std::vector<std::pair<int64_t, int64_t>>{{2, 13}, {3, 10}, {1, 3}});
     REQUIRE(grid.sequences.row_buckets == std::vector<std::pair<int64_t, int64_t>>{{2, 16}, {4, 16}, {1, 8}});
     REQUIRE(grid.sequences.row_index.numel() == 32 + 64 + 8);
-    for (const PackedBatch* p : {&exact, &grid}) {
-      // Every token's output sits at its own key; row_source inverts row_output (-1 at padding and at the prompts'
-      // other rows); key_positions lists each token's positions in row_index, ascending (padding included).
-      const at::Tensor index = p->sequences.row_index, output = p->sequences.row_output;
-      const at::Tensor source = p->sequences.row_source, offsets = p->sequences.key_offsets,
-                       positions = p->sequences.key_positions;
-      const int64_t T = p->input_ids.size(1), flat = index.numel();
-      REQUIRE(index.index_select(0, output).equal(at::arange(T, at::kLong)));
-      REQUIRE(source.numel() == flat);
-      REQUIRE(source.index_select(0, output).equal(at::arange(T, at::kLong)));
-      REQUIRE((source >= 0).sum().item<int64_t>() == T);
-      REQUIRE(offsets.numel() == T + 1);
-      REQUIRE(offsets[T].item<int64_t>() == flat);
-      for (int64_t t = 0; t < T; ++t) {
-        const int64_t a = offsets[t].item<int64_t>(), e = offsets[t + 1].item<int64_t>();
-        CAPTURE(t);
-        REQUIRE(positions.narrow(0, a, e - a).equal(at::nonzero(index == t).view(-1)));
-      }
-    }
+    CheckInverseMaps(exact);
+    CheckInverseMaps(grid);
     // The pass over the grid gives the exact shapes' hidden states and gradients, with and without checkpointing.
     for (bool checkpointing : {false, true}) {
       CAPTURE(checkpointing);
