@@ -13,6 +13,7 @@ namespace verl::kernels {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr float kLog2e = 1.4426950408889634f;
 
 // Running softmax statistics of a set of z: max m, s = sum exp(z - m), t = sum exp(z - m) * (z - m). A NaN z makes s
 // NaN (and so the row's lse, log-probs and entropy, as ATen's log_softmax gives), whatever m is: an empty set is m =
@@ -32,6 +33,11 @@ __device__ __forceinline__ Stats Merge(const Stats& a, const Stats& b) {
   const float eb = expf(b.m - m);
   return {m, a.s * ea + b.s * eb, ea * fmaf(a.m - m, a.s, a.t) + eb * fmaf(b.m - m, b.s, b.t)};
 }
+
+// e^d through the special-function unit's exp2 (exp2f: within 2 ulp, a few instructions where expf takes about ten).
+// The product d log2(e) is rounded relative to |d|, so the terms that carry the mass (d near 0 against the row's
+// maximum, or log p near 0) keep expf's accuracy; -inf gives 0 and NaN stays NaN, as with expf.
+__device__ __forceinline__ float Exp(float d) { return exp2f(d * kLog2e); }
 
 // Adds n values (already scaled) to st, rescaling once for the group's maximum.
 template <int N>
@@ -57,7 +63,7 @@ __device__ __forceinline__ void Accumulate(Stats& st, const float (&z)[N]) {
 #pragma unroll
   for (int j = 0; j < N; ++j) {
     const float d = z[j] - st.m;
-    const float e = expf(d);
+    const float e = Exp(d);
     st.s += e;
     if (e > 0.f) st.t = fmaf(e, d, st.t);  // e = 0 for z = -inf: no 0 * inf
   }
@@ -94,8 +100,24 @@ __global__ void __launch_bounds__(kThreads) TokenLogProbsKernel(const TokenLogPr
   Stats st;
   int tail = 0;
   if (reinterpret_cast<uintptr_t>(row) % 16 == 0) {
+    // Two 16-byte loads in flight per thread, their elements accumulated as one group (one rescale check).
+    const uint4* vecs_in = reinterpret_cast<const uint4*>(row);
     const int vecs = V / kN;
-    for (int v = threadIdx.x; v < vecs; v += kThreads) {
+    int v = threadIdx.x;
+    for (; v + kThreads < vecs; v += 2 * kThreads) {
+      const uint4 ra = vecs_in[v];
+      const uint4 rb = vecs_in[v + kThreads];
+      float za[kN], zb[kN], z[2 * kN];
+      Vec<T>::Unpack(ra, za);
+      Vec<T>::Unpack(rb, zb);
+#pragma unroll
+      for (int j = 0; j < kN; ++j) {
+        z[j] = za[j] * inv_t;
+        z[kN + j] = zb[j] * inv_t;
+      }
+      Accumulate(st, z);
+    }
+    if (v < vecs) {
       float z[kN];
       Vec<T>::Load(row + v * kN, z);
 #pragma unroll
@@ -137,7 +159,7 @@ __global__ void __launch_bounds__(kThreads) TokenLogProbsBackwardKernel(const To
   // dz / dlogits = 1 / temperature.
   auto grad = [&](int i, float v) {
     const float log_p = v * inv_t - lse;
-    const float p = expf(log_p);
+    const float p = Exp(log_p);
     float g = -g_lp * p;
     if (p > 0.f) g -= g_ent * p * (log_p + entropy);  // a -inf logit: p = 0 and no 0 * inf
     if (i == tgt) g += g_lp;
@@ -145,8 +167,26 @@ __global__ void __launch_bounds__(kThreads) TokenLogProbsBackwardKernel(const To
   };
   int tail = 0;
   if (reinterpret_cast<uintptr_t>(row) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0) {
+    // Two 16-byte loads in flight per thread before either's gradients are stored (`out` may be `row`: each thread
+    // writes only the vectors it has read).
+    const uint4* vecs_in = reinterpret_cast<const uint4*>(row);
     const int vecs = V / kN;
-    for (int v = threadIdx.x; v < vecs; v += kThreads) {
+    int v = threadIdx.x;
+    for (; v + kThreads < vecs; v += 2 * kThreads) {
+      const uint4 ra = vecs_in[v];
+      const uint4 rb = vecs_in[v + kThreads];
+      float x[kN], y[kN];
+      Vec<T>::Unpack(ra, x);
+      Vec<T>::Unpack(rb, y);
+#pragma unroll
+      for (int j = 0; j < kN; ++j) {
+        x[j] = grad(v * kN + j, x[j]);
+        y[j] = grad((v + kThreads) * kN + j, y[j]);
+      }
+      Vec<T>::Store(out + v * kN, x);
+      Vec<T>::Store(out + (v + kThreads) * kN, y);
+    }
+    if (v < vecs) {
       float x[kN];
       Vec<T>::Load(row + v * kN, x);
 #pragma unroll
