@@ -1,12 +1,17 @@
 #include "worker/model/decoder_model.h"
 
+#include <ATen/SDPBackend.h>
 #include <ATen/TensorIndexing.h>
 #include <ATen/core/grad_mode.h>
+#include <ATen/ops/_fused_sdp_choice.h>
+#include <ATen/ops/_scaled_dot_product_cudnn_attention.h>
+#include <ATen/ops/_scaled_dot_product_cudnn_attention_backward.h>
 #include <c10/core/InferenceMode.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -458,12 +463,90 @@ class GatherRepeated : public torch::autograd::Function<GatherRepeated> {
   }
 };
 
+}  // namespace
+
+// A checkpointed layer's shared-prompt attention, kept from its forward for its recompute in backward
+// (CheckpointedLayer): cuDNN's output and log-sum-exp per bucket, so the recompute hands autograd those instead of
+// running the attention forward again, and the backward is cuDNN's own, reading what the plain forward's would. Where
+// ATen would not pick cuDNN for a bucket (a CPU, float32) nothing is kept and the recompute attends again.
+struct AttentionSaves {
+  struct Bucket {
+    at::Tensor out, lse, cum_q, cum_k, seed, offset;  // out undefined: not kept
+    int64_t max_q = 0, max_k = 0;
+  };
+  bool replay = false;  // false while the forward records, true in the recompute
+  std::vector<Bucket> buckets;
+};
+
+namespace {
+
+std::atomic<int64_t> replayed_attention_buckets{0};
+
+// The recompute's attention of one bucket: the forward's output as the value, cuDNN's backward as the gradient.
+class ReplayedAttention : public torch::autograd::Function<ReplayedAttention> {
+ public:
+  // out: saved->out, an input (without history) so that autograd returns it as a view of itself.
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
+                            const at::Tensor& v, const at::Tensor& out, const AttentionSaves::Bucket* saved) {
+    ctx->save_for_backward({q, k, v, out, saved->lse, saved->cum_q, saved->cum_k, saved->seed, saved->offset});
+    ctx->saved_data["max_q"] = saved->max_q;
+    ctx->saved_data["max_k"] = saved->max_k;
+    return out;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad) {
+    const auto s = ctx->get_saved_variables();
+    const at::Tensor& out = s[3];
+    // cuDNN reads the output's gradient in the output's layout (the rows' [n, len, h, D] memory, as here).
+    const at::Tensor g = grad[0].strides() == out.strides() ? grad[0] : at::empty_like(out).copy_(grad[0]);
+    auto [dq, dk, dv] = at::_scaled_dot_product_cudnn_attention_backward(
+        g, s[0], s[1], s[2], out, s[4], s[7], s[8], at::Tensor(), s[5], s[6], ctx->saved_data["max_q"].toInt(),
+        ctx->saved_data["max_k"].toInt(), /*dropout_p=*/0.0, /*is_causal=*/true);
+    return {dq, dk, dv, at::Tensor(), at::Tensor()};
+  }
+};
+
+// Causal attention of one shared-prompt bucket ([n, h, len, D] views): SDPA, or with `saves` cuDNN's kernel called as
+// SDPA calls it, its output and log-sum-exp kept (the forward), then handed back (the recompute).
+at::Tensor BucketAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool gqa,
+                           AttentionSaves* saves, size_t b) {
+  if (saves != nullptr && !saves->replay) {
+    TORCH_CHECK(saves->buckets.size() == b, "AttentionSaves: buckets out of order");
+    saves->buckets.emplace_back();
+    if (at::_fused_sdp_choice(q, k, v, std::nullopt, 0.0, /*is_causal=*/true, std::nullopt, gqa) ==
+        static_cast<int64_t>(at::SDPBackend::cudnn_attention)) {
+      auto r = at::_scaled_dot_product_cudnn_attention(q, k, v, std::nullopt, /*compute_log_sumexp=*/true, 0.0,
+                                                       /*is_causal=*/true);
+      AttentionSaves::Bucket& kept = saves->buckets.back();
+      kept.out = std::get<0>(r);
+      kept.lse = std::get<1>(r);
+      kept.cum_q = std::get<2>(r);
+      kept.cum_k = std::get<3>(r);
+      kept.max_q = std::get<4>(r).guard_int(__FILE__, __LINE__);
+      kept.max_k = std::get<5>(r).guard_int(__FILE__, __LINE__);
+      kept.seed = std::get<6>(r);
+      kept.offset = std::get<7>(r);
+      return kept.out;
+    }
+  } else if (saves != nullptr) {
+    TORCH_CHECK(b < saves->buckets.size(), "AttentionSaves: the recompute has more buckets than the forward");
+    const AttentionSaves::Bucket& kept = saves->buckets[b];
+    if (kept.out.defined()) {
+      TORCH_CHECK(kept.out.size(0) == q.size(0) && kept.out.size(2) == q.size(2),
+                  "AttentionSaves: the recompute's bucket differs from the forward's");
+      replayed_attention_buckets.fetch_add(1, std::memory_order_relaxed);
+      return ReplayedAttention::apply(q, k, v, kept.out, &kept);
+    }
+  }
+  return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt, gqa);
+}
+
 // Causal attention within each packed sequence. q [1, heads, T, hd], k and v [1, kv_heads, T, hd]; returns
 // [1, heads, T, hd]. With shared prompts (PackedSequences::row_index), SDPA over the gathered rows, a call per length
 // bucket. Otherwise on a GPU in bf16/fp16, flash attention's variable-length kernel (GQA without repeating k and v,
 // with autograd), else one scaled_dot_product_attention call per sequence.
-at::Tensor PackedAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                           const PackedSequences& packed) {
+at::Tensor PackedAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const PackedSequences& packed,
+                           AttentionSaves* saves) {
   const bool gqa = q.size(1) != k.size(1);
   if (packed.row_index.defined()) {
     // Shared prompts: causal attention over the gathered rows (PackedSequences::row_index), then each token's output
@@ -482,12 +565,12 @@ at::Tensor PackedAttention(const at::Tensor& q, const at::Tensor& k, const at::T
     const at::Tensor v_rows = repeated(v);
     std::vector<at::Tensor> outs;
     int64_t at = 0;
-    for (const auto& [n, len] : packed.row_buckets) {
+    for (size_t b = 0; b < packed.row_buckets.size(); ++b) {
+      const auto [n, len] = packed.row_buckets[b];
       auto rows_view = [&](const at::Tensor& t) {  // [n * len, h, D] -> [n, h, len, D]
         return t.narrow(0, at, n * len).view({n, len, t.size(1), D}).transpose(1, 2);
       };
-      outs.push_back(at::scaled_dot_product_attention(rows_view(q_rows), rows_view(k_rows), rows_view(v_rows), {}, 0.0,
-                                                      /*is_causal=*/true, std::nullopt, gqa)
+      outs.push_back(BucketAttention(rows_view(q_rows), rows_view(k_rows), rows_view(v_rows), gqa, saves, b)
                          .transpose(1, 2)
                          .reshape({n * len, heads, D}));
       at += n * len;
@@ -515,6 +598,8 @@ at::Tensor PackedAttention(const at::Tensor& q, const at::Tensor& k, const at::T
 }
 
 }  // namespace
+
+int64_t ReplayedAttentionBuckets() { return replayed_attention_buckets.load(std::memory_order_relaxed); }
 
 bool FoldsInputNorms(at::ScalarType dtype) { return dtype == at::kBFloat16; }
 
@@ -759,7 +844,7 @@ PackedBatch PackBatch(const at::Tensor& input_ids, const at::Tensor& attention_m
 at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, const at::Tensor& cos,
                                       const at::Tensor& sin, const at::Tensor& attn_mask, KvCache* cache, size_t i,
                                       const PackedSequences* packed, at::Tensor* pending, bool causal,
-                                      at::Tensor* mlp_input) const {
+                                      at::Tensor* mlp_input, AttentionSaves* saves) const {
   const int64_t heads = config_.num_attention_heads;
   const int64_t kv_heads = config_.num_key_value_heads;
   const int64_t hd = config_.head_dim;
@@ -868,12 +953,11 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
       k = cache->k[i].narrow(2, 0, start + T);
       v = cache->v[i].narrow(2, 0, start + T);
     }
-    attn = packed ? PackedAttention(q, k, v, *packed)
-                  : at::scaled_dot_product_attention(q, k, v,
-                                                     attn_mask.defined() ? std::optional<at::Tensor>(attn_mask)
-                                                                         : std::nullopt,
-                                                     0.0, /*is_causal=*/causal, std::nullopt,
-                                                     /*enable_gqa=*/heads != kv_heads);
+    attn = packed ? PackedAttention(q, k, v, *packed, saves)
+                  : at::scaled_dot_product_attention(
+                        q, k, v, attn_mask.defined() ? std::optional<at::Tensor>(attn_mask) : std::nullopt, 0.0,
+                        /*is_causal=*/causal, std::nullopt,
+                        /*enable_gqa=*/heads != kv_heads);
   }
   attn = attn.transpose(1, 2).reshape({h_in.size(0), T, heads * hd});
 #ifdef VERL_WITH_CUDA
@@ -948,6 +1032,7 @@ struct CheckpointHolder : torch::CustomClassHolder {
   // LayerForward of the layer on x; with `mlp_input` its recompute form (stopping before the down projection).
   std::function<at::Tensor(const at::Tensor& x, at::Tensor* mlp_input)> block;
   std::vector<at::Tensor> params;  // the last: the down projection's weight
+  std::shared_ptr<AttentionSaves> saves;  // the block's attention outputs, from the forward to the recompute
 };
 
 // (x, params) -> block(x) without keeping activations (the forward of an autograd function runs without gradients);
@@ -971,6 +1056,7 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     at::Tensor h, act;  // the layer's output is h + act down_w^T (no bias: Layer has none for the down projection)
     {
       at::AutoGradMode enable(true);
+      holder->saves->replay = true;
       h = holder->block(x_in, &act);
     }
     const at::Tensor& down_w = holder->params.back();
@@ -989,6 +1075,7 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     variable_list grads(holder->params.size() + 2);  // x, the parameters, the holder
     for (size_t i = 0; i < found.size(); ++i) grads[slot[i]] = found[i];
     if (down_w.requires_grad()) grads[holder->params.size()] = g.t().mm(act.detach().reshape({-1, act.size(-1)}));
+    holder->saves->buckets.clear();  // the forward's attention outputs, no longer needed
     return grads;
   }
 };
@@ -1007,8 +1094,10 @@ at::Tensor DecoderModel::CheckpointedLayer(size_t i, const at::Tensor& h, const 
   holder->params.push_back(L.down_w);  // last (CheckpointFunction's backward forms its gradient)
   // The block runs again in backward, after the caller's PackedSequences may be gone: it keeps its own copy.
   std::shared_ptr<const PackedSequences> own = packed ? std::make_shared<const PackedSequences>(*packed) : nullptr;
-  holder->block = [this, i, cos, sin, attn_mask, own, causal](const at::Tensor& x, at::Tensor* mlp_input) {
-    return LayerForward(layers_[i], x, cos, sin, attn_mask, nullptr, i, own.get(), nullptr, causal, mlp_input);
+  holder->saves = std::make_shared<AttentionSaves>();
+  holder->block = [this, i, cos, sin, attn_mask, own, causal, saves = holder->saves.get()](const at::Tensor& x,
+                                                                                           at::Tensor* mlp_input) {
+    return LayerForward(layers_[i], x, cos, sin, attn_mask, nullptr, i, own.get(), nullptr, causal, mlp_input, saves);
   };
   const std::vector<at::Tensor> params = holder->params;
   return CheckpointFunction::apply(h, at::TensorList(params), std::move(holder));

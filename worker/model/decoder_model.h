@@ -73,6 +73,8 @@ struct KvCache {
 // Causal attention over each bucket (SDPA's is_causal, no mask: cuDNN's fused kernel on GPUs) gives every valid
 // position what its sequence attends to; token t's output is at row_output[t] in the buckets' flattened positions (a
 // prompt token's from its prompt's first row).
+struct AttentionSaves;  // decoder_model.cc
+
 struct PackedSequences {
   std::vector<int64_t> offsets;  // host, [B + 1], offsets[0] = 0
   at::Tensor cu_seqlens;         // the same as int32 on the model's device (flash attention's variable-length form)
@@ -95,6 +97,10 @@ PackedSequences PackLengths(const std::vector<int64_t>& lengths, at::Device devi
 // Whether attention over packed sequences runs as one variable-length flash attention call (CUDA, bfloat16 or
 // float16) rather than one call per sequence.
 bool PackedAttentionIsFlash(at::Device device, at::ScalarType dtype);
+
+// How many shared-prompt attention buckets checkpointed layers' recomputes have taken from their forwards instead of
+// attending again (AttentionSaves), in this process: for tests.
+int64_t ReplayedAttentionBuckets();
 
 // Whether decoding folds the input RMSNorms into the q/k/v projections for weights of this dtype
 // (DecoderModel::FoldedQkvWeights): bfloat16 only (float32 decodes the exact composition; float16 might overflow where
@@ -288,10 +294,12 @@ class DecoderModel {
   // `mlp_input` (without a cache or `pending`: a checkpointed layer's recompute): the layer stops before its down
   // projection, stores the SwiGLU output there and returns the residual stream after attention, whose sum with
   // down(*mlp_input) is the layer's output.
+  // `saves` (a checkpointed layer's forward and recompute): the shared-prompt attention's outputs kept from the forward
+  // for the recompute (decoder_model.cc's AttentionSaves).
   at::Tensor LayerForward(const Layer& L, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
                           const at::Tensor& attn_mask, KvCache* cache, size_t i,
                           const PackedSequences* packed = nullptr, at::Tensor* pending = nullptr, bool causal = false,
-                          at::Tensor* mlp_input = nullptr) const;
+                          at::Tensor* mlp_input = nullptr, AttentionSaves* saves = nullptr) const;
   // LayerForward of layer i through an autograd function that recomputes it in backward.
   at::Tensor CheckpointedLayer(size_t i, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
                                const at::Tensor& attn_mask, const PackedSequences* packed, bool causal) const;

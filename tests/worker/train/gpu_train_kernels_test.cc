@@ -788,16 +788,9 @@ TEST_CASE("no-grad log-prob passes on the GPU equal the forward with gradients, 
   }
 }
 
-
-TEST_CASE("shared prompts on the GPU (attention over gathered rows) give the packed pass's numbers",
-          "[worker][train][gpu]") {
-  if (SkipWithoutGpu()) return;
-  // use_prefix_grouper: each response attends to its prompt's tokens, computed once, and its own, through rows
-  // gathered from the packed tokens (SDPA, cuDNN's kernel in bf16/fp16 on an H200). Rows 0-2 share one prompt (5
-  // tokens), rows 3-4 another (7, unpadded), row 5 has its own (2), responses of 1-6 tokens. Truth: the CPU's float32
-  // padded pass; the unshared packed pass (flash attention's variable-length kernel in bf16/fp16) beside it.
-  TestDir dir;
-  testing::WriteTinyModel(dir.path(), testing::TinyDecoderConfig());
+// Rows 0-2 share one prompt (5 tokens), rows 3-4 another (7, unpadded), row 5 has its own (2), responses of 1-6 tokens
+// (random ids below 50, the tiny model's vocabulary).
+SequenceBatch SharedPromptBatch() {
   at::manual_seed(11);
   const int64_t N = 6, P = 7, R = 6;
   const std::vector<int64_t> group = {0, 0, 0, 1, 1, 2}, prompt_len = {5, 7, 2}, response_len = {6, 4, 5, 3, 6, 1};
@@ -813,30 +806,52 @@ TEST_CASE("shared prompts on the GPU (attention over gathered rows) give the pac
   }
   batch.responses = batch.input_ids.narrow(1, P, R).contiguous();
   batch.response_mask = batch.attention_mask.narrow(1, P, R).contiguous();
-  const at::Tensor mask = batch.response_mask.to(at::kFloat);
-  struct Pass {
-    at::Tensor log_probs, entropy;
-    std::vector<at::Tensor> grads;
+  return batch;
+}
+
+// A log-prob pass over `batch` with gradients (of the masked log-probs plus 0.1 x the masked entropy, at temperature
+// 0.9): its masked figures and every parameter's gradient, float32 on the CPU.
+struct Pass {
+  at::Tensor log_probs, entropy;
+  std::vector<at::Tensor> grads;
+};
+enum class Way { kPadded, kPacked, kShared };
+Pass RunPass(const std::string& dir, const SequenceBatch& batch, at::ScalarType dtype, at::Device device, Way way,
+             bool checkpointing = false) {
+  auto loaded = DecoderModel::Load(dir, dtype, device);
+  REQUIRE(loaded.ok());
+  DecoderModel& model = **loaded;
+  model.SetRequiresGrad(true);
+  model.SetGradientCheckpointing(checkpointing);
+  SequenceBatch on;
+  on.input_ids = batch.input_ids.to(device);
+  on.attention_mask = batch.attention_mask.to(device);
+  on.responses = batch.responses.to(device);
+  on.response_mask = batch.response_mask.to(device);
+  LogProbResult r = way == Way::kPadded
+                        ? ForwardLogProbs(model, on, 0, batch.input_ids.size(0), 0.9, true)
+                        : ForwardLogProbsPacked(model, on, 0.9, true, /*share_prompts=*/way == Way::kShared);
+  const at::Tensor m = on.response_mask.to(at::kFloat);
+  ((r.log_probs * m).sum() + 0.1 * (r.entropy * m).sum()).backward();
+  Pass out{(r.log_probs * m).detach().cpu().to(at::kFloat), (r.entropy * m).detach().cpu().to(at::kFloat), {}};
+  for (const at::Tensor& p : model.parameters()) out.grads.push_back(p.grad().cpu().to(at::kFloat));
+  return out;
+}
+
+TEST_CASE("shared prompts on the GPU (attention over gathered rows) give the packed pass's numbers",
+          "[worker][train][gpu]") {
+  if (SkipWithoutGpu()) return;
+  // use_prefix_grouper: each response attends to its prompt's tokens, computed once, and its own, through rows
+  // gathered from the packed tokens (SDPA, cuDNN's kernel in bf16/fp16 on an H200), SharedPromptBatch's rows. Truth:
+  // the CPU's float32 padded pass; the unshared packed pass (flash attention's variable-length kernel in bf16/fp16)
+  // beside it.
+  TestDir dir;
+  testing::WriteTinyModel(dir.path(), testing::TinyDecoderConfig());
+  const SequenceBatch batch = SharedPromptBatch();
+  auto run = [&](at::ScalarType dtype, at::Device device, Way way) {
+    return RunPass(dir.path(), batch, dtype, device, way);
   };
-  auto run = [&](at::ScalarType dtype, at::Device device, int way) {  // 0 padded, 1 packed, 2 packed and shared
-    auto loaded = DecoderModel::Load(dir.path(), dtype, device);
-    REQUIRE(loaded.ok());
-    DecoderModel& model = **loaded;
-    model.SetRequiresGrad(true);
-    SequenceBatch on;
-    on.input_ids = batch.input_ids.to(device);
-    on.attention_mask = batch.attention_mask.to(device);
-    on.responses = batch.responses.to(device);
-    on.response_mask = batch.response_mask.to(device);
-    LogProbResult r = way == 0 ? ForwardLogProbs(model, on, 0, N, 0.9, true)
-                               : ForwardLogProbsPacked(model, on, 0.9, true, /*share_prompts=*/way == 2);
-    const at::Tensor m = mask.to(device);
-    ((r.log_probs * m).sum() + 0.1 * (r.entropy * m).sum()).backward();
-    Pass out{(r.log_probs * m).detach().cpu().to(at::kFloat), (r.entropy * m).detach().cpu().to(at::kFloat), {}};
-    for (const at::Tensor& p : model.parameters()) out.grads.push_back(p.grad().cpu().to(at::kFloat));
-    return out;
-  };
-  const Pass truth = run(at::kFloat, at::kCPU, 0);
+  const Pass truth = run(at::kFloat, at::kCPU, Way::kPadded);
   REQUIRE(truth.log_probs.abs().sum().item<double>() > 1.0);
   {
     // On a GPU the attention buckets take shapes from BucketSteps' grid (rows of padding, longer rows): the passes
@@ -849,8 +864,8 @@ TEST_CASE("shared prompts on the GPU (attention over gathered rows) give the pac
   for (at::ScalarType dtype : {at::kBFloat16, at::kHalf, at::kFloat}) {
     INFO(c10::toString(dtype));
     REQUIRE(PackedAttentionIsFlash(at::kCUDA, dtype) == (dtype != at::kFloat));
-    const Pass unshared = run(dtype, at::kCUDA, 1);
-    const Pass shared = run(dtype, at::kCUDA, 2);
+    const Pass unshared = run(dtype, at::kCUDA, Way::kPacked);
+    const Pass shared = run(dtype, at::kCUDA, Way::kShared);
     const double ulp = Ulp(dtype);
     const double e_lp_shared = MaxAbsDiff(shared.log_probs, truth.log_probs);
     const double e_lp_unshared = MaxAbsDiff(unshared.log_probs, truth.log_probs);
@@ -870,6 +885,43 @@ TEST_CASE("shared prompts on the GPU (attention over gathered rows) give the pac
       CAPTURE(scale, e_shared, e_unshared);
       CHECK(e_shared <= 2 * e_unshared + 4 * ulp * scale);
       CHECK(e_shared <= (dtype == at::kFloat ? 1e-4 * (1 + scale) : 16 * ulp * scale + 1e-3));
+    }
+  }
+}
+
+TEST_CASE("a checkpointed layer's recompute takes the shared-prompt attention from its forward",
+          "[worker][train][gpu]") {
+  if (SkipWithoutGpu()) return;
+  // With activation checkpointing, in bf16 on a GPU (cuDNN's attention), each layer's recompute hands autograd the
+  // attention output and log-sum-exp its forward kept (AttentionSaves) instead of attending again; the backward is
+  // cuDNN's on the same tensors. So the pass equals the one without checkpointing: the forward bit for bit, the
+  // gradients but for the order of the attention backward's atomic sums. float32 (not cuDNN) attends again: no bucket
+  // is replayed, and the figures agree to float32 rounding.
+  TestDir dir;
+  const DecoderConfig config = testing::TinyDecoderConfig();
+  testing::WriteTinyModel(dir.path(), config);
+  const SequenceBatch batch = SharedPromptBatch();
+  for (at::ScalarType dtype : {at::kBFloat16, at::kFloat}) {
+    INFO(c10::toString(dtype));
+    const Pass plain = RunPass(dir.path(), batch, dtype, at::kCUDA, Way::kShared, /*checkpointing=*/false);
+    const int64_t before = ReplayedAttentionBuckets();
+    const Pass recomputed = RunPass(dir.path(), batch, dtype, at::kCUDA, Way::kShared, /*checkpointing=*/true);
+    // Three buckets per layer (the case above lists them).
+    CHECK(ReplayedAttentionBuckets() - before == (dtype == at::kBFloat16 ? 3 * config.num_hidden_layers : 0));
+    if (dtype == at::kBFloat16) {
+      CHECK(at::equal(recomputed.log_probs, plain.log_probs));
+      CHECK(at::equal(recomputed.entropy, plain.entropy));
+    } else {
+      CHECK(MaxAbsDiff(recomputed.log_probs, plain.log_probs) <= 1e-5);
+      CHECK(MaxAbsDiff(recomputed.entropy, plain.entropy) <= 1e-5);
+    }
+    REQUIRE(recomputed.grads.size() == plain.grads.size());
+    for (size_t i = 0; i < plain.grads.size(); ++i) {
+      CAPTURE(i);
+      const double scale = MaxAbs(plain.grads[i]), e = MaxAbsDiff(recomputed.grads[i], plain.grads[i]);
+      CAPTURE(scale, e);
+      CHECK(scale > 0);
+      CHECK(e <= (dtype == at::kBFloat16 ? 2 * Ulp(dtype) : 1e-4) * scale);
     }
   }
 }
