@@ -221,8 +221,10 @@ at::Tensor SwiGluForward(const at::Tensor& gate, const at::Tensor& up) {
 
 // SwiGLU's backward kernel for the output gradient dy (dense, the inputs' dtype) into dgate and dup; cols > 0: the
 // stacked layout (SwiGluBackwardArgs::cols).
-void SwiGluGrad(const at::Tensor& dy, const void* gate, const void* up, void* dgate, void* dup, int64_t cols) {
+void SwiGluGrad(const at::Tensor& dy, const void* gate, const void* up, void* dgate, void* dup, int64_t cols,
+                void* y = nullptr) {
   SwiGluBackwardArgs a;
+  a.y = y;
   a.dtype = DtypeOf(dy);
   a.gate = gate;
   a.up = up;
@@ -452,6 +454,28 @@ at::Tensor SwiGluStacked(const at::Tensor& gate_up) {
               gate_up.scalar_type());
   if (NeedsGrad({&gate_up})) return SwiGluStackedFunction::apply(gate_up);
   return LaunchStackedSwiGlu(gate_up, at::Tensor(), 0.0);
+}
+
+std::pair<at::Tensor, at::Tensor> SwiGluStackedBackwardWithValue(const at::Tensor& gate_up, const at::Tensor& dy) {
+  TORCH_CHECK(SwiGluStackedSupported(gate_up), "fused SwiGluStackedBackwardWithValue: unsupported input ",
+              gate_up.sizes(), " ", gate_up.scalar_type());
+  std::vector<int64_t> size = gate_up.sizes().vec();
+  size.back() /= 2;
+  TORCH_CHECK(dy.sizes() == at::IntArrayRef(size) && dy.scalar_type() == gate_up.scalar_type() &&
+                  dy.device() == gate_up.device(),
+              "fused SwiGluStackedBackwardWithValue: dy ", dy.sizes(), " ", dy.scalar_type(), " for gate_up ",
+              gate_up.sizes(), " ", gate_up.scalar_type());
+  const at::Tensor d = dy.contiguous();
+  const c10::cuda::CUDAGuard guard(gate_up.device());
+  at::Tensor dgate_up = at::empty_like(gate_up, at::MemoryFormat::Contiguous);
+  at::Tensor y = at::empty(size, gate_up.options());
+  if (y.numel() > 0) {
+    const int64_t cols = size.back();
+    const int64_t offset = cols * gate_up.element_size();
+    SwiGluGrad(d, gate_up.data_ptr(), static_cast<const char*>(gate_up.data_ptr()) + offset, dgate_up.data_ptr(),
+               static_cast<char*>(dgate_up.data_ptr()) + offset, cols, y.data_ptr());
+  }
+  return {dgate_up, y};
 }
 
 bool SwiGluStackedNormedSupported(const at::Tensor& gate_up, const at::Tensor& norm_x) {

@@ -669,6 +669,7 @@ __global__ void SwiGluBackwardKernel(const SwiGluBackwardArgs a) {
   const T* dy = static_cast<const T*>(a.dy);
   T* dg = static_cast<T*>(a.dgate);
   T* du = static_cast<T*>(a.dup);
+  T* y = static_cast<T*>(a.y);
   const bool narrow = a.n <= INT32_MAX;
   GridElements<T, kVec>(a.n, [&](int64_t i, auto n) {
     int64_t at = i;  // a vector stays within its row (as SwiGluKernel)
@@ -684,16 +685,20 @@ __global__ void SwiGluBackwardKernel(const SwiGluBackwardArgs a) {
     LoadN<T>(g + at, gv);
     LoadN<T>(u + at, uv);
     LoadN<T>(dy + i, dv);
+    float yv[n.value];
 #pragma unroll
     for (int j = 0; j < n.value; ++j) {
       // Autograd of to_dtype(silu(gate)) * up: dup = dy * s and ds = dy * up, each stored in T; then silu_backward.
+      // y: SwiGluKernel's value, s * up.
       const float s = Round<T>(Silu(gv[j]));
       const float ds = Round<T>(__fmul_rn(dv[j], uv[j]));
+      yv[j] = __fmul_rn(s, uv[j]);
       uv[j] = __fmul_rn(dv[j], s);
       gv[j] = SiluGrad(ds, gv[j]);
     }
     StoreN<T>(du + at, uv);
     StoreN<T>(dg + at, gv);
+    if (y != nullptr) StoreN<T>(y + i, yv);
   });
 }
 
@@ -869,7 +874,7 @@ cudaError_t LaunchSwiGluBackward(const SwiGluBackwardArgs& a, cudaStream_t strea
     return cudaErrorInvalidValue;
   }
   const bool rows_vec = a.cols == 0 || a.cols % 8 == 0;  // as LaunchSwiGlu
-  return DispatchVec(a.dtype, a.n, rows_vec && AllAligned({a.gate, a.up, a.dy, a.dgate, a.dup}), [&](auto t, auto vec) {
+  return DispatchVec(a.dtype, a.n, rows_vec && AllAligned({a.gate, a.up, a.dy, a.dgate, a.dup, a.y}), [&](auto t, auto vec) {
     using T = typename decltype(t)::type;
     SwiGluBackwardKernel<T, vec><<<ElementBlocks(vec ? a.n / Vec<T>::kN : a.n), 256, 0, stream>>>(a);
   });

@@ -8,6 +8,8 @@
 
 #include <ATen/ATen.h>
 
+#include <utility>
+
 namespace verl::kernels {
 
 // x [..., hidden] contiguous, weight [hidden], both on one CUDA device in float32, bfloat16 or float16.
@@ -56,6 +58,10 @@ bool SwiGluStackedSupported(const at::Tensor& gate_up);
 // SwiGlu(gate_up[..., :I], gate_up[..., I:]) as [..., I] without splitting the input: the same values bit for bit.
 // Differentiable: the gradient is stacked as gate_up, each half SwiGlu's gradient of its part, bit for bit.
 at::Tensor SwiGluStacked(const at::Tensor& gate_up);
+// SwiGluStacked's backward for the output gradient dy [..., I] (not through autograd): {the stacked gradient [..., 2I],
+// SwiGluStacked(gate_up)}, both as SwiGluStacked and its backward give them, bit for bit, from one kernel (a
+// checkpointed layer's recompute: CheckpointFunction).
+std::pair<at::Tensor, at::Tensor> SwiGluStackedBackwardWithValue(const at::Tensor& gate_up, const at::Tensor& dy);
 
 // SwiGluStacked with the RMSNorm before the MLP folded into the stacked gate/up projection
 // (DecoderModel::FoldedGateUpWeights): gate_up [B, 1, 2I] contiguous is the projection of the un-normed residual norm_x

@@ -140,6 +140,9 @@ struct SwiGluBackwardArgs {
   // As SwiGluArgs::cols: 0, flat arrays of n elements; > 0, dy is [n / cols, cols] and row r of gate, up, dgate and
   // dup starts at r * 2 * cols (a stacked projection's output and its gradient: up = gate + cols, dup = dgate + cols).
   int64_t cols = 0;
+  // Optional: SwiGLU's output y (as dy's layout) stored too, the forward kernel's values bit for bit (a checkpointed
+  // layer's recompute forms it here instead of in a forward kernel of its own).
+  void* y = nullptr;
 };
 cudaError_t LaunchSwiGluBackward(const SwiGluBackwardArgs& args, cudaStream_t stream);
 

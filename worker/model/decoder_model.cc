@@ -992,7 +992,14 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
   if (L.gate_up_w.defined()) {
     const at::Tensor gate_up = StackedLinear(x, {L.gate_w, L.up_w}, {}, L.gate_up_w, at::Tensor());
 #ifdef VERL_WITH_CUDA
-    if (kernels::SwiGluStackedSupported(gate_up)) act = kernels::SwiGluStacked(gate_up);
+    if (kernels::SwiGluStackedSupported(gate_up)) {
+      if (mlp_input) {
+        // The recompute stops before SwiGLU: CheckpointFunction forms its value with its gradient (one kernel).
+        *mlp_input = gate_up;
+        return h;
+      }
+      act = kernels::SwiGluStacked(gate_up);
+    }
 #endif
     if (!act.defined()) {
       const std::vector<at::Tensor> halves = gate_up.split(L.gate_w.size(0), -1);
@@ -1039,7 +1046,9 @@ struct CheckpointHolder : torch::CustomClassHolder {
 // backward runs block again on the saved input with gradients and differentiates it w.r.t. x and the parameters.
 // The recompute stops before the layer's last GEMM, the down projection, whose backward reads its input and weight
 // but not its output: that GEMM's backward is formed here, as autograd's matrix-product backward forms it, so a
-// checkpointed layer costs one down projection fewer than a forward on top of its backward.
+// checkpointed layer costs one down projection fewer than a forward on top of its backward. On a GPU it stops before
+// SwiGLU too: one kernel gives SwiGLU's gradient and its value (the down projection's input), the values its forward
+// and backward kernels give.
 class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, at::TensorList params,
@@ -1053,15 +1062,30 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
     const auto holder = c10::static_intrusive_pointer_cast<CheckpointHolder>(ctx->saved_data.at("holder").toCapsule());
     const at::Tensor x_in = ctx->get_saved_variables()[0].detach().requires_grad_(true);
-    at::Tensor h, act;  // the layer's output is h + act down_w^T (no bias: Layer has none for the down projection)
+    // The layer's output is h + act down_w^T (no bias: Layer has none for the down projection); the recompute returns
+    // h and act, or, where SwiGLU runs as the fused stacked kernel, h and SwiGLU's input (the stacked gate/up output).
+    at::Tensor h, mlp_in;
     {
       at::AutoGradMode enable(true);
       holder->saves->replay = true;
-      h = holder->block(x_in, &act);
+      h = holder->block(x_in, &mlp_in);
     }
     const at::Tensor& down_w = holder->params.back();
     const at::Tensor g = grad_out[0].reshape({-1, grad_out[0].size(-1)});
-    const at::Tensor d_act = g.mm(down_w).view(act.sizes());
+    std::vector<int64_t> act_size = mlp_in.sizes().vec();
+    act_size.back() = down_w.size(1);
+    const at::Tensor d_act = g.mm(down_w).view(act_size);
+    at::Tensor act, d_mlp_in;  // SwiGLU's value and the gradient of mlp_in
+    if (mlp_in.size(-1) == 2 * down_w.size(1)) {
+#ifdef VERL_WITH_CUDA
+      std::tie(d_mlp_in, act) = kernels::SwiGluStackedBackwardWithValue(mlp_in.detach(), d_act);
+#else
+      TORCH_CHECK(false, "a checkpointed layer's recompute returned SwiGLU's input without the CUDA kernels");
+#endif
+    } else {
+      act = mlp_in;
+      d_mlp_in = d_act;
+    }
     // Differentiated: the input and the parameters that take gradients (a frozen one gets none).
     variable_list inputs{x_in};
     std::vector<size_t> slot{0};
@@ -1070,8 +1094,9 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
       inputs.push_back(holder->params[i]);
       slot.push_back(1 + i);
     }
-    const variable_list found = torch::autograd::grad({h, act}, inputs, {grad_out[0], d_act}, /*retain_graph=*/false,
-                                                      /*create_graph=*/false, /*allow_unused=*/true);
+    const variable_list found =
+        torch::autograd::grad({h, mlp_in}, inputs, {grad_out[0], d_mlp_in}, /*retain_graph=*/false,
+                              /*create_graph=*/false, /*allow_unused=*/true);
     variable_list grads(holder->params.size() + 2);  // x, the parameters, the holder
     for (size_t i = 0; i < found.size(); ++i) grads[slot[i]] = found[i];
     if (down_w.requires_grad()) grads[holder->params.size()] = g.t().mm(act.detach().reshape({-1, act.size(-1)}));

@@ -293,7 +293,8 @@ class DecoderModel {
   // `causal` (ForwardCausal): attention is causal within each row, attn_mask undefined.
   // `mlp_input` (without a cache or `pending`: a checkpointed layer's recompute): the layer stops before its down
   // projection, stores the SwiGLU output there and returns the residual stream after attention, whose sum with
-  // down(*mlp_input) is the layer's output.
+  // down(*mlp_input) is the layer's output; where SwiGLU would run as the fused stacked kernel (CUDA), it stops before
+  // SwiGLU and stores SwiGLU's input there, the stacked gate/up output ([..., 2 x intermediate]).
   // `saves` (a checkpointed layer's forward and recompute): the shared-prompt attention's outputs kept from the forward
   // for the recompute (decoder_model.cc's AttentionSaves).
   at::Tensor LayerForward(const Layer& L, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,

@@ -281,6 +281,10 @@ TEST_CASE("fused SwiGLU gives the ATen composition's values and gradients", "[wo
       CHECK(at::equal(ys, y));
       const at::Tensor dgu = Grads(ys, gy, {gu})[0];
       CHECK(at::equal(dgu, at::cat({gr[0], gr[1]}, -1)));
+      // A checkpointed layer's recompute: the stacked gradient and the value from one kernel, the same bits.
+      const auto [dgu_once, y_once] = kernels::SwiGluStackedBackwardWithValue(gu.detach(), gy);
+      CHECK(at::equal(dgu_once, dgu));
+      CHECK(at::equal(y_once, ys));
     }
   }
 #endif
@@ -894,9 +898,10 @@ TEST_CASE("a checkpointed layer's recompute takes the shared-prompt attention fr
   if (SkipWithoutGpu()) return;
   // With activation checkpointing, in bf16 on a GPU (cuDNN's attention), each layer's recompute hands autograd the
   // attention output and log-sum-exp its forward kept (AttentionSaves) instead of attending again; the backward is
-  // cuDNN's on the same tensors. So the pass equals the one without checkpointing: the forward bit for bit, the
-  // gradients but for the order of the attention backward's atomic sums. float32 (not cuDNN) attends again: no bucket
-  // is replayed, and the figures agree to float32 rounding.
+  // cuDNN's on the same tensors. The recompute also stops before SwiGLU, whose value and gradient then come from one
+  // kernel (SwiGluStackedBackwardWithValue). So the pass equals the one without checkpointing: the forward bit for
+  // bit, the gradients but for the order of the attention backward's atomic sums. float32 (not cuDNN) attends again:
+  // no bucket is replayed, and the figures agree to float32 rounding.
   TestDir dir;
   const DecoderConfig config = testing::TinyDecoderConfig();
   testing::WriteTinyModel(dir.path(), config);
