@@ -468,7 +468,9 @@ class GatherRepeated : public torch::autograd::Function<GatherRepeated> {
 // A checkpointed layer's shared-prompt attention, kept from its forward for its recompute in backward
 // (CheckpointedLayer): cuDNN's output and log-sum-exp per bucket, so the recompute hands autograd those instead of
 // running the attention forward again, and the backward is cuDNN's own, reading what the plain forward's would. Where
-// ATen would not pick cuDNN for a bucket (a CPU, float32) nothing is kept and the recompute attends again.
+// ATen would not pick cuDNN for a bucket (a CPU, float32) nothing is kept and the recompute attends again. (Packed
+// sequences without shared prompts attend again too: keeping flash attention's variable-length output the same way
+// measured no faster, docs/decisions.md.)
 struct AttentionSaves {
   struct Bucket {
     at::Tensor out, lse, cum_q, cum_k, seed, offset;  // out undefined: not kept

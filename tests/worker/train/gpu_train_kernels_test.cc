@@ -24,6 +24,7 @@
 #include "worker/train/chunked_log_probs.h"
 #include "worker/train/ppo_actor.h"
 #ifdef VERL_WITH_CUDA
+#include "worker/kernels/float_sums.h"
 #include "worker/kernels/fused_ops.h"
 #include "worker/kernels/gather_rows.h"
 #include "worker/kernels/log_probs.h"
@@ -524,6 +525,51 @@ TEST_CASE("the shared-prompt row movers give index_copy_'s rows and index_add_'s
 #endif
 }
 
+TEST_CASE("AddIntoFloatSums gives add_'s and to(float32)'s values, bit for bit, in a few launches",
+          "[worker][train][gpu]") {
+  if (SkipWithoutGpu()) return;
+#ifdef VERL_WITH_CUDA
+  // 150 gradients (more than one launch's 64), bfloat16 and float16 mixed, of sizes with and without a tail past the
+  // 8-element vectors and past a block's 8,192 elements, one empty, one a view 2 bytes past 16-byte alignment (the
+  // kernel's element-wise path); half the sums exist (added to), half are created (copied; a negative zero stays
+  // negative, as to(float32) keeps it).
+  at::manual_seed(21);
+  const auto opts = at::TensorOptions().device(at::kCUDA);
+  std::vector<at::Tensor> grads, sums, want;
+  for (int i = 0; i < 150; ++i) {
+    const at::ScalarType dtype = i % 3 == 0 ? at::kHalf : at::kBFloat16;
+    const int64_t n = std::vector<int64_t>{1, 7, 8, 896, 8191, 8192, 8200, 100003}[i % 8];
+    at::Tensor g = (at::randn({n}, opts) * 3).to(dtype);
+    if (i == 5) g = at::empty({0}, opts.dtype(dtype));
+    if (i == 9) g = (at::randn({n + 1}, opts)).to(dtype).narrow(0, 1, n);  // contiguous, 2 bytes past alignment
+    if (i == 11) g[0] = -0.0;
+    CHECK(kernels::FloatSumSupported(g));
+    at::Tensor sum = i % 2 == 0 ? at::randn({n}, opts) : at::Tensor();
+    want.push_back(sum.defined() ? sum.clone().add_(g) : g.to(at::kFloat));
+    grads.push_back(g);
+    sums.push_back(sum);
+  }
+  std::vector<at::Tensor*> into;
+  for (at::Tensor& t : sums) into.push_back(&t);
+  kernels::AddIntoFloatSums(into, grads);
+  for (size_t i = 0; i < want.size(); ++i) {
+    CAPTURE(i);
+    REQUIRE(sums[i].defined());
+    CHECK(sums[i].scalar_type() == at::kFloat);
+    CHECK(at::equal(sums[i], want[i]));
+  }
+  CHECK(std::signbit(sums[11][0].item<float>()));
+  CHECK_FALSE(kernels::FloatSumSupported(at::ones({4, 4}, opts.dtype(at::kBFloat16)).t()));
+  CHECK_FALSE(kernels::FloatSumSupported(at::ones({4}, opts)));
+  at::Tensor wrong = at::zeros({3}, opts);
+  at::Tensor* wrong_into = &wrong;
+  CHECK_THROWS_WITH(kernels::AddIntoFloatSums({wrong_into}, {at::ones({4}, opts.dtype(at::kBFloat16))}),
+                    Catch::Contains("float32, contiguous"));
+  CHECK_THROWS_WITH(kernels::AddIntoFloatSums({wrong_into}, {at::ones({3}, opts)}),
+                    Catch::Contains("bfloat16 or float16"));
+#endif
+}
+
 TEST_CASE("AddTransposedMatmulFloat adds a^T b to a float32 matrix in place", "[worker][train][gpu]") {
   if (SkipWithoutGpu()) return;
 #ifdef VERL_WITH_CUDA
@@ -899,34 +945,38 @@ TEST_CASE("a checkpointed layer's recompute takes the shared-prompt attention fr
   // With activation checkpointing, in bf16 on a GPU (cuDNN's attention), each layer's recompute hands autograd the
   // attention output and log-sum-exp its forward kept (AttentionSaves) instead of attending again; the backward is
   // cuDNN's on the same tensors. The recompute also stops before SwiGLU, whose value and gradient then come from one
-  // kernel (SwiGluStackedBackwardWithValue). So the pass equals the one without checkpointing: the forward bit for
-  // bit, the gradients but for the order of the attention backward's atomic sums. float32 (not cuDNN) attends again:
-  // no bucket is replayed, and the figures agree to float32 rounding.
+  // kernel (SwiGluStackedBackwardWithValue), with shared prompts or without (packed sequences attend again). So the
+  // pass equals the one without checkpointing: the forward bit for bit, the gradients but for the order of the
+  // attention backward's atomic sums. float32 (not cuDNN) attends again: no bucket is replayed, and the figures agree
+  // to float32 rounding.
   TestDir dir;
   const DecoderConfig config = testing::TinyDecoderConfig();
   testing::WriteTinyModel(dir.path(), config);
   const SequenceBatch batch = SharedPromptBatch();
-  for (at::ScalarType dtype : {at::kBFloat16, at::kFloat}) {
-    INFO(c10::toString(dtype));
-    const Pass plain = RunPass(dir.path(), batch, dtype, at::kCUDA, Way::kShared, /*checkpointing=*/false);
-    const int64_t before = ReplayedAttentionBuckets();
-    const Pass recomputed = RunPass(dir.path(), batch, dtype, at::kCUDA, Way::kShared, /*checkpointing=*/true);
-    // Three buckets per layer (the case above lists them).
-    CHECK(ReplayedAttentionBuckets() - before == (dtype == at::kBFloat16 ? 3 * config.num_hidden_layers : 0));
-    if (dtype == at::kBFloat16) {
-      CHECK(at::equal(recomputed.log_probs, plain.log_probs));
-      CHECK(at::equal(recomputed.entropy, plain.entropy));
-    } else {
-      CHECK(MaxAbsDiff(recomputed.log_probs, plain.log_probs) <= 1e-5);
-      CHECK(MaxAbsDiff(recomputed.entropy, plain.entropy) <= 1e-5);
-    }
-    REQUIRE(recomputed.grads.size() == plain.grads.size());
-    for (size_t i = 0; i < plain.grads.size(); ++i) {
-      CAPTURE(i);
-      const double scale = MaxAbs(plain.grads[i]), e = MaxAbsDiff(recomputed.grads[i], plain.grads[i]);
-      CAPTURE(scale, e);
-      CHECK(scale > 0);
-      CHECK(e <= (dtype == at::kBFloat16 ? 2 * Ulp(dtype) : 1e-4) * scale);
+  for (Way way : {Way::kShared, Way::kPacked}) {
+    for (at::ScalarType dtype : {at::kBFloat16, at::kFloat}) {
+      INFO(c10::toString(dtype) << (way == Way::kShared ? " shared prompts" : " packed"));
+      const Pass plain = RunPass(dir.path(), batch, dtype, at::kCUDA, way, /*checkpointing=*/false);
+      const int64_t before = ReplayedAttentionBuckets();
+      const Pass recomputed = RunPass(dir.path(), batch, dtype, at::kCUDA, way, /*checkpointing=*/true);
+      // Three buckets per layer with shared prompts (the case above lists them), none unshared.
+      const int64_t calls = way == Way::kShared ? 3 : 0;
+      CHECK(ReplayedAttentionBuckets() - before == (dtype == at::kBFloat16 ? calls * config.num_hidden_layers : 0));
+      if (dtype == at::kBFloat16) {
+        CHECK(at::equal(recomputed.log_probs, plain.log_probs));
+        CHECK(at::equal(recomputed.entropy, plain.entropy));
+      } else {
+        CHECK(MaxAbsDiff(recomputed.log_probs, plain.log_probs) <= 1e-5);
+        CHECK(MaxAbsDiff(recomputed.entropy, plain.entropy) <= 1e-5);
+      }
+      REQUIRE(recomputed.grads.size() == plain.grads.size());
+      for (size_t i = 0; i < plain.grads.size(); ++i) {
+        CAPTURE(i);
+        const double scale = MaxAbs(plain.grads[i]), e = MaxAbsDiff(recomputed.grads[i], plain.grads[i]);
+        CAPTURE(scale, e);
+        CHECK(scale > 0);
+        CHECK(e <= (dtype == at::kBFloat16 ? 2 * Ulp(dtype) : 1e-4) * scale);
+      }
     }
   }
 }
