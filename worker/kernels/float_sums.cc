@@ -18,6 +18,17 @@ void AddIntoFloatSums(std::vector<at::Tensor*> sums, const std::vector<at::Tenso
   TORCH_CHECK(sums.size() == grads.size(), "AddIntoFloatSums: ", sums.size(), " sums for ", grads.size(), " gradients");
   if (grads.empty()) return;
   const at::Device device = grads.front().device();
+  // Every entry checked before any sum is made or written, so that an error leaves the sums as they were.
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const at::Tensor& g = grads[i];
+    TORCH_CHECK(FloatSumSupported(g) && g.device() == device, "AddIntoFloatSums: gradient ", i, " is ", g.scalar_type(),
+                " on ", g.device(), (g.is_contiguous() ? "" : ", not contiguous"),
+                "; bfloat16 or float16, contiguous, on ", device, " expected");
+    const at::Tensor& sum = *sums[i];
+    TORCH_CHECK(!sum.defined() || (sum.scalar_type() == at::kFloat && sum.is_contiguous() && sum.sizes() == g.sizes() &&
+                                   sum.device() == device),
+                "AddIntoFloatSums: sum ", i, " must be float32, contiguous, ", g.sizes(), " on ", device);
+  }
   const c10::cuda::CUDAGuard guard(device);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   // One launch per dtype and per kFloatSumMaxEntries tensors.
@@ -31,19 +42,10 @@ void AddIntoFloatSums(std::vector<at::Tensor*> sums, const std::vector<at::Tenso
     };
     for (size_t i = 0; i < grads.size(); ++i) {
       const at::Tensor& g = grads[i];
-      TORCH_CHECK(FloatSumSupported(g) && g.device() == device, "AddIntoFloatSums: gradient ", i, " is ",
-                  g.scalar_type(), " on ", g.device(), (g.is_contiguous() ? "" : ", not contiguous"),
-                  "; bfloat16 or float16, contiguous, on ", device, " expected");
       if (g.scalar_type() != dtype) continue;
       at::Tensor& sum = *sums[i];
       const bool copy = !sum.defined();
-      if (copy) {
-        sum = at::empty(g.sizes(), g.options().dtype(at::kFloat));
-      } else {
-        TORCH_CHECK(sum.scalar_type() == at::kFloat && sum.is_contiguous() && sum.sizes() == g.sizes() &&
-                        sum.device() == device,
-                    "AddIntoFloatSums: sum ", i, " must be float32, contiguous, ", g.sizes(), " on ", device);
-      }
+      if (copy) sum = at::empty(g.sizes(), g.options().dtype(at::kFloat));
       if (g.numel() == 0) continue;
       FloatSumEntry& e = a.entries[a.count++];
       e.sum = sum.data_ptr<float>();

@@ -426,6 +426,20 @@ at::Tensor LaunchStackedSwiGlu(const at::Tensor& gate_up, const at::Tensor& norm
   return y;
 }
 
+// SwiGLU's gradient over the stacked projection for dy (dense, gate_up's dtype), stacked as gate_up; y, where not null,
+// [..., I] memory for SwiGLU's value, which the kernel then writes too.
+at::Tensor StackedSwiGluGrad(const at::Tensor& gate_up, const at::Tensor& dy, void* y) {
+  const c10::cuda::CUDAGuard guard(gate_up.device());
+  at::Tensor dgate_up = at::empty_like(gate_up, at::MemoryFormat::Contiguous);
+  const int64_t cols = gate_up.size(-1) / 2;
+  const int64_t offset = cols * gate_up.element_size();
+  if (dy.numel() > 0) {
+    SwiGluGrad(dy, gate_up.data_ptr(), static_cast<const char*>(gate_up.data_ptr()) + offset, dgate_up.data_ptr(),
+               static_cast<char*>(dgate_up.data_ptr()) + offset, cols, y);
+  }
+  return dgate_up;
+}
+
 // SwiGluFunction over the stacked projection: the gradient comes back stacked too ([..., 2I], the gate's half first),
 // so the GEMM's backward takes it as it is (no split, no zero-filled halves to add).
 class SwiGluStackedFunction : public torch::autograd::Function<SwiGluStackedFunction> {
@@ -436,14 +450,7 @@ class SwiGluStackedFunction : public torch::autograd::Function<SwiGluStackedFunc
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const at::Tensor gate_up = ctx->get_saved_variables()[0];
-    const at::Tensor dy = DenseGrad(grads[0], gate_up);
-    const c10::cuda::CUDAGuard guard(gate_up.device());
-    at::Tensor dgate_up = at::empty_like(gate_up, at::MemoryFormat::Contiguous);
-    const int64_t cols = gate_up.size(-1) / 2;
-    const int64_t offset = cols * gate_up.element_size();
-    SwiGluGrad(dy, gate_up.data_ptr(), static_cast<const char*>(gate_up.data_ptr()) + offset, dgate_up.data_ptr(),
-               static_cast<char*>(dgate_up.data_ptr()) + offset, cols);
-    return {dgate_up};
+    return {StackedSwiGluGrad(gate_up, DenseGrad(grads[0], gate_up), nullptr)};
   }
 };
 
@@ -465,16 +472,8 @@ std::pair<at::Tensor, at::Tensor> SwiGluStackedBackwardWithValue(const at::Tenso
                   dy.device() == gate_up.device(),
               "fused SwiGluStackedBackwardWithValue: dy ", dy.sizes(), " ", dy.scalar_type(), " for gate_up ",
               gate_up.sizes(), " ", gate_up.scalar_type());
-  const at::Tensor d = dy.contiguous();
-  const c10::cuda::CUDAGuard guard(gate_up.device());
-  at::Tensor dgate_up = at::empty_like(gate_up, at::MemoryFormat::Contiguous);
   at::Tensor y = at::empty(size, gate_up.options());
-  if (y.numel() > 0) {
-    const int64_t cols = size.back();
-    const int64_t offset = cols * gate_up.element_size();
-    SwiGluGrad(d, gate_up.data_ptr(), static_cast<const char*>(gate_up.data_ptr()) + offset, dgate_up.data_ptr(),
-               static_cast<char*>(dgate_up.data_ptr()) + offset, cols, y.data_ptr());
-  }
+  at::Tensor dgate_up = StackedSwiGluGrad(gate_up, dy.contiguous(), y.data_ptr());
   return {dgate_up, y};
 }
 

@@ -483,6 +483,7 @@ struct AttentionSaves {
 namespace {
 
 std::atomic<int64_t> replayed_attention_buckets{0};
+std::atomic<int64_t> swiglu_formed_in_backward{0};
 
 // The recompute's attention of one bucket: the forward's output as the value, cuDNN's backward as the gradient.
 class ReplayedAttention : public torch::autograd::Function<ReplayedAttention> {
@@ -530,8 +531,8 @@ at::Tensor BucketAttention(const at::Tensor& q, const at::Tensor& k, const at::T
       kept.offset = std::get<7>(r);
       return kept.out;
     }
-  } else if (saves != nullptr) {
-    TORCH_CHECK(b < saves->buckets.size(), "AttentionSaves: the recompute has more buckets than the forward");
+  } else if (saves != nullptr && b < saves->buckets.size()) {
+    // (None kept, e.g. a second backward through a retained graph after the first released them: attend again.)
     const AttentionSaves::Bucket& kept = saves->buckets[b];
     if (kept.out.defined()) {
       TORCH_CHECK(kept.out.size(0) == q.size(0) && kept.out.size(2) == q.size(2),
@@ -601,7 +602,10 @@ at::Tensor PackedAttention(const at::Tensor& q, const at::Tensor& k, const at::T
 
 }  // namespace
 
-int64_t ReplayedAttentionBuckets() { return replayed_attention_buckets.load(std::memory_order_relaxed); }
+RecomputeCounts CheckpointRecomputeCounts() {
+  return {replayed_attention_buckets.load(std::memory_order_relaxed),
+          swiglu_formed_in_backward.load(std::memory_order_relaxed)};
+}
 
 bool FoldsInputNorms(at::ScalarType dtype) { return dtype == at::kBFloat16; }
 
@@ -1038,7 +1042,8 @@ using torch::autograd::variable_list;
 
 // What CheckpointFunction keeps for backward: the layer as a function of its input, and the parameters it reads.
 struct CheckpointHolder : torch::CustomClassHolder {
-  // LayerForward of the layer on x; with `mlp_input` its recompute form (stopping before the down projection).
+  // LayerForward of the layer on x; with `mlp_input` its recompute form (stopping before the down projection, or on a
+  // GPU before SwiGLU: LayerForward's mlp_input).
   std::function<at::Tensor(const at::Tensor& x, at::Tensor* mlp_input)> block;
   std::vector<at::Tensor> params;  // the last: the down projection's weight
   std::shared_ptr<AttentionSaves> saves;  // the block's attention outputs, from the forward to the recompute
@@ -1067,6 +1072,11 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     // The layer's output is h + act down_w^T (no bias: Layer has none for the down projection); the recompute returns
     // h and act, or, where SwiGLU runs as the fused stacked kernel, h and SwiGLU's input (the stacked gate/up output).
     at::Tensor h, mlp_in;
+    // The forward's attention outputs are released when this backward ends, also when it throws.
+    struct Release {
+      AttentionSaves* saves;
+      ~Release() { saves->buckets.clear(); }
+    } release{holder->saves.get()};
     {
       at::AutoGradMode enable(true);
       holder->saves->replay = true;
@@ -1081,6 +1091,7 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     if (mlp_in.size(-1) == 2 * down_w.size(1)) {
 #ifdef VERL_WITH_CUDA
       std::tie(d_mlp_in, act) = kernels::SwiGluStackedBackwardWithValue(mlp_in.detach(), d_act);
+      swiglu_formed_in_backward.fetch_add(1, std::memory_order_relaxed);
 #else
       TORCH_CHECK(false, "a checkpointed layer's recompute returned SwiGLU's input without the CUDA kernels");
 #endif
@@ -1102,7 +1113,6 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     variable_list grads(holder->params.size() + 2);  // x, the parameters, the holder
     for (size_t i = 0; i < found.size(); ++i) grads[slot[i]] = found[i];
     if (down_w.requires_grad()) grads[holder->params.size()] = g.t().mm(act.detach().reshape({-1, act.size(-1)}));
-    holder->saves->buckets.clear();  // the forward's attention outputs, no longer needed
     return grads;
   }
 };

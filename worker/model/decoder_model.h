@@ -61,20 +61,20 @@ struct KvCache {
   std::vector<at::Tensor> gate_up_folded;
 };
 
+struct AttentionSaves;  // decoder_model.cc (a checkpointed layer's kept attention outputs)
+
 // Sequences packed back to back in one row without padding (verl's use_remove_padding): token t belongs to sequence b
 // when offsets[b] <= t < offsets[b + 1], and attends causally within its own sequence only.
 //
 // Shared prompts (PackBatch's share_prompts, verl's use_prefix_grouper): a prompt's tokens are packed once and each
-// response that continues it is a sequence of its own, attending to the prompt's tokens and its own. Attention then runs
-// over rows gathered from the packed tokens, each row a prompt's tokens followed by one of its responses' (a prompt
-// without responses alone). The rows go longest first into buckets of rows at least 4/5 as long as the bucket's first,
-// each row padded at the end to that length with its last token (on a GPU the length and the row count rounded up,
-// PackBatch's BucketSteps): row_index lists the buckets' rows one after another, row_buckets their (rows, length).
+// response that continues it is a sequence of its own, attending to the prompt's tokens and its own. Attention then
+// runs over rows gathered from the packed tokens, each row a prompt's tokens followed by one of its responses' (a
+// prompt without responses alone). The rows go longest first into buckets of rows at least 4/5 as long as the bucket's
+// first, each row padded at the end to that length with its last token (on a GPU the length and the row count rounded
+// up, PackBatch's BucketSteps): row_index lists the buckets' rows one after another, row_buckets their (rows, length).
 // Causal attention over each bucket (SDPA's is_causal, no mask: cuDNN's fused kernel on GPUs) gives every valid
 // position what its sequence attends to; token t's output is at row_output[t] in the buckets' flattened positions (a
 // prompt token's from its prompt's first row).
-struct AttentionSaves;  // decoder_model.cc
-
 struct PackedSequences {
   std::vector<int64_t> offsets;  // host, [B + 1], offsets[0] = 0
   at::Tensor cu_seqlens;         // the same as int32 on the model's device (flash attention's variable-length form)
@@ -98,9 +98,14 @@ PackedSequences PackLengths(const std::vector<int64_t>& lengths, at::Device devi
 // float16) rather than one call per sequence.
 bool PackedAttentionIsFlash(at::Device device, at::ScalarType dtype);
 
-// How many shared-prompt attention buckets checkpointed layers' recomputes have taken from their forwards instead of
-// attending again (AttentionSaves), in this process: for tests.
-int64_t ReplayedAttentionBuckets();
+// What checkpointed layers' recomputes have skipped, in this process (for tests): shared-prompt attention buckets
+// taken from their forwards instead of attending again (AttentionSaves), and recomputes that stopped before SwiGLU,
+// whose value and gradient the backward then formed with one kernel.
+struct RecomputeCounts {
+  int64_t attention_buckets_replayed = 0;
+  int64_t swiglu_formed_in_backward = 0;
+};
+RecomputeCounts CheckpointRecomputeCounts();
 
 // Whether decoding folds the input RMSNorms into the q/k/v projections for weights of this dtype
 // (DecoderModel::FoldedQkvWeights): bfloat16 only (float32 decodes the exact composition; float16 might overflow where

@@ -184,7 +184,9 @@ void GradAccumulator::Collect() {
     at::Tensor& grad = params_[i].mutable_grad();
     if (!grad.defined()) continue;
 #ifdef VERL_WITH_CUDA
-    if (kernels::FloatSumSupported(grad) && (!sums_[i].defined() || sums_[i].is_contiguous()) &&
+    const at::Tensor& sum = sums_[i];
+    if (kernels::FloatSumSupported(grad) &&
+        (!sum.defined() || (sum.is_contiguous() && sum.sizes() == grad.sizes() && sum.device() == grad.device())) &&
         (fused_grads.empty() || grad.device() == fused_grads.front().device())) {
       fused_sums.push_back(&sums_[i]);
       fused_grads.push_back(std::move(grad));
