@@ -433,10 +433,8 @@ at::Tensor StackedSwiGluGrad(const at::Tensor& gate_up, const at::Tensor& dy, vo
   at::Tensor dgate_up = at::empty_like(gate_up, at::MemoryFormat::Contiguous);
   const int64_t cols = gate_up.size(-1) / 2;
   const int64_t offset = cols * gate_up.element_size();
-  if (dy.numel() > 0) {
-    SwiGluGrad(dy, gate_up.data_ptr(), static_cast<const char*>(gate_up.data_ptr()) + offset, dgate_up.data_ptr(),
-               static_cast<char*>(dgate_up.data_ptr()) + offset, cols, y);
-  }
+  SwiGluGrad(dy, gate_up.data_ptr(), static_cast<const char*>(gate_up.data_ptr()) + offset, dgate_up.data_ptr(),
+             static_cast<char*>(dgate_up.data_ptr()) + offset, cols, y);
   return dgate_up;
 }
 

@@ -874,7 +874,8 @@ cudaError_t LaunchSwiGluBackward(const SwiGluBackwardArgs& a, cudaStream_t strea
     return cudaErrorInvalidValue;
   }
   const bool rows_vec = a.cols == 0 || a.cols % 8 == 0;  // as LaunchSwiGlu
-  return DispatchVec(a.dtype, a.n, rows_vec && AllAligned({a.gate, a.up, a.dy, a.dgate, a.dup, a.y}), [&](auto t, auto vec) {
+  const bool aligned = rows_vec && AllAligned({a.gate, a.up, a.dy, a.dgate, a.dup, a.y});
+  return DispatchVec(a.dtype, a.n, aligned, [&](auto t, auto vec) {
     using T = typename decltype(t)::type;
     SwiGluBackwardKernel<T, vec><<<ElementBlocks(vec ? a.n / Vec<T>::kN : a.n), 256, 0, stream>>>(a);
   });

@@ -516,8 +516,8 @@ at::Tensor BucketAttention(const at::Tensor& q, const at::Tensor& k, const at::T
   if (saves != nullptr && !saves->replay) {
     TORCH_CHECK(saves->buckets.size() == b, "AttentionSaves: buckets out of order");
     saves->buckets.emplace_back();
-    if (at::_fused_sdp_choice(q, k, v, std::nullopt, 0.0, /*is_causal=*/true, std::nullopt, gqa) ==
-        static_cast<int64_t>(at::SDPBackend::cudnn_attention)) {
+    if (q.is_cuda() && at::_fused_sdp_choice(q, k, v, std::nullopt, 0.0, /*is_causal=*/true, std::nullopt, gqa) ==
+                           static_cast<int64_t>(at::SDPBackend::cudnn_attention)) {
       auto r = at::_scaled_dot_product_cudnn_attention(q, k, v, std::nullopt, /*compute_log_sumexp=*/true, 0.0,
                                                        /*is_causal=*/true);
       AttentionSaves::Bucket& kept = saves->buckets.back();
@@ -727,8 +727,10 @@ PackedBatch PackSharedPrompts(const at::Tensor& input_ids, const HostCopies& h, 
       while (padded < n) padded *= 2;
       padded = std::min(padded, steps.rows);
     }
-    const std::vector<int64_t> last(row_index.end() - len, row_index.end());
-    for (int64_t extra = n; extra < padded; ++extra) row_index.insert(row_index.end(), last.begin(), last.end());
+    if (padded > n) {
+      const std::vector<int64_t> last(row_index.end() - len, row_index.end());
+      for (int64_t extra = n; extra < padded; ++extra) row_index.insert(row_index.end(), last.begin(), last.end());
+    }
     buckets.push_back({padded, len});
     i = j;
   }
