@@ -6,7 +6,8 @@ Runs on the GPU machine (tools/device/perf_gpu.sh). bench-0.5b (verl-make-tiny-m
 weights, its small byte-level tokenizer), 128 prompts of 256 tokens (after the chat template) x n=8 samples, 512 new
 tokens (ignore EOS: ours with actor_rollout_ref.rollout.ignore_eos, TRL with min_new_tokens 512), one PPO epoch,
 mini-batches of 64 prompts (two optimizer steps per step), KL loss (low_var_kl, 0.001) against the frozen reference
-model, grad clip 1.0, lr 1e-6, bf16 with float32 master weights (ours; TRL: bf16 autocast over float32 weights, its default with bf16=True).
+model, grad clip 1.0, lr 1e-6, bf16 with float32 master weights (ours; TRL: bf16 autocast over float32 weights, its
+default with bf16=True).
 
 Figures: seconds per step (wall clock of a whole step after the first, which includes warm-ups) and perf/throughput,
 verl's definition: (prompt + response tokens of the step) / step seconds / GPUs. TRL's step is one generation batch

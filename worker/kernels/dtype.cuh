@@ -13,6 +13,11 @@ namespace verl::kernels {
 // log2(e): the kernels' softmax weights are exp2 of scores scaled by it (one special-function instruction each).
 constexpr float kLog2e = 1.4426950408889634f;
 
+// e^d through the special-function unit's exp2 (exp2f: within 2 ulp, a few instructions where expf takes about ten).
+// The product d log2(e) is rounded relative to |d|, so the terms that carry a softmax's mass (d near 0 against the
+// row's maximum) keep expf's accuracy; -inf gives 0 and NaN stays NaN, as with expf.
+__device__ __forceinline__ float Exp(float d) { return exp2f(d * kLog2e); }
+
 // A type as a value, for the launch sites' generic lambdas: `using T = typename decltype(t)::type;`.
 template <typename T>
 struct TypeTag {

@@ -13,7 +13,6 @@ namespace verl::kernels {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr float kLog2e = 1.4426950408889634f;
 
 // Running softmax statistics of a set of z: max m, s = sum exp(z - m), t = sum exp(z - m) * (z - m). A NaN z makes s
 // NaN (and so the row's lse, log-probs and entropy, as ATen's log_softmax gives), whatever m is: an empty set is m =
@@ -33,11 +32,6 @@ __device__ __forceinline__ Stats Merge(const Stats& a, const Stats& b) {
   const float eb = expf(b.m - m);
   return {m, a.s * ea + b.s * eb, ea * fmaf(a.m - m, a.s, a.t) + eb * fmaf(b.m - m, b.s, b.t)};
 }
-
-// e^d through the special-function unit's exp2 (exp2f: within 2 ulp, a few instructions where expf takes about ten).
-// The product d log2(e) is rounded relative to |d|, so the terms that carry the mass (d near 0 against the row's
-// maximum, or log p near 0) keep expf's accuracy; -inf gives 0 and NaN stays NaN, as with expf.
-__device__ __forceinline__ float Exp(float d) { return exp2f(d * kLog2e); }
 
 // Adds n values (already scaled) to st, rescaling once for the group's maximum.
 template <int N>

@@ -15,10 +15,8 @@ namespace {
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
 
-// exp(d) as the kernel computes every weight: exp2 of d log2(e) on the special-function unit, within 2 ulp of exp2 of
-// the rounded product (expf's range reduction took twice the instructions per element of the rest of the row's read).
-// Every pass uses it, so the segments' masses and the rescans agree.
-__device__ __forceinline__ float Exp(float d) { return exp2f(d * kLog2e); }
+// Every weight is dtype.cuh's Exp (exp2 of d log2(e); expf's range reduction took twice the instructions per element
+// of the rest of the row's read), in every pass, so that the segments' masses and the rescans agree.
 
 // A running (max, first index of it, sum of exp(x - max)) over some elements; AddGroup takes a few more, Merge
 // another state (of elements that all come after this one's, so that ties keep the first index). A NaN element makes
