@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs HERE (the Debian 12 development machine), not on the GPU machine: downloads the Debian packages that the GPU
-# machine lacks (it has no package registry) into $ROOT/.device-deps/, a git-ignored folder that travels to it through
-# the device tool's `carry`. tools/device/build.sh unpacks them there with dpkg -x into /opt/deps.
+# machine lacks (it has no package registry), and PyPI's nvidia-cutlass wheel (CUTLASS's C++ headers), into
+# $ROOT/.device-deps/, a git-ignored folder that travels to it through the device tool's `carry`. tools/device/build.sh
+# unpacks the packages there with dpkg -x into /opt/deps; tools/bench/cutlass_probe/run.sh unpacks the wheel's headers.
 #
 #   tools/device/fetch_deps.sh          # idempotent: skips packages already downloaded
 #
@@ -32,5 +33,11 @@ done
 if ((${#missing[@]})); then
   echo "[fetch_deps] downloading: ${missing[*]}" >&2
   apt-get download "${missing[@]}" >/dev/null
+fi
+# CUTLASS's C++ headers as PyPI packages them (tools/unpack_cutlass_headers.py takes out their include/ folder).
+CUTLASS_WHEEL=nvidia_cutlass-4.2.0.0-py3-none-any.whl
+if [ ! -f "$CUTLASS_WHEEL" ]; then
+  echo "[fetch_deps] downloading $CUTLASS_WHEEL" >&2
+  python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$DEST" nvidia-cutlass==4.2.0.0
 fi
 echo "[fetch_deps] $(ls "$DEST"/*.deb | wc -l) packages, $(du -sh "$DEST" | cut -f1) in $DEST" >&2

@@ -1,0 +1,228 @@
+// Probe main: times each gate/up + SwiGLU form at several row counts and checks it against cuBLASLt + the SwiGLU
+// kernel (copy 0 of the weights); prints JSON. See run.sh.
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "probe.cuh"
+
+void RegisterA(std::vector<ProbeGemm>&);
+void RegisterB(std::vector<ProbeGemm>&);
+void RegisterC(std::vector<ProbeGemm>&);
+void RegisterD(std::vector<ProbeGemm>&);
+
+#define CK(x)                                                                                \
+  do {                                                                                       \
+    cudaError_t e = (x);                                                                     \
+    if (e != cudaSuccess) {                                                                  \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
+      std::exit(1);                                                                          \
+    }                                                                                        \
+  } while (0)
+#define CB(x)                                                                 \
+  do {                                                                        \
+    cublasStatus_t e = (x);                                                   \
+    if (e != CUBLAS_STATUS_SUCCESS) {                                         \
+      std::fprintf(stderr, "%s:%d %s: %d\n", __FILE__, __LINE__, #x, (int)e); \
+      std::exit(1);                                                           \
+    }                                                                         \
+  } while (0)
+
+// Stacked layout: gu [m, 2c]: gate = [:, :c], up = [:, c:]. 8 outputs a thread.
+__global__ void SwigluKernel(const __nv_bfloat16* gu, __nv_bfloat16* y, int64_t m, int c) {
+  const int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 8;
+  if (i >= m * c) return;
+  const int64_t r = i / c, col = i % c;
+  const uint4 gv = *reinterpret_cast<const uint4*>(gu + r * 2 * c + col);
+  const uint4 uv = *reinterpret_cast<const uint4*>(gu + r * 2 * c + c + col);
+  const __nv_bfloat16* g = reinterpret_cast<const __nv_bfloat16*>(&gv);
+  const __nv_bfloat16* u = reinterpret_cast<const __nv_bfloat16*>(&uv);
+  uint4 ov;
+  __nv_bfloat16* o = reinterpret_cast<__nv_bfloat16*>(&ov);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const float gf = __bfloat162float(g[j]);
+    o[j] = __float2bfloat16(gf / (1.f + __expf(-gf)) * __bfloat162float(u[j]));
+  }
+  *reinterpret_cast<uint4*>(y + i) = ov;
+}
+
+struct Lt {
+  cublasLtHandle_t h;
+  void* ws;
+  size_t ws_size = 32 << 20;
+  cublasLtMatmulDesc_t op;
+  cublasLtMatrixLayout_t a, b, c;
+  cublasLtMatmulAlgo_t algo;
+  // y [m, n] = x [m, k] w [n, k]^T: column-major C [n, m] = w^T(op T of [k, n]) x [k, m].
+  void Init(int m, int n, int k) {
+    CB(cublasLtCreate(&h));
+    CK(cudaMalloc(&ws, ws_size));
+    CB(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    CB(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    CB(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    CB(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, k, n, k));
+    CB(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, k, m, k));
+    CB(cublasLtMatrixLayoutCreate(&c, CUDA_R_16BF, n, m, n));
+    cublasLtMatmulPreference_t pref;
+    CB(cublasLtMatmulPreferenceCreate(&pref));
+    CB(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_size, sizeof(ws_size)));
+    cublasLtMatmulHeuristicResult_t res;
+    int got = 0;
+    CB(cublasLtMatmulAlgoGetHeuristic(h, op, a, b, c, c, pref, 1, &res, &got));
+    if (got < 1) std::exit(2);
+    algo = res.algo;
+  }
+  void Run(const void* x, const void* w, void* y, cudaStream_t s) {
+    const float one = 1.f, zero = 0.f;
+    CB(cublasLtMatmul(h, op, &one, w, a, x, b, &zero, y, c, y, c, &algo, ws, ws_size, s));
+  }
+};
+
+int main(int argc, char** argv) {
+  // cutlass_probe [ITERS [M ...]]: timed calls per figure (200) and row counts (1 to 24,576).
+  const int K = 896, C = 4864, N = 2 * C, kCopies = 8;
+  const int kIters = argc > 1 ? std::atoi(argv[1]) : 200;
+  std::vector<int> ms = {1, 64, 512, 1024, 4096, 24576};
+  if (argc > 2) {
+    ms.clear();
+    for (int i = 2; i < argc; ++i) ms.push_back(std::atoi(argv[i]));
+  }
+  std::vector<ProbeGemm> probes;
+  RegisterA(probes);
+  RegisterB(probes);
+  RegisterC(probes);
+  RegisterD(probes);
+  const int mmax = *std::max_element(ms.begin(), ms.end());
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> ux(-1.f, 1.f), uw(-0.06f, 0.06f);
+  std::vector<__nv_bfloat16> hx(static_cast<size_t>(mmax) * K), hw(static_cast<size_t>(N) * K),
+      hwi(static_cast<size_t>(N) * K);
+  for (auto& v : hx) v = __float2bfloat16(ux(rng));
+  void *x, *w[kCopies], *wi[kCopies], *gu, *yref, *y;
+  CK(cudaMalloc(&x, hx.size() * 2));
+  CK(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+  for (int cp = 0; cp < kCopies; ++cp) {
+    for (auto& v : hw) v = __float2bfloat16(uw(rng));
+    // Interleaved: row 16 b + r is gate row 8 b + r (r < 8) or up row 8 b + r - 8.
+    for (int row = 0; row < N; ++row) {
+      const int b = row / 16, r = row % 16;
+      const int src = r < 8 ? 8 * b + r : C + 8 * b + (r - 8);
+      std::copy(hw.begin() + static_cast<size_t>(src) * K, hw.begin() + static_cast<size_t>(src + 1) * K,
+                hwi.begin() + static_cast<size_t>(row) * K);
+    }
+    CK(cudaMalloc(&w[cp], hw.size() * 2));
+    CK(cudaMalloc(&wi[cp], hw.size() * 2));
+    CK(cudaMemcpy(w[cp], hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(wi[cp], hwi.data(), hwi.size() * 2, cudaMemcpyHostToDevice));
+  }
+  CK(cudaMalloc(&gu, static_cast<size_t>(mmax) * N * 2));
+  CK(cudaMalloc(&yref, static_cast<size_t>(mmax) * N * 2));
+  CK(cudaMalloc(&y, static_cast<size_t>(mmax) * N * 2));
+  cudaStream_t s;
+  CK(cudaStreamCreate(&s));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  auto time = [&](auto&& fn) {
+    for (int i = 0; i < 20; ++i) fn(i % kCopies);
+    CK(cudaEventRecord(e0, s));
+    for (int i = 0; i < kIters; ++i) fn(i % kCopies);
+    CK(cudaEventRecord(e1, s));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    return 1000.0 * ms / kIters;
+  };
+  std::printf("{\"results\": [\n");
+  bool first = true;
+  for (int m : ms) {
+    Lt lt;
+    lt.Init(m, N, K);
+    const double flops = 2.0 * m * N * K;
+    auto swiglu = [&](void* out) {
+      const int64_t total = static_cast<int64_t>(m) * C / 8;
+      SwigluKernel<<<(total + 255) / 256, 256, 0, s>>>(static_cast<const __nv_bfloat16*>(gu),
+                                                       static_cast<__nv_bfloat16*>(out), m, C);
+    };
+    const double us_gemm = time([&](int cp) { lt.Run(x, w[cp], gu, s); });
+    const double us_both = time([&](int cp) {
+      lt.Run(x, w[cp], gu, s);
+      swiglu(yref);
+    });
+    // Reference output for copy 0.
+    lt.Run(x, w[0], gu, s);
+    swiglu(yref);
+    CK(cudaStreamSynchronize(s));
+    std::vector<__nv_bfloat16> href(static_cast<size_t>(m) * C), hy(href.size());
+    CK(cudaMemcpy(href.data(), yref, href.size() * 2, cudaMemcpyDeviceToHost));
+    std::printf("%s{\"m\": %d, \"impl\": \"cublaslt gate/up\", \"us\": %.2f, \"tflops\": %.1f}", first ? "" : ",\n", m,
+                us_gemm, flops / us_gemm * 1e-6);
+    first = false;
+    std::printf(",\n{\"m\": %d, \"impl\": \"cublaslt gate/up + swiglu kernel\", \"us\": %.2f}", m, us_both);
+    for (auto& p : probes) {
+      std::vector<void*> handles;
+      bool ok = true;
+      for (int cp = 0; cp < kCopies && ok; ++cp) {
+        void* hd = p.prepare(x, p.swiglu ? wi[cp] : w[cp], y, m, N, K, s);
+        ok = hd != nullptr;
+        handles.push_back(hd);
+      }
+      if (!ok) {
+        std::printf(",\n{\"m\": %d, \"impl\": \"%s\", \"error\": \"prepare\"}", m, p.name.c_str());
+        continue;
+      }
+      const double us = time([&](int cp) { p.run(handles[cp], s); });
+      CK(cudaGetLastError());
+      // Check against the reference (copy 0).
+      CK(cudaMemsetAsync(y, 0, static_cast<size_t>(m) * N * 2, s));
+      p.run(handles[0], s);
+      CK(cudaStreamSynchronize(s));
+      double max_err = 0, max_ref = 0;
+      int64_t bad = 0, exact = 0;
+      if (p.swiglu) {
+        CK(cudaMemcpy(hy.data(), y, hy.size() * 2, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < hy.size(); ++i) {
+          const float a = __bfloat162float(hy[i]), b = __bfloat162float(href[i]);
+          const double err = std::fabs(a - b);
+          max_err = std::max(max_err, err);
+          max_ref = std::max(max_ref, static_cast<double>(std::fabs(b)));
+          if (!(err <= 0.02 * std::fabs(b) + 2e-3)) ++bad;
+          if (a == b) ++exact;
+        }
+      } else {
+        std::vector<__nv_bfloat16> hg(static_cast<size_t>(m) * N), hp(hg.size());
+        lt.Run(x, w[0], gu, s);
+        CK(cudaStreamSynchronize(s));
+        CK(cudaMemcpy(hg.data(), gu, hg.size() * 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(hp.data(), y, hp.size() * 2, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < hg.size(); ++i) {
+          const float a = __bfloat162float(hp[i]), b = __bfloat162float(hg[i]);
+          const double err = std::fabs(a - b);
+          max_err = std::max(max_err, err);
+          max_ref = std::max(max_ref, static_cast<double>(std::fabs(b)));
+          if (!(err <= 0.02 * std::fabs(b) + 2e-3)) ++bad;
+          if (a == b) ++exact;
+        }
+      }
+      const size_t n_out = p.swiglu ? href.size() : static_cast<size_t>(m) * N;
+      std::printf(
+          ",\n{\"m\": %d, \"impl\": \"%s\", \"us\": %.2f, \"tflops\": %.1f, \"max_err\": %.4g, \"max_ref\": %.4g, "
+          "\"bad\": %lld, \"exact_frac\": %.4f}",
+          m, p.name.c_str(), us, flops / us * 1e-6, max_err, max_ref, static_cast<long long>(bad),
+          static_cast<double>(exact) / n_out);
+      std::fflush(stdout);
+    }
+  }
+  std::printf("\n]}\n");
+  return 0;
+}

@@ -1,0 +1,22 @@
+// Probe: CUTLASS (PyPI's nvidia-cutlass headers) Hopper GEMMs for the MLP's stacked gate/up projection, with SwiGLU
+// in the epilogue, against cuBLASLt + a separate SwiGLU kernel. Experimental; built and run by run.sh on the GPU
+// machine.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+struct ProbeGemm {
+  std::string name;
+  // y = x w^T for x [m, k], w [n, k] row-major, bf16. swiglu: w's rows are interleaved in blocks of 16 (8 gate rows,
+  // then the 8 matching up rows) and y is [m, n / 2] = silu(gate) * up; otherwise y is [m, n].
+  bool swiglu = false;
+  // Prepares a call for these pointers (one per weight copy); returns an opaque handle.
+  void* (*prepare)(const void* x, const void* w, void* y, int m, int n, int k, cudaStream_t s) = nullptr;
+  bool (*run)(void* handle, cudaStream_t s) = nullptr;
+};
+
+void RegisterProbes(std::vector<ProbeGemm>& out);
