@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Unpacks CUTLASS's C++ headers from PyPI's nvidia-cutlass wheel: its cutlass_library/source/include/ folder (cute/,
-cutlass/) goes to DEST/include/. Nothing is installed; CMake finds them by VERL_CUTLASS_ROOT=DEST.
+cutlass/) goes to DEST/include/. Nothing is installed; tools/bench/cutlass_probe includes DEST/include.
 
     tools/unpack_cutlass_headers.py WHEEL DEST
 """

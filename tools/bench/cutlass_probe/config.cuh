@@ -1,4 +1,8 @@
+// The probe's CUTLASS GEMM of one configuration (tile, cluster, kernel schedule; SwiGLU epilogue or CUTLASS's own),
+// as a ProbeGemm: arguments prepared once per weight copy, then timed runs.
 #pragma once
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cute/tensor.hpp"
@@ -94,5 +98,4 @@ using namespace cute;
 using Coop = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
 using Ping = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
 using EpiCoop = cutlass::epilogue::TmaWarpSpecializedCooperative;
-using EpiPing = cutlass::epilogue::TmaWarpSpecialized;
 using NoSmem = cutlass::epilogue::NoSmemWarpSpecialized;

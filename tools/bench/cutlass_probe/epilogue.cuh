@@ -9,7 +9,9 @@
 // An epilogue (the interface of CUTLASS's DefaultEpilogue, wrapped by Sm90TmaWarpSpecializedAdapter) that applies
 // SwiGLU to the stacked gate/up accumulators: within each 16 columns of the GEMM, 8 gates then their 8 ups, so a thread
 // holding columns (c, c + 1) of a gate block holds the matching ups 4 fragment elements later. Each output
-// silu(g) * u (g and u rounded to bf16 first, as the unfused path) goes to a padded shared-memory tile of the block's
+// silu(g) * u (g and u rounded to bf16 first, as the unfused path; silu with the special-function unit's exp and a fast
+// division; the model's kernel on branch exp/cutlass-gate-up-swiglu takes SwiGluStacked's exact expf and division
+// instead, not timed here) goes to a padded shared-memory tile of the block's
 // [BM, BN / 2] outputs (one per consumer warpgroup in ping-pong kernels), then out in coalesced 16-byte stores.
 template <class StrideD_, int BM, int BN, int kBuffers>
 class SwigluEpilogue {

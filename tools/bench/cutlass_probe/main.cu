@@ -14,10 +14,6 @@
 
 #include "probe.cuh"
 
-void RegisterA(std::vector<ProbeGemm>&);
-void RegisterB(std::vector<ProbeGemm>&);
-void RegisterC(std::vector<ProbeGemm>&);
-void RegisterD(std::vector<ProbeGemm>&);
 
 #define CK(x)                                                                                \
   do {                                                                                       \

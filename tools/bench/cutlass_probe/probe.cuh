@@ -19,4 +19,8 @@ struct ProbeGemm {
   bool (*run)(void* handle, cudaStream_t s) = nullptr;
 };
 
-void RegisterProbes(std::vector<ProbeGemm>& out);
+// Each cfg_*.cu registers its instantiations (separate files so that nvcc compiles them in parallel).
+void RegisterA(std::vector<ProbeGemm>& out);
+void RegisterB(std::vector<ProbeGemm>& out);
+void RegisterC(std::vector<ProbeGemm>& out);
+void RegisterD(std::vector<ProbeGemm>& out);
