@@ -16,7 +16,7 @@
 #include "probe.cuh"
 
 template <class TileShape, class ClusterShape, class KernelSchedule, class EpiSchedule, bool kSwiglu,
-          class Scheduler = void>
+          class Scheduler = void, bool kExact = false>
 struct CutlassGemm {
   using BF = cutlass::bfloat16_t;
   using LayoutA = cutlass::layout::RowMajor;
@@ -29,7 +29,7 @@ struct CutlassGemm {
       EpiSchedule>::CollectiveOp;
   static constexpr bool kPing = std::is_same_v<KernelSchedule, cutlass::gemm::KernelTmaWarpSpecializedPingpong>;
   using SwiEpi = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<
-      SwigluEpilogue<StrideD, cute::size<0>(TileShape{}), cute::size<1>(TileShape{}), kPing ? 2 : 1>>;
+      SwigluEpilogue<StrideD, cute::size<0>(TileShape{}), cute::size<1>(TileShape{}), kPing ? 2 : 1, kExact>>;
   using Epi = std::conditional_t<kSwiglu, SwiEpi, PlainEpi>;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, BF, LayoutA, 8, BF, LayoutB, 8, float, TileShape,

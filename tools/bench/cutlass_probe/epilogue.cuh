@@ -13,7 +13,9 @@
 // division; the model's kernel on branch exp/cutlass-gate-up-swiglu takes SwiGluStacked's exact expf and division
 // instead, not timed here) goes to a padded shared-memory tile of the block's
 // [BM, BN / 2] outputs (one per consumer warpgroup in ping-pong kernels), then out in coalesced 16-byte stores.
-template <class StrideD_, int BM, int BN, int kBuffers>
+// kExact: silu as SwiGluStacked computes it (expf, IEEE division, silu rounded to bf16 before the product), as the
+// model's kernel on the branch does; otherwise __expf and __fdividef, the product rounded once.
+template <class StrideD_, int BM, int BN, int kBuffers, bool kExact = false>
 class SwigluEpilogue {
  public:
   using EpilogueSchedule = cutlass::gemm::EpilogueDefault;
@@ -98,10 +100,16 @@ class SwigluEpilogue {
       const float g1 = __bfloat162float(__float2bfloat16(acc(i + 1)));
       const float u0 = __bfloat162float(__float2bfloat16(acc(i + 4)));
       const float u1 = __bfloat162float(__float2bfloat16(acc(i + 5)));
-      const float s0 = __fdividef(g0, 1.f + __expf(-g0));
-      const float s1 = __fdividef(g1, 1.f + __expf(-g1));
+      float y0, y1;
+      if constexpr (kExact) {
+        y0 = __fmul_rn(__bfloat162float(__float2bfloat16(g0 / (1.0f + expf(-g0)))), u0);
+        y1 = __fmul_rn(__bfloat162float(__float2bfloat16(g1 / (1.0f + expf(-g1)))), u1);
+      } else {
+        y0 = __fdividef(g0, 1.f + __expf(-g0)) * u0;
+        y1 = __fdividef(g1, 1.f + __expf(-g1)) * u1;
+      }
       const int o = 8 * (n / 16) + (n % 16);
-      *reinterpret_cast<__nv_bfloat162*>(tile + m * kLd + o) = __floats2bfloat162_rn(s0 * u0, s1 * u1);
+      *reinterpret_cast<__nv_bfloat162*>(tile + m * kLd + o) = __floats2bfloat162_rn(y0, y1);
     }
     cutlass::arch::NamedBarrier::sync(kThreads, barrier);
     const int64_t ldy = get<0>(params.dD);

@@ -14,7 +14,6 @@
 
 #include "probe.cuh"
 
-
 #define CK(x)                                                                                \
   do {                                                                                       \
     cudaError_t e = (x);                                                                     \
@@ -46,7 +45,9 @@ __global__ void SwigluKernel(const __nv_bfloat16* gu, __nv_bfloat16* y, int64_t 
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     const float gf = __bfloat162float(g[j]);
-    o[j] = __float2bfloat16(gf / (1.f + __expf(-gf)) * __bfloat162float(u[j]));
+    // As fused_ops.cu's SwiGluStacked: silu (expf, IEEE division) rounded to bf16, times up, rounded again.
+    const float s = __bfloat162float(__float2bfloat16(gf / (1.f + expf(-gf))));
+    o[j] = __float2bfloat16(__fmul_rn(s, __bfloat162float(u[j])));
   }
   *reinterpret_cast<uint4*>(y + i) = ov;
 }
@@ -98,6 +99,7 @@ int main(int argc, char** argv) {
   RegisterB(probes);
   RegisterC(probes);
   RegisterD(probes);
+  RegisterE(probes);
   const int mmax = *std::max_element(ms.begin(), ms.end());
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> ux(-1.f, 1.f), uw(-0.06f, 0.06f);

@@ -24,3 +24,4 @@ void RegisterA(std::vector<ProbeGemm>& out);
 void RegisterB(std::vector<ProbeGemm>& out);
 void RegisterC(std::vector<ProbeGemm>& out);
 void RegisterD(std::vector<ProbeGemm>& out);
+void RegisterE(std::vector<ProbeGemm>& out);

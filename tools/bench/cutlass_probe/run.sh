@@ -21,12 +21,12 @@ NVCC="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"
 FLAGS=(-std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -I"$BUILD/cutlass/include"
        -I"$HERE" -DNDEBUG)
 pids=()
-for f in main cfg_a cfg_b cfg_c cfg_d; do
+for f in main cfg_a cfg_b cfg_c cfg_d cfg_e; do
   "$NVCC" "${FLAGS[@]}" -c "$HERE/$f.cu" -o "$BUILD/$f.o" &
   pids+=($!)
 done
 for p in "${pids[@]}"; do wait "$p"; done
-"$NVCC" -gencode=arch=compute_90a,code=sm_90a "$BUILD"/{main,cfg_a,cfg_b,cfg_c,cfg_d}.o -o "$BUILD/cutlass_probe" \
+"$NVCC" -gencode=arch=compute_90a,code=sm_90a "$BUILD"/{main,cfg_a,cfg_b,cfg_c,cfg_d,cfg_e}.o -o "$BUILD/cutlass_probe" \
   -lcublasLt -lcublas
 "$BUILD/cutlass_probe" "$@" > "$OUT_JSON"
 echo "[cutlass_probe] $(grep -c '"m"' "$OUT_JSON") results in $OUT_JSON"
