@@ -76,7 +76,7 @@ struct CutlassGemm {
     const size_t ws = Gemm::get_workspace_size(args);
     if (ws > 0) cudaMalloc(&h->workspace, ws);
     if (h->gemm.initialize(args, h->workspace, s) != cutlass::Status::kSuccess) {
-      delete h;
+      Release(h);
       return nullptr;
     }
     return h;
@@ -84,12 +84,18 @@ struct CutlassGemm {
   static bool Run(void* handle, cudaStream_t s) {
     return static_cast<Handle*>(handle)->gemm.run(s) == cutlass::Status::kSuccess;
   }
+  static void Release(void* handle) {
+    auto* h = static_cast<Handle*>(handle);
+    cudaFree(h->workspace);
+    delete h;
+  }
   static ProbeGemm Probe(std::string name) {
     ProbeGemm p;
     p.name = std::move(name);
     p.swiglu = kSwiglu;
     p.prepare = &Prepare;
     p.run = &Run;
+    p.release = &Release;
     return p;
   }
 };

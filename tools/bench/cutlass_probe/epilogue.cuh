@@ -5,16 +5,15 @@
 #include "cutlass/epilogue/collective/detail.hpp"
 #include "cutlass/epilogue/thread/linear_combination.h"
 #include "cutlass/gemm/dispatch_policy.hpp"
+#include "probe.cuh"
 
 // An epilogue (the interface of CUTLASS's DefaultEpilogue, wrapped by Sm90TmaWarpSpecializedAdapter) that applies
 // SwiGLU to the stacked gate/up accumulators: within each 16 columns of the GEMM, 8 gates then their 8 ups, so a thread
 // holding columns (c, c + 1) of a gate block holds the matching ups 4 fragment elements later. Each output
-// silu(g) * u (g and u rounded to bf16 first, as the unfused path; silu with the special-function unit's exp and a fast
-// division; the model's kernel on branch exp/cutlass-gate-up-swiglu takes SwiGluStacked's exact expf and division
-// instead, not timed here) goes to a padded shared-memory tile of the block's
-// [BM, BN / 2] outputs (one per consumer warpgroup in ping-pong kernels), then out in coalesced 16-byte stores.
-// kExact: silu as SwiGluStacked computes it (expf, IEEE division, silu rounded to bf16 before the product), as the
-// model's kernel on the branch does; otherwise __expf and __fdividef, the product rounded once.
+// silu(g) * u, of g and u rounded to bf16 as the unfused path has them, goes to a padded shared-memory tile of the
+// block's [BM, BN / 2] outputs (one per consumer warpgroup in ping-pong kernels), then out in coalesced 16-byte stores.
+// kExact: silu as SwiGluStacked computes it (SwiGluExact; the model's kernel on branch exp/cutlass-gate-up-swiglu
+// does the same); otherwise __expf and __fdividef, the product rounded once.
 template <class StrideD_, int BM, int BN, int kBuffers, bool kExact = false>
 class SwigluEpilogue {
  public:
@@ -96,14 +95,14 @@ class SwigluEpilogue {
       const auto c = tc(i);
       const int m = get<0>(c);
       const int n = get<1>(c);
-      const float g0 = __bfloat162float(__float2bfloat16(acc(i)));
-      const float g1 = __bfloat162float(__float2bfloat16(acc(i + 1)));
-      const float u0 = __bfloat162float(__float2bfloat16(acc(i + 4)));
-      const float u1 = __bfloat162float(__float2bfloat16(acc(i + 5)));
+      const float g0 = RoundBf16(acc(i));
+      const float g1 = RoundBf16(acc(i + 1));
+      const float u0 = RoundBf16(acc(i + 4));
+      const float u1 = RoundBf16(acc(i + 5));
       float y0, y1;
       if constexpr (kExact) {
-        y0 = __fmul_rn(__bfloat162float(__float2bfloat16(g0 / (1.0f + expf(-g0)))), u0);
-        y1 = __fmul_rn(__bfloat162float(__float2bfloat16(g1 / (1.0f + expf(-g1)))), u1);
+        y0 = SwiGluExact(g0, u0);
+        y1 = SwiGluExact(g1, u1);
       } else {
         y0 = __fdividef(g0, 1.f + __expf(-g0)) * u0;
         y1 = __fdividef(g1, 1.f + __expf(-g1)) * u1;

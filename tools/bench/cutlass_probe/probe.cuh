@@ -17,7 +17,16 @@ struct ProbeGemm {
   // Prepares a call for these pointers (one per weight copy); returns an opaque handle.
   void* (*prepare)(const void* x, const void* w, void* y, int m, int n, int k, cudaStream_t s) = nullptr;
   bool (*run)(void* handle, cudaStream_t s) = nullptr;
+  void (*release)(void* handle) = nullptr;
 };
+
+// x rounded to bf16, as float.
+__device__ __forceinline__ float RoundBf16(float x) { return __bfloat162float(__float2bfloat16(x)); }
+// The unfused path's SwiGLU of bf16 values g, u, as fused_ops.cu's SwiGluStacked computes it: silu with expf and an
+// IEEE division, rounded to bf16, times u (the caller rounds the product).
+__device__ __forceinline__ float SwiGluExact(float g, float u) {
+  return __fmul_rn(RoundBf16(g / (1.0f + expf(-g))), u);
+}
 
 // Each cfg_*.cu registers its instantiations (separate files so that nvcc compiles them in parallel).
 void RegisterA(std::vector<ProbeGemm>& out);
