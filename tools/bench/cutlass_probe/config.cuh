@@ -1,5 +1,8 @@
 // The probe's CUTLASS GEMM of one configuration (tile, cluster, kernel schedule; SwiGLU epilogue or CUTLASS's own),
 // as a ProbeGemm: arguments prepared once per weight copy, then timed runs.
+//   kSilu: the SwiGLU epilogue's silu (epilogue.cuh). kResidual: CUTLASS's epilogue adds the output's old value
+//   (beta 1, C = D). kDecomp, with the stream-K tile scheduler: 0 its heuristic, kForceStreamK stream-K, n > 1 split-K
+//   into n parts (the partial sums reduced deterministically, the scheduler's default).
 #pragma once
 #include <string>
 #include <type_traits>
@@ -15,8 +18,10 @@
 #include "epilogue.cuh"
 #include "probe.cuh"
 
+constexpr int kForceStreamK = -1;
+
 template <class TileShape, class ClusterShape, class KernelSchedule, class EpiSchedule, bool kSwiglu,
-          class Scheduler = void, bool kExact = false>
+          class Scheduler = void, int kSilu = 0, bool kResidual = false, int kDecomp = 0>
 struct CutlassGemm {
   using BF = cutlass::bfloat16_t;
   using LayoutA = cutlass::layout::RowMajor;
@@ -25,11 +30,11 @@ struct CutlassGemm {
   using StrideD = cutlass::detail::TagToStrideC_t<LayoutD>;
   using PlainEpi = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, 8, BF, LayoutD, 8,
-      EpiSchedule>::CollectiveOp;
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, std::conditional_t<kResidual, BF, void>, LayoutD,
+      8, BF, LayoutD, 8, EpiSchedule>::CollectiveOp;
   static constexpr bool kPing = std::is_same_v<KernelSchedule, cutlass::gemm::KernelTmaWarpSpecializedPingpong>;
   using SwiEpi = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<
-      SwigluEpilogue<StrideD, cute::size<0>(TileShape{}), cute::size<1>(TileShape{}), kPing ? 2 : 1, kExact>>;
+      SwigluEpilogue<StrideD, cute::size<0>(TileShape{}), cute::size<1>(TileShape{}), kPing ? 2 : 1, kSilu>>;
   using Epi = std::conditional_t<kSwiglu, SwiEpi, PlainEpi>;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, BF, LayoutA, 8, BF, LayoutB, 8, float, TileShape,
@@ -59,8 +64,8 @@ struct CutlassGemm {
       args.epilogue.dD = sd;
     } else {
       args.epilogue.thread.alpha = 1.f;
-      args.epilogue.thread.beta = 0.f;
-      args.epilogue.ptr_C = nullptr;
+      args.epilogue.thread.beta = kResidual ? 1.f : 0.f;
+      args.epilogue.ptr_C = kResidual ? static_cast<const BF*>(y) : nullptr;
       args.epilogue.dC = sd;
       args.epilogue.ptr_D = static_cast<BF*>(y);
       args.epilogue.dD = sd;
@@ -69,6 +74,15 @@ struct CutlassGemm {
     hw.device_id = 0;
     hw.sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(0);
     args.hw_info = hw;
+    if constexpr (kDecomp != 0) {
+      using Decomposition = typename Kernel::TileScheduler::DecompositionMode;
+      if constexpr (kDecomp == kForceStreamK) {
+        args.scheduler.decomposition_mode = Decomposition::StreamK;
+      } else {
+        args.scheduler.decomposition_mode = Decomposition::SplitK;
+        args.scheduler.splits = kDecomp;
+      }
+    }
     if (h->gemm.can_implement(args) != cutlass::Status::kSuccess) {
       delete h;
       return nullptr;
@@ -89,10 +103,12 @@ struct CutlassGemm {
     cudaFree(h->workspace);
     delete h;
   }
-  static ProbeGemm Probe(std::string name) {
+  static ProbeGemm Probe(std::string name, std::string shape = "gate_up") {
     ProbeGemm p;
     p.name = std::move(name);
+    p.shape = std::move(shape);
     p.swiglu = kSwiglu;
+    p.residual = kResidual;
     p.prepare = &Prepare;
     p.run = &Run;
     p.release = &Release;
@@ -105,3 +121,5 @@ using Coop = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
 using Ping = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
 using EpiCoop = cutlass::epilogue::TmaWarpSpecializedCooperative;
 using NoSmem = cutlass::epilogue::NoSmemWarpSpecialized;
+using EpiPing = cutlass::epilogue::TmaWarpSpecialized;
+using StreamK = cutlass::gemm::StreamKScheduler;

@@ -12,9 +12,11 @@
 // holding columns (c, c + 1) of a gate block holds the matching ups 4 fragment elements later. Each output
 // silu(g) * u, of g and u rounded to bf16 as the unfused path has them, goes to a padded shared-memory tile of the
 // block's [BM, BN / 2] outputs (one per consumer warpgroup in ping-pong kernels), then out in coalesced 16-byte stores.
-// kExact: silu as SwiGluStacked computes it (SwiGluExact; the model's kernel on branch exp/cutlass-gate-up-swiglu
-// does the same); otherwise __expf and __fdividef, the product rounded once.
-template <class StrideD_, int BM, int BN, int kBuffers, bool kExact = false>
+// kSilu: 0, __expf and __fdividef, the product rounded once (the first probe's form); 1 (kSiluExact), silu as
+// SwiGluStacked computes it (SwiGluExact; the model's kernel on branch exp/cutlass-gate-up-swiglu does the same);
+// 2 (kSiluFast), SwiGluFast (silu as the rollout's SiluFast, rounded to bf16, then the product).
+constexpr int kSiluExact = 1, kSiluFast = 2;
+template <class StrideD_, int BM, int BN, int kBuffers, int kSilu = 0>
 class SwigluEpilogue {
  public:
   using EpilogueSchedule = cutlass::gemm::EpilogueDefault;
@@ -100,9 +102,12 @@ class SwigluEpilogue {
       const float u0 = RoundBf16(acc(i + 4));
       const float u1 = RoundBf16(acc(i + 5));
       float y0, y1;
-      if constexpr (kExact) {
+      if constexpr (kSilu == kSiluExact) {
         y0 = SwiGluExact(g0, u0);
         y1 = SwiGluExact(g1, u1);
+      } else if constexpr (kSilu == kSiluFast) {
+        y0 = SwiGluFast(g0, u0);
+        y1 = SwiGluFast(g1, u1);
       } else {
         y0 = __fdividef(g0, 1.f + __expf(-g0)) * u0;
         y1 = __fdividef(g1, 1.f + __expf(-g1)) * u1;

@@ -1,5 +1,5 @@
-// Probe main: times each gate/up + SwiGLU form at several row counts and checks it against cuBLASLt + the SwiGLU
-// kernel (copy 0 of the weights); prints JSON. See run.sh.
+// Probe main: times each CUTLASS form at several row counts, per projection shape, and checks it against cuBLASLt
+// (+ the SwiGLU kernel for gate/up) on copy 0 of the weights; prints JSON. See run.sh.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -54,8 +54,10 @@ struct Lt {
   cublasLtMatmulDesc_t op;
   cublasLtMatrixLayout_t a, b, c;
   cublasLtMatmulAlgo_t algo;
-  // y [m, n] = x [m, k] w [n, k]^T: column-major C [n, m] = w^T(op T of [k, n]) x [k, m].
-  void Init(int m, int n, int k) {
+  float beta = 0.f;
+  // y [m, n] = x [m, k] w [n, k]^T (+ y where residual): column-major C [n, m] = w^T(op T of [k, n]) x [k, m].
+  void Init(int m, int n, int k, bool residual) {
+    beta = residual ? 1.f : 0.f;
     CB(cublasLtCreate(&h));
     CK(cudaMalloc(&ws, ws_size));
     CB(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -85,52 +87,41 @@ struct Lt {
     cublasLtDestroy(h);
   }
   void Run(const void* x, const void* w, void* y, cudaStream_t s) {
-    const float one = 1.f, zero = 0.f;
-    CB(cublasLtMatmul(h, op, &one, w, a, x, b, &zero, y, c, y, c, &algo, ws, ws_size, s));
+    const float one = 1.f;
+    CB(cublasLtMatmul(h, op, &one, w, a, x, b, &beta, y, c, y, c, &algo, ws, ws_size, s));
   }
 };
 
+struct ProjShape {
+  const char* name;
+  int n, k;
+  bool residual;  // the output adds the old value (the rollout's attention output and down projections)
+};
+// Qwen2.5-0.5B's (bench-0.5b's) projections: hidden 896, Q/K/V 14 + 2 + 2 heads of 64, intermediate 4,864.
+constexpr ProjShape kShapes[] = {
+    {"gate_up", 2 * 4864, 896, false}, {"qkv", 1152, 896, false}, {"o", 896, 896, true}, {"down", 896, 4864, true}};
+
 int main(int argc, char** argv) {
-  // cutlass_probe [ITERS [M ...]]: timed calls per figure (200) and row counts (1 to 24,576).
-  const int K = 896, C = 4864, N = 2 * C, kCopies = 8;
+  // cutlass_probe [ITERS [M ...]]: timed calls per figure (200) and row counts (1 to 24,576). PROBE_SHAPES: a comma
+  // list of the shapes to run (default all of kShapes).
+  const int kCopies = 8;
   const int kIters = argc > 1 ? std::atoi(argv[1]) : 200;
   std::vector<int> ms = {1, 64, 512, 1024, 4096, 24576};
   if (argc > 2) {
     ms.clear();
     for (int i = 2; i < argc; ++i) ms.push_back(std::atoi(argv[i]));
   }
+  const char* only = std::getenv("PROBE_SHAPES");
   std::vector<ProbeGemm> probes;
   RegisterA(probes);
   RegisterB(probes);
   RegisterC(probes);
   RegisterD(probes);
   RegisterE(probes);
+  RegisterF(probes);
+  RegisterG(probes);
+  RegisterH(probes);
   const int mmax = *std::max_element(ms.begin(), ms.end());
-  std::mt19937 rng(1);
-  std::uniform_real_distribution<float> ux(-1.f, 1.f), uw(-0.06f, 0.06f);
-  std::vector<__nv_bfloat16> hx(static_cast<size_t>(mmax) * K), hw(static_cast<size_t>(N) * K),
-      hwi(static_cast<size_t>(N) * K);
-  for (auto& v : hx) v = __float2bfloat16(ux(rng));
-  void *x, *w[kCopies], *wi[kCopies], *gu, *yref, *y;
-  CK(cudaMalloc(&x, hx.size() * 2));
-  CK(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
-  for (int cp = 0; cp < kCopies; ++cp) {
-    for (auto& v : hw) v = __float2bfloat16(uw(rng));
-    // Interleaved: row 16 b + r is gate row 8 b + r (r < 8) or up row 8 b + r - 8.
-    for (int row = 0; row < N; ++row) {
-      const int b = row / 16, r = row % 16;
-      const int src = r < 8 ? 8 * b + r : C + 8 * b + (r - 8);
-      std::copy(hw.begin() + static_cast<size_t>(src) * K, hw.begin() + static_cast<size_t>(src + 1) * K,
-                hwi.begin() + static_cast<size_t>(row) * K);
-    }
-    CK(cudaMalloc(&w[cp], hw.size() * 2));
-    CK(cudaMalloc(&wi[cp], hw.size() * 2));
-    CK(cudaMemcpy(w[cp], hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(wi[cp], hwi.data(), hwi.size() * 2, cudaMemcpyHostToDevice));
-  }
-  CK(cudaMalloc(&gu, static_cast<size_t>(mmax) * N * 2));
-  CK(cudaMalloc(&yref, static_cast<size_t>(mmax) * N * 2));
-  CK(cudaMalloc(&y, static_cast<size_t>(mmax) * N * 2));
   cudaStream_t s;
   CK(cudaStreamCreate(&s));
   cudaEvent_t e0, e1;
@@ -148,73 +139,128 @@ int main(int argc, char** argv) {
   };
   std::printf("{\"results\": [\n");
   bool first = true;
-  for (int m : ms) {
-    Lt lt;
-    lt.Init(m, N, K);
-    const double flops = 2.0 * m * N * K;
-    auto swiglu = [&](void* out) {
-      const int64_t total = static_cast<int64_t>(m) * C / 8;
-      SwigluKernel<<<(total + 255) / 256, 256, 0, s>>>(static_cast<const __nv_bfloat16*>(gu),
-                                                       static_cast<__nv_bfloat16*>(out), m, C);
-    };
-    const double us_gemm = time([&](int cp) { lt.Run(x, w[cp], gu, s); });
-    const double us_both = time([&](int cp) {
-      lt.Run(x, w[cp], gu, s);
-      swiglu(yref);
-    });
-    // References for copy 0: the GEMM's [m, n] output stays in gu (the probes write only y) and its SwiGLU in yref;
-    // both read back once.
-    lt.Run(x, w[0], gu, s);
-    swiglu(yref);
-    CK(cudaStreamSynchronize(s));
-    std::vector<__nv_bfloat16> ref_swiglu(static_cast<size_t>(m) * C), ref_gemm(static_cast<size_t>(m) * N),
-        got(ref_gemm.size());
-    CK(cudaMemcpy(ref_swiglu.data(), yref, ref_swiglu.size() * 2, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(ref_gemm.data(), gu, ref_gemm.size() * 2, cudaMemcpyDeviceToHost));
-    std::printf("%s{\"m\": %d, \"impl\": \"cublaslt gate/up\", \"us\": %.2f, \"tflops\": %.1f}", first ? "" : ",\n", m,
-                us_gemm, flops / us_gemm * 1e-6);
-    first = false;
-    std::printf(",\n{\"m\": %d, \"impl\": \"cublaslt gate/up + swiglu kernel\", \"us\": %.2f}", m, us_both);
-    for (auto& p : probes) {
-      std::vector<void*> handles;
-      bool ok = true;
-      for (int cp = 0; cp < kCopies && ok; ++cp) {
-        void* hd = p.prepare(x, p.swiglu ? wi[cp] : w[cp], y, m, N, K, s);
-        ok = hd != nullptr;
-        handles.push_back(hd);
+  for (const ProjShape& shape : kShapes) {
+    if (only != nullptr &&
+        ("," + std::string(only) + ",").find("," + std::string(shape.name) + ",") == std::string::npos) {
+      continue;
+    }
+    const int K = shape.k, N = shape.n, C = N / 2;
+    const bool gate_up = std::string(shape.name) == "gate_up";
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<float> ux(-1.f, 1.f), uw(-0.06f, 0.06f);
+    std::vector<__nv_bfloat16> hx(static_cast<size_t>(mmax) * K), hw(static_cast<size_t>(N) * K),
+        hwi(static_cast<size_t>(N) * K), hr(static_cast<size_t>(mmax) * N);
+    for (auto& v : hx) v = __float2bfloat16(ux(rng));
+    for (auto& v : hr) v = __float2bfloat16(ux(rng));
+    void *x, *w[kCopies], *wi[kCopies], *gu, *yref, *y, *r0;
+    CK(cudaMalloc(&x, hx.size() * 2));
+    CK(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&r0, hr.size() * 2));
+    CK(cudaMemcpy(r0, hr.data(), hr.size() * 2, cudaMemcpyHostToDevice));
+    for (int cp = 0; cp < kCopies; ++cp) {
+      for (auto& v : hw) v = __float2bfloat16(uw(rng));
+      CK(cudaMalloc(&w[cp], hw.size() * 2));
+      CK(cudaMemcpy(w[cp], hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
+      wi[cp] = nullptr;
+      if (!gate_up) continue;
+      // Interleaved: row 16 b + r is gate row 8 b + r (r < 8) or up row 8 b + r - 8.
+      for (int row = 0; row < N; ++row) {
+        const int b = row / 16, r = row % 16;
+        const int src = r < 8 ? 8 * b + r : C + 8 * b + (r - 8);
+        std::copy(hw.begin() + static_cast<size_t>(src) * K, hw.begin() + static_cast<size_t>(src + 1) * K,
+                  hwi.begin() + static_cast<size_t>(row) * K);
       }
-      if (!ok) {
-        for (void* hd : handles) {
-          if (hd != nullptr) p.release(hd);
-        }
-        std::printf(",\n{\"m\": %d, \"impl\": \"%s\", \"error\": \"prepare\"}", m, p.name.c_str());
-        continue;
+      CK(cudaMalloc(&wi[cp], hw.size() * 2));
+      CK(cudaMemcpy(wi[cp], hwi.data(), hwi.size() * 2, cudaMemcpyHostToDevice));
+    }
+    CK(cudaMalloc(&gu, static_cast<size_t>(mmax) * N * 2));
+    CK(cudaMalloc(&yref, static_cast<size_t>(mmax) * N * 2));
+    CK(cudaMalloc(&y, static_cast<size_t>(mmax) * N * 2));
+    for (int m : ms) {
+      Lt lt;
+      lt.Init(m, N, K, shape.residual);
+      const double flops = 2.0 * m * N * K;
+      const size_t out_bytes = static_cast<size_t>(m) * N * 2;
+      auto swiglu = [&](void* out) {
+        const int64_t total = static_cast<int64_t>(m) * C / 8;
+        SwigluKernel<<<(total + 255) / 256, 256, 0, s>>>(static_cast<const __nv_bfloat16*>(gu),
+                                                         static_cast<__nv_bfloat16*>(out), m, C);
+      };
+      // Timed: a residual GEMM adds into its output call after call (the values stay small).
+      const double us_gemm = time([&](int cp) { lt.Run(x, w[cp], gu, s); });
+      std::printf("%s{\"shape\": \"%s\", \"m\": %d, \"impl\": \"cublaslt\", \"us\": %.2f, \"tflops\": %.1f}",
+                  first ? "" : ",\n", shape.name, m, us_gemm, flops / us_gemm * 1e-6);
+      first = false;
+      if (gate_up) {
+        const double us_both = time([&](int cp) {
+          lt.Run(x, w[cp], gu, s);
+          swiglu(yref);
+        });
+        std::printf(",\n{\"shape\": \"%s\", \"m\": %d, \"impl\": \"cublaslt + swiglu kernel\", \"us\": %.2f}",
+                    shape.name, m, us_both);
       }
-      const double us = time([&](int cp) { p.run(handles[cp], s); });
-      CK(cudaGetLastError());
-      // Check against the reference (copy 0).
-      CK(cudaMemsetAsync(y, 0, static_cast<size_t>(m) * N * 2, s));
-      p.run(handles[0], s);
+      // References for copy 0: the GEMM's [m, n] output (from the residual r0 where it adds one) stays in gu (the
+      // probes write only y) and its SwiGLU in yref; both read back once.
+      if (shape.residual) CK(cudaMemcpyAsync(gu, r0, out_bytes, cudaMemcpyDeviceToDevice, s));
+      lt.Run(x, w[0], gu, s);
+      if (gate_up) swiglu(yref);
       CK(cudaStreamSynchronize(s));
-      const std::vector<__nv_bfloat16>& want = p.swiglu ? ref_swiglu : ref_gemm;
-      CK(cudaMemcpy(got.data(), y, want.size() * 2, cudaMemcpyDeviceToHost));
-      double max_err = 0, max_ref = 0;
-      int64_t bad = 0, exact = 0;
-      for (size_t i = 0; i < want.size(); ++i) {
-        const float a = __bfloat162float(got[i]), b = __bfloat162float(want[i]);
-        const double err = std::fabs(a - b);
-        max_err = std::max(max_err, err);
-        max_ref = std::max(max_ref, static_cast<double>(std::fabs(b)));
-        if (!(err <= 0.02 * std::fabs(b) + 2e-3)) ++bad;
-        if (a == b) ++exact;
+      std::vector<__nv_bfloat16> ref_swiglu(gate_up ? static_cast<size_t>(m) * C : 0),
+          ref_gemm(static_cast<size_t>(m) * N), got(ref_gemm.size());
+      if (gate_up) CK(cudaMemcpy(ref_swiglu.data(), yref, ref_swiglu.size() * 2, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(ref_gemm.data(), gu, ref_gemm.size() * 2, cudaMemcpyDeviceToHost));
+      for (auto& p : probes) {
+        if (p.shape != shape.name) continue;
+        std::vector<void*> handles;
+        bool ok = true;
+        for (int cp = 0; cp < kCopies && ok; ++cp) {
+          void* hd = p.prepare(x, p.swiglu ? wi[cp] : w[cp], y, m, N, K, s);
+          ok = hd != nullptr;
+          handles.push_back(hd);
+        }
+        if (!ok) {
+          for (void* hd : handles) {
+            if (hd != nullptr) p.release(hd);
+          }
+          std::printf(",\n{\"shape\": \"%s\", \"m\": %d, \"impl\": \"%s\", \"error\": \"prepare\"}", shape.name, m,
+                      p.name.c_str());
+          continue;
+        }
+        const double us = time([&](int cp) { p.run(handles[cp], s); });
+        CK(cudaGetLastError());
+        // Check against the reference (copy 0).
+        if (p.residual) {
+          CK(cudaMemcpyAsync(y, r0, out_bytes, cudaMemcpyDeviceToDevice, s));
+        } else {
+          CK(cudaMemsetAsync(y, 0, out_bytes, s));
+        }
+        p.run(handles[0], s);
+        CK(cudaStreamSynchronize(s));
+        const std::vector<__nv_bfloat16>& want = p.swiglu ? ref_swiglu : ref_gemm;
+        CK(cudaMemcpy(got.data(), y, want.size() * 2, cudaMemcpyDeviceToHost));
+        double max_err = 0, max_ref = 0;
+        int64_t bad = 0, exact = 0;
+        for (size_t i = 0; i < want.size(); ++i) {
+          const float a = __bfloat162float(got[i]), b = __bfloat162float(want[i]);
+          const double err = std::fabs(a - b);
+          max_err = std::max(max_err, err);
+          max_ref = std::max(max_ref, static_cast<double>(std::fabs(b)));
+          if (!(err <= 0.02 * std::fabs(b) + 2e-3)) ++bad;
+          if (a == b) ++exact;
+        }
+        for (void* hd : handles) p.release(hd);
+        std::printf(
+            ",\n{\"shape\": \"%s\", \"m\": %d, \"impl\": \"%s\", \"us\": %.2f, \"tflops\": %.1f, \"max_err\": %.4g, "
+            "\"max_ref\": %.4g, \"bad\": %lld, \"exact_frac\": %.4f}",
+            shape.name, m, p.name.c_str(), us, flops / us * 1e-6, max_err, max_ref, static_cast<long long>(bad),
+            static_cast<double>(exact) / want.size());
+        std::fflush(stdout);
       }
-      for (void* hd : handles) p.release(hd);
-      std::printf(
-          ",\n{\"m\": %d, \"impl\": \"%s\", \"us\": %.2f, \"tflops\": %.1f, \"max_err\": %.4g, \"max_ref\": %.4g, "
-          "\"bad\": %lld, \"exact_frac\": %.4f}",
-          m, p.name.c_str(), us, flops / us * 1e-6, max_err, max_ref, static_cast<long long>(bad),
-          static_cast<double>(exact) / want.size());
-      std::fflush(stdout);
+    }
+    for (void* ptr : {x, r0, gu, yref, y}) CK(cudaFree(ptr));
+    for (int cp = 0; cp < kCopies; ++cp) {
+      CK(cudaFree(w[cp]));
+      if (wi[cp] != nullptr) CK(cudaFree(wi[cp]));
     }
   }
   std::printf("\n]}\n");
