@@ -4,6 +4,7 @@
 # GEMM followed by a SwiGLU kernel), Q/K/V, and the attention output and down projections adding the residual.
 #
 #   [PROBE_SHAPES=gate_up,qkv,o,down] tools/bench/cutlass_probe/run.sh OUT.json [BUILD_DIR [ITERS [M ...]]]
+#   PROBE_BUILD_ONLY=1 tools/bench/cutlass_probe/run.sh - BUILD_DIR   # only builds BUILD_DIR/cutlass_probe
 #
 # CUTLASS's headers come from PyPI's nvidia-cutlass wheel in .device-deps/ (tools/device/fetch_deps.sh), unpacked into
 # BUILD_DIR; nothing is installed. Needs nvcc (CUDA 12.4 or later, sm_90a) and cuBLASLt.
@@ -29,5 +30,6 @@ done
 for p in "${pids[@]}"; do wait "$p"; done
 "$NVCC" -gencode=arch=compute_90a,code=sm_90a "$BUILD"/{main,cfg_a,cfg_b,cfg_c,cfg_d,cfg_e,cfg_f,cfg_g,cfg_h}.o -o "$BUILD/cutlass_probe" \
   -lcublasLt -lcublas
+[ "${PROBE_BUILD_ONLY:-0}" = 1 ] && exit 0
 "$BUILD/cutlass_probe" "$@" > "$OUT_JSON"
 echo "[cutlass_probe] $(grep -c '"m"' "$OUT_JSON") results in $OUT_JSON"
