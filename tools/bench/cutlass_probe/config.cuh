@@ -49,7 +49,10 @@ struct CutlassGemm {
     void* workspace = nullptr;
   };
 
-  static void* Prepare(const void* x, const void* w, void* y, int m, int n, int k, cudaStream_t s) {
+  static void* Prepare(const ProbeIo& io, int m, int n, int k, cudaStream_t s) {
+    const void* x = io.x;
+    const void* w = io.w;
+    void* y = io.y;
     auto* h = new Handle;
     const int64_t n_out = kSwiglu ? n / 2 : n;
     const typename Kernel::StrideA sa = cute::make_stride(int64_t{k}, cute::Int<1>{}, int64_t{m} * k);

@@ -15,7 +15,6 @@
 // kSilu: 0, __expf and __fdividef, the product rounded once (the first probe's form); 1 (kSiluExact), silu as
 // SwiGluStacked computes it (SwiGluExact; the model's kernel on branch exp/cutlass-gate-up-swiglu does the same);
 // 2 (kSiluFast), SwiGluFast (silu as the rollout's SiluFast, rounded to bf16, then the product).
-constexpr int kSiluExact = 1, kSiluFast = 2;
 template <class StrideD_, int BM, int BN, int kBuffers, int kSilu = 0>
 class SwigluEpilogue {
  public:

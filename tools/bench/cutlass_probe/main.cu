@@ -47,6 +47,38 @@ __global__ void SwigluKernel(const __nv_bfloat16* gu, __nv_bfloat16* y, int64_t 
   *reinterpret_cast<uint4*>(y + i) = ov;
 }
 
+// SwiGLU's backward after the down projection's input gradient d [m, c] (as fused_ops.cu's SwiGluBackwardKernel):
+// from gate_up [m, 2c], d_gate_up [m, 2c] (gate gradients, then up gradients) and SwiGLU's value into act [m, c].
+// 8 elements a thread.
+__global__ void SwigluBwdKernel(const __nv_bfloat16* d, const __nv_bfloat16* gate_up, __nv_bfloat16* d_gate_up,
+                                __nv_bfloat16* act, int64_t m, int c) {
+  const int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 8;
+  if (i >= m * c) return;
+  const int64_t r = i / c, col = i % c;
+  const int64_t gi = r * 2 * c + col, ui = gi + c;
+  const uint4 dv = *reinterpret_cast<const uint4*>(d + i);
+  const uint4 gv = *reinterpret_cast<const uint4*>(gate_up + gi);
+  const uint4 uv = *reinterpret_cast<const uint4*>(gate_up + ui);
+  const __nv_bfloat16* dd = reinterpret_cast<const __nv_bfloat16*>(&dv);
+  const __nv_bfloat16* g = reinterpret_cast<const __nv_bfloat16*>(&gv);
+  const __nv_bfloat16* u = reinterpret_cast<const __nv_bfloat16*>(&uv);
+  uint4 dgo, duo, yo;
+  __nv_bfloat16* dg = reinterpret_cast<__nv_bfloat16*>(&dgo);
+  __nv_bfloat16* du = reinterpret_cast<__nv_bfloat16*>(&duo);
+  __nv_bfloat16* y = reinterpret_cast<__nv_bfloat16*>(&yo);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const SwigluBwd v =
+        SwigluBwdValues<kSiluExact>(__bfloat162float(dd[j]), __bfloat162float(g[j]), __bfloat162float(u[j]));
+    dg[j] = __float2bfloat16(v.dg);
+    du[j] = __float2bfloat16(v.du);
+    y[j] = __float2bfloat16(v.y);
+  }
+  *reinterpret_cast<uint4*>(d_gate_up + gi) = dgo;
+  *reinterpret_cast<uint4*>(d_gate_up + ui) = duo;
+  *reinterpret_cast<uint4*>(act + i) = yo;
+}
+
 struct Lt {
   cublasLtHandle_t h = nullptr;
   void* ws;
@@ -56,15 +88,20 @@ struct Lt {
   cublasLtMatmulAlgo_t algo;
   float beta = 0.f;
   // y [m, n] = x [m, k] w [n, k]^T (+ y where residual): column-major C [n, m] = w^T(op T of [k, n]) x [k, m].
-  void Init(int m, int n, int k, bool residual) {
+  // w_n_major: w is [k, n] row-major (the down projection's weight as the input gradient's GEMM reads it).
+  void Init(int m, int n, int k, bool residual, bool w_n_major = false) {
     beta = residual ? 1.f : 0.f;
     CB(cublasLtCreate(&h));
     CK(cudaMalloc(&ws, ws_size));
     CB(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    cublasOperation_t ta = w_n_major ? CUBLAS_OP_N : CUBLAS_OP_T, tb = CUBLAS_OP_N;
     CB(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
     CB(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-    CB(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, k, n, k));
+    if (w_n_major) {
+      CB(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, n, k, n));
+    } else {
+      CB(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, k, n, k));
+    }
     CB(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, k, m, k));
     CB(cublasLtMatrixLayoutCreate(&c, CUDA_R_16BF, n, m, n));
     cublasLtMatmulPreference_t pref;
@@ -97,9 +134,13 @@ struct ProjShape {
   int n, k;
   bool residual;  // the output adds the old value (the rollout's attention output and down projections)
 };
-// Qwen2.5-0.5B's (bench-0.5b's) projections: hidden 896, Q/K/V 14 + 2 + 2 heads of 64, intermediate 4,864.
-constexpr ProjShape kShapes[] = {
-    {"gate_up", 2 * 4864, 896, false}, {"qkv", 1152, 896, false}, {"o", 896, 896, true}, {"down", 896, 4864, true}};
+// Qwen2.5-0.5B's (bench-0.5b's) projections: hidden 896, Q/K/V 14 + 2 + 2 heads of 64, intermediate 4,864; and the
+// trainer's backward through the MLP's down projection into SwiGLU (swiglu_bwd: n the intermediate size, k hidden).
+constexpr ProjShape kShapes[] = {{"gate_up", 2 * 4864, 896, false},
+                                 {"qkv", 1152, 896, false},
+                                 {"o", 896, 896, true},
+                                 {"down", 896, 4864, true},
+                                 {"swiglu_bwd", 4864, 896, false}};
 
 int main(int argc, char** argv) {
   // cutlass_probe [ITERS [M ...]]: timed calls per figure (200) and row counts (1 to 24,576). PROBE_SHAPES: a comma
@@ -121,6 +162,7 @@ int main(int argc, char** argv) {
   RegisterF(probes);
   RegisterG(probes);
   RegisterH(probes);
+  RegisterI(probes);
   const int mmax = *std::max_element(ms.begin(), ms.end());
   cudaStream_t s;
   CK(cudaStreamCreate(&s));
@@ -146,13 +188,15 @@ int main(int argc, char** argv) {
     }
     const int K = shape.k, N = shape.n, C = N / 2;
     const bool gate_up = std::string(shape.name) == "gate_up";
+    const bool bwd = std::string(shape.name) == "swiglu_bwd";
+    const int out_cols = bwd ? 2 * N : N;  // d_gate_up for swiglu_bwd
     std::mt19937 rng(1);
     std::uniform_real_distribution<float> ux(-1.f, 1.f), uw(-0.06f, 0.06f);
     std::vector<__nv_bfloat16> hx(static_cast<size_t>(mmax) * K), hw(static_cast<size_t>(N) * K),
         hwi(static_cast<size_t>(N) * K), hr(static_cast<size_t>(mmax) * N);
     for (auto& v : hx) v = __float2bfloat16(ux(rng));
     for (auto& v : hr) v = __float2bfloat16(ux(rng));
-    void *x, *w[kCopies], *wi[kCopies], *gu, *yref, *y, *r0;
+    void *x, *w[kCopies], *wi[kCopies], *gu, *yref, *y, *r0, *gin = nullptr, *act = nullptr, *act_ref = nullptr;
     CK(cudaMalloc(&x, hx.size() * 2));
     CK(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
     CK(cudaMalloc(&r0, hr.size() * 2));
@@ -174,13 +218,28 @@ int main(int argc, char** argv) {
       CK(cudaMemcpy(wi[cp], hwi.data(), hwi.size() * 2, cudaMemcpyHostToDevice));
     }
     CK(cudaMalloc(&gu, static_cast<size_t>(mmax) * N * 2));
-    CK(cudaMalloc(&yref, static_cast<size_t>(mmax) * N * 2));
-    CK(cudaMalloc(&y, static_cast<size_t>(mmax) * N * 2));
+    CK(cudaMalloc(&yref, static_cast<size_t>(mmax) * out_cols * 2));
+    CK(cudaMalloc(&y, static_cast<size_t>(mmax) * out_cols * 2));
+    if (bwd) {
+      // The forward's stacked gate/up projection that SwiGLU's backward reads.
+      std::vector<__nv_bfloat16> hg(static_cast<size_t>(mmax) * 2 * N);
+      for (auto& v : hg) v = __float2bfloat16(2.f * ux(rng));
+      CK(cudaMalloc(&gin, hg.size() * 2));
+      CK(cudaMemcpy(gin, hg.data(), hg.size() * 2, cudaMemcpyHostToDevice));
+      CK(cudaMalloc(&act, static_cast<size_t>(mmax) * N * 2));
+      CK(cudaMalloc(&act_ref, static_cast<size_t>(mmax) * N * 2));
+    }
     for (int m : ms) {
       Lt lt;
-      lt.Init(m, N, K, shape.residual);
+      lt.Init(m, N, K, shape.residual, /*w_n_major=*/bwd);
       const double flops = 2.0 * m * N * K;
       const size_t out_bytes = static_cast<size_t>(m) * N * 2;
+      auto swiglu_bwd = [&](void* d_gate_up, void* out_act) {
+        const int64_t total = static_cast<int64_t>(m) * N / 8;
+        SwigluBwdKernel<<<(total + 255) / 256, 256, 0, s>>>(
+            static_cast<const __nv_bfloat16*>(gu), static_cast<const __nv_bfloat16*>(gin),
+            static_cast<__nv_bfloat16*>(d_gate_up), static_cast<__nv_bfloat16*>(out_act), m, N);
+      };
       auto swiglu = [&](void* out) {
         const int64_t total = static_cast<int64_t>(m) * C / 8;
         SwigluKernel<<<(total + 255) / 256, 256, 0, s>>>(static_cast<const __nv_bfloat16*>(gu),
@@ -199,14 +258,30 @@ int main(int argc, char** argv) {
         std::printf(",\n{\"shape\": \"%s\", \"m\": %d, \"impl\": \"cublaslt + swiglu kernel\", \"us\": %.2f}",
                     shape.name, m, us_both);
       }
+      if (bwd) {
+        const double us_both = time([&](int cp) {
+          lt.Run(x, w[cp], gu, s);
+          swiglu_bwd(yref, act_ref);
+        });
+        std::printf(",\n{\"shape\": \"%s\", \"m\": %d, \"impl\": \"cublaslt + swiglu backward kernel\", \"us\": %.2f}",
+                    shape.name, m, us_both);
+      }
       // References for copy 0: the GEMM's [m, n] output (from the residual r0 where it adds one) stays in gu (the
       // probes write only y) and its SwiGLU in yref; both read back once.
       if (shape.residual) CK(cudaMemcpyAsync(gu, r0, out_bytes, cudaMemcpyDeviceToDevice, s));
       lt.Run(x, w[0], gu, s);
       if (gate_up) swiglu(yref);
+      if (bwd) swiglu_bwd(yref, act_ref);
       CK(cudaStreamSynchronize(s));
+      // swiglu_bwd's references: d_gate_up and SwiGLU's value.
+      std::vector<__nv_bfloat16> ref_dgu(bwd ? static_cast<size_t>(m) * 2 * N : 0),
+          ref_act(bwd ? static_cast<size_t>(m) * N : 0), got_act(ref_act.size());
+      if (bwd) {
+        CK(cudaMemcpy(ref_dgu.data(), yref, ref_dgu.size() * 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(ref_act.data(), act_ref, ref_act.size() * 2, cudaMemcpyDeviceToHost));
+      }
       std::vector<__nv_bfloat16> ref_swiglu(gate_up ? static_cast<size_t>(m) * C : 0),
-          ref_gemm(static_cast<size_t>(m) * N), got(ref_gemm.size());
+          ref_gemm(static_cast<size_t>(m) * N), got(static_cast<size_t>(m) * out_cols);
       if (gate_up) CK(cudaMemcpy(ref_swiglu.data(), yref, ref_swiglu.size() * 2, cudaMemcpyDeviceToHost));
       CK(cudaMemcpy(ref_gemm.data(), gu, ref_gemm.size() * 2, cudaMemcpyDeviceToHost));
       for (auto& p : probes) {
@@ -214,7 +289,13 @@ int main(int argc, char** argv) {
         std::vector<void*> handles;
         bool ok = true;
         for (int cp = 0; cp < kCopies && ok; ++cp) {
-          void* hd = p.prepare(x, p.swiglu ? wi[cp] : w[cp], y, m, N, K, s);
+          ProbeIo io;
+          io.x = x;
+          io.w = p.swiglu ? wi[cp] : w[cp];
+          io.y = y;
+          io.gate_up = gin;
+          io.act = act;
+          void* hd = p.prepare(io, m, N, K, s);
           ok = hd != nullptr;
           handles.push_back(hd);
         }
@@ -232,32 +313,39 @@ int main(int argc, char** argv) {
         if (p.residual) {
           CK(cudaMemcpyAsync(y, r0, out_bytes, cudaMemcpyDeviceToDevice, s));
         } else {
-          CK(cudaMemsetAsync(y, 0, out_bytes, s));
+          CK(cudaMemsetAsync(y, 0, static_cast<size_t>(m) * out_cols * 2, s));
         }
+        if (act != nullptr) CK(cudaMemsetAsync(act, 0, out_bytes, s));
         p.run(handles[0], s);
         CK(cudaStreamSynchronize(s));
-        const std::vector<__nv_bfloat16>& want = p.swiglu ? ref_swiglu : ref_gemm;
+        const std::vector<__nv_bfloat16>& want = p.swiglu_bwd ? ref_dgu : p.swiglu ? ref_swiglu : ref_gemm;
         CK(cudaMemcpy(got.data(), y, want.size() * 2, cudaMemcpyDeviceToHost));
+        if (p.swiglu_bwd) CK(cudaMemcpy(got_act.data(), act, got_act.size() * 2, cudaMemcpyDeviceToHost));
         double max_err = 0, max_ref = 0;
-        int64_t bad = 0, exact = 0;
-        for (size_t i = 0; i < want.size(); ++i) {
-          const float a = __bfloat162float(got[i]), b = __bfloat162float(want[i]);
-          const double err = std::fabs(a - b);
-          max_err = std::max(max_err, err);
-          max_ref = std::max(max_ref, static_cast<double>(std::fabs(b)));
-          if (!(err <= 0.02 * std::fabs(b) + 2e-3)) ++bad;
-          if (a == b) ++exact;
-        }
+        int64_t bad = 0, exact = 0, total = 0;
+        auto compare = [&](const std::vector<__nv_bfloat16>& have, const std::vector<__nv_bfloat16>& ref) {
+          for (size_t i = 0; i < ref.size(); ++i) {
+            const float a = __bfloat162float(have[i]), b = __bfloat162float(ref[i]);
+            const double err = std::fabs(a - b);
+            max_err = std::max(max_err, err);
+            max_ref = std::max(max_ref, static_cast<double>(std::fabs(b)));
+            if (!(err <= 0.02 * std::fabs(b) + 2e-3)) ++bad;
+            if (a == b) ++exact;
+          }
+          total += static_cast<int64_t>(ref.size());
+        };
+        compare(got, want);
+        if (p.swiglu_bwd) compare(got_act, ref_act);  // both outputs in one figure
         for (void* hd : handles) p.release(hd);
         std::printf(
             ",\n{\"shape\": \"%s\", \"m\": %d, \"impl\": \"%s\", \"us\": %.2f, \"tflops\": %.1f, \"max_err\": %.4g, "
             "\"max_ref\": %.4g, \"bad\": %lld, \"exact_frac\": %.4f}",
             shape.name, m, p.name.c_str(), us, flops / us * 1e-6, max_err, max_ref, static_cast<long long>(bad),
-            static_cast<double>(exact) / want.size());
+            static_cast<double>(exact) / total);
         std::fflush(stdout);
       }
     }
-    for (void* ptr : {x, r0, gu, yref, y}) CK(cudaFree(ptr));
+    for (void* ptr : {x, r0, gu, yref, y, gin, act, act_ref}) CK(cudaFree(ptr));
     for (int cp = 0; cp < kCopies; ++cp) {
       CK(cudaFree(w[cp]));
       if (wi[cp] != nullptr) CK(cudaFree(wi[cp]));

@@ -11,19 +11,35 @@
 #include <string>
 #include <vector>
 
+struct ProbeIo {
+  const void* x = nullptr;
+  const void* w = nullptr;
+  void* y = nullptr;
+  const void* gate_up = nullptr;  // swiglu_bwd only
+  void* act = nullptr;            // swiglu_bwd only
+};
+
 struct ProbeGemm {
   std::string name;
-  // The projection it is timed at (main.cu's kShapes: "gate_up", "qkv", "o", "down").
+  // The projection it is timed at (main.cu's kShapes: "gate_up", "qkv", "o", "down", "swiglu_bwd").
   std::string shape = "gate_up";
   // y = x w^T for x [m, k], w [n, k] row-major, bf16. swiglu: w's rows are interleaved in blocks of 16 (8 gate rows,
   // then the 8 matching up rows) and y is [m, n / 2] = silu(gate) * up; otherwise y is [m, n] (residual: y += x w^T).
   bool swiglu = false;
   bool residual = false;
+  // swiglu_bwd: the down projection's input gradient d = x w for x [m, k] (the output's gradient) and w [k, n]
+  // (W_down, row-major), with SwiGLU's backward after it (SwigluBwdValues): y is d_gate_up [m, 2 n], from ProbeIo's
+  // gate_up [m, 2 n] (the forward's stacked projection); SwiGLU's value goes to ProbeIo's act [m, n].
+  bool swiglu_bwd = false;
   // Prepares a call for these pointers (one per weight copy); returns an opaque handle.
-  void* (*prepare)(const void* x, const void* w, void* y, int m, int n, int k, cudaStream_t s) = nullptr;
+  void* (*prepare)(const struct ProbeIo& io, int m, int n, int k, cudaStream_t s) = nullptr;
   bool (*run)(void* handle, cudaStream_t s) = nullptr;
   void (*release)(void* handle) = nullptr;
 };
+
+// The SwiGLU epilogues' silu (epilogue.cuh, epilogue_bwd.cuh): 0 the first probe's fast form (gate/up only),
+// kSiluExact as fused_ops.cu's SwiGluStacked, kSiluFast as its SiluFast.
+constexpr int kSiluExact = 1, kSiluFast = 2;
 
 // x rounded to bf16, as float.
 __device__ __forceinline__ float RoundBf16(float x) { return __bfloat162float(__float2bfloat16(x)); }
@@ -38,6 +54,26 @@ __device__ __forceinline__ float SwiGluFast(float g, float u) {
   return __fmul_rn(RoundBf16(__fdividef(g, 1.0f + exp2f(-g * 1.4426950408889634f))), u);
 }
 
+// SwiGLU's backward at one element as fused_ops.cu's SwiGluBackwardKernel computes it, for the output gradient d and
+// the forward's g, u (all bf16 values): the autograd of to_bf16(silu(g)) * u, each product stored in bf16 (the caller
+// rounds dg, du and y): dup = d s, ds = d u, then silu's backward (exact expf and division, as ATen's); y = s u is
+// SwiGLU's value. kSilu picks the forward silu's form (kSiluExact or kSiluFast).
+struct SwigluBwd {
+  float dg, du, y;
+};
+template <int kSilu>
+__device__ __forceinline__ SwigluBwd SwigluBwdValues(float d, float g, float u) {
+  const float silu = kSilu == kSiluFast ? __fdividef(g, 1.0f + exp2f(-g * 1.4426950408889634f)) : g / (1.0f + expf(-g));
+  const float s = RoundBf16(silu);
+  const float ds = RoundBf16(__fmul_rn(d, u));
+  const float sg = 1.0f / (1.0f + expf(-g));
+  SwigluBwd r;
+  r.y = __fmul_rn(s, u);
+  r.du = __fmul_rn(d, s);
+  r.dg = ds * sg * (1.0f + g * (1.0f - sg));
+  return r;
+}
+
 // Each cfg_*.cu registers its instantiations (separate files so that nvcc compiles them in parallel).
 void RegisterA(std::vector<ProbeGemm>& out);
 void RegisterB(std::vector<ProbeGemm>& out);
@@ -47,3 +83,4 @@ void RegisterE(std::vector<ProbeGemm>& out);
 void RegisterF(std::vector<ProbeGemm>& out);
 void RegisterG(std::vector<ProbeGemm>& out);
 void RegisterH(std::vector<ProbeGemm>& out);
+void RegisterI(std::vector<ProbeGemm>& out);
