@@ -193,14 +193,17 @@ int main(int argc, char** argv) {
     std::mt19937 rng(1);
     std::uniform_real_distribution<float> ux(-1.f, 1.f), uw(-0.06f, 0.06f);
     std::vector<__nv_bfloat16> hx(static_cast<size_t>(mmax) * K), hw(static_cast<size_t>(N) * K),
-        hwi(static_cast<size_t>(N) * K), hr(static_cast<size_t>(mmax) * N);
+        hwi(static_cast<size_t>(N) * K), hr(shape.residual ? static_cast<size_t>(mmax) * N : 0);
     for (auto& v : hx) v = __float2bfloat16(ux(rng));
     for (auto& v : hr) v = __float2bfloat16(ux(rng));
     void *x, *w[kCopies], *wi[kCopies], *gu, *yref, *y, *r0, *gin = nullptr, *act = nullptr, *act_ref = nullptr;
     CK(cudaMalloc(&x, hx.size() * 2));
     CK(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
-    CK(cudaMalloc(&r0, hr.size() * 2));
-    CK(cudaMemcpy(r0, hr.data(), hr.size() * 2, cudaMemcpyHostToDevice));
+    r0 = nullptr;  // the residual the attention output and down projections add into (theirs only)
+    if (shape.residual) {
+      CK(cudaMalloc(&r0, hr.size() * 2));
+      CK(cudaMemcpy(r0, hr.data(), hr.size() * 2, cudaMemcpyHostToDevice));
+    }
     for (int cp = 0; cp < kCopies; ++cp) {
       for (auto& v : hw) v = __float2bfloat16(uw(rng));
       CK(cudaMalloc(&w[cp], hw.size() * 2));

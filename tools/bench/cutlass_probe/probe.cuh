@@ -1,8 +1,9 @@
 // Probe: CUTLASS (PyPI's nvidia-cutlass headers) Hopper GEMMs at the decoder layer's four projections against
 // cuBLASLt: the MLP's stacked gate/up projection with SwiGLU in the epilogue (against cuBLASLt + a separate SwiGLU
 // kernel), and the plain GEMMs of the Q/K/V projection, the attention output and the down projection (those two add
-// the residual, as the rollout's GEMMs do: beta 1 into the output). Experimental; built and run by run.sh on the GPU
-// machine.
+// the residual, as the rollout's GEMMs do: beta 1 into the output); and the trainer's down-projection input gradient
+// with SwiGLU's backward in the epilogue (against cuBLASLt + a separate kernel). Experimental; built and run by run.sh
+// on the GPU machine.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -32,7 +33,7 @@ struct ProbeGemm {
   // gate_up [m, 2 n] (the forward's stacked projection); SwiGLU's value goes to ProbeIo's act [m, n].
   bool swiglu_bwd = false;
   // Prepares a call for these pointers (one per weight copy); returns an opaque handle.
-  void* (*prepare)(const struct ProbeIo& io, int m, int n, int k, cudaStream_t s) = nullptr;
+  void* (*prepare)(const ProbeIo& io, int m, int n, int k, cudaStream_t s) = nullptr;
   bool (*run)(void* handle, cudaStream_t s) = nullptr;
   void (*release)(void* handle) = nullptr;
 };

@@ -29,8 +29,8 @@ for f in main cfg_a cfg_b cfg_c cfg_d cfg_e cfg_f cfg_g cfg_h cfg_i; do
   pids+=($!)
 done
 for p in "${pids[@]}"; do wait "$p"; done
-"$NVCC" -gencode=arch=compute_90a,code=sm_90a "$BUILD"/{main,cfg_a,cfg_b,cfg_c,cfg_d,cfg_e,cfg_f,cfg_g,cfg_h,cfg_i}.o -o "$BUILD/cutlass_probe" \
-  -lcublasLt -lcublas
+"$NVCC" -gencode=arch=compute_90a,code=sm_90a "$BUILD"/{main,cfg_a,cfg_b,cfg_c,cfg_d,cfg_e,cfg_f,cfg_g,cfg_h,cfg_i}.o \
+  -o "$BUILD/cutlass_probe" -lcublasLt -lcublas
 [ "${PROBE_BUILD_ONLY:-0}" = 1 ] && exit 0
 "$BUILD/cutlass_probe" "$@" > "$OUT_JSON"
 echo "[cutlass_probe] $(grep -c '"m"' "$OUT_JSON") results in $OUT_JSON"
