@@ -79,6 +79,47 @@ __global__ void SwigluBwdKernel(const __nv_bfloat16* d, const __nv_bfloat16* gat
   *reinterpret_cast<uint4*>(act + i) = yo;
 }
 
+// The rollout's SwiGLU with the folded post-attention norm (fused_ops.cu's SwiGluNormKernel, in its per-element form):
+// one block of 256 threads a row b: r = rsqrt(mean(h_b^2) + eps), then y = to_bf16(to_bf16(silu(g)) u) of
+// g = to_bf16(r gate), u = to_bf16(r up) (the fast silu), gate_up [m, 2c] stacked.
+__global__ void __launch_bounds__(256) SwigluNormKernel(const __nv_bfloat16* h, const __nv_bfloat16* gate_up,
+                                                        __nv_bfloat16* y, int hidden, int c, float eps) {
+  __shared__ float warp_ss[8];
+  const int b = blockIdx.x;
+  const __nv_bfloat16* hr = h + int64_t{b} * hidden;
+  float ss = 0.f;
+  for (int i = threadIdx.x * 8; i < hidden; i += 256 * 8) {
+    const uint4 v = *reinterpret_cast<const uint4*>(hr + i);
+    const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&v);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) ss = fmaf(__bfloat162float(e[j]), __bfloat162float(e[j]), ss);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if (threadIdx.x % 32 == 0) warp_ss[threadIdx.x / 32] = ss;
+  __syncthreads();
+  float total = 0.f;
+#pragma unroll
+  for (int w = 0; w < 8; ++w) total += warp_ss[w];
+  const float r = rsqrtf(total / static_cast<float>(hidden) + eps);
+  const __nv_bfloat16* g = gate_up + int64_t{b} * 2 * c;
+  for (int i = threadIdx.x * 8; i < c; i += 256 * 8) {
+    const uint4 gv = *reinterpret_cast<const uint4*>(g + i);
+    const uint4 uv = *reinterpret_cast<const uint4*>(g + c + i);
+    const __nv_bfloat16* ge = reinterpret_cast<const __nv_bfloat16*>(&gv);
+    const __nv_bfloat16* ue = reinterpret_cast<const __nv_bfloat16*>(&uv);
+    uint4 ov;
+    __nv_bfloat16* o = reinterpret_cast<__nv_bfloat16*>(&ov);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float gg = RoundBf16(__fmul_rn(r, __bfloat162float(ge[j])));
+      const float uu = RoundBf16(__fmul_rn(r, __bfloat162float(ue[j])));
+      o[j] = __float2bfloat16(SwiGluFast(gg, uu));
+    }
+    *reinterpret_cast<uint4*>(y + int64_t{b} * c + i) = ov;
+  }
+}
+
 struct Lt {
   cublasLtHandle_t h = nullptr;
   void* ws;
@@ -354,6 +395,145 @@ int main(int argc, char** argv) {
       if (wi[cp] != nullptr) CK(cudaFree(wi[cp]));
     }
   }
+  // decode_mlp: the rollout's attention output projection with the residual add, then the folded gate/up projection
+  // and SwiGLU with the norm's row scale; cuBLASLt + cuBLASLt + the SwiGLU-norm kernel against two CUTLASS GEMMs
+  // whose epilogues pass the rows' sums of squares (epilogue_decode.cuh). Decoding row counts only (up to 2,048).
+  if (only == nullptr || ("," + std::string(only) + ",").find(",decode_mlp,") != std::string::npos) {
+      std::vector<DecodeChain> chains;
+      RegisterChains(chains);
+      const int H = 896, I = 4864;
+      const float eps = 1e-6f;
+      std::mt19937 rng(2);
+      std::uniform_real_distribution<float> ux(-1.f, 1.f), uw(-0.06f, 0.06f);
+      int mcap = 0;
+      for (int m : ms) mcap = std::max(mcap, std::min(m, 2048));
+      std::vector<__nv_bfloat16> ha(static_cast<size_t>(mcap) * H), hh(ha.size()), hwo(static_cast<size_t>(H) * H),
+          hgu(static_cast<size_t>(2) * I * H), hgi(hgu.size());
+      for (auto& v : ha) v = __float2bfloat16(ux(rng));
+      for (auto& v : hh) v = __float2bfloat16(ux(rng));
+      void *attn, *h0, *h, *gu, *y, *yref, *wo[kCopies], *wgu[kCopies], *wgi[kCopies];
+      float* ssq;
+      CK(cudaMalloc(&attn, ha.size() * 2));
+      CK(cudaMemcpy(attn, ha.data(), ha.size() * 2, cudaMemcpyHostToDevice));
+      CK(cudaMalloc(&h0, hh.size() * 2));
+      CK(cudaMemcpy(h0, hh.data(), hh.size() * 2, cudaMemcpyHostToDevice));
+      CK(cudaMalloc(&h, hh.size() * 2));
+      CK(cudaMalloc(&gu, static_cast<size_t>(mcap) * 2 * I * 2));
+      CK(cudaMalloc(&y, static_cast<size_t>(mcap) * I * 2));
+      CK(cudaMalloc(&yref, static_cast<size_t>(mcap) * I * 2));
+      CK(cudaMalloc(&ssq, static_cast<size_t>(mcap) * (H / 64) * sizeof(float)));
+      for (int cp = 0; cp < kCopies; ++cp) {
+        for (auto& v : hwo) v = __float2bfloat16(uw(rng));
+        for (auto& v : hgu) v = __float2bfloat16(uw(rng));
+        for (int row = 0; row < 2 * I; ++row) {  // interleaved as for the SwiGLU epilogue
+          const int b = row / 16, r = row % 16;
+          const int src = r < 8 ? 8 * b + r : I + 8 * b + (r - 8);
+          std::copy(hgu.begin() + static_cast<size_t>(src) * H, hgu.begin() + static_cast<size_t>(src + 1) * H,
+                    hgi.begin() + static_cast<size_t>(row) * H);
+        }
+        CK(cudaMalloc(&wo[cp], hwo.size() * 2));
+        CK(cudaMemcpy(wo[cp], hwo.data(), hwo.size() * 2, cudaMemcpyHostToDevice));
+        CK(cudaMalloc(&wgu[cp], hgu.size() * 2));
+        CK(cudaMemcpy(wgu[cp], hgu.data(), hgu.size() * 2, cudaMemcpyHostToDevice));
+        CK(cudaMalloc(&wgi[cp], hgi.size() * 2));
+        CK(cudaMemcpy(wgi[cp], hgi.data(), hgi.size() * 2, cudaMemcpyHostToDevice));
+      }
+      for (int m : ms) {
+        if (m > 2048) continue;
+        Lt lo, lg;
+        lo.Init(m, H, H, /*residual=*/true);
+        lg.Init(m, 2 * I, H, /*residual=*/false);
+        const size_t h_bytes = static_cast<size_t>(m) * H * 2;
+        auto baseline = [&](int cp) {
+          lo.Run(attn, wo[cp], h, s);
+          lg.Run(h, wgu[cp], gu, s);
+          SwigluNormKernel<<<m, 256, 0, s>>>(static_cast<const __nv_bfloat16*>(h),
+                                             static_cast<const __nv_bfloat16*>(gu), static_cast<__nv_bfloat16*>(yref),
+                                             H, I, eps);
+        };
+        // Timed from the same residual; the residual grows call after call (h += ...), which changes no timing.
+        CK(cudaMemcpyAsync(h, h0, h_bytes, cudaMemcpyDeviceToDevice, s));
+        const double us_base = time(baseline);
+        std::printf(
+            "%s{\"shape\": \"decode_mlp\", \"m\": %d, \"impl\": \"cublaslt o + cublaslt gate/up + swiglu-norm "
+            "kernel\", "
+            "\"us\": %.2f}",
+            first ? "" : ",\n", m, us_base);
+        first = false;
+        // Reference: one call from h0 (copy 0).
+        CK(cudaMemcpyAsync(h, h0, h_bytes, cudaMemcpyDeviceToDevice, s));
+        baseline(0);
+        CK(cudaStreamSynchronize(s));
+        std::vector<__nv_bfloat16> want_y(static_cast<size_t>(m) * I), want_h(static_cast<size_t>(m) * H),
+            got_y(want_y.size()), got_h(want_h.size());
+        CK(cudaMemcpy(want_y.data(), yref, want_y.size() * 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(want_h.data(), h, want_h.size() * 2, cudaMemcpyDeviceToHost));
+        for (const DecodeChain& c : chains) {
+          std::vector<void*> handles;
+          bool ok = true;
+          for (int cp = 0; cp < kCopies && ok; ++cp) {
+            ChainIo io;
+            io.attn = attn;
+            io.wo = wo[cp];
+            io.h = h;
+            io.w_gate_up = wgi[cp];
+            io.y = y;
+            io.ssq = ssq;
+            io.hidden = H;
+            io.inter = I;
+            io.eps = eps;
+            void* hd = c.prepare(io, m, s);
+            ok = hd != nullptr;
+            handles.push_back(hd);
+          }
+          if (!ok) {
+            for (void* hd : handles) {
+              if (hd != nullptr) c.release(hd);
+            }
+            std::printf(",\n{\"shape\": \"decode_mlp\", \"m\": %d, \"impl\": \"%s\", \"error\": \"prepare\"}", m,
+                        c.name.c_str());
+            continue;
+          }
+          CK(cudaMemcpyAsync(h, h0, h_bytes, cudaMemcpyDeviceToDevice, s));
+          const double us = time([&](int cp) { c.run(handles[cp], s); });
+          CK(cudaGetLastError());
+          CK(cudaMemcpyAsync(h, h0, h_bytes, cudaMemcpyDeviceToDevice, s));
+          CK(cudaMemsetAsync(y, 0, static_cast<size_t>(m) * I * 2, s));
+          c.run(handles[0], s);
+          CK(cudaStreamSynchronize(s));
+          CK(cudaMemcpy(got_y.data(), y, got_y.size() * 2, cudaMemcpyDeviceToHost));
+          CK(cudaMemcpy(got_h.data(), h, got_h.size() * 2, cudaMemcpyDeviceToHost));
+          for (void* hd : handles) c.release(hd);
+          // h: the residual add as cuBLAS's (equal where both sum in the same order); y: the row scales' sums in
+          // another order, so within a rounding or two.
+          int64_t bad = 0, exact_y = 0, exact_h = 0;
+          double max_err = 0;
+          for (size_t i = 0; i < want_y.size(); ++i) {
+            const float a = __bfloat162float(got_y[i]), b = __bfloat162float(want_y[i]);
+            max_err = std::max(max_err, static_cast<double>(std::fabs(a - b)));
+            if (!(std::fabs(a - b) <= 0.02 * std::fabs(b) + 2e-3)) ++bad;
+            if (a == b) ++exact_y;
+          }
+          for (size_t i = 0; i < want_h.size(); ++i) {
+            if (__bfloat162float(got_h[i]) == __bfloat162float(want_h[i])) ++exact_h;
+          }
+          std::printf(
+              ",\n{\"shape\": \"decode_mlp\", \"m\": %d, \"impl\": \"%s\", \"us\": %.2f, \"max_err\": %.4g, \"bad\": "
+              "%lld, "
+              "\"exact_frac\": %.4f, \"h_exact_frac\": %.4f}",
+              m, c.name.c_str(), us, max_err, static_cast<long long>(bad), static_cast<double>(exact_y) / want_y.size(),
+              static_cast<double>(exact_h) / want_h.size());
+          std::fflush(stdout);
+        }
+      }
+      for (void* ptr : {attn, h0, h, gu, y, yref}) CK(cudaFree(ptr));
+      CK(cudaFree(ssq));
+      for (int cp = 0; cp < kCopies; ++cp) {
+        CK(cudaFree(wo[cp]));
+        CK(cudaFree(wgu[cp]));
+        CK(cudaFree(wgi[cp]));
+      }
+    }
   std::printf("\n]}\n");
   return 0;
 }

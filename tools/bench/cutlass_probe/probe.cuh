@@ -75,6 +75,27 @@ __device__ __forceinline__ SwigluBwd SwigluBwdValues(float d, float g, float u) 
   return r;
 }
 
+// decode_mlp (cfg_j.cu): the rollout's attention output projection (h += attn wo^T, bf16 [m, hidden]) and folded
+// gate/up projection of h (w_gate_up interleaved as for the SwiGLU epilogue, [2 inter, hidden]) with the norm's row
+// scale and SwiGLU into y [m, inter], the rows' sums of squares passed between them in ssq ([m, hidden / 64] floats).
+struct ChainIo {
+  const void* attn = nullptr;
+  const void* wo = nullptr;
+  void* h = nullptr;
+  const void* w_gate_up = nullptr;
+  void* y = nullptr;
+  float* ssq = nullptr;
+  int hidden = 0, inter = 0;
+  float eps = 0.f;
+};
+struct DecodeChain {
+  std::string name;
+  void* (*prepare)(const ChainIo& io, int m, cudaStream_t s) = nullptr;
+  bool (*run)(void* handle, cudaStream_t s) = nullptr;
+  void (*release)(void* handle) = nullptr;
+};
+void RegisterChains(std::vector<DecodeChain>& out);
+
 // Each cfg_*.cu registers its instantiations (separate files so that nvcc compiles them in parallel).
 void RegisterA(std::vector<ProbeGemm>& out);
 void RegisterB(std::vector<ProbeGemm>& out);
