@@ -1,11 +1,5 @@
 #pragma once
-#include "cute/tensor.hpp"
-#include "cutlass/arch/barrier.h"
-#include "cutlass/cutlass.h"
-#include "cutlass/epilogue/collective/detail.hpp"
-#include "cutlass/epilogue/thread/linear_combination.h"
-#include "cutlass/gemm/dispatch_policy.hpp"
-#include "probe.cuh"
+#include "epilogue_common.cuh"
 
 // An epilogue (the interface of CUTLASS's DefaultEpilogue, wrapped by Sm90TmaWarpSpecializedAdapter) that applies
 // SwiGLU to the stacked gate/up accumulators: within each 16 columns of the GEMM, 8 gates then their 8 ups, so a thread
@@ -16,59 +10,24 @@
 // SwiGluStacked computes it (SwiGluExact; the model's kernel on branch exp/cutlass-gate-up-swiglu does the same);
 // 2 (kSiluFast), SwiGluFast (silu as the rollout's SiluFast, rounded to bf16, then the product).
 template <class StrideD_, int BM, int BN, int kBuffers, int kSilu = 0>
-class SwigluEpilogue {
+class SwigluEpilogue : public ProbeEpilogueBase<StrideD_> {
  public:
-  using EpilogueSchedule = cutlass::gemm::EpilogueDefault;
-  using DispatchPolicy = EpilogueSchedule;
-  using ThreadEpilogueOp = cutlass::epilogue::thread::LinearCombination<cutlass::bfloat16_t, 1, float, float>;
-  using ElementOutput = cutlass::bfloat16_t;
-  using ElementAccumulator = float;
-  using ElementCompute = float;
-  using ElementScalar = float;
-  using ElementC = void;
-  using StrideC = StrideD_;
-  using ElementD = cutlass::bfloat16_t;
-  using StrideD = StrideD_;
-  using GmemElementC = ElementD;
-  using GmemTiledCopyC = void;
-  using GmemTiledCopyD = void;
-  static const int kOutputAlignment = 8;
-  using AlignmentType = uint4;
+  using Base = ProbeEpilogueBase<StrideD_>;
   static constexpr int kOutCols = BN / 2;
   static constexpr int kLd = kOutCols + 8;  // 16 bytes of padding a row: the 8 rows a warp writes hit distinct banks
   struct SharedStorage {
     alignas(16) __nv_bfloat16 tile[kBuffers][BM * kLd];
   };
   using TensorStorage = SharedStorage;
-  struct Arguments {
-    typename ThreadEpilogueOp::Params thread{};
-    ElementD const* ptr_C = nullptr;
-    StrideC dC{};
-    ElementD* ptr_D = nullptr;
-    StrideD dD{};
-  };
+  struct Arguments : Base::BaseArguments {};
   using Params = Arguments;
 
-  template <class ProblemShape>
-  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
-    return args;
-  }
-  template <class ProblemShape>
-  static size_t get_workspace_size(ProblemShape const&, Arguments const&) {
-    return 0;
-  }
-  template <class ProblemShape>
-  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*, cudaStream_t,
-                                              cutlass::CudaHostAdapter* = nullptr) {
-    return cutlass::Status::kSuccess;
-  }
   template <class ProblemShape>
   static bool can_implement(ProblemShape const& problem_shape, Arguments const&) {
     return cute::get<1>(problem_shape) % 16 == 0;
   }
 
   CUTLASS_HOST_DEVICE SwigluEpilogue(Params const& p, SharedStorage const& = SharedStorage()) : params(p) {}
-  CUTLASS_DEVICE bool is_source_needed() { return false; }
 
   template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine, class FrgLayout,
             class TiledMma, class ResidueMNK>
@@ -84,12 +43,11 @@ class SwigluEpilogue {
     const int m0 = get<0>(blk_coord_mnkl) * BM;
     const int n0 = get<1>(blk_coord_mnkl) * BN;
     // Block-relative coordinates of the thread's accumulators.
-    Tensor coords = make_identity_tensor(make_shape(Int<BM>{}, Int<BN>{}));
-    auto thr_mma = tiled_mma.get_thread_slice(thread_idx);
-    Tensor tc = thr_mma.partition_C(coords);
-    const int buffer = kBuffers == 1 ? 0 : (threadIdx.x / 128 - 1) % kBuffers;
+    Tensor tc =
+        tiled_mma.get_thread_slice(thread_idx).partition_C(make_identity_tensor(make_shape(Int<BM>{}, Int<BN>{})));
+    const int buffer = StagingBuffer<kBuffers>();
     __nv_bfloat16* tile = reinterpret_cast<SharedStorage*>(smem)->tile[buffer];
-    const uint32_t barrier = static_cast<uint32_t>(cutlass::arch::ReservedNamedBarriers::FirstUserBarrier) + buffer;
+    const uint32_t barrier = StagingBarrier(buffer);
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < size(acc); i += 2) {
       if ((i / 4) % 2 != 0) continue;  // an up block: read with its gate block
@@ -115,19 +73,8 @@ class SwigluEpilogue {
       *reinterpret_cast<__nv_bfloat162*>(tile + m * kLd + o) = __floats2bfloat162_rn(y0, y1);
     }
     cutlass::arch::NamedBarrier::sync(kThreads, barrier);
-    const int64_t ldy = get<0>(params.dD);
-    __nv_bfloat16* y = reinterpret_cast<__nv_bfloat16*>(params.ptr_D);
-    constexpr int kChunks = kOutCols / 8;  // 16-byte pieces a row
-    const int cols_left = (N - n0) / 2;
-    CUTLASS_PRAGMA_UNROLL
-    for (int j = thread_idx; j < BM * kChunks; j += kThreads) {
-      const int r = j / kChunks;
-      const int c8 = (j % kChunks) * 8;
-      if (m0 + r < M && c8 < cols_left) {
-        *reinterpret_cast<uint4*>(y + (m0 + r) * ldy + n0 / 2 + c8) =
-            *reinterpret_cast<const uint4*>(tile + r * kLd + c8);
-      }
-    }
+    StoreStagedTile<BM, kOutCols, kLd, kThreads>(tile, reinterpret_cast<__nv_bfloat16*>(params.ptr_D) + n0 / 2,
+                                                 get<0>(params.dD), m0, M, (N - n0) / 2, thread_idx);
     cutlass::arch::NamedBarrier::sync(kThreads, barrier);  // the tile is free for the next one
   }
 

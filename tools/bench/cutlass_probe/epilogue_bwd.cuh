@@ -1,11 +1,5 @@
 #pragma once
-#include "cute/tensor.hpp"
-#include "cutlass/arch/barrier.h"
-#include "cutlass/cutlass.h"
-#include "cutlass/epilogue/collective/detail.hpp"
-#include "cutlass/epilogue/thread/linear_combination.h"
-#include "cutlass/gemm/dispatch_policy.hpp"
-#include "probe.cuh"
+#include "epilogue_common.cuh"
 
 // SwiGLU's backward in the epilogue of the down projection's input-gradient GEMM (d = dy W_down, [M, C]): for each
 // output d (rounded to bf16, as the unfused GEMM stores it) and the forward's stacked gate/up values g, u at the same
@@ -15,60 +9,26 @@
 // thread's accumulators hold two adjacent columns); the three outputs go out through a padded shared-memory tile of
 // [BM, BN] in 16-byte stores, one output at a time (one tile per consumer warpgroup in ping-pong kernels).
 template <class StrideD_, int BM, int BN, int kBuffers, int kSilu>
-class SwigluBwdEpilogue {
+class SwigluBwdEpilogue : public ProbeEpilogueBase<StrideD_> {
  public:
-  using EpilogueSchedule = cutlass::gemm::EpilogueDefault;
-  using DispatchPolicy = EpilogueSchedule;
-  using ThreadEpilogueOp = cutlass::epilogue::thread::LinearCombination<cutlass::bfloat16_t, 1, float, float>;
-  using ElementOutput = cutlass::bfloat16_t;
-  using ElementAccumulator = float;
-  using ElementCompute = float;
-  using ElementScalar = float;
-  using ElementC = void;
-  using StrideC = StrideD_;
-  using ElementD = cutlass::bfloat16_t;
-  using StrideD = StrideD_;
-  using GmemElementC = ElementD;
-  using GmemTiledCopyC = void;
-  using GmemTiledCopyD = void;
-  static const int kOutputAlignment = 8;
-  using AlignmentType = uint4;
+  using Base = ProbeEpilogueBase<StrideD_>;
   static constexpr int kLd = BN + 8;  // 16 bytes of padding a row: the 8 rows a warp writes hit distinct banks
   struct SharedStorage {
     alignas(16) __nv_bfloat16 tile[kBuffers][BM * kLd];
   };
   using TensorStorage = SharedStorage;
-  struct Arguments {
-    typename ThreadEpilogueOp::Params thread{};
-    ElementD const* ptr_C = nullptr;
-    StrideC dC{};
-    ElementD* ptr_D = nullptr;  // d_gate_up [M, 2C]
-    StrideD dD{};
+  struct Arguments : Base::BaseArguments {   // ptr_D: d_gate_up [M, 2C]
     const __nv_bfloat16* gate_up = nullptr;  // [M, 2C]
     __nv_bfloat16* act = nullptr;            // [M, C]
   };
   using Params = Arguments;
 
   template <class ProblemShape>
-  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
-    return args;
-  }
-  template <class ProblemShape>
-  static size_t get_workspace_size(ProblemShape const&, Arguments const&) {
-    return 0;
-  }
-  template <class ProblemShape>
-  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*, cudaStream_t,
-                                              cutlass::CudaHostAdapter* = nullptr) {
-    return cutlass::Status::kSuccess;
-  }
-  template <class ProblemShape>
   static bool can_implement(ProblemShape const& problem_shape, Arguments const&) {
     return cute::get<1>(problem_shape) % 8 == 0;
   }
 
   CUTLASS_HOST_DEVICE SwigluBwdEpilogue(Params const& p, SharedStorage const& = SharedStorage()) : params(p) {}
-  CUTLASS_DEVICE bool is_source_needed() { return false; }
 
   template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine, class FrgLayout,
             class TiledMma, class ResidueMNK>
@@ -86,9 +46,9 @@ class SwigluBwdEpilogue {
     const int n0 = get<1>(blk_coord_mnkl) * BN;
     Tensor tc =
         tiled_mma.get_thread_slice(thread_idx).partition_C(make_identity_tensor(make_shape(Int<BM>{}, Int<BN>{})));
-    const int buffer = kBuffers == 1 ? 0 : (threadIdx.x / 128 - 1) % kBuffers;
+    const int buffer = StagingBuffer<kBuffers>();
     __nv_bfloat16* tile = reinterpret_cast<SharedStorage*>(smem)->tile[buffer];
-    const uint32_t barrier = static_cast<uint32_t>(cutlass::arch::ReservedNamedBarriers::FirstUserBarrier) + buffer;
+    const uint32_t barrier = StagingBarrier(buffer);
     // The three outputs of each pair of columns, packed: dg, du, y.
     __nv_bfloat162 out[3][kPairs];
     CUTLASS_PRAGMA_UNROLL
@@ -108,7 +68,6 @@ class SwigluBwdEpilogue {
       out[1][p] = __floats2bfloat162_rn(a.du, b.du);
       out[2][p] = __floats2bfloat162_rn(a.y, b.y);
     }
-    constexpr int kChunks = BN / 8;  // 16-byte pieces of a tile row
     CUTLASS_PRAGMA_UNROLL
     for (int o = 0; o < 3; ++o) {
       CUTLASS_PRAGMA_UNROLL
@@ -120,15 +79,7 @@ class SwigluBwdEpilogue {
       // dg into d_gate_up's gate half, du into its up half, y into act.
       __nv_bfloat16* dst = o == 2 ? params.act : reinterpret_cast<__nv_bfloat16*>(params.ptr_D) + (o == 1 ? C : 0);
       const int64_t ld = o == 2 ? C : 2 * static_cast<int64_t>(C);
-      CUTLASS_PRAGMA_UNROLL
-      for (int j = thread_idx; j < BM * kChunks; j += kThreads) {
-        const int r = j / kChunks;
-        const int c8 = (j % kChunks) * 8;
-        if (m0 + r < M && n0 + c8 < C) {
-          *reinterpret_cast<uint4*>(dst + (m0 + r) * ld + n0 + c8) =
-              *reinterpret_cast<const uint4*>(tile + r * kLd + c8);
-        }
-      }
+      StoreStagedTile<BM, BN, kLd, kThreads>(tile, dst + n0, ld, m0, M, C - n0, thread_idx);
       cutlass::arch::NamedBarrier::sync(kThreads, barrier);  // the tile is free again
     }
   }

@@ -1,13 +1,5 @@
 #pragma once
-#include <cuda_bf16.h>
-
-#include "cute/tensor.hpp"
-#include "cutlass/arch/barrier.h"
-#include "cutlass/cutlass.h"
-#include "cutlass/epilogue/collective/detail.hpp"
-#include "cutlass/epilogue/thread/linear_combination.h"
-#include "cutlass/gemm/dispatch_policy.hpp"
-#include "probe.cuh"
+#include "epilogue_common.cuh"
 
 // The decoding layer's MLP entry with the post-attention norm folded into the gate/up weight (the rollout's form:
 // decoder_model.cc's gate_up_folded), as two GEMMs whose epilogues carry the norm instead of a kernel between them:
@@ -17,49 +9,16 @@
 //   SwigluRowScaleEpilogue, on the interleaved gate/up projection of h: per row r = rsqrt(sum(ssq) / hidden + eps),
 //   then as fused_ops.cu's SwiGluNormKernel: g = to_bf16(r gate), u = to_bf16(r up), y = to_bf16(to_bf16(silu(g)) u)
 //   with the fast silu (SiluFast). Only the row sums' order differs from the kernel's.
-// Both are CUTLASS's DefaultEpilogue interface (wrapped by Sm90TmaWarpSpecializedAdapter), as epilogue.cuh's.
-
-// Members every such epilogue declares (CUTLASS's DefaultEpilogue interface).
-#define PROBE_EPILOGUE_TYPES(StrideD_)                                                                         \
-  using EpilogueSchedule = cutlass::gemm::EpilogueDefault;                                                     \
-  using DispatchPolicy = EpilogueSchedule;                                                                     \
-  using ThreadEpilogueOp = cutlass::epilogue::thread::LinearCombination<cutlass::bfloat16_t, 1, float, float>; \
-  using ElementOutput = cutlass::bfloat16_t;                                                                   \
-  using ElementAccumulator = float;                                                                            \
-  using ElementCompute = float;                                                                                \
-  using ElementScalar = float;                                                                                 \
-  using ElementC = void;                                                                                       \
-  using StrideC = StrideD_;                                                                                    \
-  using ElementD = cutlass::bfloat16_t;                                                                        \
-  using StrideD = StrideD_;                                                                                    \
-  using GmemElementC = ElementD;                                                                               \
-  using GmemTiledCopyC = void;                                                                                 \
-  using GmemTiledCopyD = void;                                                                                 \
-  static const int kOutputAlignment = 8;                                                                       \
-  using AlignmentType = uint4;                                                                                 \
-  template <class ProblemShape>                                                                                \
-  static size_t get_workspace_size(ProblemShape const&, Arguments const&) {                                    \
-    return 0;                                                                                                  \
-  }                                                                                                            \
-  template <class ProblemShape>                                                                                \
-  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*, cudaStream_t,      \
-                                              cutlass::CudaHostAdapter* = nullptr) {                           \
-    return cutlass::Status::kSuccess;                                                                          \
-  }                                                                                                            \
-  CUTLASS_DEVICE bool is_source_needed() { return false; }
+// Both are CUTLASS's DefaultEpilogue interface (wrapped by Sm90TmaWarpSpecializedAdapter), as epilogue.cuh's
+// (epilogue_common.cuh).
 
 template <class StrideD_, int BM, int BN, int kBuffers>
-class ResidualSsqEpilogue {
+class ResidualSsqEpilogue : public ProbeEpilogueBase<StrideD_> {
  public:
-  struct Arguments {
-    cutlass::epilogue::thread::LinearCombination<cutlass::bfloat16_t, 1, float, float>::Params thread{};
-    cutlass::bfloat16_t const* ptr_C = nullptr;
-    StrideD_ dC{};
-    cutlass::bfloat16_t* ptr_D = nullptr;  // h [M, N], read and written
-    StrideD_ dD{};
-    float* ssq = nullptr;  // [M, ceil(N / BN)]
+  using Base = ProbeEpilogueBase<StrideD_>;
+  struct Arguments : Base::BaseArguments {  // ptr_D: h [M, N], read and written
+    float* ssq = nullptr;                   // [M, ceil(N / BN)]
   };
-  PROBE_EPILOGUE_TYPES(StrideD_)
   using Params = Arguments;
   static constexpr int kLd = BN + 8;
   struct SharedStorage {
@@ -67,10 +26,6 @@ class ResidualSsqEpilogue {
   };
   using TensorStorage = SharedStorage;
 
-  template <class ProblemShape>
-  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
-    return args;
-  }
   template <class ProblemShape>
   static bool can_implement(ProblemShape const& problem_shape, Arguments const&) {
     return cute::get<1>(problem_shape) % 8 == 0;
@@ -93,9 +48,9 @@ class ResidualSsqEpilogue {
     const int n0 = tile_n * BN;
     Tensor tc =
         tiled_mma.get_thread_slice(thread_idx).partition_C(make_identity_tensor(make_shape(Int<BM>{}, Int<BN>{})));
-    const int buffer = kBuffers == 1 ? 0 : (threadIdx.x / 128 - 1) % kBuffers;
+    const int buffer = StagingBuffer<kBuffers>();
     __nv_bfloat16* tile = reinterpret_cast<SharedStorage*>(smem)->tile[buffer];
-    const uint32_t barrier = static_cast<uint32_t>(cutlass::arch::ReservedNamedBarriers::FirstUserBarrier) + buffer;
+    const uint32_t barrier = StagingBarrier(buffer);
     __nv_bfloat16* h = reinterpret_cast<__nv_bfloat16*>(params.ptr_D);
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < size(acc); i += 2) {
@@ -123,16 +78,7 @@ class ResidualSsqEpilogue {
       const int tiles_n = (N + BN - 1) / BN;
       if (half == 0 && m0 + r < M) params.ssq[int64_t{m0 + r} * tiles_n + tile_n] = s;
     }
-    constexpr int kChunks = BN / 8;
-    CUTLASS_PRAGMA_UNROLL
-    for (int j = thread_idx; j < BM * kChunks; j += kThreads) {
-      const int r = j / kChunks;
-      const int c8 = (j % kChunks) * 8;
-      if (m0 + r < M && n0 + c8 < N) {
-        *reinterpret_cast<uint4*>(h + int64_t{m0 + r} * N + n0 + c8) =
-            *reinterpret_cast<const uint4*>(tile + r * kLd + c8);
-      }
-    }
+    StoreStagedTile<BM, BN, kLd, kThreads>(tile, h + n0, N, m0, M, N - n0, thread_idx);
     cutlass::arch::NamedBarrier::sync(kThreads, barrier);
   }
 
@@ -141,20 +87,15 @@ class ResidualSsqEpilogue {
 };
 
 template <class StrideD_, int BM, int BN, int kBuffers>
-class SwigluRowScaleEpilogue {
+class SwigluRowScaleEpilogue : public ProbeEpilogueBase<StrideD_> {
  public:
-  struct Arguments {
-    cutlass::epilogue::thread::LinearCombination<cutlass::bfloat16_t, 1, float, float>::Params thread{};
-    cutlass::bfloat16_t const* ptr_C = nullptr;
-    StrideD_ dC{};
-    cutlass::bfloat16_t* ptr_D = nullptr;  // y [M, N / 2]
-    StrideD_ dD{};
-    const float* ssq = nullptr;  // [M, ssq_tiles]: the rows' sums of squares by column tile (ResidualSsqEpilogue)
+  using Base = ProbeEpilogueBase<StrideD_>;
+  struct Arguments : Base::BaseArguments {  // ptr_D: y [M, N / 2]
+    const float* ssq = nullptr;             // [M, ssq_tiles]: the rows' sums of squares by column tile
     int ssq_tiles = 0;
     int hidden = 0;
     float eps = 0.f;
   };
-  PROBE_EPILOGUE_TYPES(StrideD_)
   using Params = Arguments;
   static constexpr int kOutCols = BN / 2;
   static constexpr int kLd = kOutCols + 8;
@@ -163,10 +104,6 @@ class SwigluRowScaleEpilogue {
   };
   using TensorStorage = SharedStorage;
 
-  template <class ProblemShape>
-  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
-    return args;
-  }
   template <class ProblemShape>
   static bool can_implement(ProblemShape const& problem_shape, Arguments const&) {
     return cute::get<1>(problem_shape) % 16 == 0;
@@ -194,9 +131,9 @@ class SwigluRowScaleEpilogue {
     const int n0 = get<1>(blk_coord_mnkl) * BN;
     Tensor tc =
         tiled_mma.get_thread_slice(thread_idx).partition_C(make_identity_tensor(make_shape(Int<BM>{}, Int<BN>{})));
-    const int buffer = kBuffers == 1 ? 0 : (threadIdx.x / 128 - 1) % kBuffers;
+    const int buffer = StagingBuffer<kBuffers>();
     __nv_bfloat16* tile = reinterpret_cast<SharedStorage*>(smem)->tile[buffer];
-    const uint32_t barrier = static_cast<uint32_t>(cutlass::arch::ReservedNamedBarriers::FirstUserBarrier) + buffer;
+    const uint32_t barrier = StagingBarrier(buffer);
     // A thread's accumulators lie in two rows per 64 (the fragment's row halves): their scales, computed once.
     const int row_a = get<0>(tc(0)), row_b = get<0>(tc(2));
     const float r_a = m0 + row_a < M ? RowScale(m0 + row_a) : 0.f;
@@ -218,24 +155,11 @@ class SwigluRowScaleEpilogue {
       *reinterpret_cast<__nv_bfloat162*>(tile + m * kLd + 8 * (n / 16) + n % 16) = __floats2bfloat162_rn(y[0], y[1]);
     }
     cutlass::arch::NamedBarrier::sync(kThreads, barrier);
-    const int64_t ldy = N / 2;
-    __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(params.ptr_D);
-    constexpr int kChunks = kOutCols / 8;
-    const int cols_left = (N - n0) / 2;
-    CUTLASS_PRAGMA_UNROLL
-    for (int j = thread_idx; j < BM * kChunks; j += kThreads) {
-      const int r = j / kChunks;
-      const int c8 = (j % kChunks) * 8;
-      if (m0 + r < M && c8 < cols_left) {
-        *reinterpret_cast<uint4*>(out + (m0 + r) * ldy + n0 / 2 + c8) =
-            *reinterpret_cast<const uint4*>(tile + r * kLd + c8);
-      }
-    }
+    StoreStagedTile<BM, kOutCols, kLd, kThreads>(tile, reinterpret_cast<__nv_bfloat16*>(params.ptr_D) + n0 / 2, N / 2,
+                                                 m0, M, (N - n0) / 2, thread_idx);
     cutlass::arch::NamedBarrier::sync(kThreads, barrier);
   }
 
  private:
   Params params;
 };
-
-#undef PROBE_EPILOGUE_TYPES

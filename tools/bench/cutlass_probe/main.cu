@@ -31,6 +31,42 @@
     }                                                                         \
   } while (0)
 
+// A device copy of host values.
+void* Upload(const std::vector<__nv_bfloat16>& host) {
+  void* dev = nullptr;
+  CK(cudaMalloc(&dev, host.size() * 2));
+  CK(cudaMemcpy(dev, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
+  return dev;
+}
+
+// The stacked gate/up weight w [2c, k] (gate rows, then up rows) interleaved for the SwiGLU epilogues: row 16 b + r is
+// gate row 8 b + r (r < 8) or up row 8 b + r - 8.
+std::vector<__nv_bfloat16> InterleaveGateUp(const std::vector<__nv_bfloat16>& w, int c, int k) {
+  std::vector<__nv_bfloat16> out(w.size());
+  for (int row = 0; row < 2 * c; ++row) {
+    const int b = row / 16, r = row % 16;
+    const int src = r < 8 ? 8 * b + r : c + 8 * b + (r - 8);
+    std::copy(w.begin() + static_cast<size_t>(src) * k, w.begin() + static_cast<size_t>(src + 1) * k,
+              out.begin() + static_cast<size_t>(row) * k);
+  }
+  return out;
+}
+
+// prepare(cp) for each weight copy; all the handles, or none (those made released) if one could not be prepared.
+template <class Prepare, class Release>
+std::vector<void*> PrepareCopies(int copies, Prepare&& prepare, Release&& release) {
+  std::vector<void*> handles;
+  for (int cp = 0; cp < copies; ++cp) {
+    void* hd = prepare(cp);
+    if (hd == nullptr) {
+      for (void* made : handles) release(made);
+      return {};
+    }
+    handles.push_back(hd);
+  }
+  return handles;
+}
+
 // Stacked layout: gu [m, 2c]: gate = [:, :c], up = [:, c:]. 8 outputs a thread.
 __global__ void SwigluKernel(const __nv_bfloat16* gu, __nv_bfloat16* y, int64_t m, int c) {
   const int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 8;
@@ -234,32 +270,19 @@ int main(int argc, char** argv) {
     std::mt19937 rng(1);
     std::uniform_real_distribution<float> ux(-1.f, 1.f), uw(-0.06f, 0.06f);
     std::vector<__nv_bfloat16> hx(static_cast<size_t>(mmax) * K), hw(static_cast<size_t>(N) * K),
-        hwi(static_cast<size_t>(N) * K), hr(shape.residual ? static_cast<size_t>(mmax) * N : 0);
+        hr(shape.residual ? static_cast<size_t>(mmax) * N : 0);
     for (auto& v : hx) v = __float2bfloat16(ux(rng));
     for (auto& v : hr) v = __float2bfloat16(ux(rng));
     void *x, *w[kCopies], *wi[kCopies], *gu, *yref, *y, *r0, *gin = nullptr, *act = nullptr, *act_ref = nullptr;
-    CK(cudaMalloc(&x, hx.size() * 2));
-    CK(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+    x = Upload(hx);
     r0 = nullptr;  // the residual the attention output and down projections add into (theirs only)
     if (shape.residual) {
-      CK(cudaMalloc(&r0, hr.size() * 2));
-      CK(cudaMemcpy(r0, hr.data(), hr.size() * 2, cudaMemcpyHostToDevice));
+      r0 = Upload(hr);
     }
     for (int cp = 0; cp < kCopies; ++cp) {
       for (auto& v : hw) v = __float2bfloat16(uw(rng));
-      CK(cudaMalloc(&w[cp], hw.size() * 2));
-      CK(cudaMemcpy(w[cp], hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
-      wi[cp] = nullptr;
-      if (!gate_up) continue;
-      // Interleaved: row 16 b + r is gate row 8 b + r (r < 8) or up row 8 b + r - 8.
-      for (int row = 0; row < N; ++row) {
-        const int b = row / 16, r = row % 16;
-        const int src = r < 8 ? 8 * b + r : C + 8 * b + (r - 8);
-        std::copy(hw.begin() + static_cast<size_t>(src) * K, hw.begin() + static_cast<size_t>(src + 1) * K,
-                  hwi.begin() + static_cast<size_t>(row) * K);
-      }
-      CK(cudaMalloc(&wi[cp], hw.size() * 2));
-      CK(cudaMemcpy(wi[cp], hwi.data(), hwi.size() * 2, cudaMemcpyHostToDevice));
+      w[cp] = Upload(hw);
+      wi[cp] = gate_up ? Upload(InterleaveGateUp(hw, C, K)) : nullptr;
     }
     CK(cudaMalloc(&gu, static_cast<size_t>(mmax) * N * 2));
     CK(cudaMalloc(&yref, static_cast<size_t>(mmax) * out_cols * 2));
@@ -268,8 +291,7 @@ int main(int argc, char** argv) {
       // The forward's stacked gate/up projection that SwiGLU's backward reads.
       std::vector<__nv_bfloat16> hg(static_cast<size_t>(mmax) * 2 * N);
       for (auto& v : hg) v = __float2bfloat16(2.f * ux(rng));
-      CK(cudaMalloc(&gin, hg.size() * 2));
-      CK(cudaMemcpy(gin, hg.data(), hg.size() * 2, cudaMemcpyHostToDevice));
+      gin = Upload(hg);
       CK(cudaMalloc(&act, static_cast<size_t>(mmax) * N * 2));
       CK(cudaMalloc(&act_ref, static_cast<size_t>(mmax) * N * 2));
     }
@@ -330,23 +352,19 @@ int main(int argc, char** argv) {
       CK(cudaMemcpy(ref_gemm.data(), gu, ref_gemm.size() * 2, cudaMemcpyDeviceToHost));
       for (auto& p : probes) {
         if (p.shape != shape.name) continue;
-        std::vector<void*> handles;
-        bool ok = true;
-        for (int cp = 0; cp < kCopies && ok; ++cp) {
-          ProbeIo io;
-          io.x = x;
-          io.w = p.swiglu ? wi[cp] : w[cp];
-          io.y = y;
-          io.gate_up = gin;
-          io.act = act;
-          void* hd = p.prepare(io, m, N, K, s);
-          ok = hd != nullptr;
-          handles.push_back(hd);
-        }
-        if (!ok) {
-          for (void* hd : handles) {
-            if (hd != nullptr) p.release(hd);
-          }
+        const std::vector<void*> handles = PrepareCopies(
+            kCopies,
+            [&](int cp) {
+              ProbeIo io;
+              io.x = x;
+              io.w = p.swiglu ? wi[cp] : w[cp];
+              io.y = y;
+              io.gate_up = gin;
+              io.act = act;
+              return p.prepare(io, m, N, K, s);
+            },
+            p.release);
+        if (handles.empty()) {
           std::printf(",\n{\"shape\": \"%s\", \"m\": %d, \"impl\": \"%s\", \"error\": \"prepare\"}", shape.name, m,
                       p.name.c_str());
           continue;
@@ -399,141 +417,125 @@ int main(int argc, char** argv) {
   // and SwiGLU with the norm's row scale; cuBLASLt + cuBLASLt + the SwiGLU-norm kernel against two CUTLASS GEMMs
   // whose epilogues pass the rows' sums of squares (epilogue_decode.cuh). Decoding row counts only (up to 2,048).
   if (only == nullptr || ("," + std::string(only) + ",").find(",decode_mlp,") != std::string::npos) {
-      std::vector<DecodeChain> chains;
-      RegisterChains(chains);
-      const int H = 896, I = 4864;
-      const float eps = 1e-6f;
-      std::mt19937 rng(2);
-      std::uniform_real_distribution<float> ux(-1.f, 1.f), uw(-0.06f, 0.06f);
-      int mcap = 0;
-      for (int m : ms) mcap = std::max(mcap, std::min(m, 2048));
-      std::vector<__nv_bfloat16> ha(static_cast<size_t>(mcap) * H), hh(ha.size()), hwo(static_cast<size_t>(H) * H),
-          hgu(static_cast<size_t>(2) * I * H), hgi(hgu.size());
-      for (auto& v : ha) v = __float2bfloat16(ux(rng));
-      for (auto& v : hh) v = __float2bfloat16(ux(rng));
-      void *attn, *h0, *h, *gu, *y, *yref, *wo[kCopies], *wgu[kCopies], *wgi[kCopies];
-      float* ssq;
-      CK(cudaMalloc(&attn, ha.size() * 2));
-      CK(cudaMemcpy(attn, ha.data(), ha.size() * 2, cudaMemcpyHostToDevice));
-      CK(cudaMalloc(&h0, hh.size() * 2));
-      CK(cudaMemcpy(h0, hh.data(), hh.size() * 2, cudaMemcpyHostToDevice));
-      CK(cudaMalloc(&h, hh.size() * 2));
-      CK(cudaMalloc(&gu, static_cast<size_t>(mcap) * 2 * I * 2));
-      CK(cudaMalloc(&y, static_cast<size_t>(mcap) * I * 2));
-      CK(cudaMalloc(&yref, static_cast<size_t>(mcap) * I * 2));
-      CK(cudaMalloc(&ssq, static_cast<size_t>(mcap) * (H / 64) * sizeof(float)));
-      for (int cp = 0; cp < kCopies; ++cp) {
-        for (auto& v : hwo) v = __float2bfloat16(uw(rng));
-        for (auto& v : hgu) v = __float2bfloat16(uw(rng));
-        for (int row = 0; row < 2 * I; ++row) {  // interleaved as for the SwiGLU epilogue
-          const int b = row / 16, r = row % 16;
-          const int src = r < 8 ? 8 * b + r : I + 8 * b + (r - 8);
-          std::copy(hgu.begin() + static_cast<size_t>(src) * H, hgu.begin() + static_cast<size_t>(src + 1) * H,
-                    hgi.begin() + static_cast<size_t>(row) * H);
+    std::vector<DecodeChain> chains;
+    RegisterChains(chains);
+    const int H = 896, I = 4864;
+    const float eps = 1e-6f;
+    std::mt19937 rng(2);
+    std::uniform_real_distribution<float> ux(-1.f, 1.f), uw(-0.06f, 0.06f);
+    int mcap = 0;
+    for (int m : ms) mcap = std::max(mcap, std::min(m, 2048));
+    std::vector<__nv_bfloat16> ha(static_cast<size_t>(mcap) * H), hh(ha.size()), hwo(static_cast<size_t>(H) * H),
+        hgu(static_cast<size_t>(2) * I * H);
+    for (auto& v : ha) v = __float2bfloat16(ux(rng));
+    for (auto& v : hh) v = __float2bfloat16(ux(rng));
+    void *attn, *h0, *h, *gu, *y, *yref, *wo[kCopies], *wgu[kCopies], *wgi[kCopies];
+    float* ssq;
+    attn = Upload(ha);
+    h0 = Upload(hh);
+    CK(cudaMalloc(&h, hh.size() * 2));
+    CK(cudaMalloc(&gu, static_cast<size_t>(mcap) * 2 * I * 2));
+    CK(cudaMalloc(&y, static_cast<size_t>(mcap) * I * 2));
+    CK(cudaMalloc(&yref, static_cast<size_t>(mcap) * I * 2));
+    CK(cudaMalloc(&ssq, static_cast<size_t>(mcap) * (H / 64) * sizeof(float)));
+    for (int cp = 0; cp < kCopies; ++cp) {
+      for (auto& v : hwo) v = __float2bfloat16(uw(rng));
+      for (auto& v : hgu) v = __float2bfloat16(uw(rng));
+      wo[cp] = Upload(hwo);
+      wgu[cp] = Upload(hgu);
+      wgi[cp] = Upload(InterleaveGateUp(hgu, I, H));
+    }
+    for (int m : ms) {
+      if (m > 2048) continue;
+      Lt lo, lg;
+      lo.Init(m, H, H, /*residual=*/true);
+      lg.Init(m, 2 * I, H, /*residual=*/false);
+      const size_t h_bytes = static_cast<size_t>(m) * H * 2;
+      auto baseline = [&](int cp) {
+        lo.Run(attn, wo[cp], h, s);
+        lg.Run(h, wgu[cp], gu, s);
+        SwigluNormKernel<<<m, 256, 0, s>>>(static_cast<const __nv_bfloat16*>(h), static_cast<const __nv_bfloat16*>(gu),
+                                           static_cast<__nv_bfloat16*>(yref), H, I, eps);
+      };
+      // Timed from the same residual; the residual grows call after call (h += ...), which changes no timing.
+      CK(cudaMemcpyAsync(h, h0, h_bytes, cudaMemcpyDeviceToDevice, s));
+      const double us_base = time(baseline);
+      std::printf(
+          "%s{\"shape\": \"decode_mlp\", \"m\": %d, \"impl\": \"cublaslt o + cublaslt gate/up + swiglu-norm "
+          "kernel\", "
+          "\"us\": %.2f}",
+          first ? "" : ",\n", m, us_base);
+      first = false;
+      // Reference: one call from h0 (copy 0).
+      CK(cudaMemcpyAsync(h, h0, h_bytes, cudaMemcpyDeviceToDevice, s));
+      baseline(0);
+      CK(cudaStreamSynchronize(s));
+      std::vector<__nv_bfloat16> want_y(static_cast<size_t>(m) * I), want_h(static_cast<size_t>(m) * H),
+          got_y(want_y.size()), got_h(want_h.size());
+      CK(cudaMemcpy(want_y.data(), yref, want_y.size() * 2, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(want_h.data(), h, want_h.size() * 2, cudaMemcpyDeviceToHost));
+      for (const DecodeChain& c : chains) {
+        const std::vector<void*> handles = PrepareCopies(
+            kCopies,
+            [&](int cp) {
+              ChainIo io;
+              io.attn = attn;
+              io.wo = wo[cp];
+              io.h = h;
+              io.w_gate_up = wgi[cp];
+              io.y = y;
+              io.ssq = ssq;
+              io.hidden = H;
+              io.inter = I;
+              io.eps = eps;
+              return c.prepare(io, m, s);
+            },
+            c.release);
+        if (handles.empty()) {
+          std::printf(",\n{\"shape\": \"decode_mlp\", \"m\": %d, \"impl\": \"%s\", \"error\": \"prepare\"}", m,
+                      c.name.c_str());
+          continue;
         }
-        CK(cudaMalloc(&wo[cp], hwo.size() * 2));
-        CK(cudaMemcpy(wo[cp], hwo.data(), hwo.size() * 2, cudaMemcpyHostToDevice));
-        CK(cudaMalloc(&wgu[cp], hgu.size() * 2));
-        CK(cudaMemcpy(wgu[cp], hgu.data(), hgu.size() * 2, cudaMemcpyHostToDevice));
-        CK(cudaMalloc(&wgi[cp], hgi.size() * 2));
-        CK(cudaMemcpy(wgi[cp], hgi.data(), hgi.size() * 2, cudaMemcpyHostToDevice));
-      }
-      for (int m : ms) {
-        if (m > 2048) continue;
-        Lt lo, lg;
-        lo.Init(m, H, H, /*residual=*/true);
-        lg.Init(m, 2 * I, H, /*residual=*/false);
-        const size_t h_bytes = static_cast<size_t>(m) * H * 2;
-        auto baseline = [&](int cp) {
-          lo.Run(attn, wo[cp], h, s);
-          lg.Run(h, wgu[cp], gu, s);
-          SwigluNormKernel<<<m, 256, 0, s>>>(static_cast<const __nv_bfloat16*>(h),
-                                             static_cast<const __nv_bfloat16*>(gu), static_cast<__nv_bfloat16*>(yref),
-                                             H, I, eps);
-        };
-        // Timed from the same residual; the residual grows call after call (h += ...), which changes no timing.
         CK(cudaMemcpyAsync(h, h0, h_bytes, cudaMemcpyDeviceToDevice, s));
-        const double us_base = time(baseline);
-        std::printf(
-            "%s{\"shape\": \"decode_mlp\", \"m\": %d, \"impl\": \"cublaslt o + cublaslt gate/up + swiglu-norm "
-            "kernel\", "
-            "\"us\": %.2f}",
-            first ? "" : ",\n", m, us_base);
-        first = false;
-        // Reference: one call from h0 (copy 0).
+        const double us = time([&](int cp) { c.run(handles[cp], s); });
+        CK(cudaGetLastError());
         CK(cudaMemcpyAsync(h, h0, h_bytes, cudaMemcpyDeviceToDevice, s));
-        baseline(0);
+        CK(cudaMemsetAsync(y, 0, static_cast<size_t>(m) * I * 2, s));
+        c.run(handles[0], s);
         CK(cudaStreamSynchronize(s));
-        std::vector<__nv_bfloat16> want_y(static_cast<size_t>(m) * I), want_h(static_cast<size_t>(m) * H),
-            got_y(want_y.size()), got_h(want_h.size());
-        CK(cudaMemcpy(want_y.data(), yref, want_y.size() * 2, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(want_h.data(), h, want_h.size() * 2, cudaMemcpyDeviceToHost));
-        for (const DecodeChain& c : chains) {
-          std::vector<void*> handles;
-          bool ok = true;
-          for (int cp = 0; cp < kCopies && ok; ++cp) {
-            ChainIo io;
-            io.attn = attn;
-            io.wo = wo[cp];
-            io.h = h;
-            io.w_gate_up = wgi[cp];
-            io.y = y;
-            io.ssq = ssq;
-            io.hidden = H;
-            io.inter = I;
-            io.eps = eps;
-            void* hd = c.prepare(io, m, s);
-            ok = hd != nullptr;
-            handles.push_back(hd);
-          }
-          if (!ok) {
-            for (void* hd : handles) {
-              if (hd != nullptr) c.release(hd);
-            }
-            std::printf(",\n{\"shape\": \"decode_mlp\", \"m\": %d, \"impl\": \"%s\", \"error\": \"prepare\"}", m,
-                        c.name.c_str());
-            continue;
-          }
-          CK(cudaMemcpyAsync(h, h0, h_bytes, cudaMemcpyDeviceToDevice, s));
-          const double us = time([&](int cp) { c.run(handles[cp], s); });
-          CK(cudaGetLastError());
-          CK(cudaMemcpyAsync(h, h0, h_bytes, cudaMemcpyDeviceToDevice, s));
-          CK(cudaMemsetAsync(y, 0, static_cast<size_t>(m) * I * 2, s));
-          c.run(handles[0], s);
-          CK(cudaStreamSynchronize(s));
-          CK(cudaMemcpy(got_y.data(), y, got_y.size() * 2, cudaMemcpyDeviceToHost));
-          CK(cudaMemcpy(got_h.data(), h, got_h.size() * 2, cudaMemcpyDeviceToHost));
-          for (void* hd : handles) c.release(hd);
-          // h: the residual add as cuBLAS's (equal where both sum in the same order); y: the row scales' sums in
-          // another order, so within a rounding or two.
-          int64_t bad = 0, exact_y = 0, exact_h = 0;
-          double max_err = 0;
-          for (size_t i = 0; i < want_y.size(); ++i) {
-            const float a = __bfloat162float(got_y[i]), b = __bfloat162float(want_y[i]);
-            max_err = std::max(max_err, static_cast<double>(std::fabs(a - b)));
-            if (!(std::fabs(a - b) <= 0.02 * std::fabs(b) + 2e-3)) ++bad;
-            if (a == b) ++exact_y;
-          }
-          for (size_t i = 0; i < want_h.size(); ++i) {
-            if (__bfloat162float(got_h[i]) == __bfloat162float(want_h[i])) ++exact_h;
-          }
-          std::printf(
-              ",\n{\"shape\": \"decode_mlp\", \"m\": %d, \"impl\": \"%s\", \"us\": %.2f, \"max_err\": %.4g, \"bad\": "
-              "%lld, "
-              "\"exact_frac\": %.4f, \"h_exact_frac\": %.4f}",
-              m, c.name.c_str(), us, max_err, static_cast<long long>(bad), static_cast<double>(exact_y) / want_y.size(),
-              static_cast<double>(exact_h) / want_h.size());
-          std::fflush(stdout);
+        CK(cudaMemcpy(got_y.data(), y, got_y.size() * 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(got_h.data(), h, got_h.size() * 2, cudaMemcpyDeviceToHost));
+        for (void* hd : handles) c.release(hd);
+        // h: the residual add as cuBLAS's (equal where both sum in the same order); y: the row scales' sums in
+        // another order, so within a rounding or two.
+        int64_t bad = 0, exact_y = 0, exact_h = 0;
+        double max_err = 0;
+        for (size_t i = 0; i < want_y.size(); ++i) {
+          const float a = __bfloat162float(got_y[i]), b = __bfloat162float(want_y[i]);
+          max_err = std::max(max_err, static_cast<double>(std::fabs(a - b)));
+          if (!(std::fabs(a - b) <= 0.02 * std::fabs(b) + 2e-3)) ++bad;
+          if (a == b) ++exact_y;
         }
-      }
-      for (void* ptr : {attn, h0, h, gu, y, yref}) CK(cudaFree(ptr));
-      CK(cudaFree(ssq));
-      for (int cp = 0; cp < kCopies; ++cp) {
-        CK(cudaFree(wo[cp]));
-        CK(cudaFree(wgu[cp]));
-        CK(cudaFree(wgi[cp]));
+        for (size_t i = 0; i < want_h.size(); ++i) {
+          if (__bfloat162float(got_h[i]) == __bfloat162float(want_h[i])) ++exact_h;
+        }
+        std::printf(
+            ",\n{\"shape\": \"decode_mlp\", \"m\": %d, \"impl\": \"%s\", \"us\": %.2f, \"max_err\": %.4g, \"bad\": "
+            "%lld, "
+            "\"exact_frac\": %.4f, \"h_exact_frac\": %.4f}",
+            m, c.name.c_str(), us, max_err, static_cast<long long>(bad), static_cast<double>(exact_y) / want_y.size(),
+            static_cast<double>(exact_h) / want_h.size());
+        std::fflush(stdout);
       }
     }
+    for (void* ptr : {attn, h0, h, gu, y, yref}) CK(cudaFree(ptr));
+    CK(cudaFree(ssq));
+    for (int cp = 0; cp < kCopies; ++cp) {
+      CK(cudaFree(wo[cp]));
+      CK(cudaFree(wgu[cp]));
+      CK(cudaFree(wgi[cp]));
+    }
+  }
   std::printf("\n]}\n");
   return 0;
 }
