@@ -15,9 +15,7 @@ class SwigluEpilogue : public ProbeEpilogueBase<StrideD_> {
   using Base = ProbeEpilogueBase<StrideD_>;
   static constexpr int kOutCols = BN / 2;
   static constexpr int kLd = kOutCols + 8;  // 16 bytes of padding a row: the 8 rows a warp writes hit distinct banks
-  struct SharedStorage {
-    alignas(16) __nv_bfloat16 tile[kBuffers][BM * kLd];
-  };
+  using SharedStorage = StagingStorage<kBuffers, BM * kLd>;
   using TensorStorage = SharedStorage;
   struct Arguments : Base::BaseArguments {};
   using Params = Arguments;

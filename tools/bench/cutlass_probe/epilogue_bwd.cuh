@@ -13,9 +13,7 @@ class SwigluBwdEpilogue : public ProbeEpilogueBase<StrideD_> {
  public:
   using Base = ProbeEpilogueBase<StrideD_>;
   static constexpr int kLd = BN + 8;  // 16 bytes of padding a row: the 8 rows a warp writes hit distinct banks
-  struct SharedStorage {
-    alignas(16) __nv_bfloat16 tile[kBuffers][BM * kLd];
-  };
+  using SharedStorage = StagingStorage<kBuffers, BM * kLd>;
   using TensorStorage = SharedStorage;
   struct Arguments : Base::BaseArguments {   // ptr_D: d_gate_up [M, 2C]
     const __nv_bfloat16* gate_up = nullptr;  // [M, 2C]

@@ -60,6 +60,12 @@ struct ProbeEpilogueBase {
   CUTLASS_DEVICE bool is_source_needed() { return false; }
 };
 
+// An epilogue's shared memory: kBuffers staging tiles of kElems bf16 (one per consumer warpgroup in ping-pong kernels).
+template <int kBuffers, int kElems>
+struct StagingStorage {
+  alignas(16) __nv_bfloat16 tile[kBuffers][kElems];
+};
+
 // The staging tile of this consumer warpgroup (ping-pong kernels: warpgroups 1 and 2 consume, each with its own tile
 // and named barrier; cooperative ones share one) and its barrier.
 template <int kBuffers>

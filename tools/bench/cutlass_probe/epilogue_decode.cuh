@@ -21,9 +21,7 @@ class ResidualSsqEpilogue : public ProbeEpilogueBase<StrideD_> {
   };
   using Params = Arguments;
   static constexpr int kLd = BN + 8;
-  struct SharedStorage {
-    alignas(16) __nv_bfloat16 tile[kBuffers][BM * kLd];
-  };
+  using SharedStorage = StagingStorage<kBuffers, BM * kLd>;
   using TensorStorage = SharedStorage;
 
   template <class ProblemShape>
@@ -99,9 +97,7 @@ class SwigluRowScaleEpilogue : public ProbeEpilogueBase<StrideD_> {
   using Params = Arguments;
   static constexpr int kOutCols = BN / 2;
   static constexpr int kLd = kOutCols + 8;
-  struct SharedStorage {
-    alignas(16) __nv_bfloat16 tile[kBuffers][BM * kLd];
-  };
+  using SharedStorage = StagingStorage<kBuffers, BM * kLd>;
   using TensorStorage = SharedStorage;
 
   template <class ProblemShape>
