@@ -35,8 +35,8 @@ struct Chain {
   static constexpr int kTileO = 64;
   using OEpi =
       cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<ResidualSsqEpilogue<StrideD, 64, kTileO, 2>>;
-  using GEpi =
-      cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<SwigluRowScaleEpilogue<StrideD, 64, BG, 2>>;
+  using GEpi = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<
+      SwigluEpilogue<StrideD, 64, BG, 2, kSiluFast, /*kRowScale=*/true>>;
   using OGemm = ChainGemm<cute::Shape<cute::_64, cute::Int<kTileO>, cute::_64>, OEpi, Ping>;
   using GGemm = ChainGemm<cute::Shape<cute::_64, cute::Int<BG>, cute::_64>, GEpi, Ping>;
   struct Handle {

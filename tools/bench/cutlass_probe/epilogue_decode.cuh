@@ -1,14 +1,14 @@
 #pragma once
-#include "epilogue_common.cuh"
+#include "epilogue.cuh"
 
 // The decoding layer's MLP entry with the post-attention norm folded into the gate/up weight (the rollout's form:
 // decoder_model.cc's gate_up_folded), as two GEMMs whose epilogues carry the norm instead of a kernel between them:
 //   ResidualSsqEpilogue, on the attention output projection: h = to_bf16(acc + h) in place (the residual add that
 //   cuBLAS does with beta 1), and each row's sum of squares of its new bf16 values over the tile's columns, into
 //   ssq [M, N / BN] (one float per row and column tile; no atomics, so the sums are deterministic);
-//   SwigluRowScaleEpilogue, on the interleaved gate/up projection of h: per row r = rsqrt(sum(ssq) / hidden + eps),
-//   then as fused_ops.cu's SwiGluNormKernel: g = to_bf16(r gate), u = to_bf16(r up), y = to_bf16(to_bf16(silu(g)) u)
-//   with the fast silu (SiluFast). Only the row sums' order differs from the kernel's.
+//   SwigluEpilogue with kRowScale (epilogue.cuh), on the interleaved gate/up projection of h: per row r =
+//   rsqrt(sum(ssq) / hidden + eps), then as fused_ops.cu's SwiGluNormKernel: g = to_bf16(r gate), u = to_bf16(r up), y
+//   = to_bf16(to_bf16(silu(g)) u) with the fast silu (SiluFast). Only the row sums' order differs from the kernel's.
 // Both are CUTLASS's DefaultEpilogue interface (wrapped by Sm90TmaWarpSpecializedAdapter), as epilogue.cuh's
 // (epilogue_common.cuh).
 
@@ -77,82 +77,6 @@ class ResidualSsqEpilogue : public ProbeEpilogueBase<StrideD_> {
       if (half == 0 && m0 + r < M) params.ssq[int64_t{m0 + r} * tiles_n + tile_n] = s;
     }
     StoreStagedTile<BM, BN, kLd, kThreads>(tile, h + n0, N, m0, M, N - n0, thread_idx);
-    cutlass::arch::NamedBarrier::sync(kThreads, barrier);
-  }
-
- private:
-  Params params;
-};
-
-template <class StrideD_, int BM, int BN, int kBuffers>
-class SwigluRowScaleEpilogue : public ProbeEpilogueBase<StrideD_> {
- public:
-  using Base = ProbeEpilogueBase<StrideD_>;
-  struct Arguments : Base::BaseArguments {  // ptr_D: y [M, N / 2]
-    const float* ssq = nullptr;             // [M, ssq_tiles]: the rows' sums of squares by column tile
-    int ssq_tiles = 0;
-    int hidden = 0;
-    float eps = 0.f;
-  };
-  using Params = Arguments;
-  static constexpr int kOutCols = BN / 2;
-  static constexpr int kLd = kOutCols + 8;
-  using SharedStorage = StagingStorage<kBuffers, BM * kLd>;
-  using TensorStorage = SharedStorage;
-
-  template <class ProblemShape>
-  static bool can_implement(ProblemShape const& problem_shape, Arguments const&) {
-    return cute::get<1>(problem_shape) % 16 == 0;
-  }
-  CUTLASS_HOST_DEVICE SwigluRowScaleEpilogue(Params const& p, SharedStorage const& = SharedStorage()) : params(p) {}
-
-  // rsqrt(mean of squares + eps) of row m, from its column tiles' sums in order.
-  CUTLASS_DEVICE float RowScale(int m) const {
-    float s = 0.f;
-    for (int t = 0; t < params.ssq_tiles; ++t) s += params.ssq[int64_t{m} * params.ssq_tiles + t];
-    return rsqrtf(s / static_cast<float>(params.hidden) + params.eps);
-  }
-
-  template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine, class FrgLayout,
-            class TiledMma, class ResidueMNK>
-  CUTLASS_DEVICE void operator()(ProblemShapeMNKL problem_shape_mnkl, BlockShapeMNK, BlockCoordMNKL blk_coord_mnkl,
-                                 cute::Tensor<FrgEngine, FrgLayout> const& acc, TiledMma tiled_mma, ResidueMNK,
-                                 int thread_idx, char* smem) {
-    using namespace cute;
-    static_assert(size<0, 0>(FrgLayout{}) == 2 && size<0, 1>(FrgLayout{}) == 2, "GMMA accumulator layout");
-    constexpr int kThreads = size(TiledMma{});
-    const int M = get<0>(problem_shape_mnkl);
-    const int N = get<1>(problem_shape_mnkl);
-    const int m0 = get<0>(blk_coord_mnkl) * BM;
-    const int n0 = get<1>(blk_coord_mnkl) * BN;
-    Tensor tc =
-        tiled_mma.get_thread_slice(thread_idx).partition_C(make_identity_tensor(make_shape(Int<BM>{}, Int<BN>{})));
-    const int buffer = StagingBuffer<kBuffers>();
-    __nv_bfloat16* tile = reinterpret_cast<SharedStorage*>(smem)->tile[buffer];
-    const uint32_t barrier = StagingBarrier(buffer);
-    // A thread's accumulators lie in two rows per 64 (the fragment's row halves): their scales, computed once.
-    const int row_a = get<0>(tc(0)), row_b = get<0>(tc(2));
-    const float r_a = m0 + row_a < M ? RowScale(m0 + row_a) : 0.f;
-    const float r_b = m0 + row_b < M ? RowScale(m0 + row_b) : 0.f;
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < size(acc); i += 2) {
-      if ((i / 4) % 2 != 0) continue;  // an up block: read with its gate block
-      const auto c = tc(i);
-      const int m = get<0>(c);
-      const int n = get<1>(c);
-      const float r = m == row_a ? r_a : r_b;
-      float y[2];
-      CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < 2; ++j) {
-        const float g = RoundBf16(__fmul_rn(r, RoundBf16(acc(i + j))));
-        const float u = RoundBf16(__fmul_rn(r, RoundBf16(acc(i + 4 + j))));
-        y[j] = SwiGluFast(g, u);
-      }
-      *reinterpret_cast<__nv_bfloat162*>(tile + m * kLd + 8 * (n / 16) + n % 16) = __floats2bfloat162_rn(y[0], y[1]);
-    }
-    cutlass::arch::NamedBarrier::sync(kThreads, barrier);
-    StoreStagedTile<BM, kOutCols, kLd, kThreads>(tile, reinterpret_cast<__nv_bfloat16*>(params.ptr_D) + n0 / 2, N / 2,
-                                                 m0, M, (N - n0) / 2, thread_idx);
     cutlass::arch::NamedBarrier::sync(kThreads, barrier);
   }
 
