@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/config/config_loader.h"
+#include "common/config/flag_reader.h"
 #include "controller/job/job_runner.h"
 #include "controller/service/serve.h"
 #include "spdlog/spdlog.h"
@@ -49,29 +50,25 @@ int main(int argc, char** argv) {
   bool print_config = false;
   std::string log_level = "info";
   std::vector<std::string> overrides;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
+  verl::FlagReader flags("verl-controller", std::vector<std::string>(argv + 1, argv + argc));
+  while (flags.Next()) {
+    const std::string& arg = flags.name();
     if (arg == "--config" || arg == "-c") {
-      if (i + 1 >= argc) {
-        std::cerr << "verl-controller: --config needs a file\n";
-        return 2;
-      }
-      config_path = argv[++i];
-    } else if (arg.rfind("--config=", 0) == 0) {
-      config_path = arg.substr(9);
+      if (!flags.Value(&config_path)) return 2;
     } else if (arg == "--print-config") {
+      if (!flags.NoValue()) return 2;
       print_config = true;
-    } else if (arg == "--log-level" && i + 1 < argc) {
-      log_level = argv[++i];
+    } else if (arg == "--log-level") {
+      if (!flags.Value(&log_level)) return 2;
     } else if (arg == "--help" || arg == "-h") {
       Usage(std::cout);
       return 0;
     } else if (arg.rfind("--", 0) == 0) {
-      std::cerr << "verl-controller: unknown flag '" << arg << "'\n";
+      std::cerr << "verl-controller: unknown flag '" << flags.arg() << "'\n";
       Usage(std::cerr);
       return 2;
     } else {
-      overrides.push_back(arg);
+      overrides.push_back(flags.arg());
     }
   }
   if (config_path.empty()) {

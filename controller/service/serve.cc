@@ -1,5 +1,8 @@
 #include "controller/service/serve.h"
 
+#include <grpcpp/ext/health_check_service_server_builder_option.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -11,11 +14,8 @@
 #include <memory>
 #include <thread>
 
-#include <grpcpp/ext/health_check_service_server_builder_option.h>
-#include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
-
 #include "absl/strings/numbers.h"
+#include "common/config/flag_reader.h"
 #include "common/metrics/metrics_http_server.h"
 #include "common/metrics/prometheus_registry.h"
 #include "common/rpc/credentials.h"
@@ -30,7 +30,8 @@ namespace {
 constexpr char kTokenEnv[] = "VERL_JOB_TOKEN";
 
 void Usage(std::ostream& out) {
-  out << "usage: verl-controller serve [--listen HOST:PORT] [--state-dir DIR] [--token-file FILE | --insecure-no-auth]\n"
+  out << "usage: verl-controller serve [--listen HOST:PORT] [--state-dir DIR] [--token-file FILE | "
+         "--insecure-no-auth]\n"
          "                            [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n"
          "                            [--metrics-listen HOST:PORT] [--max-request-bytes N] [--ready-file FILE]\n"
          "                            [--log-level LEVEL]\n"
@@ -42,7 +43,8 @@ void Usage(std::ostream& out) {
          "  --tls-client-ca FILE    require client certificates signed by this CA (mutual TLS)\n"
          "  --metrics-listen H:P    Prometheus /metrics of every job (job_id label) and verl_jobs{state}\n"
          "  --max-request-bytes N   largest request accepted (default 4194304); larger ones: RESOURCE_EXHAUSTED\n"
-         "  --ready-file FILE       write the bound address here once serving\n";
+         "  --ready-file FILE       write the bound address here once serving\n"
+         "A flag's value may also follow an '=' (--listen=0.0.0.0:50051).\n";
 }
 
 std::mutex g_mu;
@@ -63,30 +65,33 @@ int ServeMain(const std::vector<std::string>& args, const std::string& worker_bi
   ServerTlsFiles tls;
   bool no_auth = false;
   int64_t max_request_bytes = 4 << 20;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&](std::string* out) {
-      if (i + 1 >= args.size()) {
-        std::cerr << "verl-controller serve: " << a << " needs a value\n";
-        return false;
-      }
-      *out = args[++i];
-      return true;
-    };
+  FlagReader flags("verl-controller serve", args);
+  while (flags.Next()) {
+    const std::string& a = flags.name();
     std::string v;
     bool ok = true;
-    if (a == "--listen") ok = value(&listen);
-    else if (a == "--state-dir") ok = value(&state_dir);
-    else if (a == "--token-file") ok = value(&token_file);
-    else if (a == "--insecure-no-auth") no_auth = true;
-    else if (a == "--tls-cert") ok = value(&tls.cert);
-    else if (a == "--tls-key") ok = value(&tls.key);
-    else if (a == "--tls-client-ca") ok = value(&tls.client_ca);
-    else if (a == "--metrics-listen") ok = value(&metrics_listen);
-    else if (a == "--ready-file") ok = value(&ready_file);
-    else if (a == "--log-level") ok = value(&log_level);
+    if (a == "--listen")
+      ok = flags.Value(&listen);
+    else if (a == "--state-dir")
+      ok = flags.Value(&state_dir);
+    else if (a == "--token-file")
+      ok = flags.Value(&token_file);
+    else if (a == "--insecure-no-auth")
+      ok = no_auth = flags.NoValue();
+    else if (a == "--tls-cert")
+      ok = flags.Value(&tls.cert);
+    else if (a == "--tls-key")
+      ok = flags.Value(&tls.key);
+    else if (a == "--tls-client-ca")
+      ok = flags.Value(&tls.client_ca);
+    else if (a == "--metrics-listen")
+      ok = flags.Value(&metrics_listen);
+    else if (a == "--ready-file")
+      ok = flags.Value(&ready_file);
+    else if (a == "--log-level")
+      ok = flags.Value(&log_level);
     else if (a == "--max-request-bytes") {
-      ok = value(&v);
+      ok = flags.Value(&v);
       if (ok && (!absl::SimpleAtoi(v, &max_request_bytes) || max_request_bytes < 1024 ||
                  max_request_bytes > (int64_t{1} << 30))) {
         std::cerr << "verl-controller serve: --max-request-bytes must be an integer in [1024, 2^30], got '" << v
@@ -97,7 +102,7 @@ int ServeMain(const std::vector<std::string>& args, const std::string& worker_bi
       Usage(std::cout);
       return 0;
     } else {
-      std::cerr << "verl-controller serve: unknown argument '" << a << "'\n";
+      flags.Unknown();
       Usage(std::cerr);
       return 2;
     }

@@ -9,7 +9,8 @@
    config maps and secrets, the StatefulSet's Service is headless, RBAC subjects exist, monitors select something.
 4. The job file in the ConfigMap is loaded by the real `verl-controller --print-config` (our validation), and agrees
    with the cluster: nnodes = worker replicas, n_gpus_per_node = --ranks = GPUs requested, worker_addresses = the
-   StatefulSet's stable names on its gRPC port.
+   StatefulSet's stable names on its gRPC port; the real `verl-controller` and `verl-worker` parse their containers'
+   args (a flag they reject would crash-loop the pod).
 
 usage: k8s_manifests_test.py BUILD_DIR SOURCE_DIR     (with the python of tools/test_python.sh; exit 77 without it)
 """
@@ -80,10 +81,21 @@ def matches(selector, labels):
 
 
 def arg_value(args, flag):
-    for a in args:
+    """The value of `--flag=value` or `--flag value` in a container's args."""
+    for i, a in enumerate(args):
         if a.startswith(flag + "="):
             return a.split("=", 1)[1]
+        if a == flag and i + 1 < len(args):
+            return args[i + 1]
     return None
+
+
+def daemon_accepts(build, command, args):
+    """Runs the real binary on the container's command line with --help last: it parses every flag before it, and
+    exits 0 only if each one is known and well-formed (a pod with a flag it rejects would crash-loop)."""
+    r = subprocess.run([os.path.join(build, "bin", command[0])] + command[1:] + args + ["--help"],
+                       capture_output=True, text=True, timeout=30)
+    return r.returncode == 0, (r.stderr or r.stdout)[:300]
 
 
 def main():
@@ -185,6 +197,9 @@ def main():
     check(ranks == gpus, f"worker --ranks ({ranks}) = GPUs requested ({gpus})")
     check(arg_value(w["args"], "--listen").endswith(f":{wports['grpc']}"), "worker --listen is its grpc port")
     check(arg_value(w["args"], "--metrics-listen") == f":{wports['metrics']}", "worker --metrics-listen is its metrics port")
+    for d, c_ in ((ctl, c), (sts, w)):
+        ok, err = daemon_accepts(build, c_["command"], c_["args"])
+        check(ok, f'{d["metadata"]["name"]}: {c_["command"][0]} accepts its container args {err}')
 
     # 4. The job file: our own loader, and agreement with the cluster.
     job_yaml = by_kind["ConfigMap"]["verl-job"]["data"]["job.yaml"]

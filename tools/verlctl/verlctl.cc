@@ -16,6 +16,7 @@
 // Exit status: 0 success (watch: the job succeeded); 1 the server refused or could not be reached (the gRPC code and
 // message are printed); 2 bad usage; 4 the watched job failed; 5 it was cancelled.
 
+#include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -30,17 +31,17 @@
 #include <string>
 #include <vector>
 
-#include <google/protobuf/util/json_util.h>
-
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/config/flag_reader.h"
 #include "common/rpc/credentials.h"
 #include "verl/v1/job.grpc.pb.h"
 
 namespace {
 
+using verl::FlagReader;
 using verl::v1::Job;
 using verl::v1::JobService;
 
@@ -311,64 +312,49 @@ class Client {
 bool ParseFlags(int argc, char** argv, Flags* f) {
   if (const char* env = std::getenv("VERL_SERVER"); env && *env) f->server = env;
   if (const char* env = std::getenv("VERL_JOB_TOKEN"); env && *env) f->token = env;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    std::string inline_value;
-    bool has_inline = false;
-    if (a.rfind("--", 0) == 0 && a.find('=') != std::string::npos) {
-      inline_value = a.substr(a.find('=') + 1);
-      a = a.substr(0, a.find('='));
-      has_inline = true;
-    }
-    auto value = [&](std::string* out) {
-      if (has_inline) {
-        *out = inline_value;
-        return true;
-      }
-      if (i + 1 >= argc) {
-        std::cerr << "verlctl: " << a << " needs a value\n";
-        return false;
-      }
-      *out = argv[++i];
-      return true;
-    };
+  FlagReader flags("verlctl", std::vector<std::string>(argv + 1, argv + argc));
+  while (flags.Next()) {
+    const std::string& a = flags.name();
     std::string v;
     if (a == "--server") {
-      if (!value(&f->server)) return false;
+      if (!flags.Value(&f->server)) return false;
     } else if (a == "--token") {
-      if (!value(&f->token)) return false;
+      if (!flags.Value(&f->token)) return false;
     } else if (a == "--token-file") {
-      if (!value(&f->token_file)) return false;
+      if (!flags.Value(&f->token_file)) return false;
     } else if (a == "--tls-ca") {
-      if (!value(&f->tls.ca)) return false;
+      if (!flags.Value(&f->tls.ca)) return false;
     } else if (a == "--tls-cert") {
-      if (!value(&f->tls.cert)) return false;
+      if (!flags.Value(&f->tls.cert)) return false;
     } else if (a == "--tls-key") {
-      if (!value(&f->tls.key)) return false;
+      if (!flags.Value(&f->tls.key)) return false;
     } else if (a == "--tls-server-name") {
-      if (!value(&f->tls_server_name)) return false;
+      if (!flags.Value(&f->tls_server_name)) return false;
     } else if (a == "--timeout") {
-      if (!value(&v)) return false;
+      if (!flags.Value(&v)) return false;
       if (!absl::SimpleAtod(v, &f->timeout_s) || f->timeout_s <= 0) {
         std::cerr << "verlctl: --timeout must be a positive number of seconds, got '" << v << "'\n";
         return false;
       }
     } else if (a == "--json") {
+      if (!flags.NoValue()) return false;
       f->json = true;
     } else if (a == "--name") {
-      if (!value(&f->name)) return false;
+      if (!flags.Value(&f->name)) return false;
     } else if (a == "--watch") {
+      if (!flags.NoValue()) return false;
       f->watch = true;
     } else if (a == "--follow" || a == "-f") {
+      if (!flags.NoValue()) return false;
       f->follow = true;
     } else if (a == "--help" || a == "-h") {
       Usage(std::cout);
       std::exit(0);
     } else if (a.rfind("--", 0) == 0) {
-      std::cerr << "verlctl: unknown flag '" << a << "'\n";
+      std::cerr << "verlctl: unknown flag '" << flags.arg() << "'\n";
       return false;
     } else {
-      f->positional.push_back(argv[i]);
+      f->positional.push_back(flags.arg());
     }
   }
   return true;

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "common/config/flag_reader.h"
 #include "common/metrics/metrics_http_server.h"
 #include "common/metrics/prometheus_registry.h"
 #include "spdlog/spdlog.h"
@@ -48,47 +49,48 @@ struct Flags {
 
 void Usage() {
   std::cerr << "usage: verl-worker [--listen HOST:PORT] [--ready-file PATH] [--worker-id ID] [--ranks N] "
-               "[--comm-host HOST] [--device cpu|cuda] [--metrics-listen HOST:PORT]\n";
+               "[--comm-host HOST] [--device cpu|cuda] [--metrics-listen HOST:PORT]\n"
+               "(a flag's value may also follow an '=': --listen=0.0.0.0:50052)\n";
 }
 
 bool ParseFlags(int argc, char** argv, Flags* flags) {
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    auto value = [&](std::string* out) {
-      if (i + 1 >= argc) return false;
-      *out = argv[++i];
-      return true;
-    };
+  verl::FlagReader reader("verl-worker", std::vector<std::string>(argv + 1, argv + argc));
+  while (reader.Next()) {
+    const std::string& arg = reader.name();
     std::string v;
-    if (arg == "--listen" && value(&v)) {
+    if (arg == "--help" || arg == "-h") {
+      Usage();
+      std::exit(0);
+    }
+    if (arg != "--listen" && arg != "--ready-file" && arg != "--worker-id" && arg != "--ranks" &&
+        arg != "--comm-host" && arg != "--metrics-listen" && arg != "--device") {
+      reader.Unknown();
+      return false;
+    }
+    if (!reader.Value(&v)) return false;
+    if (arg == "--listen") {
       flags->listen = v;
-    } else if (arg == "--ready-file" && value(&v)) {
+    } else if (arg == "--ready-file") {
       flags->ready_file = v;
-    } else if (arg == "--worker-id" && value(&v)) {
+    } else if (arg == "--worker-id") {
       flags->worker_id = v;
-    } else if (arg == "--ranks" && value(&v)) {
+    } else if (arg == "--ranks") {
       int n = 0;
       if (!absl::SimpleAtoi(v, &n) || n < 1 || n > 1024) {
         std::cerr << "verl-worker: --ranks must be a number from 1 to 1024, got '" << v << "'\n";
         return false;
       }
       flags->ranks = n;
-    } else if (arg == "--comm-host" && value(&v)) {
+    } else if (arg == "--comm-host") {
       flags->comm_host = v;
-    } else if (arg == "--metrics-listen" && value(&v)) {
+    } else if (arg == "--metrics-listen") {
       flags->metrics_listen = v;
-    } else if (arg == "--device" && value(&v)) {
+    } else if (arg == "--device") {
       if (v != "cpu" && v != "cuda") {
         std::cerr << "verl-worker: --device must be cpu or cuda, got '" << v << "'\n";
         return false;
       }
       flags->device = v;
-    } else if (arg == "--help" || arg == "-h") {
-      Usage();
-      std::exit(0);
-    } else {
-      std::cerr << "verl-worker: unknown or incomplete flag '" << arg << "'\n";
-      return false;
     }
   }
   return true;
