@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -61,12 +62,13 @@ bool LocalWorkerLauncher::Reap(Proc& p) {
 }
 
 absl::StatusOr<std::vector<LaunchedWorker>> LocalWorkerLauncher::Launch(const std::string& binary, int count,
-                                                                        const std::string& log_dir,
-                                                                        double timeout_s, int ranks_per_worker,
-                                                                        const std::string& device) {
+                                                                        const std::string& log_dir, double timeout_s,
+                                                                        int ranks_per_worker, const std::string& device,
+                                                                        const std::function<bool()>& cancelled) {
   if (access(binary.c_str(), X_OK) != 0) {
     return absl::NotFoundError(absl::StrCat("worker binary '", binary, "' is missing or not executable"));
   }
+  std::lock_guard<std::mutex> lock(mu_);
   std::error_code ec;
   fs::create_directories(log_dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", log_dir, ": ", ec.message()));
@@ -77,6 +79,13 @@ absl::StatusOr<std::vector<LaunchedWorker>> LocalWorkerLauncher::Launch(const st
     p.info.log_path = absl::StrCat(log_dir, "/", p.info.worker_id, ".log");
     const std::string ready = absl::StrCat(log_dir, "/", p.info.worker_id, ".ready");
     fs::remove(ready, ec);
+    {
+      std::ofstream log(p.info.log_path, std::ios::app);
+      const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+      char when[32];
+      std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", std::localtime(&now));
+      log << "==== " << when << ": verl-controller starts " << p.info.worker_id << " ====\n";
+    }
     // Everything the child needs is built before fork: between fork and exec only async-signal-safe calls.
     const std::string ranks = std::to_string(ranks_per_worker);
     const char* argv[] = {binary.c_str(), "--listen", "127.0.0.1:0", "--ready-file", ready.c_str(),
@@ -90,7 +99,7 @@ absl::StatusOr<std::vector<LaunchedWorker>> LocalWorkerLauncher::Launch(const st
       prctl(PR_SET_PDEATHSIG, SIGTERM);
       if (getppid() != parent) _exit(1);
       setpgid(0, 0);  // Ctrl-C in the terminal reaches the controller only; it stops the workers itself.
-      int fd = open(p.info.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      int fd = open(p.info.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
       if (fd >= 0) {
         dup2(fd, 1);
         dup2(fd, 2);
@@ -114,6 +123,7 @@ absl::StatusOr<std::vector<LaunchedWorker>> LocalWorkerLauncher::Launch(const st
         break;
       }
       if (Reap(p)) return absl::UnavailableError(absl::StrCat("failed to start: ", Describe(p)));
+      if (cancelled && cancelled()) return absl::CancelledError("job cancelled while starting the workers");
       if (std::chrono::steady_clock::now() > deadline) {
         return absl::DeadlineExceededError(absl::StrCat("worker ", p.info.worker_id, " (pid ", p.info.pid,
                                                         ") was not ready after ", timeout_s, " s; log ",
@@ -127,6 +137,7 @@ absl::StatusOr<std::vector<LaunchedWorker>> LocalWorkerLauncher::Launch(const st
 }
 
 absl::Status LocalWorkerLauncher::CheckAlive() {
+  std::lock_guard<std::mutex> lock(mu_);
   for (Proc& p : procs_) {
     if (Reap(p)) return absl::UnavailableError(Describe(p));
   }
@@ -134,6 +145,7 @@ absl::Status LocalWorkerLauncher::CheckAlive() {
 }
 
 absl::Status LocalWorkerLauncher::CheckAlive(const std::string& worker_id) {
+  std::lock_guard<std::mutex> lock(mu_);
   for (Proc& p : procs_) {
     if (p.info.worker_id == worker_id && Reap(p)) return absl::UnavailableError(Describe(p));
   }
@@ -141,6 +153,7 @@ absl::Status LocalWorkerLauncher::CheckAlive(const std::string& worker_id) {
 }
 
 void LocalWorkerLauncher::StopAll(double grace_s) {
+  std::lock_guard<std::mutex> lock(mu_);
   for (Proc& p : procs_) {
     if (!Reap(p)) kill(p.info.pid, SIGTERM);
   }

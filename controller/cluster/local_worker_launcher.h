@@ -5,12 +5,16 @@
 // learns the port each bound from its ready file, notices when one dies, and stops them all.
 //
 // A started worker gets PR_SET_PDEATHSIG, so it also goes away if the controller is killed outright. Each worker's
-// stdout/stderr go to <log_dir>/<worker_id>.log; the tail of that log is quoted when a worker fails.
+// stdout/stderr are appended to <log_dir>/<worker_id>.log after a line naming the start, so a worker restarted after a
+// failure (the same id) keeps its predecessor's output above its own; the tail of that log is quoted when a worker
+// fails.
 //
-// Thread-safety: not thread-safe; owned by the job's thread.
+// Thread-safety: owned by the job's thread; CheckAlive may also be called from the rank-call threads.
 
 #include <sys/types.h>
 
+#include <functional>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -37,10 +41,11 @@ class LocalWorkerLauncher {
   // Starts `count` workers from `binary`, each hosting `ranks_per_worker` ranks on `device` ("cpu", or "cuda": local
   // rank i on GPU i), and waits until each has written its
   // ready file, at most `timeout_s` seconds. Fails fast (naming the worker, its exit status and log tail) if one
-  // exits before it is ready.
-  absl::StatusOr<std::vector<LaunchedWorker>> Launch(const std::string& binary, int count,
-                                                     const std::string& log_dir, double timeout_s,
-                                                     int ranks_per_worker = 1, const std::string& device = "cpu");
+  // exits before it is ready, and returns Cancelled as soon as `cancelled` (when given) says so.
+  absl::StatusOr<std::vector<LaunchedWorker>> Launch(const std::string& binary, int count, const std::string& log_dir,
+                                                     double timeout_s, int ranks_per_worker = 1,
+                                                     const std::string& device = "cpu",
+                                                     const std::function<bool()>& cancelled = {});
 
   // OK while every launched worker runs; otherwise an Unavailable error naming the first dead worker, its address
   // and its exit status.
@@ -63,6 +68,9 @@ class LocalWorkerLauncher {
   bool Reap(Proc& p);
   std::string Describe(const Proc& p) const;
 
+  // Guards procs_: waitpid on a child must not race between the rank threads' CheckAlive calls (the loser would see
+  // ECHILD and lose the exit status).
+  mutable std::mutex mu_;
   std::vector<Proc> procs_;
   std::vector<LaunchedWorker> workers_;
 };

@@ -42,11 +42,16 @@ absl::Status WorkerClient::Failure(const char* rpc, const grpc::Status& status) 
   return absl::Status(s.code(), absl::StrCat(rpc, " on worker ", worker_id_, " at ", address_, ": ", s.message()));
 }
 
-absl::StatusOr<v1::HealthResponse> WorkerClient::WaitHealthy(double timeout_s) {
+absl::StatusOr<v1::HealthResponse> WorkerClient::WaitHealthy(double timeout_s, const std::function<bool()>& cancelled) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   while (true) {
-    auto r = Call("Health", &Stub::Health, v1::HealthRequest(), 2.0);
-    if (r.ok() || std::chrono::steady_clock::now() > deadline) return r;
+    auto r = Call("Health", &Stub::Health, v1::HealthRequest(), 2.0);  // a cancel is seen within 2 s
+    if (r.ok()) return r;
+    if (cancelled && cancelled()) {
+      return absl::CancelledError(
+          absl::StrCat("job cancelled while waiting for worker ", worker_id_, " at ", address_));
+    }
+    if (std::chrono::steady_clock::now() > deadline) return r;
     if (liveness_) {
       absl::Status alive = liveness_();
       if (!alive.ok()) return alive;

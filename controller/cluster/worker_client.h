@@ -31,8 +31,8 @@ class WorkerClient {
   const std::string& worker_id() const { return worker_id_; }
   const std::string& address() const { return address_; }
 
-  // Waits until the worker answers Health, at most timeout_s.
-  absl::StatusOr<v1::HealthResponse> WaitHealthy(double timeout_s);
+  // Waits until the worker answers Health, at most timeout_s; Cancelled as soon as `cancelled` (when given) says so.
+  absl::StatusOr<v1::HealthResponse> WaitHealthy(double timeout_s, const std::function<bool()>& cancelled = {});
 
   absl::StatusOr<v1::ConfigureRolesResponse> ConfigureRoles(const v1::ConfigureRolesRequest& r) {
     return Call("ConfigureRoles", &Stub::ConfigureRoles, r);

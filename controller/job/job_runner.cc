@@ -125,7 +125,7 @@ class JobRunner::Impl {
   absl::Status RunInner() {
     SetState(JobState::kInit);
     RETURN_IF_ERROR(PrepareInputs());
-    RETURN_IF_ERROR(CheckCancel());
+    RETURN_IF_ERROR(CheckInterrupt());
     SetState(JobState::kLoading);
     RETURN_IF_ERROR(StartWorkers());
     RETURN_IF_ERROR(LoadModels());
@@ -144,7 +144,7 @@ class JobRunner::Impl {
       spdlog::warn("worker failure during step {}: {} ({} of at most {}) and resuming from {}", global_step_ + 1,
                    launcher_ ? "restarting the workers" : "waiting for the workers at their addresses", restarts_,
                    config_.cluster.max_worker_restarts,
-                   last_checkpoint_step_ > 0 ? checkpoints_->StepDir(last_checkpoint_step_) : "the start");
+                   last_checkpoint_dir_.empty() ? "the start" : last_checkpoint_dir_);
       RETURN_IF_ERROR(Recover());
     }
   }
@@ -161,7 +161,7 @@ class JobRunner::Impl {
       RETURN_IF_ERROR(LogMetrics(0, val));
     }
     while (global_step_ < total_steps_) {
-      RETURN_IF_ERROR(CheckCancel());
+      RETURN_IF_ERROR(CheckInterrupt());
       const int64_t step = global_step_ + 1;
       const bool last = step == total_steps_;
       auto step_start = Clock::now();
@@ -198,7 +198,7 @@ class JobRunner::Impl {
                                              metrics["timing_s/save_checkpoint"] = Seconds(start);
                                              return finish_and_log();
                                            }));
-        last_checkpoint_step_ = step;
+        last_checkpoint_dir_ = checkpoints_->StepDir(step);
       } else {
         RETURN_IF_ERROR(finish_and_log());
       }
@@ -223,9 +223,12 @@ class JobRunner::Impl {
                                  JobStateName(prev));
   }
 
-  absl::Status CheckCancel() const {
+  // Called between stages: Cancelled once the job is cancelled, and a worker's missed heartbeat once one is missed.
+  // The heartbeat cancels the calls in flight on that worker, but it may have none (a split placement's trainers
+  // idle during rollout): the next stage then recovers instead of calling a worker that stopped answering.
+  absl::Status CheckInterrupt() {
     if (owner_->cancel_requested_.load()) return absl::CancelledError("job cancelled");
-    return absl::OkStatus();
+    return HeartbeatFailure();
   }
 
   // Checks and loads everything from disk before any worker starts.
@@ -343,14 +346,16 @@ class JobRunner::Impl {
   // global ranks w * n_gpus_per_node ... (w + 1) * n_gpus_per_node - 1.
   absl::Status StartWorkers() {
     const ClusterConfig& c = config_.cluster;
+    // Ctrl-C, CancelJob and a server shutdown end the waits for workers at once, as they end calls in flight.
+    const std::function<bool()> cancelled = [this] { return owner_->cancel_requested_.load(); };
     const TrainerConfig& t = config_.trainer;
     std::vector<std::pair<std::string, std::string>> targets;  // id, address
     if (c.worker_addresses.empty()) {
       const std::string binary = c.worker_binary.empty() ? options_.default_worker_binary : c.worker_binary;
       launcher_ = std::make_unique<LocalWorkerLauncher>();
-      ASSIGN_OR_RETURN(auto launched,
-                       launcher_->Launch(binary, static_cast<int>(t.nnodes), t.log_dir + "/workers",
-                                         c.worker_start_timeout_s, static_cast<int>(t.n_gpus_per_node), t.device));
+      ASSIGN_OR_RETURN(auto launched, launcher_->Launch(binary, static_cast<int>(t.nnodes), t.log_dir + "/workers",
+                                                        c.worker_start_timeout_s, static_cast<int>(t.n_gpus_per_node),
+                                                        t.device, cancelled));
       for (const LaunchedWorker& w : launched) {
         spdlog::info("started {} (pid {}) on {}", w.worker_id, w.pid, w.address);
         targets.emplace_back(w.worker_id, w.address);
@@ -372,8 +377,9 @@ class JobRunner::Impl {
         spdlog::info("waiting up to {:.0f} s for {} at {} (cluster.worker_replacement_timeout_s)",
                      c.worker_replacement_timeout_s, id, address);
       }
-      ASSIGN_OR_RETURN(v1::HealthResponse health,
-                       client->WaitHealthy(replacing ? c.worker_replacement_timeout_s : c.worker_start_timeout_s));
+      ASSIGN_OR_RETURN(
+          v1::HealthResponse health,
+          client->WaitHealthy(replacing ? c.worker_replacement_timeout_s : c.worker_start_timeout_s, cancelled));
       if (replacing) spdlog::info("{} at {} answers (pid {})", id, address, health.pid());
       spdlog::debug("{} healthy: pid {}, {} rank(s) on {}", id, health.pid(), health.num_ranks(), health.device());
       if (health.device() != t.device) {
@@ -760,7 +766,7 @@ class JobRunner::Impl {
       kl_ctrl_->set_value(it->second);
     }
     global_step_ = found.global_step;
-    last_checkpoint_step_ = found.global_step;
+    last_checkpoint_dir_ = found.dir;
     spdlog::info("resumed from {} (global step {})", found.dir, global_step_);
     return absl::OkStatus();
   }
@@ -787,9 +793,9 @@ class JobRunner::Impl {
     RETURN_IF_ERROR(sampler_->Restore(ResumableSampler::State{}));
     kl_ctrl_->set_value(config_.algorithm.kl_ctrl.kl_coef);
     global_step_ = 0;
-    if (last_checkpoint_step_ > 0) {
+    if (!last_checkpoint_dir_.empty()) {
       ASSIGN_OR_RETURN(std::optional<CheckpointManager::Found> found,
-                       checkpoints_->Find("resume_path", checkpoints_->StepDir(last_checkpoint_step_)));
+                       checkpoints_->Find("resume_path", last_checkpoint_dir_));
       RETURN_IF_ERROR(ResumeFrom(*found));
     }
     RETURN_IF_ERROR(OpenSinks());
@@ -993,7 +999,7 @@ class JobRunner::Impl {
     }
     m["timing_s/gen"] = Seconds(t0);
     MergeMetrics(m, generated.second);
-    RETURN_IF_ERROR(CheckCancel());
+    RETURN_IF_ERROR(CheckInterrupt());
 
     SetState(JobState::kStepReward);
     t0 = Clock::now();
@@ -1005,7 +1011,7 @@ class JobRunner::Impl {
     std::vector<double> scores;
     for (const v1::ScoreResponse& s : scored) scores.insert(scores.end(), s.scores().begin(), s.scores().end());
     AddMeanMaxMin("critic/score", scores, &m);
-    RETURN_IF_ERROR(CheckCancel());
+    RETURN_IF_ERROR(CheckInterrupt());
 
     if (Split()) {
       t0 = Clock::now();
@@ -1050,7 +1056,7 @@ class JobRunner::Impl {
       MergeMetrics(m, ref_lp);
       m["timing_s/ref"] = Seconds(t0);
     }
-    RETURN_IF_ERROR(CheckCancel());
+    RETURN_IF_ERROR(CheckInterrupt());
 
     if (config_.UseCritic()) {
       SetState(JobState::kStepValues);
@@ -1062,7 +1068,7 @@ class JobRunner::Impl {
       RETURN_IF_ERROR(MoveColumn(step_id, "values", CriticRanks(), trainers));  // for the advantage
       m["timing_s/values"] = Seconds(t0);
     }
-    RETURN_IF_ERROR(CheckCancel());
+    RETURN_IF_ERROR(CheckInterrupt());
 
     SetState(JobState::kStepAdvantage);
     t0 = Clock::now();
@@ -1168,7 +1174,7 @@ class JobRunner::Impl {
     const int64_t chunk = config_.data.val_batch_size.value_or(static_cast<int64_t>(val_.size()));
     std::map<std::string, std::vector<double>> by_source;
     for (int64_t begin = 0, part = 0; begin < static_cast<int64_t>(val_.size()); begin += chunk, ++part) {
-      RETURN_IF_ERROR(CheckCancel());
+      RETURN_IF_ERROR(CheckInterrupt());
       const int64_t end = std::min<int64_t>(begin + chunk, val_.size());
       const std::string step_id = absl::StrCat("val-", step, "-", part);
       std::vector<const PreparedExample*> prompts;
@@ -1218,7 +1224,9 @@ class JobRunner::Impl {
   std::unique_ptr<KlController> kl_ctrl_;
   int64_t total_steps_ = 0;
   int64_t global_step_ = 0;
-  int64_t last_checkpoint_step_ = 0;  // the newest checkpoint this run wrote or resumed from
+  // The newest checkpoint this run wrote or resumed from (trainer.resume_from_path may lie outside
+  // trainer.default_local_dir); empty before there is one.
+  std::string last_checkpoint_dir_;
   int64_t restarts_ = 0;
   bool recovering_ = false;  // StartWorkers is setting up again after a worker failure
 

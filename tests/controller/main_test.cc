@@ -312,6 +312,25 @@ TEST_CASE("Ctrl-C stops verl-controller and its worker", "[controller][main]") {
   CHECK(CountLines(metrics) < 1000);
 }
 
+TEST_CASE("Ctrl-C while verl-controller waits for a worker ends the wait at once", "[controller][main]") {
+  Job job;
+  job.MakeInputs();
+  std::vector<std::string> argv = {Bin("verl-controller"), "--config", job.config()};
+  for (const std::string& o : job.BaseOverrides(/*real_worker=*/true)) argv.push_back(o);
+  // Nothing listens on port 1: the controller waits out cluster.worker_start_timeout_s unless the cancel ends it.
+  argv.push_back("cluster.worker_addresses=[127.0.0.1:1]");
+  argv.push_back("cluster.worker_start_timeout_s=120");
+  ChildProcess controller(argv, job.dir().file("controller.out"), job.dir().file("controller.err"));
+  REQUIRE_FALSE(controller.Wait(1));  // still waiting for the worker
+  const auto start = Clock::now();
+  REQUIRE(::kill(controller.pid(), SIGINT) == 0);
+  REQUIRE(controller.Wait(30));
+  INFO("stderr: " << controller.err());
+  CHECK(SecondsSince(start) < 5);  // one Health attempt (2 s) at most, not the 120 s timeout
+  CHECK(controller.exit_code() == 130);
+  CHECK_THAT(controller.err(), Catch::Contains("cancelled") && Catch::Contains("127.0.0.1:1"));
+}
+
 TEST_CASE("trainer.logger=prometheus serves the running job's metrics on /metrics", "[controller][main][prometheus]") {
   Job job;
   job.MakeInputs();

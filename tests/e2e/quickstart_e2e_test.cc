@@ -163,12 +163,38 @@ TEST_CASE("REINFORCE++ raises the reward", "[e2e][reinforce_plus_plus]") {
   CheckRewardRises(kConfig, "algorithm.adv_estimator=reinforce_plus_plus");
 }
 
-// The pid the worker printed in its log ("serving WorkerService on ... (pid N)"), or -1.
-pid_t WorkerPid(const fs::path& log) {
-  std::smatch m;
+// The pids the workers printed in a log ("serving WorkerService on ... (pid N)"), oldest first: a restarted worker
+// appends to its predecessor's log.
+std::vector<pid_t> WorkerPids(const fs::path& log) {
   const std::string text = ReadFile(log);
-  if (std::regex_search(text, m, std::regex("\\(pid ([0-9]+)\\)"))) return std::stoi(m[1]);
-  return -1;
+  const std::regex pid("\\(pid ([0-9]+)\\)");
+  std::vector<pid_t> pids;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), pid); it != std::sregex_iterator(); ++it) {
+    pids.push_back(std::stoi((*it)[1]));
+  }
+  return pids;
+}
+
+// The newest worker's pid in a log, or -1.
+pid_t WorkerPid(const fs::path& log) {
+  const std::vector<pid_t> pids = WorkerPids(log);
+  return pids.empty() ? -1 : pids.back();
+}
+
+// Kills (SIGKILL) the newest worker of `worker_log` once `metrics` has `lines` lines; returns its pid, -1 if that
+// never happened within 120 s.
+std::thread KillWorkerAt(const fs::path& metrics, size_t lines, const fs::path& worker_log, pid_t* killed) {
+  return std::thread([=] {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (CompleteLines(metrics) >= lines) {
+        *killed = WorkerPid(worker_log);
+        if (*killed > 0) ::kill(*killed, SIGKILL);
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
 }
 
 TEST_CASE("a worker killed mid-run is restarted from the last checkpoint and every step is recorded once",
@@ -178,17 +204,7 @@ TEST_CASE("a worker killed mid-run is restarted from the last checkpoint and eve
   const fs::path worker_log = ws.dir / "out/workers/worker-0.log";
   // Kill the worker (SIGKILL, no goodbye) once step 16 is logged: the last checkpoint is then step 10.
   pid_t killed = -1;
-  std::thread killer([&] {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (CompleteLines(metrics) >= 16) {
-        killed = WorkerPid(worker_log);
-        if (killed > 0) ::kill(killed, SIGKILL);
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  });
+  std::thread killer = KillWorkerAt(metrics, 16, worker_log, &killed);
   const int rc = ws.Controller("trainer.total_training_steps=30 trainer.save_freq=10 trainer.test_freq=-1", "run.log");
   killer.join();
   const std::string log = ReadFile(ws.dir / "run.log");
@@ -205,8 +221,40 @@ TEST_CASE("a worker killed mid-run is restarted from the last checkpoint and eve
   for (int64_t i = 1; i <= 30; ++i) expected.push_back(i);
   CHECK(steps == expected);
   CHECK(lines.back()["data"]["training/worker_restarts"].get<double>() == 1.0);
-  // The restarted worker is a new process.
-  CHECK(WorkerPid(worker_log) != killed);
+  // The restarted worker is a new process, and its log follows the killed one's.
+  const std::vector<pid_t> pids = WorkerPids(worker_log);
+  REQUIRE(pids.size() == 2);
+  CHECK(pids[0] == killed);
+  CHECK(pids[1] != killed);
+}
+
+TEST_CASE("a worker killed after resuming from trainer.resume_from_path recovers from that checkpoint",
+          "[e2e][recovery]") {
+  Workspace ws;
+  // Run 1 saves global_step_10 in ckpt/; run 2 resumes from that path but keeps its own checkpoints elsewhere and
+  // saves none before the kill, so the checkpoint to recover from is the one it resumed from.
+  REQUIRE(ws.Controller("trainer.total_training_steps=10 trainer.save_freq=10 trainer.test_freq=-1", "run1.log") == 0);
+  const fs::path resumed = ws.dir / "ckpt/global_step_10";
+  REQUIRE(fs::is_directory(resumed));
+  const fs::path metrics = ws.dir / "out/metrics.jsonl";
+  pid_t killed = -1;
+  std::thread killer = KillWorkerAt(metrics, 16, ws.dir / "out/workers/worker-0.log", &killed);
+  const int rc = ws.Controller(
+      "trainer.total_training_steps=30 trainer.save_freq=100 trainer.test_freq=-1 "
+      "trainer.resume_mode=resume_path trainer.resume_from_path=" +
+          resumed.string() + " trainer.default_local_dir=" + (ws.dir / "ckpt2").string(),
+      "run2.log");
+  killer.join();
+  const std::string log = ReadFile(ws.dir / "run2.log");
+  INFO(Tail(ws.dir / "run2.log"));
+  REQUIRE(killed > 0);
+  REQUIRE(rc == 0);
+  CHECK(log.find("resuming from " + resumed.string()) != std::string::npos);
+  std::vector<int64_t> steps;
+  for (const auto& l : ReadJsonl(metrics)) steps.push_back(l["step"].get<int64_t>());
+  std::vector<int64_t> expected;
+  for (int64_t i = 1; i <= 30; ++i) expected.push_back(i);
+  CHECK(steps == expected);
 }
 
 TEST_CASE("a hung worker (SIGSTOP) misses its heartbeat and is replaced; the job finishes", "[e2e][recovery]") {
