@@ -143,11 +143,20 @@ absl::Status ApplyOverrides(const std::vector<std::string>& overrides, std::map<
       }
       continue;
     }
+    // The whole text must be one value. YAML::Load stops after the first node, so `[console],jsonl` would quietly be
+    // [console]; read as the only item of a block sequence, anything after the value is an error.
     YAML::Node node;
     try {
-      node = YAML::Load(value);
+      YAML::Node items = YAML::Load("- " + value);
+      if (!items.IsSequence() || items.size() != 1) {
+        errors.push_back(absl::StrCat(key, ": the value '", value, "' of ", where, " is not one value"));
+        continue;
+      }
+      node = items[0];
     } catch (const YAML::Exception& e) {
-      errors.push_back(absl::StrCat(key, ": cannot parse the value '", value, "' of ", where, ": ", e.msg));
+      errors.push_back(
+          absl::StrCat(key, ": cannot parse the value '", value, "' of ", where, ": ", e.msg,
+                       " (nothing may follow a list or a quoted string; to mean text, quote the whole value)"));
       continue;
     }
     (*raw)[key] = RawEntry{node, where};

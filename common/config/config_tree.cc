@@ -56,7 +56,14 @@ bool CanBePlain(std::string_view s) {
 std::string FormatString(std::string_view s) {
   if (CanBePlain(s)) return std::string(s);
   std::string out = "\"";
-  for (char c : s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    // A literal "${" is written escaped, as the loader reads it ("\\${" in a double-quoted YAML string), so the
+    // printed config loads back to the same text instead of an interpolation.
+    if (c == '$' && i + 1 < s.size() && s[i + 1] == '{') {
+      out += "\\\\$";
+      continue;
+    }
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;

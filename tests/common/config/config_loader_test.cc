@@ -1,16 +1,17 @@
 #include "common/config/config_loader.h"
 
-#include <catch2/catch.hpp>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
 
 #include "common/config/config_schema.h"
 #include "common/config/config_tree.h"
@@ -230,6 +231,19 @@ TEST_CASE("command-line overrides", "[config]") {
 
   SECTION("malformed override") {
     CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"data.train_batch_size"}).status(), "must have the form key=value");
+  }
+
+  SECTION("text after a value is an error, not dropped") {
+    for (const char* o : {"trainer.logger=[console],jsonl", "trainer.logger=[console] [tensorboard]",
+                          "trainer.experiment_name=\"a\" b", "trainer.experiment_name='a'b"}) {
+      INFO(o);
+      CHECK_ERROR_CONTAINS(LoadJobConfig(path, {o}).status(), "cannot parse the value");
+    }
+    auto job = LoadJobConfig(path, {"trainer.experiment_name=a, b [c]", "trainer.logger=[console, jsonl]  # c"});
+    INFO(job.status().ToString());
+    REQUIRE(job.ok());
+    CHECK(job->trainer.experiment_name == "a, b [c]");
+    CHECK(job->trainer.logger == std::vector<std::string>{"console", "jsonl"});
   }
 }
 
@@ -508,9 +522,9 @@ TEST_CASE("file errors", "[config]") {
 TEST_CASE("--print-config output loads back to the same config", "[config]") {
   TempDir dir;
   const std::string path = dir.Write("full.yaml", kFull);
-  const std::vector<std::string> overrides = {"actor_rollout_ref.actor.optim.lr=3e-7",
-                                              "trainer.rollout_data_dir=\"odd: value # x\"", "data.seed=-5",
-                                              "actor_rollout_ref.actor.entropy_coeff=0.1"};
+  const std::vector<std::string> overrides = {
+      "actor_rollout_ref.actor.optim.lr=3e-7", "trainer.rollout_data_dir=\"odd: value # x\"", "data.seed=-5",
+      "actor_rollout_ref.actor.entropy_coeff=0.1", "trainer.project_name=\\${not_a_key}"};
   auto first = LoadConfig(path, overrides);
   INFO(first.status().ToString());
   REQUIRE(first.ok());
@@ -534,6 +548,7 @@ TEST_CASE("--print-config output loads back to the same config", "[config]") {
   CHECK(second->tree == first->tree);
   CHECK(second->job == first->job);
   CHECK(second->job.trainer.rollout_data_dir == "odd: value # x");
+  CHECK(second->job.trainer.project_name == "${not_a_key}");
   auto value = GetValueAsString(second->tree, "actor_rollout_ref.actor.optim.betas");
   REQUIRE(value.ok());
   CHECK(*value == "[0.9, 0.95]");
@@ -563,6 +578,26 @@ TEST_CASE("FormatConfigValue", "[config]") {
 
 namespace verl {
 namespace {
+
+TEST_CASE("each section's keys are contiguous in the schema (--print-config writes each section once)", "[config]") {
+  std::set<std::string> closed;   // sections already left
+  std::vector<std::string> open;  // the sections of the previous key, outermost first
+  for (const ConfigKeySpec& spec : ConfigSchema()) {
+    const std::string key(spec.key);
+    std::vector<std::string> sections;
+    for (size_t dot = key.find('.'); dot != std::string::npos; dot = key.find('.', dot + 1)) {
+      sections.push_back(key.substr(0, dot));
+    }
+    for (const std::string& o : open) {
+      if (std::find(sections.begin(), sections.end(), o) == sections.end()) closed.insert(o);
+    }
+    for (const std::string& sec : sections) {
+      INFO(key << " reopens " << sec);
+      CHECK(closed.count(sec) == 0);
+    }
+    open = sections;
+  }
+}
 
 TEST_CASE("docs/config.md lists every schema key", "[config]") {
   std::ifstream in(std::string(VERL_SOURCE_DIR) + "/docs/config.md");
@@ -596,6 +631,17 @@ TEST_CASE("the critic, policy-loss and KL-controller keys load and are checked",
     CHECK(job->critic.loss_agg_mode == "token-mean");
     CHECK(job->actor_rollout_ref.actor.policy_loss.loss_mode == "gspo");
     CHECK(job->algorithm.kl_ctrl.type == "adaptive");
+    CHECK_FALSE(job->critic.forward_micro_batch_size_per_gpu.has_value());
+  }
+  SECTION("the critic's forward micro-batch follows its update micro-batch, as in verl") {
+    auto job = LoadJobConfig(path, {"algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=4"});
+    INFO(job.status().ToString());
+    REQUIRE(job.ok());
+    CHECK(job->critic.forward_micro_batch_size_per_gpu == 4);
+    auto own = LoadJobConfig(path, {"algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=4",
+                                    "critic.forward_micro_batch_size_per_gpu=16"});
+    REQUIRE(own.ok());
+    CHECK(own->critic.forward_micro_batch_size_per_gpu == 16);
   }
   SECTION("a critic mini-batch that does not divide the batch") {
     CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"algorithm.adv_estimator=gae", "data.train_batch_size=8",
