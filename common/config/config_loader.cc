@@ -10,6 +10,7 @@
 #include <sstream>
 #include <system_error>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/config/config_schema.h"
@@ -39,8 +40,26 @@ std::string DescribeNode(const YAML::Node& node) {
   return absl::StrCat(node.IsMap() ? "a mapping " : "a sequence ", out.c_str());
 }
 
+// verl keys a ported script often carries that have no counterpart here, with what to do instead (the edit-distance
+// suggestion would name an unrelated key: ppo_micro_batch_size -> ppo_mini_batch_size, rollout.name -> algorithm.lam).
+std::string KnownVerlKeyAdvice(const std::string& key) {
+  for (std::string_view global : {".ppo_micro_batch_size", ".log_prob_micro_batch_size", ".forward_micro_batch_size"}) {
+    if (absl::EndsWith(key, AV(global)) && FindConfigKey(key + "_per_gpu") != nullptr) {
+      return absl::StrCat("verl's deprecated global micro-batch size; set '", key, "_per_gpu' (per GPU) instead");
+    }
+  }
+  for (std::string_view engine : {"name", "mode", "tensor_model_parallel_size", "free_cache_engine", "load_format",
+                                  "enable_chunked_prefill", "engine_kwargs"}) {
+    if (key == absl::StrCat("actor_rollout_ref.rollout.", AV(engine))) {
+      return "a setting of verl's vLLM/SGLang rollout; the rollout engine here is built in: drop it";
+    }
+  }
+  return "";
+}
+
 std::string UnknownKeyMessage(const std::string& key, const std::string& where) {
   std::string msg = absl::StrCat("unknown key '", key, "' in ", where);
+  if (const std::string advice = KnownVerlKeyAdvice(key); !advice.empty()) return absl::StrCat(msg, ": ", advice);
   const std::string suggestion = SuggestConfigKey(key);
   if (!suggestion.empty()) absl::StrAppend(&msg, "; did you mean '", suggestion, "'?");
   return msg;

@@ -273,6 +273,19 @@ TEST_CASE("unknown keys suggest the closest valid key", "[config]") {
     CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"+data.max_prompt_len=10"}).status(),
                          "did you mean 'data.max_prompt_length'?");
   }
+  SECTION("verl keys without a counterpart here say what to do") {
+    const std::string path = dir.Write("min.yaml", kMinimal);
+    absl::Status s = LoadJobConfig(path, {"actor_rollout_ref.actor.ppo_micro_batch_size=4"}).status();
+    CHECK_ERROR_CONTAINS(s, "set 'actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu' (per GPU) instead");
+    CHECK_THAT(std::string(s.message()), !Catch::Contains("ppo_mini_batch_size"));
+    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"critic.ppo_micro_batch_size=4"}).status(),
+                         "set 'critic.ppo_micro_batch_size_per_gpu'");
+    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"actor_rollout_ref.ref.log_prob_micro_batch_size=4"}).status(),
+                         "set 'actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu'");
+    s = LoadJobConfig(path, {"actor_rollout_ref.rollout.name=vllm"}).status();
+    CHECK_ERROR_CONTAINS(s, "the rollout engine here is built in: drop it");
+    CHECK_THAT(std::string(s.message()), !Catch::Contains("algorithm.lam"));
+  }
   SECTION("nothing close: no suggestion") {
     const std::string path = dir.Write("min.yaml", kMinimal);
     const absl::Status s = LoadJobConfig(path, {"completely.unrelated_thing=1"}).status();
