@@ -103,7 +103,8 @@ def run_ours(bin_dir, model, data, work, steps, prefix_grouper, name="ours", ove
     keys = ["timing_s/step", "timing_s/gen", "timing_s/old_log_prob", "timing_s/ref", "timing_s/update_actor",
             "perf/throughput", "perf/max_memory_allocated_gb", "perf/rollout_max_memory_allocated_gb",
             "perf/update_max_memory_allocated_gb", "response_length/mean", "prompt_length/mean",
-            "training/rollout_probs_diff_max", "training/rollout_probs_diff_mean", "actor/grad_norm",
+            "training/rollout_probs_diff_max", "training/rollout_probs_diff_mean",
+            "training/rollout_log_probs_diff_max", "training/rollout_log_probs_diff_mean", "actor/grad_norm",
             "actor/kl_loss", "perf/rollout_kv_cache_slots", "perf/old_log_prob_deferred_rows",
             "perf/actor_packed_tokens", "perf/actor_micro_batches", "perf/max_memory_reserved_gb"]
     per_step = [{k: d.get(k) for k in keys} for d in steps_data]
@@ -229,7 +230,9 @@ def main():
         "throughput_unit": "tokens/s/GPU (perf/throughput)",
         "max_memory_allocated_gb": {"ours": ours["max_memory_allocated_gb"],
                                     "baseline": baseline["max_memory_allocated_gb"] if baseline else None},
-        "rollout_vs_trainer_log_prob_diff_max": [s["training/rollout_probs_diff_max"] for s in ours["steps"]],
+        # The log-probs' gap (training/rollout_probs_diff_max was that gap until 2026-12-05; now verl's, on
+        # probabilities).
+        "rollout_vs_trainer_log_prob_diff_max": [s.get("training/rollout_log_probs_diff_max") for s in ours["steps"]],
     }
     with open(a.out, "w") as f:
         json.dump(report, f, indent=2)

@@ -43,7 +43,7 @@ namespace {
 double PeakRssGb() {
   std::ifstream in("/proc/self/status");
   for (std::string line; std::getline(in, line);) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::strtod(line.c_str() + 6, nullptr) * 1024 / 1e9;  // kB
+    if (line.rfind("VmHWM:", 0) == 0) return std::strtod(line.c_str() + 6, nullptr) * 1024 / (1 << 30);  // kB
   }
   return 0;
 }
@@ -249,7 +249,7 @@ class CpuRank final : public RankInterface {
         }
       }
       Metrics m;
-      m["perf/weight_sync_gb"] = static_cast<double>(total * static_cast<int64_t>(c10::elementSize(dtype))) / 1e9;
+      m["perf/weight_sync_gb"] = static_cast<double>(total * static_cast<int64_t>(c10::elementSize(dtype))) / (1 << 30);
       m["perf/weight_sync_buckets"] = static_cast<double>(buckets);
       m["timing_s/weight_sync"] =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -336,7 +336,7 @@ class CpuRank final : public RankInterface {
       }
       if (!plan.prompts.empty()) batches_[step_id] = ReceiveRows(plan, &bytes);
       Metrics m;
-      m["perf/transfer_batch_mb"] = static_cast<double>(bytes) / 1e6;
+      m["perf/transfer_batch_mb"] = static_cast<double>(bytes) / (1 << 20);
       return m;
     });
   }
@@ -817,14 +817,14 @@ class CpuRank final : public RankInterface {
                                   o);
       if (!metrics.ok()) return Error("UpdateActor", metrics.status());
       if (deferred) {  // the old log-probs are whole now: the rollout comparison over every row
-        const Metrics diff = RolloutDiff(*batch, at::ones({batch->seq.size()}, at::kBool));
-        metrics->insert_or_assign("training/rollout_probs_diff_mean", diff.at("training/rollout_probs_diff_mean"));
-        metrics->insert_or_assign("training/rollout_probs_diff_max", diff.at("training/rollout_probs_diff_max"));
+        for (const auto& [key, value] : RolloutDiff(*batch, at::ones({batch->seq.size()}, at::kBool))) {
+          metrics->insert_or_assign(key, value);
+        }
       }
-      (*metrics)["perf/actor_optimizer_state_gb"] = static_cast<double>(optimizer_->StateBytes()) / 1e9;
+      (*metrics)["perf/actor_optimizer_state_gb"] = static_cast<double>(optimizer_->StateBytes()) / (1 << 30);
       int64_t param_bytes = 0;
       for (const auto& [name, t] : actor_->trainable_parameters()) param_bytes += t.numel() * t.element_size();
-      (*metrics)["perf/actor_parameters_gb"] = static_cast<double>(param_bytes) / 1e9;
+      (*metrics)["perf/actor_parameters_gb"] = static_cast<double>(param_bytes) / (1 << 30);
       (*metrics)["perf/max_memory_rss_gb"] = PeakRssGb();
       if (device_.is_cuda()) {  // verl's names, from torch.cuda.max_memory_allocated / _reserved
         const DeviceMemory mem = Memory();
@@ -838,16 +838,28 @@ class CpuRank final : public RankInterface {
     });
   }
 
-  // training/rollout_probs_diff_{mean,max}: the trainer's old log-probs against the rollout's over the rows `rows`
-  // ([N] bool, on the CPU), summed over the data-parallel group.
+  // The trainer's old log-probs against the rollout's over the response tokens of the rows `rows` ([N] bool, on the
+  // CPU), over the whole data-parallel group: training/rollout_probs_diff_{mean,max,std} as verl computes them, on
+  // the probabilities (|exp(a) - exp(b)|, std with Bessel's correction), and ours,
+  // training/rollout_log_probs_diff_{mean,max}, on the log-probs themselves (where rare tokens show).
   Metrics RolloutDiff(const StepBatch& batch, const at::Tensor& rows) {
     const at::Tensor mask =
         batch.seq.response_mask.to(at::kFloat) * rows.to(batch.seq.response_mask.device()).to(at::kFloat).unsqueeze(1);
-    const at::Tensor diff = (batch.old_log_probs - batch.rollout.log_probs).abs() * mask;
-    const at::Tensor sums = DpSum(at::stack({diff.sum(), mask.sum()}));
+    const at::Tensor old_lp = batch.old_log_probs.to(at::kFloat);
+    const at::Tensor rollout_lp = batch.rollout.log_probs.to(at::kFloat);
+    const at::Tensor log_diff = (old_lp - rollout_lp).abs() * mask;
+    const at::Tensor prob_diff = (old_lp.exp() - rollout_lp.exp()).abs() * mask;
+    const at::Tensor sums = DpSum(at::stack({log_diff.sum(), prob_diff.sum(), prob_diff.square().sum(), mask.sum()}));
+    const at::Tensor maxes = DpReduce(at::stack({log_diff.max(), prob_diff.max()}), ReduceOp::kMax);
+    const double n = sums[3].item<double>();
+    const double prob_mean = sums[1].item<double>() / std::max(n, 1.0);
+    const double prob_var = n > 1 ? (sums[2].item<double>() - n * prob_mean * prob_mean) / (n - 1) : 0.0;
     Metrics m;
-    m["training/rollout_probs_diff_mean"] = (sums[0] / sums[1].clamp_min(1)).item<double>();
-    m["training/rollout_probs_diff_max"] = DpReduce(diff.max().reshape({1}), ReduceOp::kMax).item<double>();
+    m["training/rollout_probs_diff_mean"] = prob_mean;
+    m["training/rollout_probs_diff_max"] = maxes[1].item<double>();
+    m["training/rollout_probs_diff_std"] = std::sqrt(std::max(prob_var, 0.0));
+    m["training/rollout_log_probs_diff_mean"] = sums[0].item<double>() / std::max(n, 1.0);
+    m["training/rollout_log_probs_diff_max"] = maxes[0].item<double>();
     return m;
   }
 

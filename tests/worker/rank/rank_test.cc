@@ -114,6 +114,22 @@ TEST_CASE("CpuRank runs a GRPO step through the torch-free interface", "[worker]
   REQUIRE(actor_lp.ok());
   // Rollout and trainer log-probs come from the same kernels.
   REQUIRE(actor_lp->at("training/rollout_probs_diff_max") < 1e-5);
+  REQUIRE(actor_lp->at("training/rollout_log_probs_diff_max") < 1e-5);
+  {
+    // At another temperature they differ: verl's metric compares probabilities (smaller than the log-probs' gap
+    // wherever p < 1), ours the log-probs. A step of its own: a step's log-probs are computed once.
+    REQUIRE(rank->Generate("hot", Prompts(m), sampling, false).ok());
+    auto hot = rank->ComputeLogProbs("hot", "actor", 3.0);
+    REQUIRE(hot.ok());
+    const double log_max = hot->at("training/rollout_log_probs_diff_max");
+    const double log_mean = hot->at("training/rollout_log_probs_diff_mean");
+    CHECK(log_max > 0.1);
+    CHECK(hot->at("training/rollout_probs_diff_max") < log_max);
+    CHECK(hot->at("training/rollout_probs_diff_mean") < log_mean);
+    CHECK(hot->at("training/rollout_probs_diff_mean") > 0);
+    CHECK(hot->at("training/rollout_probs_diff_std") > 0);
+    REQUIRE(rank->ReleaseBatch("hot").ok());
+  }
   REQUIRE(rank->ComputeLogProbs("step-1", "ref", 1.0).ok());
 
   auto adv = rank->ComputeAdvantage("step-1", Grpo());
