@@ -194,4 +194,17 @@ absl::StatusOr<ChatTemplateOptions> ChatTemplateOptionsFromTokenizerConfig(const
   return options;
 }
 
+absl::Status CheckChatTemplateFits(const ChatTemplateOptions& options, const Tokenizer& tokenizer,
+                                   const std::string& tokenizer_config_json_path) {
+  if (options.jinja_template.has_value()) return absl::OkStatus();
+  if (tokenizer.TokenToId(kImStart).has_value() && tokenizer.TokenToId("<|im_end|>").has_value()) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      tokenizer_config_json_path,
+      ": no chat_template (nor a chat_template.jinja beside it), and the tokenizer has no <|im_start|>/<|im_end|> "
+      "tokens for the built-in ChatML rendering; add the model's chat template (transformers' apply_chat_template "
+      "refuses such a model too)"));
+}
+
 }  // namespace verl

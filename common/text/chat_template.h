@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "common/text/chat_message.h"
 #include "common/text/jinja_template.h"
+#include "common/text/tokenizer.h"
 
 namespace verl {
 
@@ -68,6 +69,14 @@ std::string ApplyChatTemplate(const std::vector<ChatMessage>& messages, bool add
 //   - unreadable file, malformed JSON, a chat_template of another type, a list without "default": an error naming
 //     the file.
 absl::StatusOr<ChatTemplateOptions> ChatTemplateOptionsFromTokenizerConfig(const std::string& tokenizer_config_json_path);
+
+// Whether `options` can render prompts for `tokenizer`: a model's own template always can; the built-in ChatML
+// rendering only for a tokenizer that has <|im_start|> and <|im_end|> as tokens (Qwen's and other ChatML models).
+// Otherwise (a base model without a chat template: GPT-2, Llama base) an error naming `tokenizer_config_json_path`,
+// where transformers' apply_chat_template, which verl calls, refuses too; silently rendering ChatML would train on
+// markers the tokenizer splits into pieces.
+absl::Status CheckChatTemplateFits(const ChatTemplateOptions& options, const Tokenizer& tokenizer,
+                                   const std::string& tokenizer_config_json_path);
 
 }  // namespace verl
 

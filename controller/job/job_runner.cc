@@ -254,6 +254,7 @@ class JobRunner::Impl {
           "/config.json has vocab_size ", model_config_.vocab_size, "; they do not belong to the same model"));
     }
     ASSIGN_OR_RETURN(chat_options_, ChatTemplateOptionsFromTokenizerConfig(model_dir + "/tokenizer_config.json"));
+    RETURN_IF_ERROR(CheckChatTemplateFits(chat_options_, *tokenizer_, model_dir + "/tokenizer_config.json"));
     eos_ids_ = model_config_.eos_token_ids;
     if (eos_ids_.empty()) {
       for (const char* name : {"<|im_end|>", "<|endoftext|>", "</s>"}) {

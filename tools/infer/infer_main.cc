@@ -188,6 +188,10 @@ int Run(const Flags& flags, nlohmann::json* out) {
     }
     auto options = verl::ChatTemplateOptionsFromTokenizerConfig(dir + "/tokenizer_config.json");
     if (!options.ok()) return RuntimeError(std::string(options.status().message()));
+    if (absl::Status fits = verl::CheckChatTemplateFits(*options, *tokenizer, dir + "/tokenizer_config.json");
+        !fits.ok()) {
+      return RuntimeError(std::string(fits.message()));
+    }
     auto rendered = verl::RenderChatTemplate(messages, /*add_generation_prompt=*/true, *options);
     if (!rendered.ok()) return RuntimeError(std::string(rendered.status().message()));
     prompt_text = *std::move(rendered);

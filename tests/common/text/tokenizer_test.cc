@@ -1,13 +1,13 @@
 #include "common/text/tokenizer.h"
 
 #include <catch2/catch.hpp>
-
 #include <map>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/text/byte_level.h"
+#include "common/text/chat_template.h"
 #include "common/text/regex_splitter.h"
 #include "nlohmann/json.hpp"
 #include "tests/common/text/text_test_util.h"
@@ -432,6 +432,31 @@ TEST_CASE("load errors name the file and the problem") {
     REQUIRE_THAT(std::string(Tokenizer::FromJson(j.dump(), "r.json").status().message()),
                  Catch::Contains("r.json") && Catch::Contains("regex"));
   }
+}
+
+TEST_CASE("the built-in ChatML rendering is used only for a tokenizer with ChatML tokens") {
+  testing::TempDir dir;
+  const std::string config = dir.Write("tokenizer_config.json", R"({"model_max_length": 32768})");
+  absl::StatusOr<ChatTemplateOptions> none = ChatTemplateOptionsFromTokenizerConfig(config);
+  REQUIRE(none.ok());
+  REQUIRE_FALSE(none->jinja_template.has_value());
+  CHECK(CheckChatTemplateFits(*none, HandTokenizer(), config).ok());  // Qwen-like: <|im_start|>, <|im_end|>
+
+  nlohmann::json base = HandTokenizerJson(false);  // a base model's tokenizer: no ChatML markers
+  base["added_tokens"].erase(2);
+  base["added_tokens"].erase(1);
+  absl::StatusOr<Tokenizer> plain = Tokenizer::FromJson(base.dump(), "base.json");
+  REQUIRE(plain.ok());
+  const absl::Status refused = CheckChatTemplateFits(*none, *plain, config);
+  CHECK(refused.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(refused.message()), Catch::Contains(config) && Catch::Contains("no chat_template"));
+
+  // With its own template the same tokenizer is fine.
+  const std::string with =
+      dir.Write("with.json", nlohmann::json{{"chat_template", "{{ messages[0].content }}"}}.dump());
+  absl::StatusOr<ChatTemplateOptions> own = ChatTemplateOptionsFromTokenizerConfig(with);
+  REQUIRE(own.ok());
+  CHECK(CheckChatTemplateFits(*own, *plain, with).ok());
 }
 
 }  // namespace
