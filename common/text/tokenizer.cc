@@ -700,4 +700,43 @@ bool Tokenizer::IsSpecial(int32_t id) const {
          impl_->id_kind_[id] == Impl::IdKind::kSpecial;
 }
 
+std::string CleanUpTokenizationSpaces(std::string text) {
+  static constexpr std::pair<std::string_view, std::string_view> kReplacements[] = {
+      {" .", "."},     {" ?", "?"},   {" !", "!"},   {" ,", ","},     {" ' ", "'"},
+      {" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"},
+  };
+  for (const auto& [from, to] : kReplacements) {
+    std::string out;
+    out.reserve(text.size());
+    size_t pos = 0;
+    for (size_t hit = text.find(from); hit != std::string::npos; hit = text.find(from, pos)) {
+      out.append(text, pos, hit - pos);
+      out.append(to);
+      pos = hit + from.size();
+    }
+    out.append(text, pos, std::string::npos);
+    text = std::move(out);
+  }
+  return text;
+}
+
+absl::StatusOr<bool> ReadCleanUpTokenizationSpaces(const std::string& tokenizer_config_json_path) {
+  std::ifstream in(tokenizer_config_json_path);
+  if (!in) return false;
+  Json config;
+  try {
+    config = Json::parse(in);
+  } catch (const Json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(tokenizer_config_json_path, ": malformed JSON: ", e.what()));
+  }
+  if (!config.is_object() || !config.contains("clean_up_tokenization_spaces")) return false;
+  const Json& value = config["clean_up_tokenization_spaces"];
+  if (value.is_null()) return false;
+  if (!value.is_boolean()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        tokenizer_config_json_path, ": clean_up_tokenization_spaces must be true or false, got ", value.dump()));
+  }
+  return value.get<bool>();
+}
+
 }  // namespace verl

@@ -76,6 +76,15 @@ class Tokenizer {
   std::shared_ptr<const Impl> impl_;
 };
 
+// transformers' clean_up_tokenization, which its decode applies when the tokenizer's clean_up_tokenization_spaces is
+// set (Llama 3.x ships it on): " ." -> ".", " ?" -> "?", " !" -> "!", " ," -> ",", " ' " -> "'", " n't" -> "n't",
+// " 'm" -> "'m", " 's" -> "'s", " 've" -> "'ve", " 're" -> "'re", in that order.
+std::string CleanUpTokenizationSpaces(std::string text);
+
+// "clean_up_tokenization_spaces" of a HF tokenizer_config.json: false when the file or the key is absent or null
+// (transformers' default since 4.45); an error naming the file when it is malformed or the value is not a bool.
+absl::StatusOr<bool> ReadCleanUpTokenizationSpaces(const std::string& tokenizer_config_json_path);
+
 }  // namespace verl
 
 #endif  // VERL_COMMON_TEXT_TOKENIZER_H_

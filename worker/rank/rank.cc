@@ -387,6 +387,9 @@ class CpuRank final : public RankInterface {
       auto tok = Tokenizer::FromFile(config_.model_path + "/tokenizer.json");
       if (!tok.ok()) return Error("LoadModel/tokenizer", tok.status());
       tokenizer_ = std::make_unique<Tokenizer>(std::move(*tok));
+      auto clean_up = ReadCleanUpTokenizationSpaces(config_.model_path + "/tokenizer_config.json");
+      if (!clean_up.ok()) return Error("LoadModel/tokenizer", clean_up.status());
+      clean_up_tokenization_spaces_ = *clean_up;
       return LoadModelOutput{actor_->num_parameters(), static_cast<int32_t>(actor_->config().vocab_size)};
     });
   }
@@ -1029,11 +1032,13 @@ class CpuRank final : public RankInterface {
     return lr;
   }
   // Decodes row `row` (its first `length` tokens) of a contiguous int64 [N, R] response tensor, as verl's reward
-  // manager does (special tokens skipped), and scores it with the prompt's rule scorer. Returns (text, score).
+  // manager does (tokenizer.decode with special tokens skipped, and the tokenizer's clean_up_tokenization_spaces), and
+  // scores it with the prompt's rule scorer. Returns (text, score).
   absl::StatusOr<std::pair<std::string, double>> DecodeAndScore(const at::Tensor& responses, int64_t row,
                                                                 int64_t length, const PromptInput& prompt) const {
     const int64_t* ids = responses.data_ptr<int64_t>() + row * responses.size(1);
     std::string text = tokenizer_->Decode(std::vector<int32_t>(ids, ids + length), /*skip_special_tokens=*/true);
+    if (clean_up_tokenization_spaces_) text = CleanUpTokenizationSpaces(std::move(text));
     ASSIGN_OR_RETURN(double score, ComputeScore(prompt.data_source, text, prompt.ground_truth, prompt.extra_info_json));
     return std::make_pair(std::move(text), score);
   }
@@ -1309,6 +1314,7 @@ class CpuRank final : public RankInterface {
   std::unique_ptr<ValueModel> critic_;
   std::unique_ptr<AdamW> critic_optimizer_;
   std::unique_ptr<Tokenizer> tokenizer_;
+  bool clean_up_tokenization_spaces_ = false;  // the model's tokenizer_config.json; applied to decoded responses
   std::map<std::string, StepBatch> batches_;
   int64_t updates_done_ = 0;
   int64_t critic_updates_done_ = 0;

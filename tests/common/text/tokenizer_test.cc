@@ -459,5 +459,25 @@ TEST_CASE("the built-in ChatML rendering is used only for a tokenizer with ChatM
   CHECK(CheckChatTemplateFits(*own, *plain, with).ok());
 }
 
+TEST_CASE("clean_up_tokenization_spaces as transformers' decode applies it") {
+  // The strings transformers' clean_up_tokenization gives (checked with transformers 4.57).
+  CHECK(CleanUpTokenizationSpaces("#### 1 ,000") == "#### 1,000");
+  CHECK(CleanUpTokenizationSpaces("The answer is 72 .") == "The answer is 72.");
+  CHECK(CleanUpTokenizationSpaces("Really ? Yes ! I do n't know , he 's sure we 're fine and I 'm ok , you 've") ==
+        "Really? Yes! I don't know, he's sure we're fine and I'm ok, you've");
+  CHECK(CleanUpTokenizationSpaces("a ' b") == "a'b");
+  CHECK(CleanUpTokenizationSpaces("  . .") == " ..");  // non-overlapping, left to right, as str.replace
+  CHECK(CleanUpTokenizationSpaces("nothing here") == "nothing here");
+
+  testing::TempDir dir;
+  CHECK(*ReadCleanUpTokenizationSpaces(dir.Path("absent.json")) == false);
+  CHECK(*ReadCleanUpTokenizationSpaces(dir.Write("a.json", R"({"model_max_length": 8})")) == false);
+  CHECK(*ReadCleanUpTokenizationSpaces(dir.Write("b.json", R"({"clean_up_tokenization_spaces": true})")) == true);
+  CHECK(*ReadCleanUpTokenizationSpaces(dir.Write("c.json", R"({"clean_up_tokenization_spaces": null})")) == false);
+  const std::string bad = dir.Write("d.json", R"({"clean_up_tokenization_spaces": "yes"})");
+  CHECK_THAT(std::string(ReadCleanUpTokenizationSpaces(bad).status().message()),
+             Catch::Contains(bad) && Catch::Contains("true or false"));
+}
+
 }  // namespace
 }  // namespace verl
