@@ -221,6 +221,7 @@ void JobService::RunJob(const std::string& id) {
         e->metrics.erase(std::remove_if(e->metrics.begin(), e->metrics.end(),
                                         [step](const v1::StepMetrics& r) { return r.step() >= step; }),
                          e->metrics.end());
+        e->rewrites_from.push_back(step);
       }
       if (absl::Status s = store_->AppendMetrics(id, record, e->metrics, rewrite); !s.ok()) {
         spdlog::error("job service: {}", std::string(s.message()));
@@ -358,9 +359,15 @@ grpc::Status JobService::WatchJob(grpc::ServerContext* context, const v1::WatchJ
   v1::JobState sent_state = v1::JOB_STATE_UNSPECIFIED;
   int64_t sent_total = 0;
   int64_t sent_step = -1;
+  size_t seen_rewrites = 0;
   uint64_t seen_version = 0;
   while (true) {
     Entry* e = FindLocked(request->job_id());
+    // Steps re-run after a recovery replaced records already sent: send them again from the first replaced one.
+    if (first) seen_rewrites = e->rewrites_from.size();
+    for (; seen_rewrites < e->rewrites_from.size(); ++seen_rewrites) {
+      sent_step = std::min(sent_step, e->rewrites_from[seen_rewrites] - 1);
+    }
     // First the job as it stands, then its history; later, new records before the state change they led to.
     std::vector<v1::JobEvent> events;
     std::optional<v1::JobEvent> job_event;

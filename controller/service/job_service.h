@@ -76,6 +76,9 @@ class JobService final : public v1::JobService::Service {
   struct Entry {
     v1::Job job;
     std::vector<v1::StepMetrics> metrics;
+    // The first step of each rewrite of `metrics` in this server's life (a recovery re-runs the steps after its
+    // checkpoint and replaces their records), so a WatchJob stream sends the re-run steps again.
+    std::vector<int64_t> rewrites_from;
   };
 
   explicit JobService(JobServiceOptions options, std::unique_ptr<JobStore> store);

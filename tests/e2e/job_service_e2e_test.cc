@@ -367,6 +367,36 @@ TEST_CASE("A real Prometheus scrapes a running job through serve --metrics-liste
   CHECK(server.Stop() == 0);
 }
 
+TEST_CASE("verlctl watch shows the steps a recovery re-runs", "[e2e][jobservice][recovery]") {
+  Workspace ws;
+  Server server(ws.dir,
+                {"--state-dir", ws.dir.file("state"), "--token-file", ws.dir.file("token"), "--tls-cert",
+                 ws.dir.file("server.pem"), "--tls-key", ws.dir.file("server.key")},
+                "serve.log");
+  server.Start();
+  std::vector<std::string> args = {"submit"};
+  for (auto& a : ws.JobArgs("recovered", 60)) args.push_back(a);
+  REQUIRE(Verlctl(ws.dir, server.address(), args).exit_code == 0);
+  RunResult watch;
+  std::thread watcher([&] { watch = Verlctl(ws.dir, server.address(), {"watch", "job-000001"}); });
+  const json running = WaitFor(
+      ws, server, "job-000001", [](const json& j) { return Int(j, "current_step") >= 16; }, 120);
+  // Kill the local worker (SIGKILL): the job restarts it and re-runs the steps after its last checkpoint.
+  std::smatch m;
+  const std::string worker_log = ReadFile(ws.dir.file("out/recovered/workers/worker-0.log"));
+  REQUIRE(std::regex_search(worker_log, m, std::regex(R"(\(pid ([0-9]+)\))")));
+  const int64_t killed_at = Int(running, "current_step");
+  REQUIRE(kill(std::stoi(m[1]), SIGKILL) == 0);
+  watcher.join();
+  INFO(watch.out << watch.err << "\nserver log:\n" << server.log());
+  CHECK(watch.exit_code == 0);
+  REQUIRE(killed_at < 60);  // the kill came before the job's end
+  // The re-run steps come again, with a note, up to the last step.
+  CHECK_THAT(watch.out, Catch::Contains("(re-running from step ") && Catch::Contains("after a recovery") &&
+                            Catch::Contains("step 60/60"));
+  CHECK(server.Stop() == 0);
+}
+
 TEST_CASE("JobService with client certificates refuses clients without one", "[e2e][jobservice]") {
   TestDir dir("jobservice_mtls");
   MakeCertificates(dir);

@@ -250,6 +250,7 @@ class Client {
     verl::v1::JobState last = verl::v1::JOB_STATE_UNSPECIFIED;
     Job final_job;
     int64_t total = 0;
+    int64_t last_step = -1;
     while (reader->Read(&ev)) {
       if (flags_.json) {
         std::cout << Json(ev) << std::endl;
@@ -258,6 +259,11 @@ class Client {
         if (!IsEnded(ev.job().state())) PrintStateLine(ev.job());
         final_job = ev.job();
       } else if (ev.has_metrics()) {
+        if (ev.metrics().step() <= last_step) {
+          std::cout << "(re-running from step " << ev.metrics().step()
+                    << " after a recovery; the lines above from there on are replaced)" << std::endl;
+        }
+        last_step = ev.metrics().step();
         std::cout << MetricsLine(ev.metrics().step(), total, ev.metrics().metrics()) << std::endl;
       }
       if (ev.has_job()) {
