@@ -4,14 +4,17 @@
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#ifdef VERL_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <functional>
 #include <cstdlib>
-#include <fstream>
 #include <filesystem>
+#include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -32,6 +35,7 @@
 #include "worker/train/adamw.h"
 #include "worker/train/advantage.h"
 #include "worker/train/core_algos.h"
+#include "worker/train/flops.h"
 #include "worker/train/policy_loss.h"
 #include "worker/train/ppo_actor.h"
 #include "worker/train/ppo_critic.h"
@@ -102,6 +106,15 @@ class CpuRank final : public RankInterface {
     ASSIGN_OR_RETURN(device_, CatchTorch(Context("Configure"), [&]() -> absl::StatusOr<at::Device> {
                        return at::Device(config.device);
                      }));
+    peak_flops_.reset();
+#ifdef VERL_WITH_CUDA
+    if (device_.is_cuda()) {
+      cudaDeviceProp prop{};
+      if (cudaGetDeviceProperties(&prop, device_.has_index() ? device_.index() : 0) == cudaSuccess) {
+        peak_flops_ = PromisedFlops(prop.name);
+      }
+    }
+#endif
     config_ = config;
     // A fresh start for this rank (a new job, or the same job set up again after another worker failed): nothing of
     // an earlier run may answer for a step id (a stored batch would make a retried UpdateActor a no-op) or count
@@ -814,11 +827,20 @@ class CpuRank final : public RankInterface {
       }
       StartMemoryPhase();
       GradScope<DecoderModel> grad_scope(*actor_);
+      const auto update_start = std::chrono::steady_clock::now();
       auto metrics = UpdatePolicy(*actor_, *optimizer_, batch->seq,
                                   {batch->old_log_probs, batch->ref_log_probs, batch->advantages.to(device_),
                                    batch->rollout.log_probs, deferred},
                                   o);
       if (!metrics.ok()) return Error("UpdateActor", metrics.status());
+      if (peak_flops_) {
+        // verl's perf/mfu/actor: this rank's tokens (prompt + response of each row), its update time, its GPU's peak.
+        const at::Tensor lengths = batch->seq.plan_attention_mask().sum(1).to(at::kCPU, at::kLong).contiguous();
+        const int64_t* len = lengths.data_ptr<int64_t>();
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - update_start).count();
+        const double flops = EstimateTrainingFlops(actor_->config(), std::vector<int64_t>(len, len + lengths.numel()));
+        (*metrics)["perf/mfu/actor"] = flops * static_cast<double>(a.ppo_epochs) / seconds / *peak_flops_;
+      }
       if (deferred) {  // the old log-probs are whole now: the rollout comparison over every row
         for (const auto& [key, value] : RolloutDiff(*batch, at::ones({batch->seq.size()}, at::kBool))) {
           metrics->insert_or_assign(key, value);
@@ -1314,6 +1336,7 @@ class CpuRank final : public RankInterface {
   std::unique_ptr<ValueModel> critic_;
   std::unique_ptr<AdamW> critic_optimizer_;
   std::unique_ptr<Tokenizer> tokenizer_;
+  std::optional<double> peak_flops_;  // the GPU's dense peak for perf/mfu/actor (none: a CPU or an unknown GPU)
   bool clean_up_tokenization_spaces_ = false;  // the model's tokenizer_config.json; applied to decoded responses
   std::map<std::string, StepBatch> batches_;
   int64_t updates_done_ = 0;

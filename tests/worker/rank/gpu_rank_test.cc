@@ -92,6 +92,14 @@ TEST_CASE("a rank on cuda:0 takes the same GRPO step as on the CPU", "[worker][r
     INFO(key);
     REQUIRE(on_gpu.update.at(key) == Approx(on_cpu.update.at(key)).epsilon(1e-3).margin(1e-5));
   }
+  // verl's perf/mfu/actor on a GPU it knows (the H200 machine), none on the CPU; a tiny model is far from the peak.
+  CHECK(on_cpu.update.count("perf/mfu/actor") == 0);
+  if (on_gpu.update.count("perf/mfu/actor") == 1) {
+    CHECK(on_gpu.update.at("perf/mfu/actor") > 0);
+    CHECK(on_gpu.update.at("perf/mfu/actor") < 1);
+  } else {
+    WARN("this GPU is not in verl's peak table: no perf/mfu/actor");
+  }
   // Memory as the caching allocator sees it (the worker's verl_gpu_memory_* gauges, verl's perf/max_memory_*).
   const DeviceMemory mem = gpu->Memory();
   CHECK(mem.on_gpu);
