@@ -874,17 +874,21 @@ class CpuRank final : public RankInterface {
     const at::Tensor rollout_lp = batch.rollout.log_probs.to(at::kFloat);
     const at::Tensor log_diff = (old_lp - rollout_lp).abs() * mask;
     const at::Tensor prob_diff = (old_lp.exp() - rollout_lp.exp()).abs() * mask;
-    const at::Tensor sums = DpSum(at::stack({log_diff.sum(), prob_diff.sum(), prob_diff.square().sum(), mask.sum()}));
-    const at::Tensor maxes = DpReduce(at::stack({log_diff.max(), prob_diff.max()}), ReduceOp::kMax);
-    const double n = sums[3].item<double>();
-    const double prob_mean = sums[1].item<double>() / std::max(n, 1.0);
-    const double prob_var = n > 1 ? (sums[2].item<double>() - n * prob_mean * prob_mean) / (n - 1) : 0.0;
+    // One copy to the host for all five figures.
+    const at::Tensor host =
+        at::cat({DpSum(at::stack({log_diff.sum(), prob_diff.sum(), prob_diff.square().sum(), mask.sum()})),
+                 DpReduce(at::stack({log_diff.max(), prob_diff.max()}), ReduceOp::kMax)})
+            .to(at::kCPU, at::kDouble);
+    const double* v = host.data_ptr<double>();  // log sum, prob sum, prob square sum, count, log max, prob max
+    const double n = std::max(v[3], 1.0);
+    const double prob_mean = v[1] / n;
+    const double prob_var = v[3] > 1 ? (v[2] - v[3] * prob_mean * prob_mean) / (v[3] - 1) : 0.0;
     Metrics m;
     m["training/rollout_probs_diff_mean"] = prob_mean;
-    m["training/rollout_probs_diff_max"] = maxes[1].item<double>();
+    m["training/rollout_probs_diff_max"] = v[5];
     m["training/rollout_probs_diff_std"] = std::sqrt(std::max(prob_var, 0.0));
-    m["training/rollout_log_probs_diff_mean"] = sums[0].item<double>() / std::max(n, 1.0);
-    m["training/rollout_log_probs_diff_max"] = maxes[0].item<double>();
+    m["training/rollout_log_probs_diff_mean"] = v[0] / n;
+    m["training/rollout_log_probs_diff_max"] = v[4];
     return m;
   }
 
