@@ -136,6 +136,7 @@ absl::StatusOr<std::vector<Example>> LoadParquet(const std::string& path, const 
   for (size_t i = 0; i < table.rows.size(); ++i) {
     ASSIGN_OR_RETURN(Example example, RowToExample(table.rows[i], absl::StrCat(path, ": row ", i), options));
     example.row = static_cast<int64_t>(i);
+    example.location = absl::StrCat("row ", i);
     examples.push_back(std::move(example));
   }
   return examples;
@@ -164,6 +165,7 @@ absl::StatusOr<std::vector<Example>> LoadJsonl(const std::string& path, const Da
     RETURN_IF_ERROR(CheckRequiredColumns(keys, where, options));
     ASSIGN_OR_RETURN(Example example, RowToExample(row, where, options));
     example.row = static_cast<int64_t>(examples.size());
+    example.location = absl::StrCat("line ", line_number);
     examples.push_back(std::move(example));
   }
   if (in.bad()) return absl::InternalError(absl::StrCat(path, ": read error"));

@@ -21,8 +21,15 @@ struct Example {
   std::string extra_info_json = "{}";
   // 0-based position of the row in its file (blank JSONL lines are not counted).
   int64_t row = 0;
+  // Where the row is, for messages: "row N" (0-based) in a parquet file, "line N" (1-based, as an editor shows it)
+  // in a JSONL file.
+  std::string location;
 
-  bool operator==(const Example&) const = default;
+  // The same row's content; `location` (where it was read from) is not compared.
+  bool operator==(const Example& o) const {
+    return prompt == o.prompt && data_source == o.data_source && ground_truth == o.ground_truth &&
+           extra_info_json == o.extra_info_json && row == o.row;
+  }
 };
 
 }  // namespace verl

@@ -231,6 +231,11 @@ class JobRunner::Impl {
     return HeartbeatFailure();
   }
 
+  // Where an example is in its file, for messages: "line N" in a JSONL file, "row N" in a parquet file.
+  static std::string Where(const Example& ex) {
+    return ex.location.empty() ? absl::StrCat("row ", ex.row) : ex.location;
+  }
+
   // Checks and loads everything from disk before any worker starts.
   absl::Status PrepareInputs() {
     const std::string& model_dir = config_.actor_rollout_ref.model.path;
@@ -316,7 +321,7 @@ class JobRunner::Impl {
     for (const Example& ex : examples) {
       auto text = RenderChatTemplate(ex.prompt, true, chat_options_);
       if (!text.ok()) {
-        return Annotate(text.status(), absl::StrCat(path, ": row ", ex.row, ": applying the chat template of ",
+        return Annotate(text.status(), absl::StrCat(path, ": ", Where(ex), ": applying the chat template of ",
                                                     config_.actor_rollout_ref.model.path));
       }
       std::vector<int32_t> ids = tokenizer_->Encode(*text);
@@ -332,7 +337,7 @@ class JobRunner::Impl {
           ids.resize(max_len);
         } else {
           return absl::InvalidArgumentError(absl::StrCat(
-              path, ": row ", ex.row, ": prompt is ", ids.size(), " tokens, longer than data.max_prompt_length=",
+              path, ": ", Where(ex), ": prompt is ", ids.size(), " tokens, longer than data.max_prompt_length=",
               max_len, " (set data.truncation=left|right or data.filter_overlong_prompts=true)"));
         }
       }

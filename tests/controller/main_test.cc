@@ -208,6 +208,19 @@ TEST_CASE("verl-controller checks the model and data before starting workers", "
     CHECK_THAT(r.err, Catch::Contains(path) && Catch::Contains("line 2") && Catch::Contains("data_source") &&
                           Catch::Contains("data.train_files"));
   }
+  SECTION("an overlong JSONL prompt is named by its line, blank lines counted") {
+    auto examples = LoadDataset(job.train());
+    REQUIRE(examples.ok());
+    examples->resize(3);
+    (*examples)[1].prompt[0].content = std::string(400, 'x');  // far over max_prompt_length
+    const std::string path = job.dir().file("data/long.jsonl");
+    REQUIRE(WriteJsonl(path, *examples).ok());
+    WriteFile(path, "\n" + ReadFile(path));  // a blank first line: the long prompt is on line 3
+    RunResult r = job.Run(job.config(), {"data.train_files=" + path, "data.train_batch_size=2",
+                                         "data.max_prompt_length=64", "data.truncation=error"});
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.err, Catch::Contains(path + ": line 3: prompt is") && Catch::Contains("data.max_prompt_length=64"));
+  }
   SECTION("Parquet file without the prompt column: names file and column, lists the columns present") {
     const std::string path = job.dir().file("data/no_prompt.parquet");
     arrow::StringBuilder question, source;
