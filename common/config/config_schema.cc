@@ -39,15 +39,11 @@ const std::vector<ConfigKeySpec>& Table() {
       {"actor_rollout_ref.model.path", T::kString, "\"\"", "", true, O::kVerl,
        "Local HuggingFace model directory (config.json, *.safetensors, tokenizer.json) (required)."},
       {"actor_rollout_ref.model.dtype", T::kString, "float32", "float32|bfloat16", false, O::kOurs,
-       "Parameter dtype of actor, rollout, ref and critic; with bfloat16 the optimizer keeps float32 master weights "
-       "(and saves them in the optimizer checkpoint)."},
+       "Parameter dtype of actor, rollout, ref and critic; with bfloat16 the optimizer keeps float32 master weights (and saves them in the optimizer checkpoint)."},
       {"actor_rollout_ref.model.use_remove_padding", T::kBool, "false", "", false, O::kVerl,
-       "Actor and ref passes run with their sequences packed back to back without padding (attention per sequence: "
-       "flash attention's variable-length kernel on GPUs in bf16, one call per sequence otherwise); the same numbers "
-       "with less work when lengths vary."},
+       "Actor and ref passes run with their sequences packed back to back without padding (attention per sequence: flash attention's variable-length kernel on GPUs in bf16, one call per sequence otherwise); the same numbers with less work when lengths vary."},
       {"actor_rollout_ref.model.enable_gradient_checkpointing", T::kBool, "true", "", false, O::kVerl,
-       "Activation checkpointing in the actor update: each decoder layer keeps only its input and is recomputed in "
-       "backward (same gradients, less memory, about a third more compute). Always on with actor.shard_parameters."},
+       "Activation checkpointing in the actor update: each decoder layer keeps only its input and is recomputed in backward (same gradients, less memory, about a third more compute). Always on with actor.shard_parameters."},
 
       // ---- actor_rollout_ref.actor ----
       {"actor_rollout_ref.actor.optim.lr", T::kDouble, "1.0e-6", "", false, O::kVerl, "AdamW learning rate."},
@@ -65,29 +61,15 @@ const std::vector<ConfigKeySpec>& Table() {
       {"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", T::kOptionalInt, "null", "", false, O::kVerl,
        "Samples per forward/backward pass on one rank (gradient accumulation); null means the whole mini-batch."},
       {"actor_rollout_ref.actor.use_dynamic_bsz", T::kBool, "false", "", false, O::kVerl,
-       "Cut each mini-batch into micro-batches by a token budget (ppo_max_token_len_per_gpu) instead of a number of "
-       "samples: sequences longest first, as many per pass as fit. Every pass (fixed or dynamic) drops the padding "
-       "columns none of its sequences uses."},
+       "Cut each mini-batch into micro-batches by a token budget (ppo_max_token_len_per_gpu) instead of a number of samples: sequences longest first, as many per pass as fit. Every pass (fixed or dynamic) drops the padding columns none of its sequences uses."},
       {"actor_rollout_ref.actor.ppo_max_token_len_per_gpu", T::kInt, "16384", "", false, O::kVerl,
-       "With use_dynamic_bsz: the most tokens one forward/backward pass takes on a rank, counted as the tokens the "
-       "pass computes: samples x the longest sample (the padded passes roll each sample past its prompt's left "
-       "padding), samples x (longest prompt + longest response, in columns) for every pass of a step whose batch holds "
-       "a sample with holes in its attention mask (or with VERL_CAUSAL_PASSES=0 set), the samples' tokens with "
-       "use_remove_padding (a shared prompt's once with use_prefix_grouper); at least data.max_prompt_length + "
-       "data.max_response_length."},
+       "With use_dynamic_bsz: the most tokens one forward/backward pass takes on a rank, counted as the tokens the pass computes: samples x the longest sample (the padded passes roll each sample past its prompt's left padding), samples x (longest prompt + longest response, in columns) for every pass of a step whose batch holds a sample with holes in its attention mask (or with VERL_CAUSAL_PASSES=0 set), the samples' tokens with use_remove_padding (a shared prompt's once with use_prefix_grouper); at least data.max_prompt_length + data.max_response_length."},
       {"actor_rollout_ref.actor.ppo_epochs", T::kInt, "1", "", false, O::kVerl,
        "Passes over each step's batch in the actor update."},
       {"actor_rollout_ref.actor.shuffle", T::kBool, "false", "", false, O::kVerl,
        "Shuffle samples between mini-batches in the actor update."},
       {"actor_rollout_ref.actor.use_prefix_grouper", T::kBool, "false", "", false, O::kVerl,
-       "The actor's passes (old log-probs, update) and the ref's run packed (as with use_remove_padding), the samples "
-       "of one prompt sharing one run of it: the prompt's tokens are computed once per pass instead of once per sample "
-       "(rollout.n times), and each response attends to them; the same log-probs and gradients but for rounding. With "
-       "use_dynamic_bsz a prompt's samples go to the same pass where they fit and its tokens count once (fixed "
-       "micro-batches share within runs of consecutive samples; actor.shuffle spreads a prompt's samples over "
-       "mini-batches, so less is shared). Attention still runs over each sample's prompt + response (gathered rows, "
-       "cuDNN on GPUs), so with long prompts and short responses a pass's attention memory approaches the unshared "
-       "pass's. Unlike verl's, works with use_dynamic_bsz and use_remove_padding."},
+       "The actor's passes (old log-probs, update) and the ref's run packed (as with use_remove_padding), the samples of one prompt sharing one run of it: the prompt's tokens are computed once per pass instead of once per sample (rollout.n times), and each response attends to them; the same log-probs and gradients but for rounding. With use_dynamic_bsz a prompt's samples go to the same pass where they fit and its tokens count once (fixed micro-batches share within runs of consecutive samples; actor.shuffle spreads a prompt's samples over mini-batches, so less is shared). Attention still runs over each sample's prompt + response (gathered rows, cuDNN on GPUs), so with long prompts and short responses a pass's attention memory approaches the unshared pass's. Unlike verl's, works with use_dynamic_bsz and use_remove_padding."},
       {"actor_rollout_ref.actor.defer_first_mini_batch_log_probs", T::kBool, "true", "", false, O::kOurs,
        "The old log-prob pass skips the samples of the update's first mini-batch: the update's own forward reaches "
        "them before any optimizer step, so their old log-probs are its log-probs, detached (verl does the same when a "
@@ -109,13 +91,14 @@ const std::vector<ConfigKeySpec>& Table() {
        "Weight of the entropy bonus in the actor loss."},
       {"actor_rollout_ref.actor.use_kl_loss", T::kBool, "false", "", false, O::kVerl,
        "Add a KL(actor || ref) term to the actor loss (GRPO style)."},
-      {"actor_rollout_ref.actor.kl_loss_coef", T::kDouble, "0.001", "", false, O::kVerl, "Weight of the KL loss term."},
+      {"actor_rollout_ref.actor.kl_loss_coef", T::kDouble, "0.001", "", false, O::kVerl,
+       "Weight of the KL loss term."},
       {"actor_rollout_ref.actor.kl_loss_type", T::kString, "low_var_kl", "kl|k1|abs|mse|k2|low_var_kl|k3", false,
        O::kVerl, "KL estimator of the KL loss term."},
       {"actor_rollout_ref.actor.grad_clip", T::kDouble, "1.0", "", false, O::kVerl,
        "Gradient clipping by global norm."},
-      {"actor_rollout_ref.actor.policy_loss.loss_mode", T::kString, "vanilla", "vanilla|gspo|gpg|cispo|clip_cov|kl_cov",
-       false, O::kVerl, "Policy loss of the actor update."},
+      {"actor_rollout_ref.actor.policy_loss.loss_mode", T::kString, "vanilla",
+       "vanilla|gspo|gpg|cispo|clip_cov|kl_cov", false, O::kVerl, "Policy loss of the actor update."},
       {"actor_rollout_ref.actor.policy_loss.clip_cov_ratio", T::kDouble, "0.0002", "", false, O::kVerl,
        "clip_cov: fraction of tokens whose gradient is detached."},
       {"actor_rollout_ref.actor.policy_loss.clip_cov_lb", T::kDouble, "1.0", "", false, O::kVerl,
@@ -129,74 +112,52 @@ const std::vector<ConfigKeySpec>& Table() {
       {"actor_rollout_ref.actor.tis_imp_ratio_cap", T::kDouble, "-1.0", "", false, O::kVerl,
        "Truncated importance sampling against the rollout log-probs: cap of the per-token weight; -1 disables."},
       {"actor_rollout_ref.actor.shard_optimizer_state", T::kBool, "true", "", false, O::kOurs,
-       "Over several data-parallel ranks, each rank keeps and updates the AdamW moments of only its share of the "
-       "parameters, then broadcasts them (ZeRO stage 1): optimizer memory per rank falls with the ranks. No effect on "
-       "one rank."},
+       "Over several data-parallel ranks, each rank keeps and updates the AdamW moments of only its share of the parameters, then broadcasts them (ZeRO stage 1): optimizer memory per rank falls with the ranks. No effect on one rank."},
       {"actor_rollout_ref.actor.shard_parameters", T::kBool, "false", "", false, O::kOurs,
-       "Over several data-parallel ranks, shard the actor's (and the ref's) parameters, gradients and optimizer state "
-       "(ZeRO stage 3, FSDP FULL_SHARD): each rank keeps 1/ranks of each layer, gathers a layer just before using it "
-       "and drops it after; layers are recomputed in backward (activation checkpointing). Generation gathers the whole "
-       "actor for the rollout. No effect on one rank."},
+       "Over several data-parallel ranks, shard the actor's (and the ref's) parameters, gradients and optimizer state (ZeRO stage 3, FSDP FULL_SHARD): each rank keeps 1/ranks of each layer, gathers a layer just before using it and drops it after; layers are recomputed in backward (activation checkpointing). Generation gathers the whole actor for the rollout. No effect on one rank."},
       {"actor_rollout_ref.actor.fsdp_config.optimizer_offload", T::kBool, "false", "", false, O::kVerl,
-       "Keep the actor's AdamW state (moments and a float32 master copy) in host memory and update there; GPU ranks "
-       "only (CPU ranks keep it there anyway)."},
+       "Keep the actor's AdamW state (moments and a float32 master copy) in host memory and update there; GPU ranks only (CPU ranks keep it there anyway)."},
 
       // ---- actor_rollout_ref.rollout ----
       {"actor_rollout_ref.rollout.n", T::kInt, "1", "", false, O::kVerl, "Responses sampled per prompt."},
       {"actor_rollout_ref.rollout.temperature", T::kDouble, "1.0", "", false, O::kVerl, "Sampling temperature."},
-      {"actor_rollout_ref.rollout.top_k", T::kInt, "-1", "", false, O::kVerl, "Top-k sampling; -1 (or 0) disables it."},
+      {"actor_rollout_ref.rollout.top_k", T::kInt, "-1", "", false, O::kVerl,
+       "Top-k sampling; -1 (or 0) disables it."},
       {"actor_rollout_ref.rollout.top_p", T::kDouble, "1.0", "", false, O::kVerl,
        "Nucleus sampling probability mass, in (0, 1]."},
       {"actor_rollout_ref.rollout.do_sample", T::kBool, "true", "", false, O::kVerl,
        "Sample (true) or decode greedily (false)."},
-      {"actor_rollout_ref.rollout.log_prob_use_dynamic_bsz", T::kBool, "${actor_rollout_ref.actor.use_dynamic_bsz}", "",
-       false, O::kVerl, "Old log-probs in passes cut by a token budget (log_prob_max_token_len_per_gpu)."},
+      {"actor_rollout_ref.rollout.log_prob_use_dynamic_bsz", T::kBool, "${actor_rollout_ref.actor.use_dynamic_bsz}",
+       "", false, O::kVerl, "Old log-probs in passes cut by a token budget (log_prob_max_token_len_per_gpu)."},
       {"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu", T::kInt,
        "${actor_rollout_ref.actor.ppo_max_token_len_per_gpu}", "", false, O::kVerl,
        "With log_prob_use_dynamic_bsz: the most tokens per old-log-prob forward pass on a rank."},
       {"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", T::kOptionalInt, "null", "", false, O::kVerl,
        "Samples per forward pass when computing old log-probs; null means the whole batch of the rank."},
       {"actor_rollout_ref.rollout.gather_layer_by_layer", T::kBool, "false", "", false, O::kOurs,
-       "With actor_rollout_ref.actor.shard_parameters: generate gathering one layer at a time for every decoding step, "
-       "so no rank ever holds the whole actor (a collective per layer per token: slow), instead of gathering the whole "
-       "actor once per rollout."},
+       "With actor_rollout_ref.actor.shard_parameters: generate gathering one layer at a time for every decoding step, so no rank ever holds the whole actor (a collective per layer per token: slow), instead of gathering the whole actor once per rollout."},
       {"actor_rollout_ref.rollout.enforce_eager", T::kBool, "false", "", false, O::kVerl,
-       "GPU ranks: false replays each decoding step (forward, LM head, sampling) as a CUDA graph captured at its first "
-       "use per batch-size bucket (powers of two up to the slot count); true launches every kernel eagerly. No effect "
-       "on CPU ranks or models the decode kernel does not take (head_dim 64 or 128, at most 8 query heads per KV "
-       "head)."},
+       "GPU ranks: false replays each decoding step (forward, LM head, sampling) as a CUDA graph captured at its first use per batch-size bucket (powers of two up to the slot count); true launches every kernel eagerly. No effect on CPU ranks or models the decode kernel does not take (head_dim 64 or 128, at most 8 query heads per KV head)."},
       {"actor_rollout_ref.rollout.ignore_eos", T::kBool, "false", "", false, O::kVerl,
-       "Keep sampling past EOS tokens until data.max_response_length (vLLM's ignore_eos, as verl passes it): every "
-       "response is full length and may hold EOS tokens inside it. For benchmarks with fixed lengths; off, a response "
-       "ends at its first EOS."},
+       "Keep sampling past EOS tokens until data.max_response_length (vLLM's ignore_eos, as verl passes it): every response is full length and may hold EOS tokens inside it. For benchmarks with fixed lengths; off, a response ends at its first EOS."},
       {"actor_rollout_ref.rollout.enable_prefix_caching", T::kBool, "true", "", false, O::kVerl,
-       "GPU ranks (the decode kernel): the rollout.n samples of a prompt read its keys and values from one KV cache "
-       "slot instead of a copy each (the prefill writes the prompt once; when the sample holding it ends first, the "
-       "prompt moves to one still running). The same tokens and log-probs bit for bit; decoding reads less memory. "
-       "Only a prompt's own samples share, while one of them runs (no cache across prompts or steps), and each slot "
-       "keeps room for its prompt. No effect with rollout.n = 1, on CPU ranks or with models the decode kernel does "
-       "not take (head_dim 64 or 128, at most 8 query heads per KV head)."},
+       "GPU ranks (the decode kernel): the rollout.n samples of a prompt read its keys and values from one KV cache slot instead of a copy each (the prefill writes the prompt once; when the sample holding it ends first, the prompt moves to one still running). The same tokens and log-probs bit for bit; decoding reads less memory. Only a prompt's own samples share, while one of them runs (no cache across prompts or steps), and each slot keeps room for its prompt. No effect with rollout.n = 1, on CPU ranks or with models the decode kernel does not take (head_dim 64 or 128, at most 8 query heads per KV head)."},
       {"actor_rollout_ref.rollout.max_num_seqs", T::kInt, "1024", "", false, O::kVerl,
-       "Continuous batching: the most sequences decoding at once, each in a slot of a KV cache allocated at the start "
-       "of the rollout; when one ends, the next waiting prompt takes its slot. On a GPU also bounded by "
-       "gpu_memory_utilization."},
+       "Continuous batching: the most sequences decoding at once, each in a slot of a KV cache allocated at the start of the rollout; when one ends, the next waiting prompt takes its slot. On a GPU also bounded by gpu_memory_utilization."},
       {"actor_rollout_ref.rollout.max_num_batched_tokens", T::kInt, "8192", "", false, O::kVerl,
-       "Waiting prompts are prefilled in groups of at most this many tokens (prompts in the group x its longest "
-       "prompt; the rollout.n samples of a prompt share one prefill); a longer prompt is prefilled alone."},
+       "Waiting prompts are prefilled in groups of at most this many tokens (prompts in the group x its longest prompt; the rollout.n samples of a prompt share one prefill); a longer prompt is prefilled alone."},
       {"actor_rollout_ref.rollout.gpu_memory_utilization", T::kDouble, "0.5", "", false, O::kVerl,
-       "GPU ranks: the share of the device's memory the rollout may fill, what is allocated already (weights, "
-       "optimizer state) plus its KV cache; the number of cache slots is what fits, at most max_num_seqs. A share too "
-       "small for one sequence is an error naming the numbers. No effect on CPU ranks."},
+       "GPU ranks: the share of the device's memory the rollout may fill, what is allocated already (weights, optimizer state) plus its KV cache; the number of cache slots is what fits, at most max_num_seqs. A share too small for one sequence is an error naming the numbers. No effect on CPU ranks."},
       {"actor_rollout_ref.rollout.update_weights_bucket_megabytes", T::kInt, "512", "", false, O::kVerl,
-       "Split placement (resource_pool.rollout_ranks > 0): the actor's weights go to the rollout ranks in buckets of "
-       "at most this many MB, each under cluster.comm_timeout_s."},
+       "Split placement (resource_pool.rollout_ranks > 0): the actor's weights go to the rollout ranks in buckets of at most this many MB, each under cluster.comm_timeout_s."},
       {"actor_rollout_ref.rollout.val_kwargs.temperature", T::kDouble, "0.0", "", false, O::kVerl,
        "Validation sampling temperature."},
       {"actor_rollout_ref.rollout.val_kwargs.top_k", T::kInt, "-1", "", false, O::kVerl, "Validation top-k."},
       {"actor_rollout_ref.rollout.val_kwargs.top_p", T::kDouble, "1.0", "", false, O::kVerl, "Validation top-p."},
       {"actor_rollout_ref.rollout.val_kwargs.do_sample", T::kBool, "false", "", false, O::kVerl,
        "Sample during validation (false: greedy)."},
-      {"actor_rollout_ref.rollout.val_kwargs.n", T::kInt, "1", "", false, O::kVerl, "Responses per validation prompt."},
+      {"actor_rollout_ref.rollout.val_kwargs.n", T::kInt, "1", "", false, O::kVerl,
+       "Responses per validation prompt."},
 
       // ---- actor_rollout_ref.ref ----
       {"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", T::kOptionalInt, "null", "", false, O::kVerl,
@@ -246,11 +207,11 @@ const std::vector<ConfigKeySpec>& Table() {
        "Prompts per critic optimizer step."},
       {"critic.ppo_micro_batch_size_per_gpu", T::kOptionalInt, "null", "", false, O::kVerl,
        "Samples per critic forward/backward; null means the whole mini-batch."},
-      {"critic.forward_micro_batch_size_per_gpu", T::kOptionalInt, "${critic.ppo_micro_batch_size_per_gpu}", "", false,
-       O::kVerl, "Samples per forward pass when computing values; null means the whole batch of the rank."},
+      {"critic.forward_micro_batch_size_per_gpu", T::kOptionalInt, "${critic.ppo_micro_batch_size_per_gpu}", "",
+       false, O::kVerl,
+       "Samples per forward pass when computing values; null means the whole batch of the rank."},
       {"critic.use_dynamic_bsz", T::kBool, "${actor_rollout_ref.actor.use_dynamic_bsz}", "", false, O::kVerl,
-       "Critic passes cut by token budgets (ppo_max_token_len_per_gpu, forward_max_token_len_per_gpu), as the "
-       "actor's."},
+       "Critic passes cut by token budgets (ppo_max_token_len_per_gpu, forward_max_token_len_per_gpu), as the actor's."},
       {"critic.ppo_max_token_len_per_gpu", T::kInt, "32768", "", false, O::kVerl,
        "With use_dynamic_bsz: the most tokens per critic forward/backward pass on a rank."},
       {"critic.forward_max_token_len_per_gpu", T::kInt, "${critic.ppo_max_token_len_per_gpu}", "", false, O::kVerl,
@@ -280,7 +241,8 @@ const std::vector<ConfigKeySpec>& Table() {
       {"trainer.nnodes", T::kInt, "1", "", false, O::kVerl, "Number of worker nodes."},
       {"trainer.n_gpus_per_node", T::kInt, "1", "", false, O::kVerlChanged,
        "Ranks per node: GPUs, or CPU slots when trainer.device=cpu (verl: 8)."},
-      {"trainer.device", T::kString, "cpu", "cpu|cuda", false, O::kVerlChanged, "Device of the ranks (verl: cuda)."},
+      {"trainer.device", T::kString, "cpu", "cpu|cuda", false, O::kVerlChanged,
+       "Device of the ranks (verl: cuda)."},
       {"trainer.total_epochs", T::kInt, "30", "", false, O::kVerl, "Passes over the training set."},
       {"trainer.total_training_steps", T::kOptionalInt, "null", "", false, O::kVerl,
        "Stop after this many steps; null derives it from total_epochs and the dataset size."},
@@ -292,29 +254,23 @@ const std::vector<ConfigKeySpec>& Table() {
        "Steps that update only the critic before the actor starts updating."},
       {"trainer.default_local_dir", T::kString, "checkpoints/${trainer.project_name}/${trainer.experiment_name}", "",
        false, O::kVerl, "Checkpoint directory."},
-      {"trainer.max_actor_ckpt_to_keep", T::kOptionalInt, "null", "", false, O::kVerl,
-       "Keep at most this many global_step_N checkpoints (older ones are deleted after a newer one is complete); null "
-       "keeps all."},
-      {"trainer.max_critic_ckpt_to_keep", T::kOptionalInt, "null", "", false, O::kVerl,
-       "As trainer.max_actor_ckpt_to_keep for the critic; actor and critic share each global_step_N directory, so a "
-       "directory is deleted only when both limits allow it."},
+      {"trainer.max_actor_ckpt_to_keep", T::kOptionalInt, "null", "", false, O::kVerl, "Keep at most this many global_step_N checkpoints (older ones are deleted after a newer one is complete); null keeps all."},
+      {"trainer.max_critic_ckpt_to_keep", T::kOptionalInt, "null", "", false, O::kVerl, "As trainer.max_actor_ckpt_to_keep for the critic; actor and critic share each global_step_N directory, so a directory is deleted only when both limits allow it."},
       {"trainer.resume_mode", T::kString, "auto", "auto|disable|resume_path", false, O::kVerl,
        "auto: resume from the latest checkpoint in default_local_dir; resume_path: from resume_from_path."},
       {"trainer.resume_from_path", T::kString, "\"\"", "", false, O::kVerl,
        "Checkpoint (global_step_N directory) to resume from when resume_mode=resume_path."},
       {"trainer.rollout_data_dir", T::kString, "\"\"", "", false, O::kVerl,
        "If set, dump each step's prompts, responses and scores as jsonl here."},
-      {"trainer.log_dir", T::kString, "outputs/${trainer.project_name}/${trainer.experiment_name}", "", false, O::kOurs,
-       "Directory of metrics.jsonl and the controller log."},
+      {"trainer.log_dir", T::kString, "outputs/${trainer.project_name}/${trainer.experiment_name}", "", false,
+       O::kOurs, "Directory of metrics.jsonl and the controller log."},
       {"trainer.seed", T::kInt, "1", "", false, O::kOurs, "Seed of sampling and weight initialization."},
 
       // ---- cluster ----
       {"cluster.worker_addresses", T::kStringList, "[]", "", false, O::kOurs,
        "host:port of running verl-worker daemons, one per node (trainer.nnodes), each started with --ranks "
        "trainer.n_gpus_per_node; empty starts local workers."},
-      {"cluster.comm_backend", T::kString, "auto", "auto|host", false, O::kOurs,
-       "Collectives between ranks: auto uses NCCL when every rank is on a GPU of a worker built with NCCL, else the "
-       "host (TCP) backend; host forces the host backend."},
+      {"cluster.comm_backend", T::kString, "auto", "auto|host", false, O::kOurs, "Collectives between ranks: auto uses NCCL when every rank is on a GPU of a worker built with NCCL, else the host (TCP) backend; host forces the host backend."},
       {"cluster.comm_timeout_s", T::kDouble, "600.0", "", false, O::kOurs,
        "Deadline of every collective between ranks (gradient all-reduce, batch statistics), in seconds; a rank that "
        "stops answering turns into an error naming it within this time."},
@@ -322,7 +278,8 @@ const std::vector<ConfigKeySpec>& Table() {
        "verl-worker executable for local workers; empty means the one next to the controller."},
       {"cluster.num_threads_per_rank", T::kInt, "0", "", false, O::kOurs,
        "CPU threads per rank (intra-op); 0 uses all cores divided among the local ranks."},
-      {"cluster.rpc_timeout_s", T::kDouble, "600.0", "", false, O::kOurs, "Deadline of a worker RPC, in seconds."},
+      {"cluster.rpc_timeout_s", T::kDouble, "600.0", "", false, O::kOurs,
+       "Deadline of a worker RPC, in seconds."},
       {"cluster.heartbeat_interval_s", T::kDouble, "2.0", "", false, O::kOurs,
        "How often the controller checks that each worker still answers (Health), in seconds."},
       {"cluster.heartbeat_timeout_s", T::kDouble, "10.0", "", false, O::kOurs,
@@ -336,15 +293,9 @@ const std::vector<ConfigKeySpec>& Table() {
       {"cluster.worker_start_timeout_s", T::kDouble, "60.0", "", false, O::kOurs,
        "How long to wait for a local worker to come up, in seconds."},
       {"resource_pool.critic_ranks", T::kInt, "0", "", false, O::kOurs,
-       "Ranks given to the critic alone (split placement; needs a critic, algorithm.adv_estimator=gae): as many as the "
-       "actor's, placed after them; each holds the rows of its actor rank, computes values and updates the critic, "
-       "while values and returns move rank to rank and the critic's update runs alongside the actor's. 0: the critic "
-       "on the actor's ranks."},
+       "Ranks given to the critic alone (split placement; needs a critic, algorithm.adv_estimator=gae): as many as the actor's, placed after them; each holds the rows of its actor rank, computes values and updates the critic, while values and returns move rank to rank and the critic's update runs alongside the actor's. 0: the critic on the actor's ranks."},
       {"resource_pool.rollout_ranks", T::kInt, "0", "", false, O::kOurs,
-       "Ranks given to the rollout alone (split placement): the last this many of the trainer.nnodes * "
-       "trainer.n_gpus_per_node ranks only generate and score, the others hold the actor, ref and critic and train; "
-       "responses move rank to rank to the training ranks and the actor's weights back after each update. 0: every "
-       "role on every rank (colocated, verl's hybrid engine: the rollout reads the actor's weights in place)."},
+       "Ranks given to the rollout alone (split placement): the last this many of the trainer.nnodes * trainer.n_gpus_per_node ranks only generate and score, the others hold the actor, ref and critic and train; responses move rank to rank to the training ranks and the actor's weights back after each update. 0: every role on every rank (colocated, verl's hybrid engine: the rollout reads the actor's weights in place)."},
   };
   return *table;
 }

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status/status_macros.h"
 #include "common/text/byte_level.h"
@@ -701,21 +702,14 @@ bool Tokenizer::IsSpecial(int32_t id) const {
 }
 
 std::string CleanUpTokenizationSpaces(std::string text) {
+  // One pair at a time, as transformers chains str.replace (a single pair is left to right, non-overlapping).
   static constexpr std::pair<std::string_view, std::string_view> kReplacements[] = {
       {" .", "."},     {" ?", "?"},   {" !", "!"},   {" ,", ","},     {" ' ", "'"},
       {" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"},
   };
   for (const auto& [from, to] : kReplacements) {
-    std::string out;
-    out.reserve(text.size());
-    size_t pos = 0;
-    for (size_t hit = text.find(from); hit != std::string::npos; hit = text.find(from, pos)) {
-      out.append(text, pos, hit - pos);
-      out.append(to);
-      pos = hit + from.size();
-    }
-    out.append(text, pos, std::string::npos);
-    text = std::move(out);
+    text = absl::StrReplaceAll(text, {{absl::string_view(from.data(), from.size()),
+                                       absl::string_view(to.data(), to.size())}});
   }
   return text;
 }

@@ -1,8 +1,5 @@
 #include "controller/service/serve.h"
 
-#include <grpcpp/ext/health_check_service_server_builder_option.h>
-#include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -13,6 +10,10 @@
 #include <iostream>
 #include <memory>
 #include <thread>
+
+#include <grpcpp/ext/health_check_service_server_builder_option.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 
 #include "absl/strings/numbers.h"
 #include "common/config/flag_reader.h"
@@ -30,8 +31,7 @@ namespace {
 constexpr char kTokenEnv[] = "VERL_JOB_TOKEN";
 
 void Usage(std::ostream& out) {
-  out << "usage: verl-controller serve [--listen HOST:PORT] [--state-dir DIR] [--token-file FILE | "
-         "--insecure-no-auth]\n"
+  out << "usage: verl-controller serve [--listen HOST:PORT] [--state-dir DIR] [--token-file FILE | --insecure-no-auth]\n"
          "                            [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n"
          "                            [--metrics-listen HOST:PORT] [--max-request-bytes N] [--ready-file FILE]\n"
          "                            [--log-level LEVEL]\n"
@@ -68,30 +68,21 @@ int ServeMain(const std::vector<std::string>& args, const std::string& worker_bi
   FlagReader flags("verl-controller serve", args);
   while (flags.Next()) {
     const std::string& a = flags.name();
+    auto value = [&](std::string* out) { return flags.Value(out); };
     std::string v;
     bool ok = true;
-    if (a == "--listen")
-      ok = flags.Value(&listen);
-    else if (a == "--state-dir")
-      ok = flags.Value(&state_dir);
-    else if (a == "--token-file")
-      ok = flags.Value(&token_file);
-    else if (a == "--insecure-no-auth")
-      ok = no_auth = flags.NoValue();
-    else if (a == "--tls-cert")
-      ok = flags.Value(&tls.cert);
-    else if (a == "--tls-key")
-      ok = flags.Value(&tls.key);
-    else if (a == "--tls-client-ca")
-      ok = flags.Value(&tls.client_ca);
-    else if (a == "--metrics-listen")
-      ok = flags.Value(&metrics_listen);
-    else if (a == "--ready-file")
-      ok = flags.Value(&ready_file);
-    else if (a == "--log-level")
-      ok = flags.Value(&log_level);
+    if (a == "--listen") ok = value(&listen);
+    else if (a == "--state-dir") ok = value(&state_dir);
+    else if (a == "--token-file") ok = value(&token_file);
+    else if (a == "--insecure-no-auth") no_auth = ok = flags.NoValue();
+    else if (a == "--tls-cert") ok = value(&tls.cert);
+    else if (a == "--tls-key") ok = value(&tls.key);
+    else if (a == "--tls-client-ca") ok = value(&tls.client_ca);
+    else if (a == "--metrics-listen") ok = value(&metrics_listen);
+    else if (a == "--ready-file") ok = value(&ready_file);
+    else if (a == "--log-level") ok = value(&log_level);
     else if (a == "--max-request-bytes") {
-      ok = flags.Value(&v);
+      ok = value(&v);
       if (ok && (!absl::SimpleAtoi(v, &max_request_bytes) || max_request_bytes < 1024 ||
                  max_request_bytes > (int64_t{1} << 30))) {
         std::cerr << "verl-controller serve: --max-request-bytes must be an integer in [1024, 2^30], got '" << v

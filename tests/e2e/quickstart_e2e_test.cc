@@ -181,15 +181,15 @@ pid_t WorkerPid(const fs::path& log) {
   return pids.empty() ? -1 : pids.back();
 }
 
-// Kills (SIGKILL) the newest worker of `worker_log` once `metrics` has `lines` lines; returns its pid, -1 if that
-// never happened within 120 s.
-std::thread KillWorkerAt(const fs::path& metrics, size_t lines, const fs::path& worker_log, pid_t* killed) {
+// Sends `signal` to the newest worker of `worker_log` once `metrics` has `lines` lines; its pid goes to `*pid` (-1
+// if that never happened within 120 s).
+std::thread SignalWorkerAt(const fs::path& metrics, size_t lines, const fs::path& worker_log, int signal, pid_t* pid) {
   return std::thread([=] {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
     while (std::chrono::steady_clock::now() < deadline) {
       if (CompleteLines(metrics) >= lines) {
-        *killed = WorkerPid(worker_log);
-        if (*killed > 0) ::kill(*killed, SIGKILL);
+        *pid = WorkerPid(worker_log);
+        if (*pid > 0) ::kill(*pid, signal);
         return;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -204,7 +204,7 @@ TEST_CASE("a worker killed mid-run is restarted from the last checkpoint and eve
   const fs::path worker_log = ws.dir / "out/workers/worker-0.log";
   // Kill the worker (SIGKILL, no goodbye) once step 16 is logged: the last checkpoint is then step 10.
   pid_t killed = -1;
-  std::thread killer = KillWorkerAt(metrics, 16, worker_log, &killed);
+  std::thread killer = SignalWorkerAt(metrics, 16, worker_log, SIGKILL, &killed);
   const int rc = ws.Controller("trainer.total_training_steps=30 trainer.save_freq=10 trainer.test_freq=-1", "run.log");
   killer.join();
   const std::string log = ReadFile(ws.dir / "run.log");
@@ -238,7 +238,7 @@ TEST_CASE("a worker killed after resuming from trainer.resume_from_path recovers
   REQUIRE(fs::is_directory(resumed));
   const fs::path metrics = ws.dir / "out/metrics.jsonl";
   pid_t killed = -1;
-  std::thread killer = KillWorkerAt(metrics, 16, ws.dir / "out/workers/worker-0.log", &killed);
+  std::thread killer = SignalWorkerAt(metrics, 16, ws.dir / "out/workers/worker-0.log", SIGKILL, &killed);
   const int rc = ws.Controller(
       "trainer.total_training_steps=30 trainer.save_freq=100 trainer.test_freq=-1 "
       "trainer.resume_mode=resume_path trainer.resume_from_path=" +
@@ -262,17 +262,7 @@ TEST_CASE("a hung worker (SIGSTOP) misses its heartbeat and is replaced; the job
   const fs::path metrics = ws.dir / "out/metrics.jsonl";
   const fs::path worker_log = ws.dir / "out/workers/worker-0.log";
   pid_t stopped = -1;
-  std::thread stopper([&] {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (CompleteLines(metrics) >= 16) {
-        stopped = WorkerPid(worker_log);
-        if (stopped > 0) ::kill(stopped, SIGSTOP);
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  });
+  std::thread stopper = SignalWorkerAt(metrics, 16, worker_log, SIGSTOP, &stopped);
   const auto start = std::chrono::steady_clock::now();
   const int rc = ws.Controller("trainer.total_training_steps=30 trainer.save_freq=10 trainer.test_freq=-1 "
                                "cluster.heartbeat_interval_s=0.2 cluster.heartbeat_timeout_s=2.0",

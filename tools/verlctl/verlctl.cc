@@ -16,7 +16,6 @@
 // Exit status: 0 success (watch: the job succeeded); 1 the server refused or could not be reached (the gRPC code and
 // message are printed); 2 bad usage; 4 the watched job failed; 5 it was cancelled.
 
-#include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -30,6 +29,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <google/protobuf/util/json_util.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"

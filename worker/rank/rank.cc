@@ -11,10 +11,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <functional>
+#include <cstdlib>
+#include <fstream>
+#include <filesystem>
 #include <limits>
 #include <map>
 #include <memory>

@@ -1,10 +1,9 @@
 #include "common/config/config_loader.h"
 
-#include <unistd.h>
+#include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <atomic>
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +11,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "common/config/config_schema.h"
 #include "common/config/config_tree.h"
