@@ -13,11 +13,17 @@ namespace verl {
 
 absl::Status PickRootCause(const std::vector<absl::Status>& statuses) {
   const absl::Status* first = nullptr;
+  const absl::Status* lost = nullptr;  // the first UNAVAILABLE: a peer (or its worker) went away
   for (const absl::Status& s : statuses) {
     if (s.ok()) continue;
     if (first == nullptr) first = &s;
-    if (!absl::IsUnavailable(s) && !absl::IsAborted(s)) return s;
+    if (absl::IsUnavailable(s)) {
+      if (lost == nullptr) lost = &s;
+    } else if (!absl::IsAborted(s)) {
+      return s;
+    }
   }
+  if (lost != nullptr) return *lost;
   return first == nullptr ? absl::OkStatus() : *first;
 }
 

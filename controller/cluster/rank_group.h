@@ -31,8 +31,9 @@ struct RankAddress {
 };
 
 // Of several ranks' failures, the one to report: the first (in rank order) that is not merely a consequence of
-// another rank failing (a collective that saw its peer go away: UNAVAILABLE or ABORTED), else the first. OK when all
-// are OK.
+// another rank failing (a collective that saw its peer go away: UNAVAILABLE or ABORTED), else the first UNAVAILABLE
+// (a worker or its peer went away: the controller recovers from that), else the first (ABORTED: a communicator the
+// controller's relay aborted, which rank 0 may report before rank 1's lost connection). OK when all are OK.
 absl::Status PickRootCause(const std::vector<absl::Status>& statuses);
 
 // Merges the metrics of several ranks: keys ending in "/max" take the maximum, "/min" the minimum, the rest the mean
