@@ -14,10 +14,10 @@ using O = ConfigOrigin;
 const std::vector<ConfigKeySpec>& Table() {
   static const auto* table = new std::vector<ConfigKeySpec>{
       // ---- data ----
-      {"data.train_files", T::kString, "\"\"", "", true, O::kVerl,
-       "Training set: a parquet or jsonl file in verl's layout (required)."},
-      {"data.val_files", T::kString, "\"\"", "", false, O::kVerl,
-       "Validation set, same layout; empty disables validation."},
+      {"data.train_files", T::kStringList, "[]", "", true, O::kVerl,
+       "Training set: parquet or jsonl files in verl's layout, one path or a list, their rows in order (required)."},
+      {"data.val_files", T::kStringList, "[]", "", false, O::kVerl,
+       "Validation set: one path or a list, same layout; empty disables validation."},
       {"data.prompt_key", T::kString, "prompt", "", false, O::kVerl,
        "Column holding the prompt (a chat message list)."},
       {"data.max_prompt_length", T::kInt, "512", "", false, O::kVerl,

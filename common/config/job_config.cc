@@ -284,7 +284,13 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
   const TrainerConfig& t = c.trainer;
 
   // Required keys.
-  check(!d.train_files.empty(), "data.train_files is required: set it in the YAML file or with data.train_files=PATH");
+  check(!d.train_files.empty(),
+        "data.train_files is required: set it in the YAML file or with data.train_files=PATH (or =[PATH, PATH])");
+  for (const auto& [key, files] : {std::pair{"data.train_files", &d.train_files}, {"data.val_files", &d.val_files}}) {
+    for (size_t i = 0; i < files->size(); ++i) {
+      check(!(*files)[i].empty(), absl::StrCat(key, ": entry ", i + 1, " of ", files->size(), " is an empty path"));
+    }
+  }
   check(!c.actor_rollout_ref.model.path.empty(),
         "actor_rollout_ref.model.path is required: set it in the YAML file or with actor_rollout_ref.model.path=DIR");
 

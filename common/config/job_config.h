@@ -20,8 +20,8 @@ namespace verl {
 
 // data.*
 struct DataConfig {
-  std::string train_files;                 // required; parquet or jsonl
-  std::string val_files;                   // "" disables validation
+  std::vector<std::string> train_files;    // required; parquet or jsonl files, rows concatenated in order
+  std::vector<std::string> val_files;      // empty disables validation
   std::string prompt_key = "prompt";
   int64_t max_prompt_length = 512;         // tokens
   int64_t max_response_length = 512;       // tokens

@@ -284,7 +284,7 @@ class JobRunner::Impl {
     if (static_cast<int64_t>(train_.size()) < d.train_batch_size) {
       return absl::InvalidArgumentError(absl::StrCat("data.train_batch_size=", d.train_batch_size,
                                                      " is larger than the training set (", train_.size(),
-                                                     " prompts in ", d.train_files, ")"));
+                                                     " prompts in ", absl::StrJoin(d.train_files, ", "), ")"));
     }
     ASSIGN_OR_RETURN(ResumableSampler sampler,
                      ResumableSampler::Create(static_cast<int64_t>(train_.size()), d.train_batch_size, d.shuffle,
@@ -308,7 +308,19 @@ class JobRunner::Impl {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<std::vector<PreparedExample>> Prepare(const std::string& path, const std::string& key) {
+  // The prompts of `paths` (a data.*_files list), the files' rows one after another in the list's order, as verl
+  // concatenates them.
+  absl::StatusOr<std::vector<PreparedExample>> Prepare(const std::vector<std::string>& paths, const std::string& key) {
+    std::vector<PreparedExample> out;
+    for (const std::string& path : paths) {
+      ASSIGN_OR_RETURN(std::vector<PreparedExample> part, PrepareFile(path, key));
+      out.insert(out.end(), std::make_move_iterator(part.begin()), std::make_move_iterator(part.end()));
+    }
+    if (out.empty()) return absl::InvalidArgumentError(absl::StrCat(absl::StrJoin(paths, ", "), ": no usable prompts"));
+    return out;
+  }
+
+  absl::StatusOr<std::vector<PreparedExample>> PrepareFile(const std::string& path, const std::string& key) {
     if (!fs::exists(path)) return absl::NotFoundError(absl::StrCat(key, ": dataset '", path, "' does not exist"));
     DatasetOptions opts;
     opts.prompt_key = config_.data.prompt_key;
@@ -344,7 +356,6 @@ class JobRunner::Impl {
       out.push_back({std::move(ids), ex.data_source, ex.ground_truth, ex.extra_info_json});
     }
     if (filtered > 0) spdlog::info("{}: filtered {} prompts longer than {} tokens", path, filtered, max_len);
-    if (out.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": no usable prompts"));
     return out;
   }
 

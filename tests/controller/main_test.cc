@@ -253,6 +253,37 @@ TEST_CASE("verl-controller checks the model and data before starting workers", "
   CHECK_FALSE(fs::exists(job.dir().file("ckpt")));
 }
 
+TEST_CASE("data.train_files and data.val_files take lists, verl's quoted form included", "[controller][main]") {
+  Job job;
+  job.MakeInputs();  // train.parquet: 32 prompts; test.parquet: 8
+  const std::string both = "['" + job.train() + "', '" + job.val() + "']";
+  SECTION("the files' rows are concatenated") {
+    std::vector<std::string> argv = {Bin("verl-controller"), "--config", job.config()};
+    for (const std::string& o : job.BaseOverrides(/*real_worker=*/true)) argv.push_back(o);
+    for (const std::string o : {"data.train_files=" + both, "data.val_files=[" + job.val() + ", " + job.val() + "]",
+                                std::string("data.train_batch_size=40"), std::string("trainer.total_training_steps=1"),
+                                std::string("actor_rollout_ref.actor.ppo_mini_batch_size=40")}) {
+      argv.push_back(o);
+    }
+    RunResult r = testing::Run(argv, job.dir().path(), 120);
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 0);
+    CHECK_THAT(r.out + r.err, Catch::Contains("40 training prompts, 16 validation prompts"));
+  }
+  SECTION("a missing file in the list is named") {
+    const std::string missing = job.dir().file("data/nope.parquet");
+    RunResult r = job.Run(job.config(), {"data.train_files=[" + job.train() + ", " + missing + "]"});
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.err, Catch::Contains("data.train_files: dataset '" + missing + "' does not exist"));
+  }
+  SECTION("the batch check counts every file") {
+    RunResult r = job.Run(job.config(), {"data.train_files=" + both, "data.train_batch_size=64"});
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.err, Catch::Contains("larger than the training set (40 prompts in " + job.train() + ", " +
+                                      job.val() + ")"));
+  }
+}
+
 TEST_CASE("verl-controller reports a worker that fails to start", "[controller][main]") {
   Job job;
   job.MakeInputs();

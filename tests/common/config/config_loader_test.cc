@@ -116,7 +116,7 @@ TEST_CASE("a minimal config gets verl's defaults", "[config]") {
   INFO(job.status().ToString());
   REQUIRE(job.ok());
   const JobConfig& c = *job;
-  CHECK(c.data.train_files == "/data/train.parquet");
+  CHECK(c.data.train_files == std::vector<std::string>{"/data/train.parquet"});
   CHECK(c.data.val_files.empty());
   CHECK(c.data.prompt_key == "prompt");
   CHECK(c.data.max_prompt_length == 512);
@@ -227,7 +227,22 @@ TEST_CASE("command-line overrides", "[config]") {
                                   "data.train_batch_size=256"});
     INFO(job.status().ToString());
     REQUIRE(job.ok());
-    CHECK(job->data.train_files == "a.parquet");
+    CHECK(job->data.train_files == std::vector<std::string>{"a.parquet"});
+  }
+
+  SECTION("data files: one path or a list, verl's quoted form included") {
+    auto job = LoadJobConfig(path, {"data.train_files=['/d/gsm8k.parquet', '/d/math.parquet']",
+                                    "data.val_files=[/d/gsm8k_test.parquet, /d/math_test.parquet]"});
+    INFO(job.status().ToString());
+    REQUIRE(job.ok());
+    CHECK(job->data.train_files == std::vector<std::string>{"/d/gsm8k.parquet", "/d/math.parquet"});
+    CHECK(job->data.val_files == std::vector<std::string>{"/d/gsm8k_test.parquet", "/d/math_test.parquet"});
+    CHECK(LoadJobConfig(path, {"data.val_files=null"})->data.val_files.empty());
+    CHECK(LoadJobConfig(path, {"data.val_files=''"})->data.val_files.empty());
+    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"data.train_files=[a.parquet, '']"}).status(),
+                         "data.train_files: entry 2 of 2 is an empty path");
+    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"data.train_files=[]"}).status(), "data.train_files is required");
+    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"data.train_files={a: b}"}).status(), "data.train_files: expected");
   }
 
   SECTION("malformed override") {
