@@ -522,11 +522,17 @@ TEST_CASE("Shared prompts (use_prefix_grouper) run each prompt once, with the pa
     for (const auto& [name, p] : model->named_parameters()) grads.back().push_back(p.grad().clone());
   }
   REQUIRE(results[0].log_probs.abs().sum().item<double>() > 1.0);
+  // The gradients sum the same float32 terms in another order (packed rows, shared prompts): equal up to rounding
+  // relative to their size (2e-6 of the largest entry, as the bucket-grid check above allows).
+  double grad_scale = 0;
+  for (const at::Tensor& t : grads[0]) grad_scale = std::max(grad_scale, t.abs().max().item<double>());
+  INFO("gradient scale " << grad_scale);
+  REQUIRE(grad_scale > 0.1);
   for (int way = 1; way < 3; ++way) {
     INFO("way " << way);
     REQUIRE(MaxAbsDiff(results[way].log_probs, results[0].log_probs) < 1e-5);
     REQUIRE(MaxAbsDiff(results[way].entropy, results[0].entropy) < 1e-5);
-    REQUIRE(MaxDiff(grads[way], grads[0]) < 1e-5);
+    REQUIRE(MaxDiff(grads[way], grads[0]) < std::max(1e-5, 2e-6 * grad_scale));
   }
   // Outputs are exactly 0 outside the response mask.
   auto model = LoadModelOrDie(dir.path());
