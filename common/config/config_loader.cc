@@ -364,6 +364,12 @@ class Resolver {
       if (std::find(allowed.begin(), allowed.end(), g) != allowed.end()) continue;
       std::string msg = absl::StrCat(AV(spec.key), ": '", g, "' is not one of ",
                                      absl::StrJoin(allowed, ", "), " (", origin, ")");
+      if (spec.key == "trainer.logger" &&
+          (g == "wandb" || g == "swanlab" || g == "mlflow" || g == "vemlp_wandb" || g == "clearml" || g == "trackio")) {
+        absl::StrAppend(&msg, "; verl's '", g, "' tracker is not built in here: use tensorboard (event files under ",
+                        "trainer.log_dir/tensorboard, which trackers such as wandb can import) or prometheus");
+        return absl::InvalidArgumentError(msg);
+      }
       const std::string suggestion = SuggestClosest(g, allowed);
       if (!suggestion.empty()) absl::StrAppend(&msg, "; did you mean '", suggestion, "'?");
       return absl::InvalidArgumentError(msg);

@@ -117,6 +117,8 @@ const std::vector<ConfigKeySpec>& Table() {
        "Over several data-parallel ranks, shard the actor's (and the ref's) parameters, gradients and optimizer state (ZeRO stage 3, FSDP FULL_SHARD): each rank keeps 1/ranks of each layer, gathers a layer just before using it and drops it after; layers are recomputed in backward (activation checkpointing). Generation gathers the whole actor for the rollout. No effect on one rank."},
       {"actor_rollout_ref.actor.fsdp_config.optimizer_offload", T::kBool, "false", "", false, O::kVerl,
        "Keep the actor's AdamW state (moments and a float32 master copy) in host memory and update there; GPU ranks only (CPU ranks keep it there anyway)."},
+      {"actor_rollout_ref.actor.fsdp_config.param_offload", T::kBool, "false", "", false, O::kVerl,
+       "verl's parameter offload (FSDP CPUOffload): not available here, only false is accepted; the parameters stay on the rank's device (fsdp_config.optimizer_offload moves the larger AdamW state to host memory)."},
 
       // ---- actor_rollout_ref.rollout ----
       {"actor_rollout_ref.rollout.n", T::kInt, "1", "", false, O::kVerl, "Responses sampled per prompt."},
@@ -167,6 +169,8 @@ const std::vector<ConfigKeySpec>& Table() {
       {"actor_rollout_ref.ref.log_prob_max_token_len_per_gpu", T::kInt,
        "${actor_rollout_ref.actor.ppo_max_token_len_per_gpu}", "", false, O::kVerl,
        "With log_prob_use_dynamic_bsz: the most tokens per reference forward pass on a rank."},
+      {"actor_rollout_ref.ref.fsdp_config.param_offload", T::kBool, "false", "", false, O::kVerl,
+       "verl's parameter offload for the reference model: not available here, only false is accepted; its weights stay on the rank's device (shard_parameters divides them over several ranks)."},
 
       // ---- algorithm ----
       {"algorithm.adv_estimator", T::kString, "gae",
@@ -195,6 +199,8 @@ const std::vector<ConfigKeySpec>& Table() {
        "Activation checkpointing in the critic update, as actor_rollout_ref.model.enable_gradient_checkpointing."},
       {"critic.model.fsdp_config.optimizer_offload", T::kBool, "false", "", false, O::kVerl,
        "As actor_rollout_ref.actor.fsdp_config.optimizer_offload, for the critic."},
+      {"critic.model.fsdp_config.param_offload", T::kBool, "false", "", false, O::kVerl,
+       "As actor_rollout_ref.actor.fsdp_config.param_offload (only false is accepted), for the critic."},
       {"critic.optim.lr", T::kDouble, "1e-5", "", false, O::kVerl, "Critic learning rate."},
       {"critic.optim.weight_decay", T::kDouble, "0.01", "", false, O::kVerl, "Critic AdamW weight decay."},
       {"critic.optim.betas", T::kDoubleList, "[0.9, 0.999]", "", false, O::kVerl, "Critic AdamW betas."},

@@ -165,6 +165,7 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   r.Read("actor_rollout_ref.actor.shard_optimizer_state", &a.shard_optimizer_state);
   r.Read("actor_rollout_ref.actor.shard_parameters", &a.shard_parameters);
   r.Read("actor_rollout_ref.actor.fsdp_config.optimizer_offload", &a.optimizer_offload);
+  r.Read("actor_rollout_ref.actor.fsdp_config.param_offload", &a.param_offload);
 
   RolloutConfig& ro = c.actor_rollout_ref.rollout;
   r.Read("actor_rollout_ref.rollout.n", &ro.n);
@@ -196,6 +197,7 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   r.Read("actor_rollout_ref.ref.log_prob_use_dynamic_bsz", &c.actor_rollout_ref.ref.log_prob_use_dynamic_bsz);
   r.Read("actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
          &c.actor_rollout_ref.ref.log_prob_max_token_len_per_gpu);
+  r.Read("actor_rollout_ref.ref.fsdp_config.param_offload", &c.actor_rollout_ref.ref.param_offload);
 
   AlgorithmConfig& al = c.algorithm;
   r.Read("algorithm.adv_estimator", &al.adv_estimator);
@@ -229,6 +231,7 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   r.Read("critic.shuffle", &cr.shuffle);
   r.Read("critic.shard_optimizer_state", &cr.shard_optimizer_state);
   r.Read("critic.model.fsdp_config.optimizer_offload", &cr.optimizer_offload);
+  r.Read("critic.model.fsdp_config.param_offload", &cr.param_offload);
   r.Read("critic.grad_clip", &cr.grad_clip);
   r.Read("critic.cliprange_value", &cr.cliprange_value);
   r.Read("critic.loss_agg_mode", &cr.loss_agg_mode);
@@ -300,6 +303,20 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
   check(d.train_batch_size > 0, absl::StrCat("data.train_batch_size must be > 0, got ", d.train_batch_size));
   check(!d.val_batch_size || *d.val_batch_size > 0,
         absl::StrCat("data.val_batch_size must be > 0 or null, got ", d.val_batch_size.value_or(0)));
+
+  // verl's parameter offload has no counterpart here: refused rather than ignored (false, verl's default, loads).
+  check(!a.param_offload,
+        "actor_rollout_ref.actor.fsdp_config.param_offload=true is not available: the actor's parameters stay on its "
+        "device; actor_rollout_ref.actor.fsdp_config.optimizer_offload=true moves the AdamW state (moments and float32 "
+        "master copy: 12 bytes a parameter) to host memory, and actor_rollout_ref.actor.shard_parameters=true divides "
+        "parameters, gradients and state over several ranks");
+  check(!c.actor_rollout_ref.ref.param_offload,
+        "actor_rollout_ref.ref.fsdp_config.param_offload=true is not available: the reference model's weights stay on "
+        "its device (2 bytes a parameter in bf16); actor_rollout_ref.actor.shard_parameters=true divides them over "
+        "several ranks");
+  check(!c.critic.param_offload,
+        "critic.model.fsdp_config.param_offload=true is not available: the critic's parameters stay on its device; "
+        "critic.model.fsdp_config.optimizer_offload=true moves its AdamW state to host memory");
 
   // Batch arithmetic, as verl checks it: mini-batches are counted in prompts, split over all ranks after expanding
   // by rollout.n, and each rank's share must be a whole number of micro-batches.

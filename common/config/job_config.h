@@ -90,6 +90,7 @@ struct ActorConfig {
   bool shard_optimizer_state = true;       // ZeRO-1 over the data-parallel ranks
   bool shard_parameters = false;           // ZeRO-3 over the data-parallel ranks
   bool optimizer_offload = false;          // fsdp_config.optimizer_offload
+  bool param_offload = false;              // fsdp_config.param_offload: only false is valid
 
   double ClipRatioLow() const { return clip_ratio_low.value_or(clip_ratio); }
   double ClipRatioHigh() const { return clip_ratio_high.value_or(clip_ratio); }
@@ -133,6 +134,7 @@ struct RefConfig {
   std::optional<int64_t> log_prob_micro_batch_size_per_gpu;  // nullopt: whole batch of the rank
   bool log_prob_use_dynamic_bsz = false;
   int64_t log_prob_max_token_len_per_gpu = 16384;
+  bool param_offload = false;  // fsdp_config.param_offload: only false is valid
   bool operator==(const RefConfig&) const = default;
 };
 
@@ -171,6 +173,7 @@ struct CriticConfig {
   int64_t ppo_epochs = 1;
   bool shard_optimizer_state = true;
   bool optimizer_offload = false;  // model.fsdp_config.optimizer_offload
+  bool param_offload = false;      // model.fsdp_config.param_offload: only false is valid
   bool shuffle = false;
   double grad_clip = 1.0;
   double cliprange_value = 0.5;

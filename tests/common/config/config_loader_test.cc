@@ -263,6 +263,52 @@ TEST_CASE("command-line overrides", "[config]") {
   }
 }
 
+// The overrides of verl's GRPO example (examples/grpo_trainer/run_qwen2-7b.sh): what carries over, and what is refused
+// saying what to do instead.
+TEST_CASE("verl's GRPO example script's overrides", "[config]") {
+  const std::vector<std::string> example = {
+      "algorithm.adv_estimator=grpo", "data.train_files=/d/gsm8k/train.parquet",
+      "data.val_files=/d/gsm8k/test.parquet", "data.train_batch_size=1024", "data.max_prompt_length=512",
+      "data.max_response_length=1024", "data.filter_overlong_prompts=True", "data.truncation='error'",
+      "actor_rollout_ref.model.path=Qwen/Qwen2-7B-Instruct", "actor_rollout_ref.actor.optim.lr=1e-6",
+      "actor_rollout_ref.model.use_remove_padding=True", "actor_rollout_ref.actor.ppo_mini_batch_size=256",
+      "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=40", "actor_rollout_ref.actor.use_kl_loss=True",
+      "actor_rollout_ref.actor.kl_loss_coef=0.001", "actor_rollout_ref.actor.kl_loss_type=low_var_kl",
+      "actor_rollout_ref.actor.entropy_coeff=0", "actor_rollout_ref.model.enable_gradient_checkpointing=True",
+      "actor_rollout_ref.actor.fsdp_config.param_offload=False",
+      "actor_rollout_ref.actor.fsdp_config.optimizer_offload=False",
+      "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=40",
+      "actor_rollout_ref.rollout.gpu_memory_utilization=0.6", "actor_rollout_ref.rollout.n=5",
+      "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=40", "algorithm.use_kl_in_reward=False",
+      "trainer.critic_warmup=0", "trainer.project_name='verl_grpo_example_gsm8k'",
+      "trainer.experiment_name='qwen2_7b_function_rm'", "trainer.n_gpus_per_node=8", "trainer.nnodes=1",
+      "trainer.save_freq=20", "trainer.test_freq=5", "trainer.total_epochs=15"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> all = example;
+    all.insert(all.end(), extra.begin(), extra.end());
+    return LoadJobConfig("", all);
+  };
+  {
+    auto job = with({"actor_rollout_ref.ref.fsdp_config.param_offload=False", "critic.model.fsdp_config.param_offload=false",
+                     "trainer.logger=['console','tensorboard']"});
+    INFO(job.status().ToString());
+    REQUIRE(job.ok());
+    CHECK(job->actor_rollout_ref.rollout.n == 5);
+    CHECK_FALSE(job->actor_rollout_ref.ref.param_offload);
+  }
+  // verl's script offloads the reference model's parameters; here that is refused, naming the alternative.
+  CHECK_ERROR_CONTAINS(with({"actor_rollout_ref.ref.fsdp_config.param_offload=True"}).status(),
+                       "actor_rollout_ref.ref.fsdp_config.param_offload=true is not available");
+  CHECK_ERROR_CONTAINS(with({"actor_rollout_ref.actor.fsdp_config.param_offload=True"}).status(),
+                       "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true moves the AdamW state");
+  CHECK_ERROR_CONTAINS(with({"critic.model.fsdp_config.param_offload=True"}).status(),
+                       "critic.model.fsdp_config.param_offload=true is not available");
+  CHECK_ERROR_CONTAINS(with({"trainer.logger=['console','wandb']"}).status(),
+                       "verl's 'wandb' tracker is not built in here: use tensorboard");
+  CHECK_ERROR_CONTAINS(with({"actor_rollout_ref.rollout.name=vllm"}).status(),
+                       "the rollout engine here is built in: drop it");
+}
+
 TEST_CASE("unknown keys suggest the closest valid key", "[config]") {
   TempDir dir;
   SECTION("in the file, with file:line:col") {
