@@ -79,13 +79,16 @@ TEST_CASE("ForwardLogProbs: causal attention over rolled rows gives the masked p
     for (const auto& [name, p] : model->named_parameters()) grads.back().push_back(p.grad().clone());
   }
   REQUIRE(MaxAbsDiff(log_probs[0], log_probs[1]) < 1e-5);
+  // The same float32 terms summed in another order (rolled rows): equal up to rounding relative to the gradients'
+  // size (8.1e-6 apart at a scale of 10.8 on one CPU, against an absolute 1e-5 before).
+  double grad_scale = 0;
+  for (const at::Tensor& g : grads[0]) grad_scale = std::max(grad_scale, g.abs().max().item<double>());
+  INFO("gradient scale " << grad_scale);
+  REQUIRE(grad_scale > 0.1);
   for (size_t i = 0; i < grads[0].size(); ++i) {
     INFO(model->named_parameters()[i].first);
-    REQUIRE(MaxAbsDiff(grads[0][i], grads[1][i]) < 1e-5);
+    REQUIRE(MaxAbsDiff(grads[0][i], grads[1][i]) < std::max(1e-5, 2e-6 * grad_scale));
   }
-  double largest = 0;
-  for (const at::Tensor& g : grads[1]) largest = std::max(largest, g.abs().max().item<double>());
-  REQUIRE(largest > 1e-3);
   // A row whose valid tokens are not one run cannot run causally.
   b.attention_mask[1][4] = false;
   REQUIRE_FALSE(CausalPasses(b, /*packed=*/false));
