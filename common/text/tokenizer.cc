@@ -9,6 +9,9 @@
 #include <sstream>
 #include <utility>
 
+#include <unicode/uchar.h>
+#include <unicode/utf8.h>
+
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -109,11 +112,45 @@ void ReplaceInvalidUtf8(std::string* text) {
   *text = std::move(out);
 }
 
-bool IsAsciiSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
-// Approximates HF's word characters for single_word added tokens: ASCII alphanumerics, '_' and any non-ASCII byte.
-bool IsWordByte(char c) {
-  const auto b = static_cast<uint8_t>(c);
-  return b >= 0x80 || (b >= '0' && b <= '9') || (b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z') || b == '_';
+// The code point that ends text[floor, end), and its first byte through *start; -1 (and *start = end) when there is
+// none or the bytes before `end` are not well-formed UTF-8.
+UChar32 CodePointBefore(std::string_view text, size_t floor, size_t end, size_t* start) {
+  *start = end;
+  if (end <= floor) return -1;
+  const size_t window_begin = std::max(floor, end >= 4 ? end - 4 : 0);  // a code point is at most 4 bytes
+  const auto* s = reinterpret_cast<const uint8_t*>(text.data() + window_begin);
+  int32_t i = static_cast<int32_t>(end - window_begin);
+  UChar32 c = 0;
+  U8_PREV(s, 0, i, c);
+  if (c >= 0) *start = window_begin + static_cast<size_t>(i);
+  return c;
+}
+
+// The code point that starts at text[pos], and the byte after it through *next; -1 (and *next = pos) at the end or
+// on bytes that are not well-formed UTF-8.
+UChar32 CodePointAt(std::string_view text, size_t pos, size_t* next) {
+  *next = pos;
+  if (pos >= text.size()) return -1;
+  const auto* s = reinterpret_cast<const uint8_t*>(text.data() + pos);
+  const auto length = static_cast<int32_t>(std::min<size_t>(4, text.size() - pos));
+  int32_t i = 0;
+  UChar32 c = 0;
+  U8_NEXT(s, i, length, c);
+  if (c >= 0) *next = pos + static_cast<size_t>(i);
+  return c;
+}
+
+// HF's whitespace for an added token's lstrip/rstrip: Unicode White_Space (Rust's char::is_whitespace).
+bool IsStripSpace(UChar32 c) { return c >= 0 && u_isUWhiteSpace(c); }
+
+// HF's word characters around a single_word added token: the regex class \w (alphabetic, marks, decimal digits,
+// connector punctuation such as '_', join controls), as seen from tokenizers: "é<W>" and "x\u0301" are words, "。" and
+// U+00A0 are not.
+bool IsWordChar(UChar32 c) {
+  if (c < 0) return false;
+  constexpr uint32_t kWordCategories = U_GC_M_MASK | U_GC_ND_MASK | U_GC_PC_MASK;
+  return u_hasBinaryProperty(c, UCHAR_ALPHABETIC) || (U_GET_GC_MASK(c) & kWordCategories) != 0 ||
+         u_hasBinaryProperty(c, UCHAR_JOIN_CONTROL);
 }
 
 std::string TypeOf(const Json& j) {
@@ -453,9 +490,12 @@ void Tokenizer::Impl::Encode(std::string_view text, bool parse_special, std::vec
       const AddedToken& t = added_[index];
       if (t.special && !parse_special) continue;
       if (text.compare(pos, t.content.size(), t.content) != 0) continue;
-      if (t.single_word && ((pos > 0 && IsWordByte(text[pos - 1])) ||
-                            (pos + t.content.size() < text.size() && IsWordByte(text[pos + t.content.size()])))) {
-        continue;
+      if (t.single_word) {
+        size_t unused = 0;
+        if (IsWordChar(CodePointBefore(text, 0, pos, &unused)) ||
+            IsWordChar(CodePointAt(text, pos + t.content.size(), &unused))) {
+          continue;
+        }
       }
       match = &t;
       break;
@@ -466,13 +506,15 @@ void Tokenizer::Impl::Encode(std::string_view text, bool parse_special, std::vec
     }
     size_t start = pos;
     if (match->lstrip) {
-      while (start > segment_start && IsAsciiSpace(text[start - 1])) --start;
+      size_t before = start;
+      while (IsStripSpace(CodePointBefore(text, segment_start, start, &before))) start = before;
     }
     EncodeSegment(text.substr(segment_start, start - segment_start), out);
     out->push_back(match->id);
     pos += match->content.size();
     if (match->rstrip) {
-      while (pos < text.size() && IsAsciiSpace(text[pos])) ++pos;
+      size_t after = pos;
+      while (IsStripSpace(CodePointAt(text, pos, &after))) pos = after;
     }
     segment_start = pos;
   }

@@ -1,9 +1,12 @@
 #include "common/text/tokenizer.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <map>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <variant>
 #include <vector>
 
 #include "common/text/byte_level.h"
@@ -187,6 +190,67 @@ TEST_CASE("special tokens in the middle of text") {
           Ids{'<', '|', 'i', 'm', '_', 'e', 'n', 'd', '|', '>'});
   REQUIRE(tok.Encode("a<tool>b", false) == Ids{'a', 303, 'b'});
   REQUIRE(tok.Encode("a<tool>b", true) == Ids{'a', 303, 'b'});
+}
+
+// How HF tokenizers (0.22.2, the wheel tools/hf pins) segments text around added tokens with lstrip, rstrip and
+// single_word, seen with `Tokenizer.add_tokens([AddedToken("<L>", lstrip=True), ...])` on GPT-2's tokenizer.json:
+// lstrip/rstrip take Unicode whitespace (U+3000, U+00A0, U+2003), and single_word refuses a neighbour that is a word
+// character of the regex class \w (letters and digits of any script, '_', combining marks) but not "。" or U+00A0.
+TEST_CASE("added tokens' lstrip, rstrip and single_word as HF tokenizers applies them") {
+  nlohmann::json json = HandTokenizerJson(false);
+  const std::vector<std::tuple<std::string, const char*>> flagged = {
+      {"<L>", "lstrip"}, {"<R>", "rstrip"}, {"<W>", "single_word"}};
+  for (size_t i = 0; i < flagged.size(); ++i) {
+    nlohmann::json t = json["added_tokens"][0];
+    t["id"] = 304 + i;
+    t["content"] = std::get<0>(flagged[i]);
+    t["special"] = false;
+    t[std::get<1>(flagged[i])] = true;
+    json["added_tokens"].push_back(t);
+  }
+  testing::TempDir dir;
+  absl::StatusOr<Tokenizer> loaded = Tokenizer::FromFile(dir.Write("tokenizer.json", json.dump()));
+  INFO(loaded.status().ToString());
+  REQUIRE(loaded.ok());
+  const Tokenizer& tok = *loaded;
+  constexpr int32_t L = 304, R = 305, W = 306;
+  // The ids of `parts`: strings encoded as text, ints as added-token ids.
+  auto ids = [&](std::initializer_list<std::variant<std::string, int32_t>> parts) {
+    Ids out;
+    for (const auto& p : parts) {
+      if (const auto* text = std::get_if<std::string>(&p)) {
+        const Ids piece = tok.Encode(*text);
+        out.insert(out.end(), piece.begin(), piece.end());
+      } else {
+        out.push_back(std::get<int32_t>(p));
+      }
+    }
+    return out;
+  };
+  const std::string ideographic_space = "\xE3\x80\x80", nbsp = "\xC2\xA0", em_space = "\xE2\x80\x83";
+  for (const std::string& space : {std::string(" "), ideographic_space, nbsp, em_space + " "}) {
+    INFO("space " << space);
+    CHECK(tok.Encode("a" + space + "<L>b") == ids({"a", L, "b"}));
+    CHECK(tok.Encode("<R>" + space + "b") == ids({R, "b"}));
+  }
+  CHECK(tok.Encode("<R>" + nbsp + nbsp + "b") == ids({R, "b"}));
+  CHECK(tok.Encode("a\n\t <L>") == ids({"a", L}));
+  // single_word: matched only between non-word characters.
+  CHECK(tok.Encode("-<W>-") == ids({"-", W, "-"}));
+  CHECK(tok.Encode("\xE3\x80\x82<W>\xE3\x80\x82") == ids({"\xE3\x80\x82", W, "\xE3\x80\x82"}));  // 。
+  CHECK(tok.Encode(nbsp + "<W>") == ids({nbsp, W}));
+  CHECK(tok.Encode("<W>") == ids({W}));
+  for (const std::string& word : {std::string("x"), std::string("1"), std::string("_"), std::string("\xC3\xA9"),
+                                  std::string("\xE6\x97\xA5"), std::string("\xCC\x80")}) {  // é, 日, U+0300
+    INFO("word character " << word);
+    CHECK(tok.Encode(word + "<W>") == ids({word + "<W>"}));
+    CHECK(tok.Encode("<W>" + word) == ids({"<W>" + word}));
+    const Ids glued = tok.Encode(word + "<W>");
+    CHECK(std::count(glued.begin(), glued.end(), W) == 0);
+  }
+  // A byte that is not UTF-8 is no word character and no whitespace.
+  CHECK(tok.Encode("\xFF<W>") == ids({"\xFF", W}));
+  CHECK(tok.Encode("a\xA0<L>") == ids({"a\xA0", L}));
 }
 
 TEST_CASE("Decode reverses Encode") {
