@@ -150,19 +150,23 @@ absl::StatusOr<JinjaValue> Split(const std::string& s, const JinjaValue& sep, co
   if (maxsplit_value.kind() == Kind::kInt) maxsplit = maxsplit_value.int_value();
   JinjaValue::List parts;
   if (sep.is_undefined() || sep.is_none()) {
+    // On runs of whitespace as str.isspace() has it (Unicode: U+3000, U+00A0, ...), by code point.
+    const std::vector<std::string_view> cps = SplitCodePoints(s);
+    const size_t n = cps.size();
+    auto text = [&](size_t begin, size_t end) {  // code points [begin, end), end > begin
+      return JinjaValue::String(std::string(cps[begin].data(), cps[end - 1].data() + cps[end - 1].size()));
+    };
     size_t i = 0;
     while (true) {
-      while (i < s.size() && IsAsciiSpace(s[i])) ++i;
-      if (i >= s.size()) break;
+      while (i < n && IsSpaceCodePoint(cps[i])) ++i;
+      if (i >= n) break;
       if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit) {
-        size_t e = s.size();
-        while (e > i && IsAsciiSpace(s[e - 1])) --e;
-        parts.push_back(JinjaValue::String(s.substr(i, e - i)));
+        parts.push_back(text(i, n));  // the rest as it is, trailing whitespace included (Python)
         break;
       }
       size_t j = i;
-      while (j < s.size() && !IsAsciiSpace(s[j])) ++j;
-      parts.push_back(JinjaValue::String(s.substr(i, j - i)));
+      while (j < n && !IsSpaceCodePoint(cps[j])) ++j;
+      parts.push_back(text(i, j));
       i = j;
     }
     return JinjaValue::MakeList(std::move(parts));
@@ -271,12 +275,15 @@ std::optional<JinjaValue> StringMethod(const std::string& s, const std::string& 
       name == "isupper") {
     return str_fn([name](const std::string& v, JinjaCallArgs&) -> absl::StatusOr<JinjaValue> {
       if (v.empty()) return JinjaValue::Bool(false);
+      if (name == "isspace") {  // Unicode whitespace, by code point, as strip() and split() see it
+        const std::vector<std::string_view> cps = SplitCodePoints(v);
+        return JinjaValue::Bool(std::all_of(cps.begin(), cps.end(), IsSpaceCodePoint));
+      }
       bool all = true;
       bool cased = false;
       for (const char c : v) {
         const unsigned char u = static_cast<unsigned char>(c);
         if (name == "isdigit") all = all && std::isdigit(u);
-        if (name == "isspace") all = all && IsAsciiSpace(c);
         if (name == "isalpha") all = all && std::isalpha(u);
         if (name == "isalnum") all = all && std::isalnum(u);
         if (name == "islower") {

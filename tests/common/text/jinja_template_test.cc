@@ -96,6 +96,12 @@ TEST_CASE("jinja: str methods") {
         "a b|a|a|a");
   CHECK(Render("{{ 'a</think>b</think>c'.split('</think>') }} {{ ' a  b '.split() }} {{ 'a,b,c'.split(',', 1) }}") ==
         "['a', 'b', 'c'] ['a', 'b'] ['a', 'b,c']");
+  // Whitespace is Python's str.isspace(), Unicode included (U+3000, U+00A0, U+2003); with maxsplit the rest keeps its
+  // trailing whitespace, as in Python.
+  const std::string u3000 = "\xE3\x80\x80", nbsp = "\xC2\xA0", em = "\xE2\x80\x83";
+  CHECK(Render("{{ 'a" + u3000 + "b" + nbsp + " c" + em + "'.split() }} {{ '" + u3000 + "x" + u3000 + "y z" + u3000 +
+               "'.split(none, 1) }} {{ ' a b c '.split(none, 1) }} {{ '" + u3000 + nbsp + " '.isspace() }} {{ 'a" +
+               u3000 + "'.isspace() }}") == "['a', 'b', 'c'] ['x', 'y z" + u3000 + "'] ['a', 'b c '] True False");
   CHECK(Render("{{ 'abc'.startswith('ab') }} {{ 'abc'.endswith(('x', 'c')) }} {{ 'abc'.upper() }} "
                "{{ 'ABC'.lower() }} {{ 'hello world'.title() }} {{ 'a-b'.replace('-', '+') }} {{ 'abcb'.find('b') }} "
                "{{ 'abcb'.count('b') }} {{ ', '.join(['x', 'y']) }}") ==
