@@ -54,6 +54,24 @@ std::string KnownVerlKeyAdvice(const std::string& key) {
       return "a setting of verl's vLLM/SGLang rollout; the rollout engine here is built in: drop it";
     }
   }
+  // verl's Python data loading: here the controller reads and tokenizes the prompts itself.
+  for (std::string_view loading : {"dataloader_num_workers", "filter_overlong_prompts_workers", "use_shm",
+                                   "return_raw_chat", "return_raw_input_ids", "return_full_prompt",
+                                   "trust_remote_code", "validation_shuffle"}) {
+    if (key == absl::StrCat("data.", AV(loading))) {
+      return "a setting of verl's Python data loading; the controller reads and tokenizes the prompts itself: drop it";
+    }
+  }
+  if (key == "data.tokenizer") {
+    return "the tokenizer here is the model's (tokenizer.json in actor_rollout_ref.model.path): drop it";
+  }
+  if (key == "data.reward_fn_key") {
+    return "rewards are chosen by each row's data_source column here (verl's default reward_fn_key): drop it, and "
+           "put the reward's name in data_source";
+  }
+  if (key == "data.image_key" || key == "data.video_key") {
+    return "multi-modal prompts are not supported here: drop it";
+  }
   return "";
 }
 

@@ -344,6 +344,11 @@ TEST_CASE("unknown keys suggest the closest valid key", "[config]") {
                          "set 'critic.ppo_micro_batch_size_per_gpu'");
     CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"actor_rollout_ref.ref.log_prob_micro_batch_size=4"}).status(),
                          "set 'actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu'");
+    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"data.dataloader_num_workers=8"}).status(),
+                         "the controller reads and tokenizes the prompts itself: drop it");
+    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"data.return_raw_chat=True"}).status(), "Python data loading");
+    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"data.reward_fn_key=data_source"}).status(),
+                         "chosen by each row's data_source column");
     s = LoadJobConfig(path, {"actor_rollout_ref.rollout.name=vllm"}).status();
     CHECK_ERROR_CONTAINS(s, "the rollout engine here is built in: drop it");
     CHECK_THAT(std::string(s.message()), !Catch::Contains("algorithm.lam"));
