@@ -125,6 +125,14 @@ absl::StatusOr<std::optional<CheckpointManager::Found>> CheckpointManager::Find(
       return absl::DataLossError(absl::StrCat(TrackerPath(), ": expected a positive step number, found '", text, "'"));
     }
     dir = StepDir(step);
+    // Save moves a re-saved step's committed directory aside just before moving the new one in: a crash between the
+    // two renames leaves the tracker's step only under the aside name. Put it back.
+    const std::string aside = absl::StrCat(root_, "/.global_step_", step, ".old");
+    if (!fs::exists(dir) && fs::is_directory(aside)) {
+      std::error_code ec;
+      fs::rename(aside, dir, ec);
+      if (ec) return absl::InternalError(absl::StrCat("cannot move ", aside, " back to ", dir, ": ", ec.message()));
+    }
   }
   if (!fs::is_directory(dir)) {
     return absl::NotFoundError(absl::StrCat("checkpoint directory ", dir, " is missing",

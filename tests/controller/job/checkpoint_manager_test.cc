@@ -136,6 +136,23 @@ TEST_CASE("CheckpointManager::Find honours resume_mode", "[controller][checkpoin
     CHECK((*found)->dir == root.file("global_step_8"));
     CHECK((*found)->sampler_state == ResumableSampler::State{9, 5});
   }
+  SECTION("auto after a crash inside a re-save of the tracker's step: the step moved aside is put back") {
+    REQUIRE(manager.Save(4, ResumableSampler::State{7, 123}, false).ok());
+    // Save(4) again stopped between moving the committed step aside and moving the new one in.
+    fs::rename(root.file("global_step_4"), root.file(".global_step_4.old"));
+    fs::create_directories(root.file(".global_step_4.tmp/actor"));
+    auto found = manager.Find("auto", "");
+    INFO(found.status().ToString());
+    REQUIRE(found.ok());
+    REQUIRE(found->has_value());
+    CHECK((*found)->dir == root.file("global_step_4"));
+    CHECK((*found)->sampler_state == ResumableSampler::State{7, 123});
+    CHECK(ReadFile(root.file("global_step_4/actor/weights.txt")) == "step 4");
+    CHECK_FALSE(fs::exists(root.file(".global_step_4.old")));
+    // And the next save of that step goes through.
+    REQUIRE(manager.Save(4, ResumableSampler::State{7, 124}, false).ok());
+    CHECK_FALSE(fs::exists(root.file(".global_step_4.tmp")));
+  }
   SECTION("disable ignores an existing checkpoint") {
     REQUIRE(manager.Save(4, ResumableSampler::State{0, 4}, false).ok());
     auto found = manager.Find("disable", "");
