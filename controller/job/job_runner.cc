@@ -393,6 +393,9 @@ class JobRunner::Impl {
       if (replacing) {
         spdlog::info("waiting up to {:.0f} s for {} at {} (cluster.worker_replacement_timeout_s)",
                      c.worker_replacement_timeout_s, id, address);
+      } else if (!launcher_) {
+        spdlog::info("connecting to {} at {} (up to {:.0f} s, cluster.worker_start_timeout_s)", id, address,
+                     c.worker_start_timeout_s);
       }
       ASSIGN_OR_RETURN(
           v1::HealthResponse health,

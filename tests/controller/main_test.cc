@@ -365,7 +365,10 @@ TEST_CASE("Ctrl-C while verl-controller waits for a worker ends the wait at once
   argv.push_back("cluster.worker_addresses=[127.0.0.1:1]");
   argv.push_back("cluster.worker_start_timeout_s=120");
   ChildProcess controller(argv, job.dir().file("controller.out"), job.dir().file("controller.err"));
-  REQUIRE_FALSE(controller.Wait(1));  // still waiting for the worker
+  // Signalled once it waits for the worker (a SIGINT before the controller handles it would just end the process).
+  REQUIRE(WaitFor([&] { return controller.out().find("connecting to worker-0 at 127.0.0.1:1") != std::string::npos ||
+                               controller.Wait(0); }, 60));
+  REQUIRE_FALSE(controller.Wait(0));  // still waiting for the worker
   const auto start = Clock::now();
   REQUIRE(::kill(controller.pid(), SIGINT) == 0);
   REQUIRE(controller.Wait(30));

@@ -256,6 +256,12 @@ TEST_CASE("SmolLM2: greedy continuations equal transformers' generate(do_sample=
   // All 16 prompts in one left-padded batch, through the KV cache, as the rollout runs them.
   RolloutBatch out = Generate(model, prompts, options);
   REQUIRE(out.responses.size(0) == static_cast<int64_t>(prompts.size()));
+  // Where transformers' own top two logits are within kNearTie, two float32 implementations may round either way
+  // (ours agree with its logits within 1e-4 of their scale, about 3e-3 here): a row that first differs at such a
+  // near-tie is equal up to it and not compared after, since what follows depends on the choice. One reference run
+  // had a margin of 1.9e-4 (prompt 9, new token 33). At most two rows may end that way.
+  constexpr double kNearTie = 2e-3;
+  int near_ties = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     const nlohmann::json& c = (*ref)["greedy"][i];
     const std::vector<int32_t> expected = Ids(c["generated_ids"]);
@@ -272,8 +278,15 @@ TEST_CASE("SmolLM2: greedy continuations equal transformers' generate(do_sample=
                            : std::string())
                    << "\nours: " << SmolTokenizer().Decode(ours)
                    << "\ntransformers: " << c["generated_text"].get<std::string>());
+    if (first_diff < expected.size() && first_diff < ours.size() &&
+        c["top2_margins"][first_diff].get<double>() < kNearTie) {
+      WARN("prompt " << i << " takes the other side of a near-tie at new token " << first_diff);
+      ++near_ties;
+      continue;
+    }
     CHECK(ours == expected);
   }
+  CHECK(near_ties <= 2);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "worker/model/value_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -226,9 +227,13 @@ TEST_CASE("ValueModel::Values reads the hidden state before each response token"
     for (const auto& [name, p] : model->named_parameters()) grads.back().push_back(p.grad().clone());
   }
   model->SetRequiresGrad(false);
+  // The same float32 sums, maybe in another order: within rounding relative to the gradients' size.
+  double grad_scale = 0;
+  for (const at::Tensor& g : grads[0]) grad_scale = std::max(grad_scale, g.abs().max().item<double>());
+  REQUIRE(grad_scale > 0.1);
   for (size_t i = 0; i < grads[0].size(); ++i) {
     INFO(model->named_parameters()[i].first);
-    REQUIRE(MaxAbsDiff(grads[0][i], grads[1][i]) < 1e-5);
+    REQUIRE(MaxAbsDiff(grads[0][i], grads[1][i]) < std::max(1e-5, 2e-6 * grad_scale));
   }
   const at::Tensor holed = LongTensor2d({{1, 1, 0, 1, 1, 1}, {1, 1, 1, 1, 1, 1}}).to(at::kBool);
   REQUIRE_THROWS_WITH(model->Values(ids, holed, 3, /*causal=*/true), Catch::Contains("not one run"));
