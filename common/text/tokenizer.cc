@@ -10,7 +10,6 @@
 #include <utility>
 
 #include <unicode/uchar.h>
-#include <unicode/utf8.h>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -114,39 +113,40 @@ void ReplaceInvalidUtf8(std::string* text) {
 
 // The code point that ends text[floor, end), and its first byte through *start; -1 (and *start = end) when there is
 // none or the bytes before `end` are not well-formed UTF-8.
-UChar32 CodePointBefore(std::string_view text, size_t floor, size_t end, size_t* start) {
+int32_t CodePointBefore(std::string_view text, size_t floor, size_t end, size_t* start) {
   *start = end;
-  if (end <= floor) return -1;
-  const size_t window_begin = std::max(floor, end >= 4 ? end - 4 : 0);  // a code point is at most 4 bytes
-  const auto* s = reinterpret_cast<const uint8_t*>(text.data() + window_begin);
-  int32_t i = static_cast<int32_t>(end - window_begin);
-  UChar32 c = 0;
-  U8_PREV(s, 0, i, c);
-  if (c >= 0) *start = window_begin + static_cast<size_t>(i);
-  return c;
+  size_t lead = end;
+  // Back over at most three continuation bytes to the character's first byte.
+  do {
+    if (lead <= floor) return -1;
+    --lead;
+  } while ((static_cast<uint8_t>(text[lead]) & 0xC0) == 0x80 && end - lead < 4);
+  size_t next = lead;
+  const std::optional<char32_t> c = DecodeUtf8Char(text.substr(0, end), &next);
+  if (!c || next != end) return -1;
+  *start = lead;
+  return static_cast<int32_t>(*c);
 }
 
 // The code point that starts at text[pos], and the byte after it through *next; -1 (and *next = pos) at the end or
 // on bytes that are not well-formed UTF-8.
-UChar32 CodePointAt(std::string_view text, size_t pos, size_t* next) {
+int32_t CodePointAt(std::string_view text, size_t pos, size_t* next) {
   *next = pos;
   if (pos >= text.size()) return -1;
-  const auto* s = reinterpret_cast<const uint8_t*>(text.data() + pos);
-  const auto length = static_cast<int32_t>(std::min<size_t>(4, text.size() - pos));
-  int32_t i = 0;
-  UChar32 c = 0;
-  U8_NEXT(s, i, length, c);
-  if (c >= 0) *next = pos + static_cast<size_t>(i);
-  return c;
+  size_t after = pos;
+  const std::optional<char32_t> c = DecodeUtf8Char(text, &after);
+  if (!c) return -1;
+  *next = after;
+  return static_cast<int32_t>(*c);
 }
 
 // HF's whitespace for an added token's lstrip/rstrip: Unicode White_Space (Rust's char::is_whitespace).
-bool IsStripSpace(UChar32 c) { return c >= 0 && u_isUWhiteSpace(c); }
+bool IsStripSpace(int32_t c) { return c >= 0 && u_isUWhiteSpace(c); }
 
 // HF's word characters around a single_word added token: the regex class \w (alphabetic, marks, decimal digits,
 // connector punctuation such as '_', join controls), as seen from tokenizers: "é<W>" and "x\u0301" are words, "。" and
 // U+00A0 are not.
-bool IsWordChar(UChar32 c) {
+bool IsWordChar(int32_t c) {
   if (c < 0) return false;
   constexpr uint32_t kWordCategories = U_GC_M_MASK | U_GC_ND_MASK | U_GC_PC_MASK;
   return u_hasBinaryProperty(c, UCHAR_ALPHABETIC) || (U_GET_GC_MASK(c) & kWordCategories) != 0 ||
