@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
+#include "common/text/py_str_case.h"
 
 namespace verl::jinja {
 namespace {
@@ -93,37 +94,21 @@ absl::StatusOr<std::string> Strip(const std::string& s, const JinjaValue& chars,
   return std::string(begin, end);
 }
 
-std::string AsciiUpper(std::string s) {
-  for (char& c : s) {
-    if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
-  }
-  return s;
-}
-std::string AsciiLower(std::string s) {
-  for (char& c : s) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
-  return s;
-}
-bool IsAsciiAlpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
-
-std::string Capitalize(const std::string& s) {
-  std::string out = AsciiLower(s);
-  if (!out.empty() && out[0] >= 'a' && out[0] <= 'z') out[0] = static_cast<char>(out[0] - 'a' + 'A');
-  return out;
-}
-
-// Python's str.title(): a letter after a non-letter is upper-cased, others lower-cased.
-std::string Title(const std::string& s) {
-  std::string out = s;
-  bool prev_letter = false;
-  for (char& c : out) {
-    const bool letter = IsAsciiAlpha(c) || static_cast<unsigned char>(c) >= 0x80;
-    if (IsAsciiAlpha(c)) {
-      c = prev_letter ? static_cast<char>(std::tolower(static_cast<unsigned char>(c)))
-                      : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    }
-    prev_letter = letter;
+// Jinja's title filter (not str.title): the text split before and after runs of '-', whitespace and '({[<', each
+// piece's first character upper-cased and the rest of it lower-cased ("it's a_b" -> "It's A_b").
+std::string JinjaTitle(const std::string& s) {
+  auto separator = [](std::string_view cp) {
+    return IsSpaceCodePoint(cp) || (cp.size() == 1 && std::string_view("-({[<").find(cp[0]) != std::string_view::npos);
+  };
+  const std::vector<std::string_view> cps = SplitCodePoints(s);
+  std::string out;
+  for (size_t i = 0; i < cps.size();) {
+    const bool sep = separator(cps[i]);
+    size_t j = i + 1;
+    while (j < cps.size() && separator(cps[j]) == sep) ++j;
+    out += PyUpper(cps[i]);
+    if (j > i + 1) out += PyLower(std::string_view(cps[i + 1].data(), cps[j - 1].data() + cps[j - 1].size() - cps[i + 1].data()));
+    i = j;
   }
   return out;
 }
@@ -228,10 +213,10 @@ std::optional<JinjaValue> StringMethod(const std::string& s, const std::string& 
       return JinjaValue::Bool(m);
     });
   }
-  if (name == "upper") return str_fn([](const std::string& v, JinjaCallArgs&) -> absl::StatusOr<JinjaValue> { return JinjaValue::String(AsciiUpper(v)); });
-  if (name == "lower") return str_fn([](const std::string& v, JinjaCallArgs&) -> absl::StatusOr<JinjaValue> { return JinjaValue::String(AsciiLower(v)); });
-  if (name == "title") return str_fn([](const std::string& v, JinjaCallArgs&) -> absl::StatusOr<JinjaValue> { return JinjaValue::String(Title(v)); });
-  if (name == "capitalize") return str_fn([](const std::string& v, JinjaCallArgs&) -> absl::StatusOr<JinjaValue> { return JinjaValue::String(Capitalize(v)); });
+  if (name == "upper") return str_fn([](const std::string& v, JinjaCallArgs&) -> absl::StatusOr<JinjaValue> { return JinjaValue::String(PyUpper(v)); });
+  if (name == "lower") return str_fn([](const std::string& v, JinjaCallArgs&) -> absl::StatusOr<JinjaValue> { return JinjaValue::String(PyLower(v)); });
+  if (name == "title") return str_fn([](const std::string& v, JinjaCallArgs&) -> absl::StatusOr<JinjaValue> { return JinjaValue::String(PyTitle(v)); });
+  if (name == "capitalize") return str_fn([](const std::string& v, JinjaCallArgs&) -> absl::StatusOr<JinjaValue> { return JinjaValue::String(PyCapitalize(v)); });
   if (name == "replace") {
     return str_fn([](const std::string& v, JinjaCallArgs& a) -> absl::StatusOr<JinjaValue> {
       const JinjaValue from = Arg(a, 0, "old");
@@ -279,24 +264,10 @@ std::optional<JinjaValue> StringMethod(const std::string& s, const std::string& 
         const std::vector<std::string_view> cps = SplitCodePoints(v);
         return JinjaValue::Bool(std::all_of(cps.begin(), cps.end(), IsSpaceCodePoint));
       }
-      bool all = true;
-      bool cased = false;
-      for (const char c : v) {
-        const unsigned char u = static_cast<unsigned char>(c);
-        if (name == "isdigit") all = all && std::isdigit(u);
-        if (name == "isalpha") all = all && std::isalpha(u);
-        if (name == "isalnum") all = all && std::isalnum(u);
-        if (name == "islower") {
-          all = all && !std::isupper(u);
-          cased = cased || std::islower(u);
-        }
-        if (name == "isupper") {
-          all = all && !std::islower(u);
-          cased = cased || std::isupper(u);
-        }
-      }
-      if (name == "islower" || name == "isupper") all = all && cased;
-      return JinjaValue::Bool(all);
+      if (name == "isdigit") return JinjaValue::Bool(PyIsDigit(v));
+      if (name == "isalpha") return JinjaValue::Bool(PyIsAlpha(v));
+      if (name == "isalnum") return JinjaValue::Bool(PyIsAlnum(v));
+      return JinjaValue::Bool(name == "islower" ? PyIsLower(v) : PyIsUpper(v));
     });
   }
   return std::nullopt;
@@ -504,7 +475,7 @@ absl::StatusOr<JinjaValue> ToFloat(const JinjaValue& v, const JinjaValue& def_va
 // Sort key comparison for sort / dictsort / min / max: strings compared lower-cased unless case_sensitive.
 absl::StatusOr<bool> SortLess(const JinjaValue& a, const JinjaValue& b, bool case_sensitive) {
   if (!case_sensitive && a.is_string() && b.is_string()) {
-    return AsciiLower(a.string_value()) < AsciiLower(b.string_value());
+    return PyLower(a.string_value()) < PyLower(b.string_value());
   }
   return JinjaValue::Less(a, b);
 }
@@ -808,9 +779,7 @@ absl::StatusOr<bool> ApplyTest(std::string_view name, const JinjaValue& v, const
   if (name == "callable") return v.kind() == Kind::kCallable;
   if (name == "escaped") return false;
   if (name == "lower" || name == "upper") {
-    if (!v.is_string()) return false;
-    const std::string& s = v.string_value();
-    return name == "lower" ? AsciiLower(s) == s : AsciiUpper(s) == s;
+    return name == "lower" ? PyIsLower(v.ToString()) : PyIsUpper(v.ToString());  // Jinja: str(value).islower()
   }
   if (name == "even" || name == "odd" || name == "divisibleby") {
     if (v.kind() != Kind::kInt) return TypeError("test '" + std::string(name) + "' needs an integer");
@@ -858,10 +827,10 @@ absl::StatusOr<JinjaValue> ApplyFilter(std::string_view name, const JinjaValue& 
     ASSIGN_OR_RETURN(std::string s, Strip(v.ToString(), Arg(args, 0, "chars"), true, true));
     return JinjaValue::String(std::move(s));
   }
-  if (name == "upper") return JinjaValue::String(AsciiUpper(v.ToString()));
-  if (name == "lower") return JinjaValue::String(AsciiLower(v.ToString()));
-  if (name == "capitalize") return JinjaValue::String(Capitalize(v.ToString()));
-  if (name == "title") return JinjaValue::String(Title(v.ToString()));
+  if (name == "upper") return JinjaValue::String(PyUpper(v.ToString()));
+  if (name == "lower") return JinjaValue::String(PyLower(v.ToString()));
+  if (name == "capitalize") return JinjaValue::String(PyCapitalize(v.ToString()));
+  if (name == "title") return JinjaValue::String(JinjaTitle(v.ToString()));
   if (name == "replace") {
     const JinjaValue from = Arg(args, 0, "old");
     const JinjaValue to = Arg(args, 1, "new");

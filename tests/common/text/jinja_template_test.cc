@@ -56,6 +56,29 @@ TEST_CASE("jinja: whitespace control as transformers configures it (trim_blocks,
   CHECK(Render("{% for i in [1, 2] %}{{ i }}\n{% endfor %}") == "1\n2\n");
 }
 
+// Case methods, filters and tests over Unicode as CPython 3.11 and Jinja 3.1.6 give them (expected strings taken from
+// them): full mappings ('ß'.upper() is 'SS'), the final sigma, title case for digraphs, CPython's character classes;
+// Jinja's title filter splits only at '-', whitespace and '({[<' (so "it's" stays "It's", unlike str.title()).
+TEST_CASE("jinja: str case methods and classes are Python's over Unicode") {
+  CHECK(Render("{{ 'straße'.upper() }}|{{ 'ǆ ﬁ ŉ'.upper() }}|{{ 'ΟΔΟΣ ΟΔΟΣ. Σ ΑΣ\\'Β'.lower() }}|"
+               "{{ 'İ'.lower() | length }}") == "STRASSE|Ǆ FI ʼN|οδος οδος. σ ασ'β|2");
+  CHECK(Render("{{ 'hello\\'s wORLD'.title() }}|{{ 'ǆemal ßa ﬁsh ΣΑΣ ΣΑΣ'.title() }}|{{ 'ǆEMAL'.capitalize() }}|"
+               "{{ 'ΑΣ'.capitalize() }}|{{ 'ßX'.capitalize() }}") == "Hello'S World|ǅemal Ssa Fish Σας Σας|ǅemal|Ας|Ssx");
+  CHECK(Render("{{ '²٣'.isdigit() }} {{ '½'.isdigit() }} {{ '½一'.isalnum() }} {{ 'a_'.isalnum() }} "
+               "{{ 'éǅ'.isalpha() }} {{ '٣'.isalpha() }}") == "True False True False True False");
+  CHECK(Render("{{ 'ßª'.islower() }} {{ 'aǅ'.islower() }} {{ 'Ⅷ'.isupper() }} {{ '1A'.isupper() }} "
+               "{{ '12'.islower() }} {{ ''.isupper() }}") == "True False True True False False");
+  CHECK(Render("{{ 'it\\'s a_b (x-y)<z' | title }}|{{ 'straße ﬁsh' | title }}|{{ 'ÉCOLE' | lower }}|"
+               "{{ 'école' | upper }}|{{ 'éCOLE ΑΣ' | capitalize }}") == "It's A_b (X-Y)<Z|Straße FIsh|école|ÉCOLE|École ας");
+  CHECK(Render("{{ '123' is lower }} {{ 'é' is lower }} {{ 'É1' is upper }} {{ ['a'] is lower }}") ==
+        "False True True True");
+  // sort without case_sensitive compares str.lower() keys: 'é' < 'ê', where the bytes of 'Ê' sort first.
+  CHECK(Render("{{ ['Ê', 'é'] | sort | join(',') }} {{ ['Ê', 'é'] | sort(case_sensitive=true) | join(',') }}") ==
+        "é,Ê Ê,é");
+  // Bytes that are not UTF-8 pass through the mappings unchanged.
+  CHECK(Render("{{ s.upper() }}", {{"s", JinjaValue::String("a\xff" "b")}}) == "A\xff" "B");
+}
+
 TEST_CASE("jinja: literals, operators and precedence") {
   CHECK(Render("{{ 1 + 2 * 3 }} {{ (1 + 2) * 3 }} {{ 2 ** 3 ** 2 }} {{ -2 ** 2 }} {{ 7 - -1 }}") == "7 9 64 4 8");
   CHECK(Render("{{ 10 / 4 }} {{ 4 / 2 }} {{ 10 // 4 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ 7.5 // 2 }}") ==
