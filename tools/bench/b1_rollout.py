@@ -26,17 +26,20 @@ import time
 
 from gpu_bench_common import commit, machine, make_bench_model
 
-HBM_BYTES_PER_S = 4.3e12  # H200 (BENCHMARKS.md)
+# The roofline's bandwidth: BENCHMARKS.md's 4.3 TB/s is the H200's device-to-device copy as measured on the GPU
+# machine; an H100 (the device tool may lend one instead) copied about 3.0 TB/s there (the device library's KINDS.md).
+# Keyed by the name nvidia-smi gives; another card gets no roofline fraction rather than a wrong one.
+HBM_BYTES_PER_S_BY_GPU = {"NVIDIA H200": 4.3e12, "NVIDIA H100 80GB HBM3": 3.0e12}
 
 
-def roofline_seconds(cfg, prompts, prompt_len, new_tokens, weight_bytes):
+def roofline_seconds(cfg, prompts, prompt_len, new_tokens, weight_bytes, hbm_bytes_per_s):
     """Sum over decode steps of (weights + the KV cache read at that step) / HBM bandwidth; bf16 KV."""
     head_dim = cfg["hidden_size"] // cfg["num_attention_heads"]
     kv_bytes_per_token = cfg["num_hidden_layers"] * 2 * cfg["num_key_value_heads"] * head_dim * 2
     total = 0.0
     for t in range(new_tokens):
         total += weight_bytes + prompts * (prompt_len + t) * kv_bytes_per_token
-    return total / HBM_BYTES_PER_S
+    return total / hbm_bytes_per_s
 
 
 def run_hf(model_dir, prompts, prompt_len, new_tokens, repeats):
@@ -145,15 +148,20 @@ def main():
         for extra in flag_variants:
             profiles["graphs_" + "".join(extra)] = run_ours(bin_dir, model, shape, 1, extra + ["--profile", "1"]).get("profile")
     baseline = None if a.skip_hf else run_hf(model, a.prompts, a.prompt_len, a.new_tokens, a.hf_repeats)
-    limit_s = roofline_seconds(cfg, a.prompts, a.prompt_len, a.new_tokens, weight_bytes)
+    host = machine()
+    bandwidth = HBM_BYTES_PER_S_BY_GPU.get(host["gpu"][0] if host["gpu"] else "")
     generated = a.prompts * a.new_tokens
-    roofline_tps = generated / limit_s
+    roofline = None
+    if bandwidth:
+        limit_s = roofline_seconds(cfg, a.prompts, a.prompt_len, a.new_tokens, weight_bytes, bandwidth)
+        roofline = {"hbm_bytes_per_s": bandwidth, "weight_bytes": weight_bytes, "seconds": limit_s,
+                    "tokens_per_s": generated / limit_s}
     report = {
         "benchmark": "B1",
         "title": "rollout throughput (one GPU)",
         "date": datetime.date.today().isoformat(),
         "commit": commit(),
-        "machine": machine(),
+        "machine": host,
         "config": {"model": "bench-0.5b (random, Qwen2.5-0.5B shape)", "prompts": a.prompts,
                    "prompt_len": a.prompt_len, "new_tokens": a.new_tokens, "temperature": 1.0, "top_p": 1.0,
                    "ignore_eos": True, "dtype": "bfloat16", "repeats": a.repeats, "hf_repeats": a.hf_repeats,
@@ -162,9 +170,8 @@ def main():
         "baseline": baseline,
         "unit": "generated tokens/s",
         "ratio": ours["tokens_per_s"] / baseline["tokens_per_s"] if baseline else None,
-        "roofline": {"hbm_bytes_per_s": HBM_BYTES_PER_S, "weight_bytes": weight_bytes, "seconds": limit_s,
-                     "tokens_per_s": roofline_tps},
-        "roofline_fraction": ours["tokens_per_s"] / roofline_tps,
+        "roofline": roofline,
+        "roofline_fraction": ours["tokens_per_s"] / roofline["tokens_per_s"] if roofline else None,
         "max_memory_allocated_gb": {"ours": ours.get("max_memory_allocated_gb"),
                                     "baseline": baseline["peak_memory_allocated_gb"] if baseline else None},
         "variants": variants,
