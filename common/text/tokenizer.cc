@@ -39,7 +39,13 @@ constexpr size_t kHeapMergeThreshold = 64;
 struct AddedToken {
   int32_t id = 0;
   std::string content;
+  // What the text is matched against: the content, or for a `normalized` token its normalized form (NFC).
+  std::string match;
   bool special = false;
+  // HF's `normalized`: matched in the normalized text of what the other added tokens left, after them (HF's
+  // AddedVocabulary: the tokens with normalized false split the raw text first; each piece between them is
+  // normalized, then split by the normalized ones).
+  bool normalized = false;
   bool lstrip = false;
   bool rstrip = false;
   bool single_word = false;
@@ -173,7 +179,13 @@ class Tokenizer::Impl {
   absl::Status Load(const Json& root);
 
   void Encode(std::string_view text, bool parse_special, std::vector<int32_t>* out) const;
-  void EncodeSegment(std::string_view segment, std::vector<int32_t>* out) const;
+  // Splits `text` by the added tokens with normalized == `normalized`, encoding each piece between them with
+  // `piece`.
+  template <typename PieceFn>
+  void SplitOnAdded(std::string_view text, bool parse_special, bool normalized, std::vector<int32_t>* out,
+                    PieceFn piece) const;
+  // Pre-tokenization and BPE of normalized text holding no added token.
+  void EncodeNormalized(std::string_view text, std::vector<int32_t>* out) const;
   void Bpe(std::string_view piece, std::vector<int32_t>* out) const;
   void MergeSmall(std::vector<int32_t>* symbols) const;
   void MergeLarge(std::vector<int32_t>* symbols) const;
@@ -197,7 +209,8 @@ class Tokenizer::Impl {
   bool fuse_unk_ = false;
   bool nfc_ = false;
   std::vector<PreTokenizerStep> pre_steps_;
-  std::vector<AddedToken> added_;                          // Longest content first.
+  std::vector<AddedToken> added_;                          // Longest match first.
+  bool any_normalized_added_ = false;
   std::array<std::vector<int32_t>, 256> added_by_first_byte_;  // Indices into added_, longest first.
 
   mutable absl::Mutex cache_mu_;
@@ -364,6 +377,8 @@ absl::Status Tokenizer::Impl::Load(const Json& root) {
       ASSIGN_OR_RETURN(token.lstrip, GetBool(t, "lstrip", false, where));
       ASSIGN_OR_RETURN(token.rstrip, GetBool(t, "rstrip", false, where));
       ASSIGN_OR_RETURN(token.single_word, GetBool(t, "single_word", false, where));
+      // HF's default for a token without the key: normalized unless special (AddedToken::from).
+      ASSIGN_OR_RETURN(token.normalized, GetBool(t, "normalized", !token.special, where));
       max_id = std::max(max_id, id);
       added_.push_back(std::move(token));
     }
@@ -459,14 +474,21 @@ absl::Status Tokenizer::Impl::Load(const Json& root) {
     id_to_bytes_[t.id] = t.content;
     id_kind_[t.id] = t.special ? IdKind::kSpecial : IdKind::kAdded;
   }
-  std::stable_sort(added_.begin(), added_.end(),
-                   [](const AddedToken& x, const AddedToken& y) { return x.content.size() > y.content.size(); });
-  for (size_t i = 0; i < added_.size(); ++i) {
-    added_by_first_byte_[static_cast<uint8_t>(added_[i].content[0])].push_back(static_cast<int32_t>(i));
-  }
 
   // Pipeline.
   if (root.contains("normalizer")) RETURN_IF_ERROR(ParseNormalizer(root["normalizer"], &nfc_));
+
+  for (AddedToken& t : added_) {
+    any_normalized_added_ = any_normalized_added_ || t.normalized;
+    t.match = t.content;
+    std::string nfc;
+    if (t.normalized && nfc_ && NormalizeNfc(t.content, &nfc)) t.match = std::move(nfc);
+  }
+  std::stable_sort(added_.begin(), added_.end(),
+                   [](const AddedToken& x, const AddedToken& y) { return x.match.size() > y.match.size(); });
+  for (size_t i = 0; i < added_.size(); ++i) {
+    added_by_first_byte_[static_cast<uint8_t>(added_[i].match[0])].push_back(static_cast<int32_t>(i));
+  }
   if (!root.contains("pre_tokenizer") || root["pre_tokenizer"].is_null()) {
     return absl::UnimplementedError("missing \"pre_tokenizer\": only byte-level BPE (a ByteLevel step) is supported");
   }
@@ -482,18 +504,34 @@ absl::Status Tokenizer::Impl::Load(const Json& root) {
 }
 
 void Tokenizer::Impl::Encode(std::string_view text, bool parse_special, std::vector<int32_t>* out) const {
+  SplitOnAdded(text, parse_special, /*normalized=*/false, out, [&](std::string_view raw) {
+    std::string nfc;
+    std::string_view normalized = raw;
+    if (nfc_ && NormalizeNfc(raw, &nfc)) normalized = nfc;
+    if (!any_normalized_added_) {
+      EncodeNormalized(normalized, out);
+      return;
+    }
+    SplitOnAdded(normalized, parse_special, /*normalized=*/true, out,
+                 [&](std::string_view rest) { EncodeNormalized(rest, out); });
+  });
+}
+
+template <typename PieceFn>
+void Tokenizer::Impl::SplitOnAdded(std::string_view text, bool parse_special, bool normalized,
+                                   std::vector<int32_t>* out, PieceFn piece) const {
   size_t segment_start = 0;
   size_t pos = 0;
   while (pos < text.size()) {
     const AddedToken* match = nullptr;
     for (int32_t index : added_by_first_byte_[static_cast<uint8_t>(text[pos])]) {
       const AddedToken& t = added_[index];
-      if (t.special && !parse_special) continue;
-      if (text.compare(pos, t.content.size(), t.content) != 0) continue;
+      if (t.normalized != normalized || (t.special && !parse_special)) continue;
+      if (text.compare(pos, t.match.size(), t.match) != 0) continue;
       if (t.single_word) {
         size_t unused = 0;
         if (IsWordChar(CodePointBefore(text, 0, pos, &unused)) ||
-            IsWordChar(CodePointAt(text, pos + t.content.size(), &unused))) {
+            IsWordChar(CodePointAt(text, pos + t.match.size(), &unused))) {
           continue;
         }
       }
@@ -509,24 +547,20 @@ void Tokenizer::Impl::Encode(std::string_view text, bool parse_special, std::vec
       size_t before = start;
       while (IsStripSpace(CodePointBefore(text, segment_start, start, &before))) start = before;
     }
-    EncodeSegment(text.substr(segment_start, start - segment_start), out);
+    if (start > segment_start) piece(text.substr(segment_start, start - segment_start));
     out->push_back(match->id);
-    pos += match->content.size();
+    pos += match->match.size();
     if (match->rstrip) {
       size_t after = pos;
       while (IsStripSpace(CodePointAt(text, pos, &after))) pos = after;
     }
     segment_start = pos;
   }
-  EncodeSegment(text.substr(segment_start), out);
+  if (segment_start < text.size()) piece(text.substr(segment_start));
 }
 
-void Tokenizer::Impl::EncodeSegment(std::string_view segment, std::vector<int32_t>* out) const {
-  if (segment.empty()) return;
-  std::string normalized;
-  std::string_view text = segment;
-  if (nfc_ && NormalizeNfc(segment, &normalized)) text = normalized;
-
+void Tokenizer::Impl::EncodeNormalized(std::string_view text, std::vector<int32_t>* out) const {
+  if (text.empty()) return;
   std::vector<std::string_view> pieces{text};
   std::vector<std::string_view> next;
   std::deque<std::string> storage;  // Pieces that got a prefix space; deque keeps views stable.

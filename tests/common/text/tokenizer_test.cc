@@ -253,6 +253,61 @@ TEST_CASE("added tokens' lstrip, rstrip and single_word as HF tokenizers applies
   CHECK(tok.Encode("a\xA0<L>") == ids({"a\xA0", L}));
 }
 
+// HF's two passes over added tokens (AddedVocabulary, tokenizers 0.22.2; the same tokens added with `normalized` set
+// to a byte-level tokenizer with an NFC normalizer gave these segmentations): tokens with normalized false split the
+// raw text first, literally; each piece between them is NFC-normalized, then split by the normalized tokens, whose
+// content is normalized too. So "a<b>" is "a" then <b> even though the normalized "a<b>" is longer, a decomposed
+// "o" + U+0308 in a non-normalized token matches only decomposed text, and in a normalized one either form.
+TEST_CASE("added tokens with normalized true match the normalized text, after the others") {
+  nlohmann::json json = HandTokenizerJson(false);
+  const std::string o_diaeresis = "\xC3\xB6", o_combining = "o\xCC\x88", e_acute = "\xC3\xA9", e_combining = "e\xCC\x81";
+  const std::vector<std::tuple<std::string, bool>> added = {{"<b>", false},
+                                                            {"a<b>", true},
+                                                            {e_combining + "!", true},
+                                                            {"<" + o_combining + ">", false},
+                                                            {"[" + o_combining + "]", true}};
+  for (size_t i = 0; i < added.size(); ++i) {
+    nlohmann::json t = json["added_tokens"][0];
+    t["id"] = 304 + i;
+    t["content"] = std::get<0>(added[i]);
+    t["special"] = false;
+    t["normalized"] = std::get<1>(added[i]);
+    json["added_tokens"].push_back(t);
+  }
+  testing::TempDir dir;
+  absl::StatusOr<Tokenizer> loaded = Tokenizer::FromFile(dir.Write("tokenizer.json", json.dump()));
+  INFO(loaded.status().ToString());
+  REQUIRE(loaded.ok());
+  const Tokenizer& tok = *loaded;
+  constexpr int32_t kB = 304, kAB = 305, kE = 306, kAngle = 307, kSquare = 308;
+  auto text = [&](const std::string& s) { return tok.Encode(s); };
+  auto join = [](Ids a, const Ids& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  CHECK(tok.Encode("a<b>") == join(text("a"), {kB}));
+  CHECK(tok.Encode("xa<b>") == join(text("xa"), {kB}));
+  CHECK(tok.Encode(e_acute + "!") == Ids{kE});
+  CHECK(tok.Encode(e_combining + "!") == Ids{kE});
+  CHECK(tok.Encode("<" + o_combining + ">") == Ids{kAngle});
+  CHECK(tok.Encode("<" + o_diaeresis + ">") == join(join(text("<"), text(o_diaeresis)), text(">")));
+  CHECK(tok.Encode("[" + o_combining + "]") == Ids{kSquare});
+  CHECK(tok.Encode("[" + o_diaeresis + "]") == Ids{kSquare});
+  // Between two non-normalized tokens, the normalized ones still match.
+  CHECK(tok.Encode("<b>[" + o_diaeresis + "]<b>") == Ids{kB, kSquare, kB});
+  // A file without the key: normalized unless special, HF's default.
+  nlohmann::json no_key = HandTokenizerJson(false);
+  nlohmann::json t = no_key["added_tokens"][0];
+  t.erase("normalized");
+  t["id"] = 304;
+  t["content"] = "[" + o_combining + "]";
+  t["special"] = false;
+  no_key["added_tokens"].push_back(t);
+  absl::StatusOr<Tokenizer> defaulted = Tokenizer::FromFile(dir.Write("defaulted.json", no_key.dump()));
+  REQUIRE(defaulted.ok());
+  CHECK(defaulted->Encode("[" + o_diaeresis + "]") == Ids{304});
+}
+
 TEST_CASE("Decode reverses Encode") {
   const Tokenizer tok = HandTokenizer();
   for (const std::string text :
