@@ -28,13 +28,23 @@
 //
 // --checkpointing 1 recomputes each layer in backward (enable_gradient_checkpointing). The peak resident set of the
 // process is reported too (the CPU's memory measure).
+//
+// --overlap-log-probs R (an experiment, GPU): besides the update, a no-grad log-prob pass over the batch's first R rows
+// by a second copy of the model (a frozen reference), timed one after the other on one stream and at once on two
+// streams (each from its own host thread), alternating, `--repeats` times each: whether a GRPO step's reference pass
+// of one mini-batch could hide in the update of another (the update's memory-bound kernels beside the pass's GEMMs).
+// Adds `overlap`: both ways' seconds and figures (the pass's mean log-prob must be equal both ways).
 
 #include <ATen/ATen.h>
 
 #include <sys/resource.h>
 
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
 #include <chrono>
 #include <cstdint>
+#include <thread>
 #include <iostream>
 #include <map>
 #include <string>
@@ -61,7 +71,7 @@ void Usage() {
   std::cerr << "usage: verl-bench-update --model DIR [--sequences 512] [--prompt-len 256] [--response-len 512] "
                "[--micro 8] [--device cpu|cuda] [--dtype float32|bfloat16] [--warmup 1] [--repeats 2] [--seed 0] "
                "[--checkpointing 0|1] [--max-token-len 0] [--remove-padding 0|1] [--prefix-grouper 0|1] [--n 1] "
-               "[--fuse-lm-head 1|0] [--mini-batch 0] [--log-probs 0|1] [--profile 0|1]\n";
+               "[--fuse-lm-head 1|0] [--mini-batch 0] [--log-probs 0|1] [--profile 0|1] [--overlap-log-probs 0]\n";
 }
 
 }  // namespace
@@ -87,7 +97,8 @@ int main(int argc, char** argv) {
                                               {"sdpa", "default"},
                                               {"n", "1"},
                                               {"prefix-grouper", "0"},
-                                              {"fuse-lm-head", "1"}, {"mini-batch", "0"}};
+                                              {"fuse-lm-head", "1"}, {"mini-batch", "0"},
+                                              {"overlap-log-probs", "0"}};
   auto parsed = verl::bench::ParseFlags(argc, argv, flags, "model");
   if (!parsed) {
     Usage();
@@ -236,6 +247,68 @@ int main(int argc, char** argv) {
         const std::string name = key;
         result[name.substr(name.find('/') + 1)] = it->second;
       }
+    }
+    if (const int64_t overlap_rows = std::stoll(flags["overlap-log-probs"]); overlap_rows > 0) {
+      if (log_probs_only || overlap_rows > N) {
+        throw std::runtime_error("--overlap-log-probs R needs --log-probs 0 and R <= --sequences");
+      }
+      auto ref = verl::DecoderModel::Load(flags["model"], dtype, device);
+      if (!ref.ok()) throw std::runtime_error(std::string(ref.status().message()));
+      verl::SequenceBatch ref_batch;
+      ref_batch.input_ids = batch.input_ids.narrow(0, 0, overlap_rows);
+      ref_batch.attention_mask = batch.attention_mask.narrow(0, 0, overlap_rows);
+      ref_batch.responses = batch.responses.narrow(0, 0, overlap_rows);
+      ref_batch.response_mask = batch.response_mask.narrow(0, 0, overlap_rows);
+      const auto* guard_impl = c10::impl::getDeviceGuardImpl(device.type());
+      // (On the CPU, for a smoke test, both on its one stream.)
+      const bool cuda = device.is_cuda();
+      const c10::Stream update_stream = cuda ? guard_impl->getStreamFromGlobalPool(device) : guard_impl->getStream(device);
+      const c10::Stream pass_stream = cuda ? guard_impl->getStreamFromGlobalPool(device) : update_stream;
+      double pass_mean = 0.0;
+      auto pass = [&](const c10::Stream& stream) {
+        c10::StreamGuard on(stream);
+        auto lp = verl::ComputeLogProbsNoGrad(**ref, ref_batch, 1.0, micro_batching);
+        if (!lp.ok()) throw std::runtime_error(std::string(lp.status().message()));
+        pass_mean = lp->mean().item<double>();
+        if (cuda) guard_impl->synchronizeStream(stream);
+      };
+      auto run_update = [&](const c10::Stream& stream) {
+        c10::StreamGuard on(stream);
+        last = update();
+        if (cuda) guard_impl->synchronizeStream(stream);
+      };
+      sync();
+      nlohmann::json overlap = {{"rows", overlap_rows}};
+      for (int i = 0; i < repeats + 1; ++i) {  // the first round of each way untimed (the streams' warm-up)
+        auto start = std::chrono::steady_clock::now();
+        run_update(update_stream);
+        pass(update_stream);
+        sync();
+        const double serial = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        const double serial_mean = pass_mean;
+        start = std::chrono::steady_clock::now();
+        std::exception_ptr pass_error;
+        std::thread side([&] {
+          try {
+            pass(pass_stream);
+          } catch (...) {
+            pass_error = std::current_exception();
+          }
+        });
+        run_update(update_stream);
+        side.join();
+        if (pass_error) std::rethrow_exception(pass_error);
+        sync();
+        const double concurrent = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (i == 0) continue;
+        overlap["serial_seconds"].push_back(serial);
+        overlap["concurrent_seconds"].push_back(concurrent);
+        overlap["serial_log_prob_mean"].push_back(serial_mean);
+        overlap["concurrent_log_prob_mean"].push_back(pass_mean);
+        if (auto it = last.find("actor/grad_norm"); it != last.end()) overlap["grad_norm"].push_back(it->second);
+      }
+      overlap["peak_memory_allocated_gb"] = verl::bench::PeakAllocatedGb(device);
+      result["overlap"] = overlap;
     }
     if (flags["profile"] == "1") {
       result["profile"] = verl::bench::ProfileKernels([&] {
