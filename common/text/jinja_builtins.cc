@@ -107,7 +107,10 @@ std::string JinjaTitle(const std::string& s) {
     size_t j = i + 1;
     while (j < cps.size() && separator(cps[j]) == sep) ++j;
     out += PyUpper(cps[i]);
-    if (j > i + 1) out += PyLower(std::string_view(cps[i + 1].data(), cps[j - 1].data() + cps[j - 1].size() - cps[i + 1].data()));
+    if (j > i + 1) {
+      const char* rest = cps[i + 1].data();
+      out += PyLower(std::string_view(rest, cps[j - 1].data() + cps[j - 1].size() - rest));
+    }
     i = j;
   }
   return out;
@@ -213,10 +216,15 @@ std::optional<JinjaValue> StringMethod(const std::string& s, const std::string& 
       return JinjaValue::Bool(m);
     });
   }
-  if (name == "upper") return str_fn([](const std::string& v, JinjaCallArgs&) -> absl::StatusOr<JinjaValue> { return JinjaValue::String(PyUpper(v)); });
-  if (name == "lower") return str_fn([](const std::string& v, JinjaCallArgs&) -> absl::StatusOr<JinjaValue> { return JinjaValue::String(PyLower(v)); });
-  if (name == "title") return str_fn([](const std::string& v, JinjaCallArgs&) -> absl::StatusOr<JinjaValue> { return JinjaValue::String(PyTitle(v)); });
-  if (name == "capitalize") return str_fn([](const std::string& v, JinjaCallArgs&) -> absl::StatusOr<JinjaValue> { return JinjaValue::String(PyCapitalize(v)); });
+  if (name == "upper" || name == "lower" || name == "title" || name == "capitalize") {
+    std::string (*const map)(std::string_view) = name == "upper"   ? PyUpper
+                                                 : name == "lower" ? PyLower
+                                                 : name == "title" ? PyTitle
+                                                                   : PyCapitalize;
+    return str_fn([map](const std::string& v, JinjaCallArgs&) -> absl::StatusOr<JinjaValue> {
+      return JinjaValue::String(map(v));
+    });
+  }
   if (name == "replace") {
     return str_fn([](const std::string& v, JinjaCallArgs& a) -> absl::StatusOr<JinjaValue> {
       const JinjaValue from = Arg(a, 0, "old");
