@@ -3,9 +3,9 @@
 #include <unicode/locid.h>
 #include <unicode/uchar.h>
 #include <unicode/unistr.h>
-#include <unicode/ustring.h>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "common/text/byte_level.h"

@@ -44,10 +44,10 @@
 
 #include <chrono>
 #include <cstdint>
-#include <thread>
 #include <iostream>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -254,15 +254,12 @@ int main(int argc, char** argv) {
       }
       auto ref = verl::DecoderModel::Load(flags["model"], dtype, device);
       if (!ref.ok()) throw std::runtime_error(std::string(ref.status().message()));
-      verl::SequenceBatch ref_batch;
-      ref_batch.input_ids = batch.input_ids.narrow(0, 0, overlap_rows);
-      ref_batch.attention_mask = batch.attention_mask.narrow(0, 0, overlap_rows);
-      ref_batch.responses = batch.responses.narrow(0, 0, overlap_rows);
-      ref_batch.response_mask = batch.response_mask.narrow(0, 0, overlap_rows);
+      const verl::SequenceBatch ref_batch = verl::SelectRows(batch, at::arange(overlap_rows, long_on));
       const auto* guard_impl = c10::impl::getDeviceGuardImpl(device.type());
       // (On the CPU, for a smoke test, both on its one stream.)
       const bool cuda = device.is_cuda();
-      const c10::Stream update_stream = cuda ? guard_impl->getStreamFromGlobalPool(device) : guard_impl->getStream(device);
+      const c10::Stream update_stream =
+          cuda ? guard_impl->getStreamFromGlobalPool(device) : guard_impl->getStream(device);
       const c10::Stream pass_stream = cuda ? guard_impl->getStreamFromGlobalPool(device) : update_stream;
       double pass_mean = 0.0;
       auto pass = [&](const c10::Stream& stream) {
