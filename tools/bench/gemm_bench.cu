@@ -4,7 +4,9 @@
 // algorithm per shape is worth having in the decoder. Weights rotate over `--layers` copies so that, as in decoding,
 // they come from HBM rather than L2. Torch-free; one JSON object per (M, projection) on stdout.
 //
-//   verl-bench-gemm [--m 512,1024] [--iters 100] [--layers 24] [--algos 32] [--only down]
+//   verl-bench-gemm [--m 512,1024] [--iters 100] [--layers 24] [--algos 32] [--only down] [--split-k 0]
+// --split-k 1 also times each offered algorithm that supports it with the reduction dimension split 2..16 ways
+// (split_k_best_us, split_k_algo, split_k; -1 / 0 where none ran).
 
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -56,6 +58,7 @@ int main(int argc, char** argv) {
   int iters = 100;
   int layers = 24;
   int max_algos = 32;
+  bool split_k = false;
   std::string only;  // one projection's name, or all
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
@@ -65,6 +68,8 @@ int main(int argc, char** argv) {
       iters = std::atoi(argv[i + 1]);
     } else if (flag == "--layers") {
       layers = std::atoi(argv[i + 1]);
+    } else if (flag == "--split-k") {
+      split_k = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--algos") {
       max_algos = std::atoi(argv[i + 1]);
     } else if (flag == "--only") {
@@ -146,13 +151,60 @@ int main(int argc, char** argv) {
       for (int a = 0; a < found; ++a) {
         if (us[a] > 0 && (best < 0 || us[a] < us[best])) best = a;
       }
+      // --split-k 1: each offered algorithm that can split the reduction dimension again with 2..16 splits (the
+      // partial sums reduced as cuBLASLt chooses), checked by cublasLtMatmulAlgoCheck first: whether more blocks along
+      // k fill the GPU where m x n makes few tiles (the decoding step's narrow projections).
+      double split_best_us = -1.0;
+      int split_best_algo = -1, split_best_splits = 0;
+      for (int a = 0; split_k && a < found; ++a) {
+        if (heur[a].state != CUBLAS_STATUS_SUCCESS) continue;
+        int32_t supported = 0;
+        size_t written = 0;
+        if (cublasLtMatmulAlgoCapGetAttribute(&heur[a].algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &supported,
+                                              sizeof(supported), &written) != CUBLAS_STATUS_SUCCESS ||
+            !supported) {
+          continue;
+        }
+        for (const int32_t splits : {2, 3, 4, 6, 8, 12, 16}) {
+          cublasLtMatmulAlgo_t algo = heur[a].algo;
+          if (cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
+                                                   sizeof(splits)) != CUBLAS_STATUS_SUCCESS) {
+            continue;
+          }
+          cublasLtMatmulHeuristicResult_t check;
+          if (cublasLtMatmulAlgoCheck(lt, op, la, lb, lc, lc, &algo, &check) != CUBLAS_STATUS_SUCCESS ||
+              check.workspaceSize > workspace_bytes) {
+            continue;
+          }
+          auto run = [&](int layer) {
+            return cublasLtMatmul(lt, op, &alpha, w[layer % copies], la, x, lb, &beta, y, lc, y, lc, &algo,
+                                  workspace, workspace_bytes, stream);
+          };
+          if (run(0) != CUBLAS_STATUS_SUCCESS) continue;
+          for (int i = 0; i < 5; ++i) run(i);
+          CUDA_OK(cudaEventRecord(start, stream));
+          for (int i = 0; i < iters; ++i) run(i);
+          CUDA_OK(cudaEventRecord(stop, stream));
+          CUDA_OK(cudaEventSynchronize(stop));
+          float ms_total = 0.f;
+          CUDA_OK(cudaEventElapsedTime(&ms_total, start, stop));
+          const double t = 1e3 * ms_total / iters;
+          if (split_best_us < 0 || t < split_best_us) {
+            split_best_us = t;
+            split_best_algo = a;
+            split_best_splits = splits;
+          }
+        }
+      }
       const double flop = 2.0 * static_cast<double>(m) * p.n * p.k;
       std::printf("{\"m\": %lld, \"projection\": \"%s\", \"n\": %lld, \"k\": %lld, \"algos\": %d, "
                   "\"first_us\": %.3f, \"best_us\": %.3f, \"best_index\": %d, \"first_tflops\": %.1f, "
-                  "\"best_tflops\": %.1f, \"all_us\": [",
+                  "\"best_tflops\": %.1f, \"split_k_best_us\": %.3f, \"split_k_algo\": %d, \"split_k\": %d, "
+                  "\"all_us\": [",
                   static_cast<long long>(m), p.name, static_cast<long long>(p.n), static_cast<long long>(p.k), found,
                   found > 0 ? us[0] : -1.0, best >= 0 ? us[best] : -1.0, best,
-                  found > 0 && us[0] > 0 ? flop / us[0] * 1e-6 : 0.0, best >= 0 ? flop / us[best] * 1e-6 : 0.0);
+                  found > 0 && us[0] > 0 ? flop / us[0] * 1e-6 : 0.0, best >= 0 ? flop / us[best] * 1e-6 : 0.0,
+                  split_best_us, split_best_algo, split_best_splits);
       for (int a = 0; a < found; ++a) std::printf("%s%.2f", a ? ", " : "", us[a]);
       std::printf("]}\n");
       std::fflush(stdout);
