@@ -18,8 +18,9 @@
 // its own engine (GenerateContinuous with max_num_seqs / K slots) on its own stream from its own host thread, at the
 // same time, so one engine's memory-bound decode attention can run beside another's GEMMs. The sampling keys are the
 // prompts' indices in the whole batch, so each sequence draws what the one-engine run draws; `concurrent` in the JSON
-// gives the share of generated tokens equal to an untimed one-engine run's (GEMMs over other row counts round
-// differently in bf16, so a few sequences part ways).
+// gives the share of generated tokens equal to an untimed one-engine run's (GEMMs over other row counts can round
+// differently in bf16, and a sequence that draws one other token parts ways from there: with four engines at B1's
+// shape nearly every sequence did, with two none).
 //
 // tools/bench/b1_rollout.py runs it beside HF transformers' generate on the same files and shapes.
 
