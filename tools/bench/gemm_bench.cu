@@ -130,14 +130,13 @@ int main(int argc, char** argv) {
       int found = 0;
       LT_OK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, max_algos, heur.data(), &found));
       const float alpha = 1.f, beta = 0.f;
-      std::vector<double> us(found, -1.0);
-      for (int a = 0; a < found; ++a) {
-        if (heur[a].state != CUBLAS_STATUS_SUCCESS) continue;
+      // Microseconds a call of `algo` takes over the rotating weights (after 5 untimed calls); -1 if it cannot run.
+      auto time_us = [&](const cublasLtMatmulAlgo_t& algo) {
         auto run = [&](int layer) {
-          return cublasLtMatmul(lt, op, &alpha, w[layer % copies], la, x, lb, &beta, y, lc, y, lc, &heur[a].algo,
-                                workspace, workspace_bytes, stream);
+          return cublasLtMatmul(lt, op, &alpha, w[layer % copies], la, x, lb, &beta, y, lc, y, lc, &algo, workspace,
+                                workspace_bytes, stream);
         };
-        if (run(0) != CUBLAS_STATUS_SUCCESS) continue;
+        if (run(0) != CUBLAS_STATUS_SUCCESS) return -1.0;
         for (int i = 0; i < 5; ++i) run(i);
         CUDA_OK(cudaEventRecord(start, stream));
         for (int i = 0; i < iters; ++i) run(i);
@@ -145,7 +144,11 @@ int main(int argc, char** argv) {
         CUDA_OK(cudaEventSynchronize(stop));
         float ms_total = 0.f;
         CUDA_OK(cudaEventElapsedTime(&ms_total, start, stop));
-        us[a] = 1e3 * ms_total / iters;
+        return 1e3 * ms_total / iters;
+      };
+      std::vector<double> us(found, -1.0);
+      for (int a = 0; a < found; ++a) {
+        if (heur[a].state == CUBLAS_STATUS_SUCCESS) us[a] = time_us(heur[a].algo);
       }
       int best = -1;
       for (int a = 0; a < found; ++a) {
@@ -176,20 +179,8 @@ int main(int argc, char** argv) {
               check.workspaceSize > workspace_bytes) {
             continue;
           }
-          auto run = [&](int layer) {
-            return cublasLtMatmul(lt, op, &alpha, w[layer % copies], la, x, lb, &beta, y, lc, y, lc, &algo,
-                                  workspace, workspace_bytes, stream);
-          };
-          if (run(0) != CUBLAS_STATUS_SUCCESS) continue;
-          for (int i = 0; i < 5; ++i) run(i);
-          CUDA_OK(cudaEventRecord(start, stream));
-          for (int i = 0; i < iters; ++i) run(i);
-          CUDA_OK(cudaEventRecord(stop, stream));
-          CUDA_OK(cudaEventSynchronize(stop));
-          float ms_total = 0.f;
-          CUDA_OK(cudaEventElapsedTime(&ms_total, start, stop));
-          const double t = 1e3 * ms_total / iters;
-          if (split_best_us < 0 || t < split_best_us) {
+          const double t = time_us(algo);
+          if (t > 0 && (split_best_us < 0 || t < split_best_us)) {
             split_best_us = t;
             split_best_algo = a;
             split_best_splits = splits;

@@ -131,6 +131,7 @@ int main(int argc, char** argv) {
     // sequence ends.
     const size_t wave_prompts = static_cast<size_t>(std::max(1, max_seqs / opts.n));
     const size_t engines = std::min<size_t>(batch.size(), std::max(1, std::stoi(flags["concurrent"])));
+    const int32_t slots_per_engine = std::max<int32_t>(1, max_seqs / static_cast<int32_t>(engines));
     if (engines > 1 && !continuous) {
       std::cerr << "verl-bench-rollout: --concurrent needs --schedule continuous\n";
       return 2;
@@ -153,7 +154,7 @@ int main(int argc, char** argv) {
             std::vector<std::vector<int32_t>> part(batch.begin() + static_cast<std::ptrdiff_t>(begin),
                                                    batch.begin() + static_cast<std::ptrdiff_t>(end));
             verl::SamplingOptions engine = opts;
-            engine.max_num_seqs = std::max<int32_t>(1, max_seqs / static_cast<int32_t>(engines));
+            engine.max_num_seqs = slots_per_engine;
             for (size_t i = begin; i < end; ++i) engine.prompt_keys.push_back(i);
             outs[e] = verl::GenerateContinuous(**model, part, engine);
             if (device.is_cuda()) guard_impl->synchronizeStream(streams[e]);
@@ -204,9 +205,10 @@ int main(int argc, char** argv) {
     int64_t generated = 0;
     int64_t graphs = 0;
     int64_t handoffs = 0, joins = 0;
+    verl::RolloutBatch out;  // the last timed run's
     for (int i = 0; i < repeats; ++i) {
       const auto start = std::chrono::steady_clock::now();
-      verl::RolloutBatch out = run();
+      out = run();
       sync();
       seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
       generated = out.response_mask.sum().item<int64_t>();
@@ -216,13 +218,12 @@ int main(int argc, char** argv) {
     }
     const double peak_gb = verl::bench::PeakAllocatedGb(device);
     nlohmann::json concurrent;
-    if (engines > 1) {
-      const verl::RolloutBatch split = run();
+    if (engines > 1) {  // the last timed run against one engine's
       const verl::RolloutBatch one = verl::GenerateContinuous(**model, batch, opts);
-      const at::Tensor valid = split.response_mask & one.response_mask.cpu();
-      const at::Tensor same = (split.responses == one.responses.cpu()) & valid;
+      const at::Tensor valid = out.response_mask & one.response_mask.cpu();
+      const at::Tensor same = (out.responses == one.responses.cpu()) & valid;
       concurrent = {{"engines", engines},
-                    {"slots_per_engine", std::max<int32_t>(1, max_seqs / static_cast<int32_t>(engines))},
+                    {"slots_per_engine", slots_per_engine},
                     {"tokens_equal_to_one_engine",
                      same.sum().item<double>() / std::max<double>(1.0, valid.sum().item<double>())}};
     }
