@@ -9,6 +9,7 @@
 #   [PROBE_SHAPES=gate_up,qkv,o,down,swiglu_bwd,decode_mlp] \
 #     tools/bench/cutlass_probe/run.sh OUT.json [BUILD_DIR [ITERS [M ...]]]
 #   PROBE_BUILD_ONLY=1 tools/bench/cutlass_probe/run.sh - BUILD_DIR   # only builds BUILD_DIR/cutlass_probe
+#   PROBE_UNITS="h j" ...   # compiles only cfg_h.cu and cfg_j.cu (the others register nothing): minutes fewer
 #
 # CUTLASS's headers come from PyPI's nvidia-cutlass wheel in .device-deps/ (tools/device/fetch_deps.sh), unpacked into
 # BUILD_DIR; nothing is installed. Needs nvcc (CUDA 12.4 or later, sm_90a) and cuBLASLt.
@@ -26,13 +27,34 @@ mkdir -p "$BUILD"
 NVCC="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"
 FLAGS=(-std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -I"$BUILD/cutlass/include"
        -I"$HERE" -DNDEBUG)
+# Each unit registers its instantiations through one function (probe.cuh); a unit left out of PROBE_UNITS gets an
+# empty one instead, so compiling the probe for a few shapes takes a few of the units' minutes.
+declare -A REGISTER=([a]="RegisterA(std::vector<ProbeGemm>&)" [b]="RegisterB(std::vector<ProbeGemm>&)"
+  [c]="RegisterC(std::vector<ProbeGemm>&)" [d]="RegisterD(std::vector<ProbeGemm>&)"
+  [e]="RegisterE(std::vector<ProbeGemm>&)" [f]="RegisterF(std::vector<ProbeGemm>&)"
+  [g]="RegisterG(std::vector<ProbeGemm>&)" [h]="RegisterH(std::vector<ProbeGemm>&)"
+  [i]="RegisterI(std::vector<ProbeGemm>&)" [j]="RegisterChains(std::vector<DecodeChain>&)")
+UNITS="${PROBE_UNITS:-a b c d e f g h i j}"
+srcs=("$HERE/main.cu")
+{
+  echo '#include "probe.cuh"'
+  for u in a b c d e f g h i j; do
+    case " $UNITS " in
+      *" $u "*) srcs+=("$HERE/cfg_$u.cu") ;;
+      *) echo "void ${REGISTER[$u]} {}" ;;
+    esac
+  done
+} > "$BUILD/stubs.cu"
+srcs+=("$BUILD/stubs.cu")
 pids=()
-for f in main cfg_a cfg_b cfg_c cfg_d cfg_e cfg_f cfg_g cfg_h cfg_i cfg_j; do
-  "$NVCC" "${FLAGS[@]}" -c "$HERE/$f.cu" -o "$BUILD/$f.o" &
+objs=()
+for src in "${srcs[@]}"; do
+  obj="$BUILD/$(basename "$src" .cu).o"
+  "$NVCC" "${FLAGS[@]}" -c "$src" -o "$obj" &
   pids+=($!)
+  objs+=("$obj")
 done
 for p in "${pids[@]}"; do wait "$p"; done
-objs=("$BUILD"/{main,cfg_a,cfg_b,cfg_c,cfg_d,cfg_e,cfg_f,cfg_g,cfg_h,cfg_i,cfg_j}.o)
 "$NVCC" -gencode=arch=compute_90a,code=sm_90a "${objs[@]}" -o "$BUILD/cutlass_probe" -lcublasLt -lcublas
 [ "${PROBE_BUILD_ONLY:-0}" = 1 ] && exit 0
 "$BUILD/cutlass_probe" "$@" > "$OUT_JSON"
