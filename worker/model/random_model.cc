@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <random>
 #include <system_error>
 #include <thread>
@@ -13,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/data/atomic_write.h"
 #include "common/status/status_macros.h"
 #include "worker/model/dtype_convert.h"
 #include "worker/model/safetensors.h"
@@ -74,20 +74,6 @@ std::string EncodeFloats(const std::vector<float>& values, DType dtype) {
   return bytes;
 }
 
-absl::Status WriteText(const fs::path& path, const std::string& text) {
-  const fs::path tmp = fs::path(path.string() + ".tmp");
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot create ", tmp.string()));
-    out << text;
-    out.flush();
-    if (!out) return absl::DataLossError(absl::StrCat("cannot write ", tmp.string()));
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot rename ", tmp.string(), " to ", path.string(), ": ", ec.message()));
-  return absl::OkStatus();
-}
 
 }  // namespace
 
@@ -126,8 +112,8 @@ absl::Status WriteRandomDecoder(const std::string& model_dir, const DecoderConfi
 
   DecoderConfig written = config;
   written.torch_dtype = std::string(TorchDTypeName(dtype));
-  RETURN_IF_ERROR(WriteText(dir / "config.json", DecoderConfigToJson(written)));
-  RETURN_IF_ERROR(WriteText(dir / "generation_config.json", GenerationConfigToJson(written)));
+  RETURN_IF_ERROR(WriteFileAtomically((dir / "config.json").string(), DecoderConfigToJson(written)));
+  RETURN_IF_ERROR(WriteFileAtomically((dir / "generation_config.json").string(), GenerationConfigToJson(written)));
 
   // Tensors are independent streams, so they are generated in parallel for large models; the bytes do not depend on
   // the thread count.

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/data/atomic_write.h"
 #include "common/status/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -31,25 +32,6 @@ absl::StatusOr<std::string> ReadTextFile(const fs::path& path) {
   ss << in.rdbuf();
   if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read ", path.string()));
   return ss.str();
-}
-
-// Writes `text` to `path` through a temporary file and a rename.
-absl::Status WriteTextFileAtomically(const fs::path& path, const std::string& text) {
-  const fs::path tmp = fs::path(path.string() + ".tmp");
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot create ", tmp.string()));
-    out << text;
-    out.flush();
-    if (!out) return absl::DataLossError(absl::StrCat("cannot write ", tmp.string()));
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    return absl::InternalError(absl::StrCat("cannot rename ", tmp.string(), " to ", path.string(), ": ", ec.message()));
-  }
-  return absl::OkStatus();
 }
 
 bool IsShardName(const std::string& name) {
@@ -228,7 +210,7 @@ absl::Status WriteShardedSafetensors(const std::string& dir, const std::vector<T
     } catch (const nlohmann::json::exception& e) {
       return absl::InvalidArgumentError(absl::StrCat("writing ", (root / kSafetensorsIndexFile).string(), ": ", e.what()));
     }
-    RETURN_IF_ERROR(WriteTextFileAtomically(root / kSafetensorsIndexFile, text));
+    RETURN_IF_ERROR(WriteFileAtomically((root / kSafetensorsIndexFile).string(), text));
     written.insert(kSafetensorsIndexFile);
   }
 
