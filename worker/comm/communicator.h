@@ -23,6 +23,7 @@
 //    thread at any time.
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
@@ -35,6 +36,12 @@ enum class ReduceOp : int32_t { kSum = 0, kMax = 1, kMin = 2, kAvg = 3 };
 
 // "sum", "max", "min", "avg".
 std::string_view ReduceOpName(ReduceOp op);
+
+// The argument checks every backend makes before a collective (INVALID_ARGUMENT above): `count` not negative nor too
+// large, `dtype` known, `data` not null where count > 0 (`what` names the argument: "data", "send", "recv"); and for a
+// reduction, a reducible dtype and a known op. `prefix` starts each message (the call and this rank).
+absl::Status CheckBuffer(const std::string& prefix, const void* data, int64_t count, DType dtype, const char* what);
+absl::Status CheckReduction(const std::string& prefix, DType dtype, ReduceOp op);
 
 class Communicator {
  public:

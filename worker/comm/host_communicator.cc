@@ -34,18 +34,7 @@ absl::string_view AbslView(std::string_view s) { return absl::string_view(s.data
 
 std::string Errno() { return std::strerror(errno); }
 
-
-bool KnownDType(DType dtype) { return DTypeSize(dtype) > 0; }
-
 bool Is16BitFloat(DType dtype) { return dtype == DType::kBFloat16 || dtype == DType::kFloat16; }
-
-bool ReducibleDType(DType dtype) {
-  return dtype == DType::kFloat32 || Is16BitFloat(dtype) || dtype == DType::kInt32 || dtype == DType::kInt64;
-}
-
-bool KnownOp(ReduceOp op) {
-  return op == ReduceOp::kSum || op == ReduceOp::kMax || op == ReduceOp::kMin || op == ReduceOp::kAvg;
-}
 
 // Splits `count` elements into `parts` contiguous chunks whose sizes differ by at most one; returns parts + 1
 // offsets (in elements).
@@ -681,30 +670,6 @@ absl::Status HostCommunicator::Exchange(std::string_view op_name, std::vector<Tr
 }
 
 namespace {
-
-// Shared argument checks. `what` names the buffer argument.
-absl::Status CheckBuffer(const std::string& prefix, const void* data, int64_t count, DType dtype, const char* what) {
-  if (count < 0) return absl::InvalidArgumentError(absl::StrCat(prefix, "count must be >= 0, got ", count));
-  if (!KnownDType(dtype)) return absl::InvalidArgumentError(absl::StrCat(prefix, "unknown ", DTypeName(dtype)));
-  if (count > std::numeric_limits<int64_t>::max() / 64) {
-    return absl::InvalidArgumentError(absl::StrCat(prefix, "count ", count, " is too large"));
-  }
-  if (data == nullptr && count > 0) {
-    return absl::InvalidArgumentError(absl::StrCat(prefix, what, " is null with count ", count));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckReduction(const std::string& prefix, DType dtype, ReduceOp op) {
-  if (!ReducibleDType(dtype)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(prefix, "reductions support float32, bfloat16, float16, int32 and int64, not ", DTypeName(dtype)));
-  }
-  if (!KnownOp(op)) {
-    return absl::InvalidArgumentError(absl::StrCat(prefix, "unknown ReduceOp ", static_cast<int>(op)));
-  }
-  return absl::OkStatus();
-}
 
 DType ComputeDType(DType dtype) { return Is16BitFloat(dtype) ? DType::kFloat32 : dtype; }
 

@@ -37,11 +37,6 @@ ncclDataType_t NcclType(DType dtype) {
   return ncclUint8;
 }
 
-bool ReducibleDType(DType dtype) {
-  return dtype == DType::kFloat32 || dtype == DType::kBFloat16 || dtype == DType::kFloat16 ||
-         dtype == DType::kInt64 || dtype == DType::kInt32;
-}
-
 bool NcclOp(ReduceOp op, ncclRedOp_t* out) {
   switch (op) {
     case ReduceOp::kSum: *out = ncclSum; return true;
@@ -79,31 +74,6 @@ absl::Status CudaStatus(cudaError_t error, std::string_view what, const char* fi
 
 absl::Time DeadlineAfter(absl::Duration timeout) {
   return timeout <= absl::ZeroDuration() ? absl::Now() : absl::Now() + timeout;
-}
-
-// Argument checks shared by every call; `what` names the buffer argument.
-absl::Status CheckBuffer(const std::string& prefix, const void* data, int64_t count, DType dtype, const char* what) {
-  if (count < 0) return absl::InvalidArgumentError(absl::StrCat(prefix, "count must be >= 0, got ", count));
-  if (DTypeSize(dtype) <= 0) return absl::InvalidArgumentError(absl::StrCat(prefix, "unknown ", DTypeName(dtype)));
-  if (count > std::numeric_limits<int64_t>::max() / 64) {
-    return absl::InvalidArgumentError(absl::StrCat(prefix, "count ", count, " is too large"));
-  }
-  if (data == nullptr && count > 0) {
-    return absl::InvalidArgumentError(absl::StrCat(prefix, what, " is null with count ", count));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckReduction(const std::string& prefix, DType dtype, ReduceOp op) {
-  if (!ReducibleDType(dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        prefix, "reductions support float32, bfloat16, float16, int32 and int64, not ", DTypeName(dtype)));
-  }
-  ncclRedOp_t unused;
-  if (!NcclOp(op, &unused)) {
-    return absl::InvalidArgumentError(absl::StrCat(prefix, "unknown ReduceOp ", static_cast<int>(op)));
-  }
-  return absl::OkStatus();
 }
 
 // `data` must be device (or managed) memory of `device`: NCCL given a host pointer faults the whole CUDA context.
