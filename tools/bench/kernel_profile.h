@@ -28,9 +28,13 @@ struct Activity {
 
 // The gaps between the union of `busy` activities, summed by length: {span_s, idle_s, gaps: [{below_us, s, count}],
 // long_gaps: [{after, before, s, count}]}, the last naming the activities on either side of the gaps of at least
-// `long_us` (the `top` pairs with the most idle time), so the profile says where the device waits.
+// `long_us` (the `top` pairs with the most idle time), so the profile says where the device waits. With `host` (the
+// host's spans: ATen ops, the CUDA runtime's calls, the code's own RECORD_USER_SCOPEs; names in `host_names`) also
+// host_in_gaps: [{name, s, count}], how long each name's spans overlap the device's gaps of at least `host_gap_us` (the
+// `top` largest), i.e. what the host was doing while the device waited for it (nested spans each count in full).
 inline nlohmann::json IdleGaps(std::vector<Activity> busy, const std::vector<std::string>& names, double long_us = 10.0,
-                               int top = 12) {
+                               int top = 12, const std::vector<Activity>& host = {},
+                               const std::vector<std::string>& host_names = {}, double host_gap_us = 1000.0) {
   static constexpr double kBelowUs[] = {2, 5, 10, 50, 200, 1e300};
   constexpr int kBuckets = sizeof(kBelowUs) / sizeof(kBelowUs[0]);
   double sum_s[kBuckets] = {};
@@ -39,6 +43,7 @@ inline nlohmann::json IdleGaps(std::vector<Activity> busy, const std::vector<std
   std::sort(busy.begin(), busy.end(),
             [](const Activity& a, const Activity& b) { return std::tie(a.start, a.end) < std::tie(b.start, b.end); });
   double idle_s = 0.0;
+  std::vector<std::pair<uint64_t, uint64_t>> host_gaps;  // [start, end) of the gaps of at least host_gap_us
   uint64_t covered = busy.empty() ? 0 : busy.front().end;
   size_t last = busy.empty() ? 0 : busy.front().name;  // the activity that ends last so far
   for (size_t i = 1; i < busy.size(); ++i) {
@@ -54,6 +59,7 @@ inline nlohmann::json IdleGaps(std::vector<Activity> busy, const std::vector<std
         s += gap_us * 1e-6;
         ++n;
       }
+      if (gap_us >= host_gap_us) host_gaps.push_back({covered, busy[i].start});
     }
     if (busy[i].end >= covered) {
       covered = busy[i].end;
@@ -77,14 +83,41 @@ inline nlohmann::json IdleGaps(std::vector<Activity> busy, const std::vector<std
                          {"count", v.second}});
   }
   const double span_s = busy.empty() ? 0.0 : static_cast<double>(covered - busy.front().start) * 1e-9;
-  return {{"span_s", span_s}, {"idle_s", idle_s}, {"gaps", gaps}, {"long_gaps_min_us", long_us},
-          {"long_gaps", long_gaps}};
+  nlohmann::json out = {{"span_s", span_s}, {"idle_s", idle_s}, {"gaps", gaps}, {"long_gaps_min_us", long_us},
+                        {"long_gaps", long_gaps}};
+  if (!host.empty()) {
+    std::map<size_t, std::pair<double, int64_t>> by_host;  // name -> overlap s, spans
+    for (const auto& [g0, g1] : host_gaps) {
+      for (const Activity& h : host) {
+        const uint64_t lo = std::max(g0, h.start), hi = std::min(g1, h.end);
+        if (lo >= hi) continue;
+        auto& [s, n] = by_host[h.name];
+        s += static_cast<double>(hi - lo) * 1e-9;
+        ++n;
+      }
+    }
+    std::vector<std::pair<size_t, std::pair<double, int64_t>>> ranked(by_host.begin(), by_host.end());
+    std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+    nlohmann::json in_gaps = nlohmann::json::array();
+    for (size_t i = 0; i < ranked.size() && static_cast<int>(i) < top; ++i) {
+      in_gaps.push_back({{"name", host_names[ranked[i].first].substr(0, 100)},
+                         {"s", ranked[i].second.first},
+                         {"count", ranked[i].second.second}});
+    }
+    double gap_s = 0.0;
+    for (const auto& [g0, g1] : host_gaps) gap_s += static_cast<double>(g1 - g0) * 1e-9;
+    out["host_gap_min_us"] = host_gap_us;
+    out["host_gaps"] = {{"count", host_gaps.size()}, {"s", gap_s}};
+    out["host_in_gaps"] = in_gaps;
+  }
+  return out;
 }
 
 // Runs `fn` (which must wait for the device before returning) under the profiler; returns {wall_s, kernel_s (the sum
 // of device activity: kernels, copies, memsets), kernels: [{name, s, calls, share}] for the `top` largest, idle: the
 // device's idle time between its first and last activity, by the length of each gap}. Short gaps are the launch
-// latency between kernels (inside CUDA graphs too); long ones, time the device waited on the host.
+// latency between kernels (inside CUDA graphs too); long ones, time the device waited on the host, and idle.host_in_gaps
+// says what the host was doing in the gaps of a millisecond or more.
 inline nlohmann::json ProfileKernels(const std::function<void()>& fn, int top = 30) {
   namespace prof = torch::autograd::profiler;
   using torch::profiler::impl::ActivityType;
@@ -101,8 +134,16 @@ inline nlohmann::json ProfileKernels(const std::function<void()>& fn, int top = 
   std::vector<Activity> busy;
   std::vector<std::string> names;
   std::map<std::string, size_t> name_index;
+  std::vector<Activity> host;
+  std::vector<std::string> host_names;
+  std::map<std::string, size_t> host_index;
   for (const auto& e : result->events()) {
-    if (e.deviceType() != c10::DeviceType::CUDA) continue;
+    if (e.deviceType() != c10::DeviceType::CUDA) {
+      const auto [it, added] = host_index.emplace(e.name(), host_names.size());
+      if (added) host_names.push_back(e.name());
+      host.push_back({e.startNs(), e.startNs() + e.durationNs(), it->second});
+      continue;
+    }
     std::string name = e.name();
     if (name.size() > 160) name = name.substr(0, 160);
     const auto [it, added] = name_index.emplace(name, names.size());
@@ -126,7 +167,7 @@ inline nlohmann::json ProfileKernels(const std::function<void()>& fn, int top = 
   return {{"wall_s", wall},
           {"kernel_s", static_cast<double>(total_ns) * 1e-9},
           {"kernels", kernels},
-          {"idle", IdleGaps(std::move(busy), names)}};
+          {"idle", IdleGaps(std::move(busy), names, 10.0, 12, host, host_names)}};
 }
 
 }  // namespace verl::bench

@@ -6,6 +6,7 @@
 #include <ATen/ops/_fused_sdp_choice.h>
 #include <ATen/ops/_scaled_dot_product_cudnn_attention.h>
 #include <ATen/ops/_scaled_dot_product_cudnn_attention_backward.h>
+#include <ATen/record_function.h>
 #include <c10/core/InferenceMode.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -839,6 +840,7 @@ BucketSteps BucketSteps::ForDevice(at::Device device) { return device.is_cuda() 
 
 PackedBatch PackBatch(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& response_mask,
                       bool share_prompts, const HostCopies& host, std::optional<BucketSteps> steps) {
+  RECORD_USER_SCOPE("verl::PackBatch");  // named in a profile (tools/bench/kernel_profile.h: idle.host_in_gaps)
   const HostCopies h = HostInputs(input_ids, attention_mask, response_mask, host);
   PackedBatch out = share_prompts
                         ? PackSharedPrompts(input_ids, h, steps.value_or(BucketSteps::ForDevice(input_ids.device())))

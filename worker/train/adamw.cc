@@ -1,5 +1,7 @@
 #include "worker/train/adamw.h"
 
+#include <ATen/record_function.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -239,6 +241,7 @@ double ClipGradNorm(const std::vector<at::Tensor>& params, double max_norm, cons
 
 double ClipAndStep(AdamW& optimizer, const std::vector<at::Tensor>& params, double max_norm, double lr,
                    const ReduceSumFn& sum_over_shards) {
+  RECORD_USER_SCOPE("verl::ClipAndStep");  // named in a profile (tools/bench/kernel_profile.h: idle.host_in_gaps)
   const double norm = ClipGradNorm(params, max_norm, sum_over_shards);
   if (std::isfinite(norm)) optimizer.Step(lr);
   optimizer.ZeroGrad();

@@ -1,6 +1,7 @@
 #include "worker/train/ppo_actor.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/record_function.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <cmath>
@@ -200,6 +201,9 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
   for (int64_t epoch = 0; epoch < options.ppo_epochs; ++epoch) {
     const at::Tensor order = EpochOrder(N, options.shuffle, gen);
     for (int64_t mb = 0; mb < N; mb += options.mini_batch_size) {
+      std::optional<at::RecordFunction> setup_scope;  // the mini-batch's setup, named in a profile (kernel_profile.h)
+      setup_scope.emplace(at::RecordScope::USER_SCOPE);
+      setup_scope->before("verl::UpdatePolicy mini-batch setup", c10::ArrayRef<const c10::IValue>{});
       const at::Tensor idx_host = order.narrow(0, mb, options.mini_batch_size);
       const at::Tensor idx = UploadAsync(idx_host, device);
       // The first mini-batch of a deferred pass: old log-probs from this forward (the policy is the rollout's yet).
@@ -216,6 +220,7 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
       GradAccumulator grads(params);  // the micro-batches' gradients summed in float32
       ASSIGN_OR_RETURN(std::vector<at::Tensor> micro_batches, SplitMicroBatches(mini, micro));
       metrics.Add("perf/actor_micro_batches", static_cast<double>(micro_batches.size()));
+      setup_scope.reset();
       for (const at::Tensor& rows : micro_batches) {
         // Each pass runs without the padding columns none of its rows uses; the per-token tensors it produces are
         // [rows, r] with r the longest response among them, and the inputs it compares them with are cut to match.

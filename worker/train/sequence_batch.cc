@@ -1,5 +1,7 @@
 #include "worker/train/sequence_batch.h"
 
+#include <ATen/record_function.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <numeric>
@@ -47,6 +49,7 @@ RowSizes RowLengths(const SequenceBatch& b) {
 
 SequenceBatch WithHostCopies(SequenceBatch b) {
   if (b.has_host_copies()) return b;
+  RECORD_USER_SCOPE("verl::WithHostCopies");  // named in a profile (tools/bench/kernel_profile.h: idle.host_in_gaps)
   b.host_input_ids = OnHost(b.input_ids);
   b.host_attention_mask = OnHost(b.attention_mask);
   b.host_response_mask = OnHost(b.response_mask);
@@ -74,6 +77,7 @@ SequenceBatch SelectRows(const SequenceBatch& b, const at::Tensor& idx) {
 }
 
 SequenceBatch SelectTrimmed(const SequenceBatch& b, const at::Tensor& idx) {
+  RECORD_USER_SCOPE("verl::SelectTrimmed");  // named in a profile (tools/bench/kernel_profile.h: idle.host_in_gaps)
   SequenceBatch s = SelectRows(b, idx);
   const int64_t R = s.responses.size(1);
   const int64_t P = s.input_ids.size(1) - R;
@@ -115,6 +119,7 @@ at::Tensor PadResponseColumns(const at::Tensor& t, int64_t R) {
 }
 
 absl::StatusOr<std::vector<at::Tensor>> SplitMicroBatches(const SequenceBatch& batch, const MicroBatching& how) {
+  RECORD_USER_SCOPE("verl::SplitMicroBatches");  // named in a profile (tools/bench/kernel_profile.h: idle.host_in_gaps)
   const int64_t N = batch.size();
   const auto device = batch.input_ids.device();
   std::vector<std::vector<int64_t>> groups;
