@@ -815,18 +815,20 @@ PromptGroups GroupByPrompt(const at::Tensor& input_ids, const at::Tensor& attent
   const int64_t N = input_ids.size(0);
   const int64_t P = input_ids.size(1) - response_cols;
   TORCH_CHECK(P >= 0, "GroupByPrompt: ", response_cols, " response columns in rows of ", input_ids.size(1));
-  const at::Tensor ids = input_ids.narrow(1, 0, P).to(at::kCPU, at::kLong).contiguous();
-  const at::Tensor valid = attention_mask.narrow(1, 0, P).to(at::kCPU, at::kBool).contiguous();
-  const int64_t* id = ids.data_ptr<int64_t>();
-  const bool* ok = valid.data_ptr<bool>();
+  const at::Tensor ids = HostRows(input_ids.narrow(1, 0, P), at::kLong);
+  const at::Tensor valid = HostRows(attention_mask.narrow(1, 0, P), at::kBool);
   PromptGroups out;
   out.group.resize(N);
   out.prompt_len.resize(N);
   std::map<std::vector<int64_t>, int64_t> seen;
   for (int64_t b = 0; b < N; ++b) {
     std::vector<int64_t> prompt;
-    for (int64_t c = 0; c < P; ++c) {
-      if (ok[b * P + c]) prompt.push_back(id[b * P + c]);
+    if (P > 0) {
+      const int64_t* id = ids.data_ptr<int64_t>() + b * ids.stride(0);
+      const bool* ok = valid.data_ptr<bool>() + b * valid.stride(0);
+      for (int64_t c = 0; c < P; ++c) {
+        if (ok[c]) prompt.push_back(id[c]);
+      }
     }
     out.prompt_len[b] = static_cast<int64_t>(prompt.size());
     auto [it, added] = seen.emplace(std::move(prompt), out.count);

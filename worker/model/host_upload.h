@@ -31,6 +31,15 @@ inline at::Tensor IntsOn(const std::vector<int32_t>& v, at::Device device) {
 // `t` on the host: itself when it is a CPU tensor, else read back (which waits for the device).
 inline at::Tensor OnHost(const at::Tensor& t) { return t.is_cpu() ? t : t.to(at::kCPU); }
 
+// A 2-D tensor on the host as `dtype` with each row's values adjacent, to read row r at data_ptr() + r * stride(0):
+// `t` itself where it already is (a view narrowed along its columns included), else one copy. Planning reads the
+// batch's host copies this way: copies of them took milliseconds each on the GPU machine's host (fresh pages).
+inline at::Tensor HostRows(const at::Tensor& t, at::ScalarType dtype) {
+  TORCH_CHECK(t.dim() == 2, "HostRows: a 2-D tensor, got ", t.dim(), " dimensions");
+  if (t.is_cpu() && t.scalar_type() == dtype && (t.size(1) <= 1 || t.stride(1) == 1)) return t;
+  return t.to(at::kCPU, dtype).contiguous();
+}
+
 }  // namespace verl
 
 #endif  // VERL_WORKER_MODEL_HOST_UPLOAD_H_

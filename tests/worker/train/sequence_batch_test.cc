@@ -111,6 +111,27 @@ TEST_CASE("Host copies plan the passes as the tensors they copy would, and are w
   MicroBatching budget;
   budget.max_token_len = 18;
   REQUIRE(AsLists(SplitMicroBatches(h, budget).value()) == AsLists(SplitMicroBatches(b, budget).value()));
+  // Host copies with a row stride of their own (columns of wider tensors) plan the same micro-batches, packed and
+  // with shared prompts too: planning reads them in place, row by row.
+  {
+    auto columns_of_wider = [](const at::Tensor& t) {
+      at::Tensor wide = at::zeros({t.size(0), t.size(1) + 3}, t.options());
+      wide.narrow(1, 2, t.size(1)).copy_(t);
+      return wide.narrow(1, 2, t.size(1));
+    };
+    SequenceBatch v = b;
+    v.host_input_ids = columns_of_wider(b.input_ids);
+    v.host_attention_mask = columns_of_wider(b.attention_mask);
+    v.host_response_mask = columns_of_wider(b.response_mask);
+    REQUIRE_FALSE(v.host_attention_mask.is_contiguous());
+    for (const auto& [packed, share] : std::vector<std::pair<bool, bool>>{{false, false}, {true, false}, {true, true}}) {
+      INFO("packed " << packed << ", shared prompts " << share);
+      MicroBatching how = budget;
+      how.packed = packed;
+      how.share_prompts = share;
+      REQUIRE(AsLists(SplitMicroBatches(v, how).value()) == AsLists(SplitMicroBatches(b, how).value()));
+    }
+  }
   // Planning reads the host copies, not the tensors: host response masks that keep only the first column cut rows 0
   // (5 response tokens) and 4 (1) to that column, where the tensors keep 5.
   h.host_response_mask = b.response_mask.clone();
