@@ -74,7 +74,6 @@ std::string EncodeFloats(const std::vector<float>& values, DType dtype) {
   return bytes;
 }
 
-
 }  // namespace
 
 absl::Status WriteRandomDecoder(const std::string& model_dir, const DecoderConfig& config, uint64_t seed, DType dtype,
