@@ -201,8 +201,8 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
   for (int64_t epoch = 0; epoch < options.ppo_epochs; ++epoch) {
     const at::Tensor order = EpochOrder(N, options.shuffle, gen);
     for (int64_t mb = 0; mb < N; mb += options.mini_batch_size) {
-      std::optional<at::RecordFunction> setup_scope;  // the mini-batch's setup, named in a profile (kernel_profile.h)
-      setup_scope.emplace(at::RecordScope::USER_SCOPE);
+      // The mini-batch's setup (up to its micro-batches' loop) as a span named in a profile (kernel_profile.h).
+      std::optional<at::RecordFunction> setup_scope(std::in_place, at::RecordScope::USER_SCOPE);
       setup_scope->before("verl::UpdatePolicy mini-batch setup", c10::ArrayRef<const c10::IValue>{});
       const at::Tensor idx_host = order.narrow(0, mb, options.mini_batch_size);
       const at::Tensor idx = UploadAsync(idx_host, device);
