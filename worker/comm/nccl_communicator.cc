@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <cstring>
-#include <limits>
 #include <thread>
 #include <utility>
 #include <vector>

@@ -30,40 +30,26 @@ RowSizes RowLengths(const SequenceBatch& b) {
   const int64_t R = b.responses.size(1);
   const int64_t P = b.input_ids.size(1) - R;
   const int64_t N = b.size();
-  // From the host copies, or computed on the device and read back once.
-  const at::Tensor& attention = b.plan_attention_mask();
-  const at::Tensor& response_mask = b.plan_response_mask();
-  if (attention.is_cpu() && response_mask.is_cpu()) {
-    // One pass over the masks' bytes: ATen's ops here (int64 copies, a cumsum, sums) took about 40 ms for B3's 1,024
-    // rows of 768 columns on the GPU machine's host, the device idle meanwhile (a log-prob pass's profile).
-    const at::Tensor a = HostRows(attention, at::kBool);
-    const at::Tensor m = HostRows(response_mask, at::kBool);
-    const bool* av = a.data_ptr<bool>();
-    const bool* mv = m.data_ptr<bool>();
-    const int64_t S = P + R;
-    RowSizes out{std::vector<int64_t>(N), std::vector<int64_t>(N), std::vector<int64_t>(N)};
-    for (int64_t i = 0; i < N; ++i) {
-      const bool* row = S > 0 ? av + i * a.stride(0) : av;  // (no offset from an empty tensor's null pointer)
-      const int64_t lead = std::find(row, row + P, true) - row;
-      out.prompt[i] = P - lead;
-      const bool* resp = R > 0 ? mv + i * m.stride(0) : mv;
-      int64_t last = R;
-      while (last > 0 && !resp[last - 1]) --last;
-      out.response[i] = last;
-      out.tokens[i] = std::count(row, row + S, true);
-    }
-    return out;
+  // One pass over the masks' bytes on the host: the host copies read in place (every trainer pass plans from them),
+  // else the masks read back once. ATen's ops for this (int64 copies, a cumsum, sums) took about 40 ms for B3's 1,024
+  // rows of 768 columns on the GPU machine's host, the device idle meanwhile (a log-prob pass's profile).
+  const at::Tensor a = HostRows(b.plan_attention_mask(), at::kBool);
+  const at::Tensor m = HostRows(b.plan_response_mask(), at::kBool);
+  const bool* av = a.data_ptr<bool>();
+  const bool* mv = m.data_ptr<bool>();
+  const int64_t S = P + R;
+  RowSizes out{std::vector<int64_t>(N), std::vector<int64_t>(N), std::vector<int64_t>(N)};
+  for (int64_t i = 0; i < N; ++i) {
+    const bool* row = S > 0 ? av + i * a.stride(0) : av;  // (no offset from an empty tensor's null pointer)
+    const int64_t lead = std::find(row, row + P, true) - row;
+    out.prompt[i] = P - lead;  // from the first valid prompt column (0 without any)
+    const bool* resp = R > 0 ? mv + i * m.stride(0) : mv;
+    int64_t last = R;
+    while (last > 0 && !resp[last - 1]) --last;
+    out.response[i] = last;  // up to the last valid response column (0 without any)
+    out.tokens[i] = std::count(row, row + S, true);
   }
-  auto long_on = at::TensorOptions().dtype(at::kLong).device(attention.device());
-  // Prompt columns from the first valid one (0 without any): P minus the padding columns before it.
-  const at::Tensor prompt = P - LeadingPadding(attention.narrow(1, 0, P));
-  // Response columns up to the last valid one (0 without any).
-  const at::Tensor response = (response_mask.to(at::kLong) * at::arange(1, R + 1, long_on)).amax(1);
-  const at::Tensor host =
-      OnHost(at::stack({prompt, response, attention.to(at::kLong).sum(1)})).to(at::kLong).contiguous();
-  const int64_t* h = host.data_ptr<int64_t>();
-  return {std::vector<int64_t>(h, h + N), std::vector<int64_t>(h + N, h + 2 * N),
-          std::vector<int64_t>(h + 2 * N, h + 3 * N)};
+  return out;
 }
 
 }  // namespace
