@@ -1113,18 +1113,21 @@ class CpuRank final : public RankInterface {
       critic_optimizer_->Shard(AssignShardOwners(critic_->parameters(), GroupSize()), GroupRank(), broadcast);
     }
   }
-  // With `gather`, group rank 0 receives the moments it does not own from their owners (every rank calls this, in the
-  // same order); without, rank 0 drops them again. No-op for an unsharded optimizer.
+  // With `gather`, group rank 0 receives the optimizer state it does not own from its owners (every rank calls this,
+  // in the same order): the moments and, where the optimizer keeps one (bf16 training, offload), the float32 master;
+  // without, rank 0 drops them again. No-op for an unsharded optimizer.
   void GatherShardedMoments(AdamW* opt, bool gather) {
     if (opt == nullptr || !opt->sharded()) return;
     for (size_t i = 0; i < opt->params().size(); ++i) {
       const int owner = opt->owner(i);
       if (owner == 0) continue;
       if (!gather) {
-        if (GroupRank() == 0) opt->exp_avg()[i] = opt->exp_avg_sq()[i] = at::Tensor();
+        if (GroupRank() == 0) opt->exp_avg()[i] = opt->exp_avg_sq()[i] = opt->master()[i] = at::Tensor();
         continue;
       }
-      for (std::vector<at::Tensor>* moments : {&opt->exp_avg(), &opt->exp_avg_sq()}) {
+      std::vector<std::vector<at::Tensor>*> state = {&opt->exp_avg(), &opt->exp_avg_sq()};
+      if (opt->keeps_master(i)) state.push_back(&opt->master());
+      for (std::vector<at::Tensor>* moments : state) {
         at::Tensor& m = (*moments)[i];
         absl::Status s;
         if (GroupRank() == owner) {

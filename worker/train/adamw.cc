@@ -15,14 +15,13 @@ namespace verl {
 AdamW::AdamW(std::vector<std::pair<std::string, at::Tensor>> params, AdamWOptions options)
     : params_(std::move(params)), options_(options) {
   offloaded_ = options_.offload_to_cpu && !params_.empty() && !params_.front().second.is_cpu();
-  for (const auto& [name, p] : params_) {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const at::Tensor& p = params_[i].second;
     const at::TensorOptions state = at::TensorOptions(at::kFloat).device(offloaded_ ? at::kCPU : p.device());
     exp_avg_.push_back(at::zeros(p.sizes(), state));
     exp_avg_sq_.push_back(at::zeros(p.sizes(), state));
     // Offloaded, every parameter gets a host master: the update runs there and is copied back.
-    master_.push_back(p.scalar_type() == at::kFloat && !offloaded_
-                          ? at::Tensor()
-                          : p.detach().to(state.device(), at::kFloat, false, /*copy=*/true));
+    master_.push_back(keeps_master(i) ? p.detach().to(state.device(), at::kFloat, false, /*copy=*/true) : at::Tensor());
   }
 }
 

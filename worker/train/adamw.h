@@ -61,6 +61,9 @@ class AdamW {
   // Whether this rank keeps (and updates) parameter i's moments: always when not sharded.
   bool owns(size_t i) const { return owners_.empty() || owners_[i] == rank_; }
   int owner(size_t i) const { return owners_.empty() ? rank_ : owners_[i]; }
+  // Whether parameter i's owner keeps a float32 master of it (a non-float32 parameter, or any when offloaded): known
+  // on every rank, also where master()[i] was dropped by Shard.
+  bool keeps_master(size_t i) const { return offloaded_ || params_[i].second.scalar_type() != at::kFloat; }
   // Bytes of optimizer state this rank holds (the moments and masters it keeps), and where it keeps them.
   int64_t StateBytes() const;
   bool offloaded() const { return offloaded_; }

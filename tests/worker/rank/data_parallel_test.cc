@@ -3,6 +3,7 @@
 // losses and the updated weights within float tolerance; a rank that stops answering turns into an error naming it.
 
 #include <catch2/catch.hpp>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <functional>
@@ -91,9 +92,15 @@ std::map<std::string, std::vector<float>> ReadWeights(const std::string& path) {
   for (const std::string& name : file->names()) {
     auto view = file->Get(name);
     REQUIRE(view.ok());
+    std::vector<float>& values = out[name];
+    if (view->dtype == DType::kBFloat16) {  // bf16 training's weights: the upper halves of float32s
+      const uint16_t* data = static_cast<const uint16_t*>(view->data);
+      for (int64_t i = 0; i < view->numel(); ++i) values.push_back(std::bit_cast<float>(uint32_t{data[i]} << 16));
+      continue;
+    }
     REQUIRE(view->dtype == DType::kFloat32);
     const float* data = static_cast<const float*>(view->data);
-    out[name].assign(data, data + view->numel());
+    values.assign(data, data + view->numel());
   }
   return out;
 }
@@ -316,6 +323,40 @@ TEST_CASE("data parallel: 1, 2 and 4 ranks take the same update", "[worker][rank
     REQUIRE(one.critic.at("critic/grad_norm") > 0);
     for (int world : {2, 4}) RequireSameStep(one, RunStep(m, world, config, adv, out), world);
   }
+}
+
+TEST_CASE("data parallel in bf16 with sharded optimizer state: the checkpoint keeps every float32 master",
+          "[worker][rank][dp]") {
+  // ZeRO-1 leaves each rank the masters of the parameters it owns; group rank 0 writes the checkpoint, so it gathers
+  // them with the moments. A checkpoint without them would resume the other ranks' parameters from their bf16
+  // rounding instead of where the optimizer left them.
+  TinyRankModel m;
+  TestDir out("dp_bf16");
+  RankConfig config = Config(m.dir.path());
+  config.dtype = "bfloat16";
+  config.actor.lr = 1e-2;
+  config.actor.eps = 1e-3;
+  config.actor.ppo_mini_batch_size = kMiniPrompts;
+  config.actor.ppo_micro_batch_size_per_gpu = 1;
+  const StepResult one = RunStep(m, 1, config, Grpo(), out);
+  const StepResult two = RunStep(m, 2, config, Grpo(), out);
+  REQUIRE(two.actor.at("perf/actor_optimizer_state_gb") < one.actor.at("perf/actor_optimizer_state_gb") * 0.65);
+  for (const StepResult* r : {&one, &two}) {
+    int64_t finer = 0;  // elements whose master holds more than the bf16 weight does
+    for (const auto& [name, w] : r->weights) {
+      INFO(name);
+      REQUIRE(r->moments.count("master." + name) == 1);
+      const std::vector<float>& master = r->moments.at("master." + name);
+      REQUIRE(master.size() == w.size());
+      // The saved weight is its master rounded to bf16 (8 significant bits).
+      for (size_t i = 0; i < w.size(); ++i) {
+        REQUIRE(std::abs(master[i] - w[i]) <= std::abs(w[i]) * 0x1p-8f);
+        finer += master[i] != w[i];
+      }
+    }
+    REQUIRE(finer > 0);
+  }
+  REQUIRE(one.moments.size() == two.moments.size());
 }
 
 TEST_CASE("ZeRO-3: a rank without prompts still joins its peers' gathers when they generate", "[worker][rank][dp]") {
