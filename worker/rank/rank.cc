@@ -230,19 +230,24 @@ class CpuRank final : public RankInterface {
         }
       }
       // The size and dtype first, from the root: a rank without the actor (a critic-only rank) takes part in the
-      // broadcasts without knowing the model.
-      at::Tensor header = at::tensor(
-          {total, static_cast<int64_t>(params.empty() ? DType::kFloat32 : FromScalarType(params.front().scalar_type()))},
-          at::kLong);
+      // broadcasts without knowing the model. Like every buffer of the group, it lives where the communicator works
+      // (device memory for NCCL).
+      const at::Device where = CommDeviceOf(transfer_comm_.get());
+      at::Tensor header =
+          at::tensor({total, static_cast<int64_t>(params.empty() ? DType::kFloat32
+                                                                 : FromScalarType(params.front().scalar_type()))},
+                     at::kLong)
+              .to(where);
       {
+        if (header.is_cuda()) SyncDevice();
         absl::Status s = transfer_comm_->Broadcast(header.data_ptr(), 2, DType::kInt64, 0, transfer_timeout_);
         if (!s.ok()) throw StatusError(Annotate(s, "weight sync header"));
       }
+      header = header.cpu();
       total = header[0].item<int64_t>();
       const at::ScalarType dtype = ToScalarType(static_cast<DType>(header[1].item<int64_t>()));
       if (total == 0) return Metrics{};
       const int64_t bucket_elements = std::max<int64_t>(1, bucket_bytes / static_cast<int64_t>(c10::elementSize(dtype)));
-      const at::Device where = CommDeviceOf(transfer_comm_.get());
       at::Tensor bucket = at::empty({std::min(bucket_elements, total)}, at::TensorOptions(dtype).device(where));
       int64_t buckets = 0;
       // The parameters, in order, as one stream of `total` elements cut into buckets (a large tensor spans several).
