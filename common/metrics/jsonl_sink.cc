@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "common/data/atomic_write.h"
 
 namespace verl {
 
@@ -42,16 +43,8 @@ absl::Status JsonlSink::KeepStepsUpTo(const std::string& path, int64_t last_step
     kept += line + "\n";
   }
   in.close();
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << kept;
-    if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write '", tmp, "'"));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot replace '", path, "': ", ec.message()));
-  return absl::OkStatus();
+  // Written whole and flushed before it replaces the old file: a full disk leaves the old lines, not a torn file.
+  return WriteFileAtomically(path, kept);
 }
 
 JsonlSink::JsonlSink(std::string path, std::ofstream out) : path_(std::move(path)), out_(std::move(out)) {}

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "common/data/atomic_write.h"
 #include "common/status/status_macros.h"
 #include "worker/model/hf_config.h"
 #include "worker/model/safetensors.h"
@@ -36,19 +37,6 @@ absl::Status ReadInto(const SafetensorsFile& file, const std::string& path, cons
                                  at::TensorOptions().dtype(ToScalarType(view.dtype)));
   at::NoGradGuard no_grad;
   dst.copy_(src);
-  return absl::OkStatus();
-}
-
-absl::Status WriteText(const std::string& path, const std::string& text) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp));
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot rename ", tmp, ": ", ec.message()));
   return absl::OkStatus();
 }
 
@@ -86,7 +74,7 @@ absl::Status SaveTrainableState(const std::string& dir, const TrainableState& st
   RETURN_IF_ERROR(WriteTensors(absl::StrCat(dir, "/optim_", sfx, ".safetensors"), moments));
   nlohmann::json extra = {{"optimizer_step", state.optimizer_step}, {"global_step", global_step}};
   if (updates_done >= 0) extra["updates_done"] = updates_done;
-  return WriteText(absl::StrCat(dir, "/extra_state_", sfx, ".json"), extra.dump(2) + "\n");
+  return WriteFileAtomically(absl::StrCat(dir, "/extra_state_", sfx, ".json"), extra.dump(2) + "\n");
 }
 
 absl::Status LoadTrainableState(const std::string& dir, TrainableState& state, int32_t world_size, int32_t rank,
@@ -171,7 +159,7 @@ absl::Status ExportHuggingFace(const std::string& out_dir, const DecoderModel& m
   DecoderConfig config = model.config();
   // The dtype label must describe the tensors written, which are the parameters as trained.
   config.torch_dtype = std::string(TorchDTypeName(FromScalarType(model.named_parameters().front().second.scalar_type())));
-  RETURN_IF_ERROR(WriteText(out_dir + "/config.json", DecoderConfigToJson(config)));
+  RETURN_IF_ERROR(WriteFileAtomically(out_dir + "/config.json", DecoderConfigToJson(config)));
   RETURN_IF_ERROR(WriteTensors(out_dir + "/model.safetensors", model.named_parameters()));
   for (const char* name : {"tokenizer.json", "tokenizer_config.json", "generation_config.json",
                            "special_tokens_map.json", "vocab.json", "merges.txt"}) {
@@ -183,7 +171,7 @@ absl::Status ExportHuggingFace(const std::string& out_dir, const DecoderModel& m
   }
   // The header promises a generation_config.json; a source directory without one gets ours from the config.
   if (!fs::exists(fs::path(out_dir) / "generation_config.json")) {
-    RETURN_IF_ERROR(WriteText(out_dir + "/generation_config.json", GenerationConfigToJson(model.config())));
+    RETURN_IF_ERROR(WriteFileAtomically(out_dir + "/generation_config.json", GenerationConfigToJson(model.config())));
   }
   return absl::OkStatus();
 }
