@@ -103,6 +103,10 @@ class JsonReader {
   absl::StatusOr<std::optional<int32_t>> TokenId(const std::string& key) const {
     const nlohmann::json* v = Find(key);
     if (v == nullptr) return std::optional<int32_t>();
+    // Early Llama conversions write "pad_token_id": -1 for "no pad token"; transformers reads it as such.
+    if (key == "pad_token_id" && v->is_number_integer() && !v->is_number_unsigned() && v->get<int64_t>() == -1) {
+      return std::optional<int32_t>();
+    }
     ASSIGN_OR_RETURN(int32_t id, TokenIdValue(key, *v));
     return std::optional<int32_t>(id);
   }
@@ -144,12 +148,14 @@ absl::StatusOr<nlohmann::json> ReadJsonObject(const fs::path& path) {
 }
 
 // config.json's non-null "rope_scaling" object, as transformers validates it (rope_config_validation).
-absl::StatusOr<RopeScaling> ParseRopeScaling(const nlohmann::json& v, const std::string& path) {
+// `key`: rope_scaling, or transformers 5's rope_parameters (the same fields, plus rope_theta).
+absl::StatusOr<RopeScaling> ParseRopeScaling(const nlohmann::json& v, const std::string& path,
+                                             const std::string& key) {
   if (!v.is_object()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(path, ": key 'rope_scaling' must be null or an object, got ", TypeName(v), " ", v.dump()));
+        absl::StrCat(path, ": key '", key, "' must be null or an object, got ", TypeName(v), " ", v.dump()));
   }
-  JsonReader r(v, absl::StrCat(path, " (rope_scaling)"));
+  JsonReader r(v, absl::StrCat(path, " (", key, ")"));
   ASSIGN_OR_RETURN(std::optional<std::string> type, r.String("rope_type"));
   if (!type) {
     ASSIGN_OR_RETURN(type, r.String("type"));  // the older name
@@ -157,11 +163,11 @@ absl::StatusOr<RopeScaling> ParseRopeScaling(const nlohmann::json& v, const std:
   RopeScaling s;
   if (!type) {
     return absl::InvalidArgumentError(
-        absl::StrCat(path, ": key 'rope_scaling' has no 'rope_type' (or 'type'): ", v.dump()));
+        absl::StrCat(path, ": key '", key, "' has no 'rope_type' (or 'type'): ", v.dump()));
   }
   if (*type == "default") return s;
   if (*type != "linear" && *type != "llama3") {
-    return absl::UnimplementedError(absl::StrCat(path, ": key 'rope_scaling' has rope_type '", *type,
+    return absl::UnimplementedError(absl::StrCat(path, ": key '", key, "' has rope_type '", *type,
                                                  "', which is not supported (supported: default, linear, llama3)"));
   }
   s.rope_type = *type;
@@ -221,6 +227,25 @@ absl::StatusOr<DecoderConfig> ParseDecoderConfig(const nlohmann::json& j, const 
   ASSIGN_OR_RETURN(c.max_position_embeddings,
                    r.PositiveInt("max_position_embeddings", is_qwen2 ? int64_t{32768} : int64_t{2048}));
   ASSIGN_OR_RETURN(c.rope_theta, r.Double("rope_theta", 10000.0));
+  // transformers >= 5 writes rope_theta and the scaling together as rope_parameters (rope_type "default" for plain
+  // RoPE) instead of the top-level rope_theta and rope_scaling.
+  if (r.Has("rope_parameters")) {
+    const nlohmann::json& rp = j.at("rope_parameters");
+    if (!rp.is_object()) {
+      return r.Error("rope_parameters", absl::StrCat("must be null or an object, got ", TypeName(rp), " ", rp.dump()));
+    }
+    JsonReader pr(rp, absl::StrCat(path, " (rope_parameters)"));
+    ASSIGN_OR_RETURN(double theta, pr.Double("rope_theta", c.rope_theta));
+    if (r.Has("rope_theta") && theta != c.rope_theta) {
+      return r.Error("rope_parameters", absl::StrCat("has rope_theta ", rp.at("rope_theta").dump(),
+                                                     " but the top-level rope_theta is ", j.at("rope_theta").dump()));
+    }
+    c.rope_theta = theta;
+    if (r.Has("rope_scaling")) {
+      return r.Error("rope_parameters", "and 'rope_scaling' are both given; give one of them");
+    }
+    ASSIGN_OR_RETURN(c.rope_scaling, ParseRopeScaling(rp, path, "rope_parameters"));
+  }
   if (!(c.rope_theta > 0)) return r.Error("rope_theta", "must be positive");
   ASSIGN_OR_RETURN(c.rms_norm_eps, r.Double("rms_norm_eps", 1e-6));
   if (!(c.rms_norm_eps > 0)) return r.Error("rms_norm_eps", "must be positive");
@@ -238,7 +263,7 @@ absl::StatusOr<DecoderConfig> ParseDecoderConfig(const nlohmann::json& j, const 
   c.torch_dtype = torch_dtype.value_or("float32");
 
   if (r.Has("rope_scaling")) {
-    ASSIGN_OR_RETURN(c.rope_scaling, ParseRopeScaling(j.at("rope_scaling"), path));
+    ASSIGN_OR_RETURN(c.rope_scaling, ParseRopeScaling(j.at("rope_scaling"), path, "rope_scaling"));
   }
 
   // Features the decoder does not implement yet.
@@ -319,18 +344,26 @@ std::string DecoderConfigToJson(const DecoderConfig& config) {
   j["num_key_value_heads"] = config.num_key_value_heads;
   j["head_dim"] = config.head_dim;
   j["max_position_embeddings"] = config.max_position_embeddings;
-  j["rope_theta"] = config.rope_theta;
   const RopeScaling& rs = config.rope_scaling;
-  if (rs.rope_type.empty()) {
-    j["rope_scaling"] = nullptr;
-  } else if (rs.rope_type == "linear") {
-    j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", rs.factor}};
+  nlohmann::json scaling = nullptr;
+  if (rs.rope_type == "linear") {
+    scaling = {{"rope_type", "linear"}, {"factor", rs.factor}};
+  } else if (!rs.rope_type.empty()) {
+    scaling = {{"rope_type", rs.rope_type},
+               {"factor", rs.factor},
+               {"low_freq_factor", rs.low_freq_factor},
+               {"high_freq_factor", rs.high_freq_factor},
+               {"original_max_position_embeddings", rs.original_max_position_embeddings}};
+  }
+  if (j.contains("rope_parameters") && !j["rope_parameters"].is_null()) {  // the source's transformers 5 form
+    if (scaling.is_null()) scaling = {{"rope_type", "default"}};
+    scaling["rope_theta"] = config.rope_theta;
+    j["rope_parameters"] = scaling;
+    j.erase("rope_theta");
+    j.erase("rope_scaling");
   } else {
-    j["rope_scaling"] = {{"rope_type", rs.rope_type},
-                         {"factor", rs.factor},
-                         {"low_freq_factor", rs.low_freq_factor},
-                         {"high_freq_factor", rs.high_freq_factor},
-                         {"original_max_position_embeddings", rs.original_max_position_embeddings}};
+    j["rope_theta"] = config.rope_theta;
+    j["rope_scaling"] = scaling;
   }
   j["rms_norm_eps"] = config.rms_norm_eps;
   j["tie_word_embeddings"] = config.tie_word_embeddings;

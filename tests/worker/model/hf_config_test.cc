@@ -383,6 +383,74 @@ TEST_CASE("hf config: llama3 and linear rope_scaling load and write back", "[hf_
   }
 }
 
+TEST_CASE("hf config: transformers 5's rope_parameters load, and write back in that form", "[hf_config]") {
+  // transformers >= 5 moves rope_theta and rope_scaling into one object.
+  for (const std::string params :
+       {std::string(R"({"rope_type": "default", "rope_theta": 1000000.0})"),
+        std::string(R"({"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                        "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})")}) {
+    INFO(params);
+    nlohmann::json j = nlohmann::json::parse(kQwen25HalfBConfig);
+    j.erase("rope_theta");
+    j["rope_parameters"] = nlohmann::json::parse(params);
+    TestDir dir("hf_config_rope5");
+    WriteModelDir(dir, j.dump());
+    absl::StatusOr<DecoderConfig> c = LoadDecoderConfig(dir.path());
+    INFO(c.status().ToString());
+    REQUIRE(c.ok());
+    const bool llama3 = params.find("llama3") != std::string::npos;
+    CHECK(c->rope_theta == (llama3 ? 500000.0 : 1000000.0));
+    CHECK(c->rope_scaling.rope_type == (llama3 ? "llama3" : ""));
+    if (llama3) {
+      CHECK(c->rope_scaling.factor == 8.0);
+      CHECK(c->rope_scaling.original_max_position_embeddings == 8192);
+    }
+    // Written back as the source wrote it: rope_parameters, no top-level rope_theta or rope_scaling beside it.
+    TestDir out("hf_config_rope5_out");
+    WriteFile(out.file("config.json"), DecoderConfigToJson(*c));
+    const nlohmann::json w = nlohmann::json::parse(ReadFile(out.file("config.json")));
+    CHECK_FALSE(w.contains("rope_theta"));
+    CHECK_FALSE(w.contains("rope_scaling"));
+    CHECK(w["rope_parameters"]["rope_theta"] == c->rope_theta);
+    CHECK(w["rope_parameters"]["rope_type"] == (llama3 ? "llama3" : "default"));
+    absl::StatusOr<DecoderConfig> back = LoadDecoderConfig(out.path());
+    REQUIRE(back.ok());
+    CHECK(back->rope_theta == c->rope_theta);
+    CHECK(back->rope_scaling.rope_type == c->rope_scaling.rope_type);
+    CHECK(back->rope_scaling.factor == c->rope_scaling.factor);
+  }
+  // Both forms at once must agree; an unsupported type in the new form is named as such.
+  nlohmann::json both = nlohmann::json::parse(kQwen25HalfBConfig);
+  both["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 10000.0}};
+  absl::Status s = LoadError(both.dump());
+  CHECK(absl::IsInvalidArgument(s));
+  CHECK(s.message().find("rope_parameters") != std::string::npos);
+  CHECK(s.message().find("1000000") != std::string::npos);
+  nlohmann::json yarn = nlohmann::json::parse(kQwen25HalfBConfig);
+  yarn.erase("rope_theta");
+  yarn["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 1e6}, {"factor", 4.0}};
+  s = LoadError(yarn.dump());
+  CHECK(absl::IsUnimplemented(s));
+  CHECK(s.message().find("key 'rope_parameters' has rope_type 'yarn'") != std::string::npos);
+}
+
+TEST_CASE("hf config: pad_token_id -1 (early Llama conversions) means no pad token", "[hf_config]") {
+  nlohmann::json j = nlohmann::json::parse(kLlamaConfig);
+  j["pad_token_id"] = -1;
+  TestDir dir("hf_config_pad");
+  WriteModelDir(dir, j.dump(), R"({"pad_token_id": -1, "eos_token_id": 2})");
+  absl::StatusOr<DecoderConfig> c = LoadDecoderConfig(dir.path());
+  INFO(c.status().ToString());
+  REQUIRE(c.ok());
+  CHECK_FALSE(c->pad_token_id.has_value());
+  // Other negative ids stay errors.
+  j["pad_token_id"] = -2;
+  CHECK(absl::IsInvalidArgument(LoadError(j.dump())));
+  j["pad_token_id"] = nullptr;
+  j["bos_token_id"] = -1;
+  CHECK(absl::IsInvalidArgument(LoadError(j.dump())));
+}
+
 TEST_CASE("torch dtype names", "[hf_config]") {
   CHECK(ParseTorchDType("bfloat16") == DType::kBFloat16);
   CHECK(ParseTorchDType("torch.float16") == DType::kFloat16);
