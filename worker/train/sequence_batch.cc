@@ -148,15 +148,21 @@ absl::StatusOr<std::vector<at::Tensor>> SplitMicroBatches(const SequenceBatch& b
     auto alone = [&](int64_t row) {
       return computed(1, size.prompt[row], size.response[row], size.tokens[row], size.tokens[row]);
     };
+    // This rank's error, if it cannot plan: with `agree` it still takes part in the agreement (below), so the other
+    // ranks fail with it instead of waiting for it in their passes' collectives.
+    absl::Status planned;
     for (int64_t row = 0; row < N; ++row) {
       if (alone(row) > how.max_token_len) {
-        return absl::InvalidArgumentError(absl::StrCat(
+        planned = absl::InvalidArgumentError(absl::StrCat(
             how.budget_key, " (", how.max_token_len, ") is shorter than a sequence of ", alone(row),
             " tokens (prompt ", size.prompt[row], " + response ", size.response[row],
             "); raise it to at least data.max_prompt_length + data.max_response_length"));
+        break;
       }
     }
-    if (how.packed && how.share_prompts) {
+    if (!planned.ok()) {
+      // no micro-batches: the error is returned after the agreement
+    } else if (how.packed && how.share_prompts) {
       // Units of rows with one prompt, each costing the prompt's tokens once plus its rows' response tokens; a group
       // over the budget is cut (each part runs the prompt again). Largest units first, each into the current
       // micro-batch while the sum stays within the budget.
@@ -210,14 +216,26 @@ absl::StatusOr<std::vector<at::Tensor>> SplitMicroBatches(const SequenceBatch& b
       }
     }
     if (how.agree) {
-      if (static_cast<int64_t>(groups.size()) > kMaxAgreedMicroBatches) {
-        return absl::InvalidArgumentError(absl::StrCat(how.budget_key, " (", how.max_token_len, ") cuts ", N,
-                                                       " sequences into ", groups.size(), " micro-batches, more than ",
-                                                       kMaxAgreedMicroBatches, ": raise it"));
+      if (planned.ok() && static_cast<int64_t>(groups.size()) > kMaxAgreedMicroBatches) {
+        planned = absl::InvalidArgumentError(absl::StrCat(how.budget_key, " (", how.max_token_len, ") cuts ", N,
+                                                          " sequences into ", groups.size(),
+                                                          " micro-batches, more than ", kMaxAgreedMicroBatches,
+                                                          ": raise it"));
       }
-      at::Tensor one_hot = at::zeros({kMaxAgreedMicroBatches}, at::kFloat);
-      if (!groups.empty()) one_hot[static_cast<int64_t>(groups.size()) - 1] = 1.0f;
-      at::Tensor seen = how.agree(one_hot.to(device)).to(at::kCPU).gt(0).nonzero();
+      // A one-hot of this rank's count, and in the last element whether this rank failed: summed over the ranks.
+      at::Tensor one_hot = at::zeros({kMaxAgreedMicroBatches + 1}, at::kFloat);
+      if (!planned.ok()) {
+        one_hot[kMaxAgreedMicroBatches] = 1.0f;
+      } else if (!groups.empty()) {
+        one_hot[static_cast<int64_t>(groups.size()) - 1] = 1.0f;
+      }
+      const at::Tensor summed = how.agree(one_hot.to(device)).to(at::kCPU);
+      if (!planned.ok()) return planned;
+      if (summed[kMaxAgreedMicroBatches].item<float>() > 0) {
+        return absl::AbortedError(absl::StrCat("another rank could not cut its sequences into passes by ",
+                                               how.budget_key, " (its error names the cause)"));
+      }
+      at::Tensor seen = summed.narrow(0, 0, kMaxAgreedMicroBatches).gt(0).nonzero();
       const int64_t agreed = seen.numel() == 0 ? 0 : seen.max().item<int64_t>() + 1;
       while (static_cast<int64_t>(groups.size()) < agreed) {
         auto largest = std::max_element(groups.begin(), groups.end(),
@@ -232,6 +250,7 @@ absl::StatusOr<std::vector<at::Tensor>> SplitMicroBatches(const SequenceBatch& b
         groups.push_back(std::move(tail));
       }
     }
+    if (!planned.ok()) return planned;
     for (auto& g : groups) std::sort(g.begin(), g.end());
   }
   std::vector<at::Tensor> out;

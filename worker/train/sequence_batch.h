@@ -84,7 +84,8 @@ struct MicroBatching {
 // tokens) rolled, the rows' valid tokens packed (as verl's use_dynamic_bsz counts; with share_prompts, groups of rows
 // with one prompt, largest first, each prompt's tokens counted once); with `agree`, micro-batches with
 // the most rows are halved until every rank has the same count.
-// A single sequence longer than the budget is an error naming budget_key.
+// A single sequence longer than the budget is an error naming budget_key. With `agree`, a rank that cannot plan still
+// takes part in the agreement, and the others then fail too (Aborted), instead of waiting for it in their passes.
 absl::StatusOr<std::vector<at::Tensor>> SplitMicroBatches(const SequenceBatch& batch, const MicroBatching& how);
 
 }  // namespace verl

@@ -196,6 +196,35 @@ TEST_CASE("SplitMicroBatches: fixed sizes in order, or token budgets longest fir
   seen.clear();
   for (const auto& g : agreed) seen.insert(g.begin(), g.end());
   REQUIRE(seen == std::multiset<int64_t>{0, 1, 2, 3, 4, 5});
+
+  // A rank that cannot plan still takes part in the agreement, once, so its peers stop with it instead of waiting for
+  // it in their passes' collectives; a peer that failed stops this rank too.
+  int calls = 0;
+  at::Tensor told;
+  dynamic.agree = [&](const at::Tensor& mine) {
+    ++calls;
+    told = mine.clone();
+    return mine;
+  };
+  dynamic.max_token_len = 10;
+  auto failed = SplitMicroBatches(b, dynamic);
+  REQUIRE_FALSE(failed.ok());
+  REQUIRE(absl::IsInvalidArgument(failed.status()));
+  REQUIRE_THAT(std::string(failed.status().message()), Catch::Contains("is shorter than a sequence of 11 tokens"));
+  REQUIRE(calls == 1);
+  REQUIRE(told[told.numel() - 1].item<float>() == 1.0f);  // the failure flag
+  REQUIRE(told.sum().item<float>() == 1.0f);               // and no count
+  dynamic.max_token_len = 64;
+  dynamic.agree = [](const at::Tensor& mine) {
+    at::Tensor peer = at::zeros_like(mine);
+    peer[peer.numel() - 1] = 1.0f;  // the other rank failed
+    return mine + peer;
+  };
+  auto stopped = SplitMicroBatches(b, dynamic);
+  REQUIRE(absl::IsAborted(stopped.status()));
+  REQUIRE_THAT(std::string(stopped.status().message()),
+               Catch::Contains("another rank could not cut its sequences into passes by "
+                               "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"));
 }
 
 std::vector<at::Tensor> Snapshot(const std::vector<std::pair<std::string, at::Tensor>>& params) {
