@@ -802,6 +802,9 @@ PackedBatch PackRows(const at::Tensor& input_ids, const HostCopies& h) {
   // Response token t of row b is predicted by the hidden state at offsets[b] + prompt_b - 1 + t.
   std::vector<int64_t> predicting;
   for (int64_t b = 0; b < N; ++b) {
+    // A response's first token is predicted from its prompt's last: without one, it would read the previous row's.
+    TORCH_CHECK(prompts[b] > 0 || responses[b] == 0, "packed passes (use_remove_padding): row ", b,
+                " has an empty prompt");
     const int64_t first = out.sequences.offsets[b] + prompts[b] - 1;
     for (int64_t t = 0; t < responses[b]; ++t) predicting.push_back(first + t);
   }

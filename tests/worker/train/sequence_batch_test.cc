@@ -461,6 +461,22 @@ void CheckInverseMaps(const PackedBatch& p) {
   }
 }
 
+TEST_CASE("PackBatch refuses a row with an empty prompt, naming it", "[worker][train]") {
+  // Its first response token would be predicted from the previous row's last hidden state.
+  SequenceBatch b = RaggedBatch();
+  const int64_t P = b.input_ids.size(1) - b.responses.size(1);
+  b.attention_mask[2].narrow(0, 0, P).fill_(false);
+  for (bool share : {false, true}) {
+    INFO((share ? "shared prompts" : "packed"));
+    try {
+      (void)PackBatch(b.input_ids, b.attention_mask, b.response_mask, share);
+      FAIL("no error");
+    } catch (const c10::Error& e) {
+      REQUIRE_THAT(e.msg(), Catch::Contains("row 2 has an empty prompt"));
+    }
+  }
+}
+
 TEST_CASE("GroupByPrompt groups rows by their valid prompt tokens", "[worker][train]") {
   const SequenceBatch b = SharedPromptBatch();
   const PromptGroups g = GroupByPrompt(b.input_ids, b.attention_mask, b.responses.size(1));
