@@ -30,7 +30,7 @@ int MultiProcessorCount(int device) {
 
 bool DecodeAttentionSupported(const at::Tensor& q, const at::Tensor& k_cache) {
   KernelDtype dtype;
-  return q.is_cuda() && k_cache.is_cuda() && q.dim() == 3 && k_cache.dim() == 4 &&
+  return q.is_cuda() && k_cache.device() == q.device() && q.dim() == 3 && k_cache.dim() == 4 &&
          q.scalar_type() == k_cache.scalar_type() && KernelDtypeOf(q.scalar_type(), &dtype) &&
          q.size(2) == k_cache.size(3) && k_cache.stride(3) == 1 && k_cache.stride(2) == k_cache.size(3) &&
          reinterpret_cast<uintptr_t>(k_cache.data_ptr()) % 16 == 0 &&

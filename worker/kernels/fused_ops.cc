@@ -158,8 +158,8 @@ bool TokenRowsView(const at::Tensor& x) {
 }
 
 at::Tensor RopeForward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool negate_sin) {
-  TORCH_CHECK(RopeSupported(x, cos) && sin.sizes() == cos.sizes() && sin.is_contiguous() &&
-                  sin.scalar_type() == cos.scalar_type(),
+  TORCH_CHECK(RopeSupported(x, cos) && sin.sizes() == cos.sizes() && sin.device() == cos.device() &&
+                  sin.is_contiguous() && sin.scalar_type() == cos.scalar_type(),
               "fused Rope: unsupported input ", x.sizes(), " ", x.scalar_type());
   const c10::cuda::CUDAGuard guard(x.device());
   // x's strides where x is dense; a view of token rows (RopeSupported) gives a dense [B, T, H, D] tensor, transposed.
@@ -299,8 +299,8 @@ bool RopeAppendSupported(const at::Tensor& q, const at::Tensor& k, const at::Ten
   return q.is_cuda() && KernelDtypeOf(q.scalar_type(), &dtype) && q.size(3) % 2 == 0 && step_heads(q) &&
          step_heads(k) && step_heads(v) && v.size(1) == k.size(1) && cos.device() == q.device() &&
          cos.scalar_type() == q.scalar_type() && cos.is_contiguous() && cos.numel() == q.size(0) * q.size(3) &&
-         cache(k_cache) && cache(v_cache) && rows.device() == q.device() && rows.scalar_type() == at::kLong &&
-         rows.is_contiguous() && rows.numel() == q.size(0) * k.size(1) &&
+         cache(k_cache) && cache(v_cache) && v_cache.sizes() == k_cache.sizes() && rows.device() == q.device() &&
+         rows.scalar_type() == at::kLong && rows.is_contiguous() && rows.numel() == q.size(0) * k.size(1) &&
          q.numel() + k.numel() + v.numel() <= std::numeric_limits<int>::max();
 }
 
@@ -347,11 +347,11 @@ bool RopeAppendNormedSupported(const at::Tensor& q, const at::Tensor& k, const a
 at::Tensor RopeAppendNormed(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos,
                             const at::Tensor& sin, const at::Tensor& k_cache, const at::Tensor& v_cache,
                             const at::Tensor& rows, const at::Tensor& norm_x, double eps, const at::Tensor& bias) {
-  TORCH_CHECK(RopeAppendNormedSupported(q, k, v, cos, k_cache, v_cache, rows, norm_x, bias) &&
-                  sin.sizes() == cos.sizes() && sin.is_contiguous() && sin.scalar_type() == cos.scalar_type(),
-              "fused RopeAppendNormed: unsupported input q ", q.sizes(), " k ", k.sizes(), " cache ", k_cache.sizes(),
-              " norm_x ", norm_x.sizes(), " bias ", bias.defined() ? bias.sizes() : at::IntArrayRef{}, " ",
-              q.scalar_type());
+  TORCH_CHECK(
+      RopeAppendNormedSupported(q, k, v, cos, k_cache, v_cache, rows, norm_x, bias) && sin.sizes() == cos.sizes() &&
+          sin.device() == cos.device() && sin.is_contiguous() && sin.scalar_type() == cos.scalar_type(),
+      "fused RopeAppendNormed: unsupported input q ", q.sizes(), " k ", k.sizes(), " cache ", k_cache.sizes(),
+      " norm_x ", norm_x.sizes(), " bias ", bias.defined() ? bias.sizes() : at::IntArrayRef{}, " ", q.scalar_type());
   TORCH_CHECK(!NeedsGrad({&q, &k, &v, &norm_x}), "fused RopeAppendNormed: inputs that need a gradient");
   const c10::cuda::CUDAGuard guard(q.device());
   at::Tensor q_out = at::empty({q.size(0), q.size(1), q.size(3)}, q.options());
@@ -369,7 +369,7 @@ at::Tensor RopeAppend(const at::Tensor& q, const at::Tensor& k, const at::Tensor
                       const at::Tensor& sin, const at::Tensor& k_cache, const at::Tensor& v_cache,
                       const at::Tensor& rows) {
   TORCH_CHECK(RopeAppendSupported(q, k, v, cos, k_cache, v_cache, rows) && sin.sizes() == cos.sizes() &&
-                  sin.is_contiguous() && sin.scalar_type() == cos.scalar_type(),
+                  sin.device() == cos.device() && sin.is_contiguous() && sin.scalar_type() == cos.scalar_type(),
               "fused RopeAppend: unsupported input q ", q.sizes(), " k ", k.sizes(), " cache ", k_cache.sizes(), " ",
               q.scalar_type());
   TORCH_CHECK(!NeedsGrad({&q, &k, &v}), "fused RopeAppend: inputs that need a gradient (decoding takes none)");

@@ -970,6 +970,11 @@ TEST_CASE("one decoding step's fused RoPE and cache append equal two Rope calls 
   CHECK(kernels::RopeAppendSupported(q, k, k, cos, cache, cache, rows));
   CHECK_FALSE(kernels::RopeAppendSupported(q, k, k, cos, cache, cache, rows.to(at::kInt)));
   CHECK_FALSE(kernels::RopeAppendSupported(q, k, k, cos, cache.transpose(1, 2), cache, rows));
+  // Nor a value cache shorter than the key cache (both are written at the key cache's rows).
+  CHECK_FALSE(kernels::RopeAppendSupported(q, k, k, cos, cache, cache.narrow(2, 0, 4).contiguous(), rows));
+  // sin in host memory is refused, not read by the kernel.
+  CHECK_THROWS(kernels::RopeAppend(q, k, k, cos, cos.cpu(), cache, cache, rows));
+  CHECK_THROWS(kernels::Rope(at::randn({2, 4, 1, 64}, opts), cos, cos.cpu()));
 #endif
 }
 
