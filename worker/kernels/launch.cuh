@@ -70,7 +70,20 @@ cudaError_t LaunchDependent(void (*kernel)(Params...), dim3 grid, dim3 block, cu
     cudaGetLastError();
     capture = cudaStreamCaptureStatusNone;
   }
-  config.numAttrs = capture == cudaStreamCaptureStatusActive ? 1 : 0;
+  bool dependent = capture == cudaStreamCaptureStatusActive;
+  if (dependent) {
+    // The kernel's code must have been compiled for sm_90 or later: for an older virtual architecture (a build with
+    // CMAKE_CUDA_ARCHITECTURES=80, JIT-compiled on a Hopper) WaitForPriorGrid is empty, and only a plain launch keeps
+    // the previous kernel's writes visible to it. Asked while capturing, i.e. once per graph.
+    cudaFuncAttributes attributes{};
+    if (cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess) {
+      cudaGetLastError();
+      dependent = false;
+    } else {
+      dependent = attributes.ptxVersion >= 90;
+    }
+  }
+  config.numAttrs = dependent ? 1 : 0;
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
