@@ -118,9 +118,20 @@ at::Tensor SampleNextTokens(const at::Tensor& logits, const SamplingOptions& opt
   return tokens;
 }
 
+namespace {
+
+void CheckPromptsNotEmpty(const std::vector<std::vector<int32_t>>& prompts) {
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    TORCH_CHECK(!prompts[i].empty(), "generation: prompt ", i, " has no tokens (its first token needs a position)");
+  }
+}
+
+}  // namespace
+
 RolloutBatch GenerateStatic(const DecoderModel& model, const std::vector<std::vector<int32_t>>& prompts,
                             const SamplingOptions& options) {
   c10::InferenceMode guard;
+  CheckPromptsNotEmpty(prompts);
   const int64_t n = options.n;
   const int64_t R = options.max_new_tokens;
   auto long_opts = at::TensorOptions().dtype(at::kLong);
@@ -393,9 +404,7 @@ class DecodeSteps {
 RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std::vector<int32_t>>& prompts,
                                 const SamplingOptions& options) {
   c10::InferenceMode guard;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    TORCH_CHECK(!prompts[i].empty(), "generation: prompt ", i, " has no tokens (its first token needs a position)");
-  }
+  CheckPromptsNotEmpty(prompts);
   const int64_t n = options.n;
   const int64_t R = options.max_new_tokens;
   const at::Device device = model.device();

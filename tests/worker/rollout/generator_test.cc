@@ -334,6 +334,8 @@ TEST_CASE_METHOD(TinyModelFixture, "Generate: an empty prompt is an error that n
     o.prefill_layout = layout;
     REQUIRE_THROWS_WITH(GenerateContinuous(model(), {{5, 6}, {}}, o), Catch::Contains("prompt 1 has no tokens"));
   }
+  // The lockstep schedule too (it generated such a row from a pad token).
+  REQUIRE_THROWS_WITH(GenerateStatic(model(), {{5, 6}, {}}, o), Catch::Contains("prompt 1 has no tokens"));
 }
 
 TEST_CASE_METHOD(TinyModelFixture, "Generate: compaction moves the tail into lower slots without changing outputs",
