@@ -245,6 +245,13 @@ absl::StatusOr<PolicyLossResult> PolicyLossImpl(const at::Tensor& old_log_prob, 
 
 }  // namespace
 
+ReportedPolicyMetrics PolicyMetricsReported(const std::string& loss_mode) {
+  if (loss_mode == "gpg") return {false, false, false};
+  if (loss_mode == "kl_cov") return {false, true, false};
+  if (loss_mode == "clip_cov") return {true, true, false};
+  return {};
+}
+
 bool PolicyLossIsPerToken(const PolicyLossOptions& options) {
   return options.loss_mode == "vanilla" || options.loss_mode == "gpg" || options.loss_mode == "cispo";
 }

@@ -73,7 +73,8 @@ struct PolicyLossOptions {
 // with AggLossGlobal (gspo always aggregates with seq-mean-token-mean, as verl does). `rollout_log_prob` may be
 // undefined unless tis_imp_ratio_cap > 0 (FailedPrecondition then). The metrics tensors (pg_clipfrac, ppo_kl,
 // pg_clipfrac_lower) are micro-batch means, detached; a metric verl does not report for a mode is 0 (gpg: all three;
-// clip_cov, kl_cov: pg_clipfrac_lower; kl_cov: pg_clipfrac, and its ppo_kl is the mean |log ratio| as verl's).
+// clip_cov, kl_cov: pg_clipfrac_lower; kl_cov: pg_clipfrac, and its ppo_kl is the mean |log ratio| as verl's), and
+// UpdatePolicy leaves it out of its metrics (PolicyMetricsReported).
 // clip_cov's statistics (covariance means, token budget) are per micro-batch as in verl, and it picks the tokens to
 // exempt at random among the candidates (at::randperm on the default generator) when there are more than its budget.
 // InvalidArgument for an unknown mode (listing the valid ones), clip_ratio_c <= 1 (vanilla), a ratio <= 0 (clip_cov,
@@ -82,6 +83,16 @@ absl::StatusOr<PolicyLossResult> ComputePolicyLossByMode(const at::Tensor& old_l
                                                          const at::Tensor& advantages, const at::Tensor& response_mask,
                                                          const at::Tensor& rollout_log_prob,
                                                          const PolicyLossOptions& options, const AggNormalizer& norm);
+
+// The per-micro-batch figures verl reports for a loss mode (its policy loss function's metrics): gpg none, kl_cov
+// only actor/ppo_kl, clip_cov actor/pg_clipfrac and actor/ppo_kl, every other mode all three. UpdatePolicy reports
+// just these, so a mode's dashboard has no constant-zero series (a gpg run's ppo_kl of 0 read as "no drift").
+struct ReportedPolicyMetrics {
+  bool pg_clipfrac = true;
+  bool ppo_kl = true;
+  bool pg_clipfrac_lower = true;
+};
+ReportedPolicyMetrics PolicyMetricsReported(const std::string& loss_mode);
 
 // Whether `options.loss_mode`'s loss is its aggregation (AggLossGlobal with options.loss_agg_mode) of per-token terms,
 // each a function of its own token's log-prob: vanilla, gpg and cispo (not gspo's sequence ratio, nor clip_cov's and

@@ -267,13 +267,14 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
       }
       grads.Finish();
       double pg_loss = 0, entropy = 0, kl_loss = 0;
+      const ReportedPolicyMetrics reported = PolicyMetricsReported(options.loss.loss_mode);
       for (const std::vector<double>& f : figures.ReadBack()) {
         pg_loss += f[0];
         entropy += f[1];
         kl_loss += f[2];
-        metrics.Add("actor/pg_clipfrac", f[3]);
-        metrics.Add("actor/ppo_kl", f[4]);
-        metrics.Add("actor/pg_clipfrac_lower", f[5]);
+        if (reported.pg_clipfrac) metrics.Add("actor/pg_clipfrac", f[3]);
+        if (reported.ppo_kl) metrics.Add("actor/ppo_kl", f[4]);
+        if (reported.pg_clipfrac_lower) metrics.Add("actor/pg_clipfrac_lower", f[5]);
       }
       if (!model.sharded()) ReduceGradients(params, options.reduce_sum);
       // Each rank holds its share of the mini-batch's (globally normalised) losses: the sum is the mini-batch's.

@@ -137,6 +137,20 @@ TEST_CASE("UpdatePolicy raises the log-prob of a response with positive advantag
   INFO(losses[0] << " " << losses[1] << " " << losses[2]);
   REQUIRE(losses[1] < losses[0]);
   REQUIRE(losses[2] < losses[1]);
+  // Modes whose verl loss function reports fewer figures report only those (no constant-zero series).
+  for (const auto& [mode, want] : std::vector<std::pair<std::string, std::vector<int>>>{
+           {"gpg", {0, 0, 0}}, {"kl_cov", {0, 1, 0}}, {"clip_cov", {1, 1, 0}}, {"cispo", {1, 1, 1}}}) {
+    INFO(mode);
+    PolicyUpdateOptions mo = o;
+    mo.loss.loss_mode = mode;
+    auto m = UpdatePolicy(*model, opt, b, in, mo);
+    INFO(m.status().ToString());
+    REQUIRE(m.ok());
+    REQUIRE(m->count("actor/pg_loss") == 1);
+    REQUIRE(static_cast<int>(m->count("actor/pg_clipfrac")) == want[0]);
+    REQUIRE(static_cast<int>(m->count("actor/ppo_kl")) == want[1]);
+    REQUIRE(static_cast<int>(m->count("actor/pg_clipfrac_lower")) == want[2]);
+  }
   model->SetRequiresGrad(false);
   at::Tensor new_lp = ComputeLogProbsNoGrad(*model, b, 1.0, 2);
   REQUIRE(new_lp.sum().item<double>() > old_lp.sum().item<double>() + 1e-3);
