@@ -18,7 +18,10 @@ class TreeReader {
   explicit TreeReader(const ConfigTree& tree) : tree_(tree) {}
 
   void Read(const char* key, bool* out) { ReadAs(key, out); }
-  void Read(const char* key, int64_t* out) { ReadAs(key, out); }
+  void Read(const char* key, int64_t* out) {
+    ReadAs(key, out);
+    CheckRange(key, *out);
+  }
   void Read(const char* key, std::string* out) { ReadAs(key, out); }
   void Read(const char* key, std::vector<std::string>* out) { ReadAs(key, out); }
   void Read(const char* key, std::vector<double>* out) { ReadAs(key, out); }
@@ -38,6 +41,7 @@ class TreeReader {
       out->reset();
     } else if (const auto* i = std::get_if<int64_t>(v)) {
       *out = *i;
+      CheckRange(key, *i);
     } else {
       TypeError(key);
     }
@@ -88,6 +92,18 @@ class TreeReader {
       *out = *typed;
     } else {
       TypeError(key);
+    }
+  }
+
+  // The workers take counts, sizes and token budgets as 32-bit integers: a larger value would wrap on the way
+  // (top_k 2^32 turning into 0, "off"). Seeds keep all 64 bits.
+  void CheckRange(const char* key, int64_t v) {
+    const std::string_view k(key);
+    if (k == "data.seed" || k == "trainer.seed") return;
+    if (v > std::numeric_limits<int32_t>::max() || v < std::numeric_limits<int32_t>::min()) {
+      errors_.push_back(absl::StrCat(key, " is ", v, ", beyond the supported range [",
+                                     std::numeric_limits<int32_t>::min(), ", ", std::numeric_limits<int32_t>::max(),
+                                     "]"));
     }
   }
 
@@ -451,6 +467,14 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
   check(!a.clip_ratio_high || *a.clip_ratio_high > 0,
         "actor_rollout_ref.actor.clip_ratio_high must be > 0 or null, got " + Fmt(a.clip_ratio_high.value_or(0)));
   check(a.clip_ratio_c > 1, "actor_rollout_ref.actor.clip_ratio_c must be > 1, got " + Fmt(a.clip_ratio_c));
+  // The token shares clip_cov and kl_cov pick (the worker refuses them too, but only at the first update).
+  const std::string& mode = a.policy_loss.loss_mode;
+  check(mode != "clip_cov" || a.policy_loss.clip_cov_ratio > 0,
+        "actor_rollout_ref.actor.policy_loss.clip_cov_ratio must be > 0 with loss_mode clip_cov, got " +
+            Fmt(a.policy_loss.clip_cov_ratio));
+  check(mode != "kl_cov" || a.policy_loss.kl_cov_ratio > 0,
+        "actor_rollout_ref.actor.policy_loss.kl_cov_ratio must be > 0 with loss_mode kl_cov, got " +
+            Fmt(a.policy_loss.kl_cov_ratio));
   check(a.kl_loss_coef >= 0, "actor_rollout_ref.actor.kl_loss_coef must be >= 0, got " + Fmt(a.kl_loss_coef));
   check(c.algorithm.gamma >= 0 && c.algorithm.gamma <= 1,
         "algorithm.gamma must lie in [0, 1], got " + Fmt(c.algorithm.gamma));
@@ -535,6 +559,10 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
     check(cr.cliprange_value > 0, "critic.cliprange_value must be > 0, got " + Fmt(cr.cliprange_value));
     check(cr.grad_clip > 0, "critic.grad_clip must be > 0, got " + Fmt(cr.grad_clip));
     check(cr.optim.lr >= 0, "critic.optim.lr must be >= 0, got " + Fmt(cr.optim.lr));
+    check(cr.optim.weight_decay >= 0, "critic.optim.weight_decay must be >= 0, got " + Fmt(cr.optim.weight_decay));
+    check(cr.optim.eps > 0, "critic.optim.eps must be > 0, got " + Fmt(cr.optim.eps));
+    check(cr.optim.lr_warmup_steps_ratio >= 0 && cr.optim.lr_warmup_steps_ratio <= 1,
+          "critic.optim.lr_warmup_steps_ratio must lie in [0, 1], got " + Fmt(cr.optim.lr_warmup_steps_ratio));
     check(cr.optim.betas.size() == 2 && cr.optim.betas[0] >= 0 && cr.optim.betas[0] < 1 && cr.optim.betas[1] >= 0 &&
               cr.optim.betas[1] < 1,
           "critic.optim.betas must be two values in [0, 1), got " + FormatConfigValue(cr.optim.betas));

@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <unistd.h>
@@ -745,6 +746,38 @@ TEST_CASE("the critic, policy-loss and KL-controller keys load and are checked",
     INFO(job.status().ToString());
     REQUIRE(job.ok());
     CHECK(job->actor_rollout_ref.model.dtype == "bfloat16");
+  }
+  SECTION("clip_cov's and kl_cov's token shares must be positive (checked at load, not at the first update)") {
+    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"actor_rollout_ref.actor.policy_loss.loss_mode=kl_cov",
+                                              "actor_rollout_ref.actor.policy_loss.kl_cov_ratio=0"})
+                             .status(),
+                         "kl_cov_ratio must be > 0 with loss_mode kl_cov");
+    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"actor_rollout_ref.actor.policy_loss.loss_mode=clip_cov",
+                                              "actor_rollout_ref.actor.policy_loss.clip_cov_ratio=-1"})
+                             .status(),
+                         "clip_cov_ratio must be > 0 with loss_mode clip_cov");
+    // Another mode does not read them.
+    CHECK(LoadJobConfig(path, {"actor_rollout_ref.actor.policy_loss.kl_cov_ratio=0"}).ok());
+  }
+  SECTION("the critic's optimizer is checked like the actor's") {
+    for (const auto& [key, value, message] : std::vector<std::tuple<std::string, std::string, std::string>>{
+             {"critic.optim.eps", "0", "critic.optim.eps must be > 0"},
+             {"critic.optim.weight_decay", "-0.1", "critic.optim.weight_decay must be >= 0"},
+             {"critic.optim.lr_warmup_steps_ratio", "1.5", "critic.optim.lr_warmup_steps_ratio must lie in [0, 1]"}}) {
+      CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"algorithm.adv_estimator=gae", key + "=" + value}).status(), message);
+    }
+  }
+  SECTION("integers the workers take as 32-bit must fit (a larger one would wrap: top_k 2^32 to 0, off)") {
+    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"actor_rollout_ref.rollout.top_k=4294967296"}).status(),
+                         "actor_rollout_ref.rollout.top_k is 4294967296, beyond the supported range");
+    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=-3000000000"})
+                             .status(),
+                         "log_prob_micro_batch_size_per_gpu is -3000000000, beyond the supported range");
+    // Seeds keep 64 bits.
+    auto job = LoadJobConfig(path, {"data.seed=4294967296"});
+    INFO(job.status().ToString());
+    REQUIRE(job.ok());
+    CHECK(job->data.seed == 4294967296);
   }
   SECTION("adaptive KL control needs a positive target") {
     CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.type=adaptive",
