@@ -134,18 +134,27 @@ class JobRunner::Impl {
     while (true) {
       absl::Status status = RunSteps();
       if (absl::Status hb = HeartbeatFailure(); !status.ok() && !hb.ok()) status = hb;
-      if (status.ok() || !IsWorkerFailure(status)) return status;
-      if (restarts_ >= config_.cluster.max_worker_restarts) {
-        return Annotate(status, absl::StrCat("giving up after ", restarts_,
-                                             " worker restart(s) (cluster.max_worker_restarts)"));
+      if (status.ok()) return status;
+      // A worker failure, also one while recovering from the last (a restarted worker killed again while it loads,
+      // a second pod evicted), is recovered from while cluster.max_worker_restarts allows.
+      bool recovering = false;  // status came from a recovery
+      while (!status.ok()) {
+        if (!IsWorkerFailure(status)) return status;
+        if (restarts_ >= config_.cluster.max_worker_restarts) {
+          return Annotate(status, absl::StrCat("giving up after ", restarts_,
+                                               " worker restart(s) (cluster.max_worker_restarts)"));
+        }
+        ++restarts_;
+        spdlog::warn("{}", std::string(status.message()));
+        spdlog::warn("worker failure {}: {} ({} of at most {}) and resuming from {}",
+                     recovering ? std::string("while recovering") : absl::StrCat("during step ", global_step_ + 1),
+                     launcher_ ? "restarting the workers" : "waiting for the workers at their addresses", restarts_,
+                     config_.cluster.max_worker_restarts,
+                     last_checkpoint_dir_.empty() ? "the start" : last_checkpoint_dir_);
+        status = Recover();
+        if (absl::Status hb = HeartbeatFailure(); !status.ok() && !hb.ok()) status = hb;
+        recovering = true;
       }
-      ++restarts_;
-      spdlog::warn("{}", std::string(status.message()));
-      spdlog::warn("worker failure during step {}: {} ({} of at most {}) and resuming from {}", global_step_ + 1,
-                   launcher_ ? "restarting the workers" : "waiting for the workers at their addresses", restarts_,
-                   config_.cluster.max_worker_restarts,
-                   last_checkpoint_dir_.empty() ? "the start" : last_checkpoint_dir_);
-      RETURN_IF_ERROR(Recover());
     }
   }
 

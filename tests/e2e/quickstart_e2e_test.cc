@@ -228,6 +228,64 @@ TEST_CASE("a worker killed mid-run is restarted from the last checkpoint and eve
   CHECK(pids[1] != killed);
 }
 
+// Pids of the live processes whose command line contains `needle` (e.g. a worker's ready-file path).
+std::vector<pid_t> ProcessesWith(const std::string& needle) {
+  std::vector<pid_t> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || !std::all_of(name.begin(), name.end(), ::isdigit)) continue;
+    std::string cmdline = ReadFile(entry.path() / "cmdline");
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    if (cmdline.find(needle) != std::string::npos) out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+TEST_CASE("a worker that fails while the job recovers from another failure is restarted again", "[e2e][recovery]") {
+  Workspace ws;
+  const fs::path metrics = ws.dir / "out/metrics.jsonl";
+  const fs::path worker_log = ws.dir / "out/workers/worker-0.log";
+  const std::string ready = (ws.dir / "out/workers/worker-0.ready").string();
+  // The worker is killed once step 16 is logged; its replacement is stopped (SIGSTOP) as soon as it exists, before
+  // it answers, so the recovery itself meets a failed worker (its start times out) and must start another.
+  pid_t killed = -1, stopped = -1;
+  std::thread saboteur([&] {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (killed < 0 && std::chrono::steady_clock::now() < deadline) {
+      if (CompleteLines(metrics) >= 16) {
+        killed = WorkerPid(worker_log);
+        if (killed > 0) ::kill(killed, SIGKILL);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    while (killed > 0 && stopped < 0 && std::chrono::steady_clock::now() < deadline) {
+      for (pid_t pid : ProcessesWith(ready)) {
+        if (pid != killed && ::kill(pid, SIGSTOP) == 0) stopped = pid;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  });
+  const int rc = ws.Controller("trainer.total_training_steps=30 trainer.save_freq=10 trainer.test_freq=-1 "
+                               "cluster.worker_start_timeout_s=15",
+                               "run.log");
+  saboteur.join();
+  if (stopped > 0) ::kill(stopped, SIGKILL);  // never leave a stopped process behind, whatever happened
+  const std::string log = ReadFile(ws.dir / "run.log");
+  INFO(Tail(ws.dir / "run.log"));
+  REQUIRE(killed > 0);
+  REQUIRE(stopped > 0);
+  REQUIRE(rc == 0);
+  CHECK(log.find("worker failure while recovering: restarting the workers (2 of at most 3)") != std::string::npos);
+  std::vector<nlohmann::json> lines = ReadJsonl(metrics);
+  std::vector<int64_t> steps;
+  for (const auto& l : lines) steps.push_back(l["step"].get<int64_t>());
+  std::vector<int64_t> expected;
+  for (int64_t i = 1; i <= 30; ++i) expected.push_back(i);
+  CHECK(steps == expected);
+  CHECK(lines.back()["data"]["training/worker_restarts"].get<double>() == 2.0);
+}
+
 TEST_CASE("a worker killed after resuming from trainer.resume_from_path recovers from that checkpoint",
           "[e2e][recovery]") {
   Workspace ws;
