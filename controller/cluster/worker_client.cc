@@ -66,13 +66,14 @@ void WorkerClient::AddComputeSeconds(const grpc::ClientContext& ctx) {
   if (it == trailers.end()) return;
   double seconds = 0;
   if (absl::SimpleAtod(absl::string_view(it->second.data(), it->second.size()), &seconds)) {
+    std::lock_guard<std::mutex> lock(mu_);
     compute_seconds_ += seconds;
   }
 }
 
 void WorkerClient::CancelInFlight() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (in_flight_ != nullptr) in_flight_->TryCancel();
+  for (grpc::ClientContext* ctx : in_flight_) ctx->TryCancel();
 }
 
 absl::Status WorkerClient::Ping(double timeout_s) {

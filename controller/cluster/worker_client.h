@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -92,11 +93,19 @@ class WorkerClient {
   // A Health call with its own deadline, independent of the call in flight (safe from a heartbeat thread).
   absl::Status Ping(double timeout_s);
 
-  // Cancels the call in flight, if any (it returns CANCELLED at once). Thread-safe; for Ctrl-C.
+  // Cancels the calls in flight, if any (they return CANCELLED at once). Thread-safe; for Ctrl-C and the heartbeat.
   void CancelInFlight();
+  // How many calls are in flight now. Thread-safe.
+  size_t calls_in_flight() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return in_flight_.size();
+  }
 
   // Seconds the worker's rank has spent on this client's calls so far (from each reply's trailing metadata).
-  double compute_seconds() const { return compute_seconds_; }
+  double compute_seconds() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return compute_seconds_;
+  }
 
  private:
   using Stub = v1::WorkerService::Stub;
@@ -112,12 +121,12 @@ class WorkerClient {
     Resp response;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      in_flight_ = &ctx;
+      in_flight_.insert(&ctx);
     }
     grpc::Status status = (stub_.get()->*method)(&ctx, request, &response);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      in_flight_ = nullptr;
+      in_flight_.erase(&ctx);
     }
     AddComputeSeconds(ctx);
     if (status.ok()) return response;
@@ -132,9 +141,11 @@ class WorkerClient {
   std::function<absl::Status()> liveness_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<Stub> stub_;
-  std::mutex mu_;
-  grpc::ClientContext* in_flight_ ABSL_GUARDED_BY(mu_) = nullptr;
-  double compute_seconds_ = 0;  // only touched by the calling thread
+  mutable std::mutex mu_;
+  // The calls in flight: usually one, two where the job overlaps calls on a rank (split placement's critic update
+  // beside the weight sync), and CancelInFlight cancels them all.
+  std::set<grpc::ClientContext*> in_flight_ ABSL_GUARDED_BY(mu_);
+  double compute_seconds_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace verl

@@ -1157,7 +1157,8 @@ class JobRunner::Impl {
     if (!CriticSplit()) RETURN_IF_ERROR(finish_critic());
 
     // verl: the actor starts updating once the critic has warmed up.
-    if (actor_updates) {
+    absl::Status actor_status = [&]() -> absl::Status {
+      if (!actor_updates) return absl::OkStatus();
       SetState(JobState::kStepActorUpdate);
       t0 = Clock::now();
       v1::UpdateActorRequest upd;
@@ -1170,8 +1171,18 @@ class JobRunner::Impl {
       // Split placement: the rollout ranks generate the next step with the updated weights.
       ASSIGN_OR_RETURN(Metrics synced, SyncRolloutWeights());
       m.insert(synced.begin(), synced.end());
+      return absl::OkStatus();
+    }();
+    absl::Status critic_status = finish_critic();
+    // With the critic on ranks of its own, a failed critic rank has every rank's communicator aborted (the relay), so
+    // the actor's calls fail too, as ABORTED: the critic's error is then the cause (and tells a worker failure, which
+    // is recovered from, from an abort, which is not).
+    if (!actor_status.ok() && !critic_status.ok() &&
+        (absl::IsAborted(actor_status) || absl::IsCancelled(actor_status))) {
+      return critic_status;
     }
-    RETURN_IF_ERROR(finish_critic());
+    RETURN_IF_ERROR(actor_status);
+    RETURN_IF_ERROR(critic_status);
 
     v1::ReleaseBatchRequest rel;
     rel.set_step_id(step_id);
