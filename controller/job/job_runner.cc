@@ -203,7 +203,9 @@ class JobRunner::Impl {
         SetState(JobState::kCheckpointing);
         auto start = Clock::now();
         RETURN_IF_ERROR(checkpoints_->Save(step, sampler_->state(), /*hf_export=*/last,
-                                           {{"kl_ctrl.value", kl_ctrl_->value()}}, [&]() -> absl::Status {
+                                           {{"kl_ctrl.value", kl_ctrl_->value()},
+                                            {"data.train_examples", static_cast<double>(sampler_->dataset_size())}},
+                                           [&]() -> absl::Status {
                                              metrics["timing_s/save_checkpoint"] = Seconds(start);
                                              return finish_and_log();
                                            }));
@@ -790,7 +792,18 @@ class JobRunner::Impl {
     req.set_dir(fs::absolute(found.dir).string());
     req.set_global_step(found.global_step);
     RETURN_IF_ERROR(OnAllRanks(req, &WorkerClient::LoadCheckpoint, CheckpointRanks()).status());
-    RETURN_IF_ERROR(sampler_->Restore(found.sampler_state));
+    // The data position is where the checkpoint left it in a training set of the same size (and, for the same seed,
+    // the same order); a set that changed since moves the position or the order.
+    const std::string data_json = found.dir + "/data.json";
+    if (auto it = found.controller_state.find("data.train_examples"); it != found.controller_state.end() &&
+                                                                       it->second != sampler_->dataset_size()) {
+      spdlog::warn("{} was saved with {} training examples; data.train_files has {} now: the resumed data order is "
+                   "not the one the checkpointed run would have followed",
+                   data_json, static_cast<int64_t>(it->second), sampler_->dataset_size());
+    }
+    RETURN_IF_ERROR(Annotate(sampler_->Restore(found.sampler_state),
+                             absl::StrCat(data_json, " (data.train_files has ", sampler_->dataset_size(),
+                                          " examples after filtering)")));
     if (auto it = found.controller_state.find("kl_ctrl.value"); it != found.controller_state.end()) {
       kl_ctrl_->set_value(it->second);
     }

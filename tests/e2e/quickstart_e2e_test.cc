@@ -286,6 +286,33 @@ TEST_CASE("a worker that fails while the job recovers from another failure is re
   CHECK(lines.back()["data"]["training/worker_restarts"].get<double>() == 2.0);
 }
 
+TEST_CASE("resuming on a training set that changed since the checkpoint warns, or names data.json", "[e2e][resume]") {
+  Workspace ws;
+  // 3 steps of 32 prompts: the checkpoint's data position is 96 of 2,048 examples.
+  REQUIRE(ws.Controller("trainer.total_training_steps=3 trainer.save_freq=3 trainer.test_freq=-1", "run1.log") == 0);
+  for (const int size : {128, 64}) {
+    INFO("training set of " << size);
+    const fs::path data = ws.dir / ("data" + std::to_string(size));
+    REQUIRE(Run(kBin + "verl-make-dataset --task repeat_letter --train-size " + std::to_string(size) +
+                " --out-dir " + data.string() + " > /dev/null") == 0);
+    const std::string log_name = "resume" + std::to_string(size) + ".log";
+    const int rc = ws.Controller("trainer.total_training_steps=4 trainer.save_freq=100 trainer.test_freq=-1 "
+                                 "data.train_files=" + (data / "train.parquet").string(),
+                                 log_name);
+    const std::string log = ReadFile(ws.dir / log_name);
+    INFO(Tail(ws.dir / log_name));
+    if (size == 128) {  // the position (96) is inside the smaller set: resumed, with a warning
+      CHECK(rc == 0);
+      CHECK(log.find("global_step_3/data.json was saved with 2048 training examples; data.train_files has 128 now")
+            != std::string::npos);
+    } else {  // beyond it (the 128-example run's last checkpoint, position 128): an error naming data.json
+      CHECK(rc != 0);
+      CHECK(log.find("global_step_4/data.json (data.train_files has 64 examples after filtering): sampler: cannot "
+                     "restore cursor 128") != std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("a worker killed after resuming from trainer.resume_from_path recovers from that checkpoint",
           "[e2e][recovery]") {
   Workspace ws;
