@@ -87,6 +87,8 @@ const std::vector<ConfigKeySpec>& Table() {
       {"actor_rollout_ref.actor.loss_agg_mode", T::kString, "token-mean",
        "token-mean|seq-mean-token-sum|seq-mean-token-mean|seq-mean-token-sum-norm", false, O::kVerl,
        "How per-token losses are aggregated into the batch loss."},
+      {"actor_rollout_ref.actor.loss_scale_factor", T::kOptionalInt, "null", "", false, O::kVerl,
+       "seq-mean-token-sum-norm: the constant the token sum is divided by; null uses data.max_response_length."},
       {"actor_rollout_ref.actor.entropy_coeff", T::kDouble, "0.0", "", false, O::kVerl,
        "Weight of the entropy bonus in the actor loss."},
       {"actor_rollout_ref.actor.use_kl_loss", T::kBool, "false", "", false, O::kVerl,

@@ -166,6 +166,7 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   r.Read("actor_rollout_ref.actor.clip_ratio_high", &a.clip_ratio_high);
   r.Read("actor_rollout_ref.actor.clip_ratio_c", &a.clip_ratio_c);
   r.Read("actor_rollout_ref.actor.loss_agg_mode", &a.loss_agg_mode);
+  r.Read("actor_rollout_ref.actor.loss_scale_factor", &a.loss_scale_factor);
   r.Read("actor_rollout_ref.actor.entropy_coeff", &a.entropy_coeff);
   r.Read("actor_rollout_ref.actor.use_kl_loss", &a.use_kl_loss);
   r.Read("actor_rollout_ref.actor.kl_loss_coef", &a.kl_loss_coef);
@@ -467,6 +468,9 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
   check(!a.clip_ratio_high || *a.clip_ratio_high > 0,
         "actor_rollout_ref.actor.clip_ratio_high must be > 0 or null, got " + Fmt(a.clip_ratio_high.value_or(0)));
   check(a.clip_ratio_c > 1, "actor_rollout_ref.actor.clip_ratio_c must be > 1, got " + Fmt(a.clip_ratio_c));
+  check(!a.loss_scale_factor || *a.loss_scale_factor > 0,
+        absl::StrCat("actor_rollout_ref.actor.loss_scale_factor must be > 0 or null, got ",
+                     a.loss_scale_factor.value_or(0)));
   // The token shares clip_cov and kl_cov pick (the worker refuses them too, but only at the first update).
   const std::string& mode = a.policy_loss.loss_mode;
   check(mode != "clip_cov" || a.policy_loss.clip_cov_ratio > 0,

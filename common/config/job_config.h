@@ -70,6 +70,7 @@ struct ActorConfig {
   std::optional<double> clip_ratio_high;   // nullopt: clip_ratio (see ClipRatioHigh())
   double clip_ratio_c = 3.0;               // dual-clip bound, > 1
   std::string loss_agg_mode = "token-mean";
+  std::optional<int64_t> loss_scale_factor;  // seq-mean-token-sum-norm's divisor; nullopt: max_response_length
   double entropy_coeff = 0.0;
   bool use_kl_loss = false;
   double kl_loss_coef = 0.001;

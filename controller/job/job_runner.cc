@@ -671,6 +671,7 @@ class JobRunner::Impl {
     ac->set_clip_ratio_high(a.ClipRatioHigh());
     ac->set_clip_ratio_c(a.clip_ratio_c);
     ac->set_loss_agg_mode(a.loss_agg_mode);
+    ac->set_loss_scale_factor(static_cast<double>(a.loss_scale_factor.value_or(0)));
     ac->set_entropy_coeff(a.entropy_coeff);
     ac->set_use_kl_loss(a.use_kl_loss);
     ac->set_kl_loss_coef(a.kl_loss_coef);

@@ -38,6 +38,7 @@ struct RankActorSettings {
   double clip_ratio_high = 0.2;
   double clip_ratio_c = 3.0;
   std::string loss_agg_mode = "token-mean";
+  double loss_scale_factor = 0;  // seq-mean-token-sum-norm's divisor; 0: the response width
   double entropy_coeff = 0.0;
   bool use_kl_loss = false;
   double kl_loss_coef = 0.001;

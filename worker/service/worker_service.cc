@@ -30,6 +30,7 @@ RankActorSettings FromProto(const v1::ActorConfig& a) {
   s.clip_ratio_high = a.clip_ratio_high();
   s.clip_ratio_c = a.clip_ratio_c();
   s.loss_agg_mode = a.loss_agg_mode();
+  s.loss_scale_factor = a.loss_scale_factor();
   s.entropy_coeff = a.entropy_coeff();
   s.use_kl_loss = a.use_kl_loss();
   s.kl_loss_coef = a.kl_loss_coef();

@@ -759,6 +759,15 @@ TEST_CASE("the critic, policy-loss and KL-controller keys load and are checked",
     // Another mode does not read them.
     CHECK(LoadJobConfig(path, {"actor_rollout_ref.actor.policy_loss.kl_cov_ratio=0"}).ok());
   }
+  SECTION("loss_scale_factor (verl's divisor of seq-mean-token-sum-norm) loads, and must be positive") {
+    auto job = LoadJobConfig(path, {"actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum-norm",
+                                    "actor_rollout_ref.actor.loss_scale_factor=4096"});
+    INFO(job.status().ToString());
+    REQUIRE(job.ok());
+    CHECK(job->actor_rollout_ref.actor.loss_scale_factor == 4096);
+    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"actor_rollout_ref.actor.loss_scale_factor=0"}).status(),
+                         "actor_rollout_ref.actor.loss_scale_factor must be > 0 or null");
+  }
   SECTION("the critic's optimizer is checked like the actor's") {
     for (const auto& [key, value, message] : std::vector<std::tuple<std::string, std::string, std::string>>{
              {"critic.optim.eps", "0", "critic.optim.eps must be > 0"},

@@ -137,6 +137,19 @@ TEST_CASE("UpdatePolicy raises the log-prob of a response with positive advantag
   INFO(losses[0] << " " << losses[1] << " " << losses[2]);
   REQUIRE(losses[1] < losses[0]);
   REQUIRE(losses[2] < losses[1]);
+  // seq-mean-token-sum-norm divides the token sum by loss_scale_factor when given (verl's actor.loss_scale_factor),
+  // else by the response width (3 here): a factor of 1.5 doubles the loss. lr 0 keeps the weights for the comparison.
+  {
+    PolicyUpdateOptions so = o;
+    so.lr = 0;
+    so.loss.loss_agg_mode = "seq-mean-token-sum-norm";
+    auto by_width = UpdatePolicy(*model, opt, b, in, so);
+    REQUIRE(by_width.ok());
+    so.loss.loss_scale_factor = 1.5;
+    auto by_factor = UpdatePolicy(*model, opt, b, in, so);
+    REQUIRE(by_factor.ok());
+    REQUIRE(by_factor->at("actor/pg_loss") == Approx(2 * by_width->at("actor/pg_loss")).epsilon(1e-6));
+  }
   // Modes whose verl loss function reports fewer figures report only those (no constant-zero series).
   for (const auto& [mode, want] : std::vector<std::pair<std::string, std::vector<int>>>{
            {"gpg", {0, 0, 0}}, {"kl_cov", {0, 1, 0}}, {"clip_cov", {1, 1, 0}}, {"cispo", {1, 1, 1}}}) {
