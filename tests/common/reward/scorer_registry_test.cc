@@ -13,6 +13,8 @@ TEST_CASE("Built-in scorers are reachable through ComputeScore") {
   CHECK(ComputeScore("verl_cpp/digit_sums", "3 + 4 = 7", "7", "{}").value() == 1.0);
   CHECK(ComputeScore("verl_cpp/digit_sums", "3 + 4 = 7, or 8", "7", "{}").value() == 0.0);
   CHECK(ComputeScore("verl_cpp/digit_sums", "seven", "7", "{}").value() == 0.0);
+  // verl's flexible regex keeps a closing period on the number: "7." is not "7".
+  CHECK(ComputeScore("verl_cpp/digit_sums", "3 + 4 = 7.", "7", "{}").value() == 0.0);
   CHECK(ComputeScore("verl_cpp/repeat_letter", "aaaaaaaa", "a", "{}").value() == 1.0);
   CHECK(ComputeScore("verl_cpp/repeat_letter", "abab", "a").value() == Approx(0.3125));
 }
