@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/data/atomic_write.h"
+#include "common/status/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace verl {
@@ -89,6 +90,7 @@ absl::StatusOr<std::vector<JobStore::StoredJob>> JobStore::LoadAll() {
     std::ifstream metrics(MetricsPath(id));
     std::string line;
     int64_t line_no = 0;
+    bool torn = false;
     while (std::getline(metrics, line)) {
       ++line_no;
       if (line.empty()) continue;
@@ -96,9 +98,18 @@ absl::StatusOr<std::vector<JobStore::StoredJob>> JobStore::LoadAll() {
       if (!google::protobuf::util::JsonStringToMessage(line, &record, options).ok()) {
         spdlog::warn("{}:{}: unreadable metrics record (cut short?); the history of {} ends before it",
                      MetricsPath(id), line_no, id);
+        torn = true;
         break;
       }
       stored.metrics.push_back(std::move(record));
+    }
+    metrics.close();
+    if (torn) {
+      // Cut the file back to the records kept: a record appended after the torn bytes would join their line and be
+      // lost with it at the next load.
+      std::string kept;
+      for (const auto& r : stored.metrics) absl::StrAppend(&kept, ToJsonLine(r), "\n");
+      RETURN_IF_ERROR(WriteFileAtomically(MetricsPath(id), kept));
     }
     jobs.push_back(std::move(stored));
   }

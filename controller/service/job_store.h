@@ -37,7 +37,8 @@ class JobStore {
 
   // Every job found on disk, in id order, with its metrics. A job.json that does not parse, or whose id differs from
   // its directory, is InvalidArgument naming the file (nothing is skipped silently). A metrics.jsonl line that does
-  // not parse (e.g. cut short by a crash) ends that job's history there, with a warning.
+  // not parse (e.g. cut short by a crash) ends that job's history there, with a warning, and the file is cut back to
+  // the records before it (so records appended later do not join the torn line).
   absl::StatusOr<std::vector<StoredJob>> LoadAll();
 
   // A new id, one more than the largest seen (on disk or handed out).
