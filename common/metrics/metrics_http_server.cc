@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -190,6 +191,7 @@ void MetricsHttpServer::Serve() {
     std::string out;
     size_t sent = 0;
     Clock::time_point deadline;
+    bool evicted = false;  // closed at its next turn to make room for a newer connection
   };
   std::list<Connection> conns;
   const auto timeout = std::chrono::milliseconds(options_.request_timeout_ms);
@@ -266,9 +268,17 @@ void MetricsHttpServer::Serve() {
       while (true) {
         const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) break;  // EAGAIN, or a transient error such as EMFILE: retried on the next poll
-        if (static_cast<int>(conns.size()) >= options_.max_connections) {
-          ::close(fd);
-          continue;
+        const auto live = std::count_if(conns.begin(), conns.end(), [](const Connection& c) { return !c.evicted; });
+        if (live >= options_.max_connections) {
+          // Full: the oldest connection that is not being answered (a stalled or finished client) makes room, so one
+          // client holding every slot cannot shut the others out; if every one is being answered, this one waits.
+          auto oldest = std::find_if(conns.begin(), conns.end(),
+                                     [](const Connection& c) { return !c.evicted && c.phase != Phase::kWriting; });
+          if (oldest == conns.end()) {
+            ::close(fd);
+            continue;
+          }
+          oldest->evicted = true;
         }
         Connection c;
         c.fd = fd;
@@ -284,8 +294,10 @@ void MetricsHttpServer::Serve() {
     for (auto it = conns.begin(); it != conns.end() && index < polled; ++index) {
       Connection& c = *it;
       const short revents = fds[index].revents;
-      bool close_now = false;
-      if (c.phase == Phase::kReading && (revents & (POLLIN | POLLHUP | POLLERR))) {
+      bool close_now = c.evicted;
+      if (close_now) {
+        // made room for a newer connection (see the accept loop)
+      } else if (c.phase == Phase::kReading && (revents & (POLLIN | POLLHUP | POLLERR))) {
         const ssize_t n = ::recv(c.fd, buf, sizeof(buf), 0);
         if (n > 0) {
           c.in.append(buf, static_cast<size_t>(n));

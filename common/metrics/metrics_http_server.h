@@ -31,7 +31,8 @@ struct MetricsHttpServerOptions {
   size_t max_request_bytes = 8192;
   // A connection whose request head is not complete after this long is closed. Default: 5000 ms.
   int request_timeout_ms = 5000;
-  // Connections served at once; further ones are closed on accept. Default: 64.
+  // Connections served at once. When all are open, a new one takes the place of the oldest that is not being answered
+  // (a stalled client's), or is closed if every one is being answered. Default: 64.
   int max_connections = 64;
 };
 

@@ -101,6 +101,24 @@ TEST_CASE("MetricsHttpServer drops clients that stall and keeps serving others",
   CHECK(waited < 1.5);
 }
 
+TEST_CASE("MetricsHttpServer: a client holding every connection slot cannot shut a scrape out", "[prometheus][http]") {
+  MetricsHttpServerOptions options;
+  options.max_connections = 4;
+  options.request_timeout_ms = 60000;  // the stalled ones would stay for a minute
+  auto server = StartServer(options);
+  std::vector<int> stalled;
+  for (int i = 0; i < 2 * options.max_connections; ++i) {
+    const int fd = ConnectLoopback(server->port());
+    REQUIRE(fd >= 0);
+    SendAll(fd, "GET /metrics HTTP/1.1\r\n");  // never finishes its head
+    stalled.push_back(fd);
+  }
+  // The scrape takes the oldest stalled connection's place.
+  CHECK(HttpGet(server->port(), "/metrics").status == 200);
+  CHECK(HttpGet(server->port(), "/metrics").status == 200);
+  for (int fd : stalled) ::close(fd);
+}
+
 TEST_CASE("MetricsHttpServer serves many concurrent scrapes of a changing registry", "[prometheus][http]") {
   auto registry = std::make_shared<PrometheusRegistry>();
   REQUIRE(registry->DeclareCounter("verl_updates_total", "updates").ok());
