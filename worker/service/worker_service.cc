@@ -197,9 +197,9 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::RunOnRank(grpc::CallbackServerConte
                                              " ", rpc, step_id.empty() ? "" : " step " + step_id));
       spdlog::error("{}", std::string(status.message()));
       // Peers waiting for this rank in a collective fail now, naming it, instead of at their timeout.
-      if (slot.in_group) {
+      if (slot.in_group || slot.in_transfer_group) {
         slot.rank->AbortCommunicator();
-        slot.in_group = false;
+        slot.in_group = slot.in_transfer_group = false;
       }
     }
     reactor->Finish(ToGrpcStatus(status));
@@ -314,7 +314,7 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::InitCommunicator(grpc::CallbackServ
     } else {
       RETURN_IF_ERROR(rank.SetCommunicator(std::move(comm), timeout));
     }
-    slot.in_group = true;
+    (group == "transfer" ? slot.in_transfer_group : slot.in_group) = true;
     spdlog::info("local rank {} joined the {} group as rank {} of {} ({})", local_rank,
                  group == "transfer" ? "transfer" : "data-parallel", options.rank, options.world_size,
                  req->nccl_unique_id().empty() ? "host backend" : "NCCL");

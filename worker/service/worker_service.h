@@ -89,7 +89,10 @@ class WorkerServiceImpl final : public verl::v1::WorkerService::CallbackService 
     std::unique_ptr<RankInterface> rank;
     // From PrepareCommunicator until InitCommunicator, per group ("" data-parallel, "transfer"); rank thread only.
     std::map<std::string, HostListener> listeners;
-    bool in_group = false;                   // has a communicator; rank thread only
+    // Has a data-parallel / a transfer communicator (a failed call then aborts them); rank thread only. Kept apart:
+    // a job of one trainer (world_size 1) leaves the data-parallel group but keeps split placement's transfer group.
+    bool in_group = false;
+    bool in_transfer_group = false;
     std::unique_ptr<RankExecutor> executor;  // declared last: joined before the rank is destroyed
   };
 

@@ -285,6 +285,45 @@ TEST_CASE("WorkerClient::CancelInFlight cancels every call in flight on the clie
   }
 }
 
+TEST_CASE("WorkerService: a rank of split placement's transfer group that fails a call aborts it, also after a "
+          "one-trainer ConfigureRoles", "[controller][worker_rpc]") {
+  // Split placement forms the transfer group before ConfigureRoles, which a job of one trainer (or a rollout rank)
+  // sends with world_size 1: that leaves the data-parallel group, not the transfer group. A failed call must still
+  // abort the rank's communicators, so its transfer peers stop waiting for it now, not at the collective timeout.
+  // The calls go to the ranks directly (no RankGroup::ForEach, whose relay would also release them).
+  TestDir dir("worker_rpc_transfer");
+  const std::string model = dir.file("model");
+  REQUIRE(testing::MakeTinyModel(model, dir.path()).empty());
+  LocalWorkerLauncher launcher;
+  auto launched = launcher.Launch(Bin("verl-worker"), 1, dir.file("logs"), 30, /*ranks_per_worker=*/2);
+  REQUIRE(launched.ok());
+  const LaunchedWorker w = launched->at(0);
+  std::vector<RankAddress> ranks = {{w.worker_id, w.address, 0}, {w.worker_id, w.address, 1}};
+  RankGroup group(ranks, 60, nullptr);
+  REQUIRE(group.client(0).WaitHealthy(10).ok());
+  REQUIRE(group.InitCommunicators(10, /*collective_timeout_s=*/30, true, nullptr, {}, "transfer").ok());
+  for (int r = 0; r < 2; ++r) {
+    v1::ConfigureRolesRequest roles = group.For(r, Roles(model));
+    roles.set_world_size(1);
+    REQUIRE(group.client(r).ConfigureRoles(roles).ok());
+    REQUIRE(group.client(r).LoadModel(group.For(r, v1::LoadModelRequest())).ok());
+  }
+  // Rank 1 waits in the weight sync's first broadcast for rank 0, whose call fails before it gets there.
+  absl::Status waiting = absl::UnknownError("not returned");
+  std::thread peer([&] {
+    v1::SyncWeightsRequest req = group.For(1, v1::SyncWeightsRequest());
+    req.set_bucket_bytes(4096);
+    waiting = group.client(1).SyncWeights(req).status();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  v1::SyncWeightsRequest bad = group.For(0, v1::SyncWeightsRequest());
+  bad.set_bucket_bytes(0);  // refused: "bucket size 0 bytes"
+  REQUIRE(absl::IsInvalidArgument(group.client(0).SyncWeights(bad).status()));
+  peer.join();
+  INFO(waiting.ToString());
+  CHECK(absl::IsUnavailable(waiting));  // the abort, naming rank 0; not DEADLINE_EXCEEDED after 30 s
+}
+
 TEST_CASE("WorkerService hosts several ranks: they form a group and a bad local_rank is refused",
           "[controller][worker_rpc]") {
   TestDir dir("worker_rpc_ranks");
