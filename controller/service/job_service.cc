@@ -62,7 +62,15 @@ absl::StatusOr<std::unique_ptr<JobService>> JobService::Create(JobServiceOptions
   std::lock_guard<std::mutex> lock(service->mu_);
   for (auto& s : *stored) {
     Entry entry{std::move(s.job), std::move(s.metrics)};
-    if (entry.job.state() == v1::JOB_STATE_RUNNING) {
+    if (entry.job.state() == v1::JOB_STATE_RUNNING && entry.job.cancel_requested()) {
+      // Cancelled, but the server stopped before the job did: it stays cancelled.
+      entry.job.set_state(v1::JOB_STATE_CANCELLED);
+      entry.job.set_stage("");
+      if (entry.job.error().empty()) entry.job.set_error("cancelled (the server stopped before the job did)");
+      entry.job.set_end_time_ms(NowMs());
+      spdlog::warn("{} was being cancelled when the server stopped: cancelled", entry.job.id());
+      service->CommitLocked(entry);
+    } else if (entry.job.state() == v1::JOB_STATE_RUNNING) {
       // The server stopped while this job ran: it runs again first and resumes from its last checkpoint.
       entry.job.set_state(v1::JOB_STATE_QUEUED);
       entry.job.set_stage("");
@@ -342,6 +350,8 @@ grpc::Status JobService::CancelJob(grpc::ServerContext* context, const v1::Cance
     } else if (e->job.state() == v1::JOB_STATE_RUNNING) {
       cancel_running_ = true;
       if (running_id_ == e->job.id()) to_cancel = running_;
+      e->job.set_cancel_requested(true);
+      CommitLocked(*e);  // on disk before the reply: a server that dies before the job stops does not run it again
       spdlog::info("{}: cancelling", e->job.id());
     }
     *reply = e->job;

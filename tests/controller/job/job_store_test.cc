@@ -1,6 +1,9 @@
-// The JobService's on-disk store: job.json per job and its metrics.jsonl, read back after a server restart.
+// The JobService's on-disk store (job.json per job and its metrics.jsonl) and what the service makes of it after a
+// server restart.
 
 #include "controller/service/job_store.h"
+
+#include "controller/service/job_service.h"
 
 #include <catch2/catch.hpp>
 #include <filesystem>
@@ -52,6 +55,48 @@ TEST_CASE("JobStore: a metrics file torn by a crash is cut back to its records, 
   REQUIRE(jobs->front().metrics.size() == 3);
   CHECK(jobs->front().metrics[1].step() == 2);
   CHECK(jobs->front().metrics[2].step() == 3);
+}
+
+TEST_CASE("JobService: a job being cancelled when the server stopped stays cancelled; a running one runs again",
+          "[controller][job_store]") {
+  testing::TestDir dir("job_service_restart");
+  std::string cancelled_id, running_id;
+  {
+    auto store = JobStore::Open(dir.path());
+    REQUIRE(store.ok());
+    for (bool cancel : {true, false}) {
+      v1::Job job;
+      job.set_id((*store)->NextId());
+      job.set_state(v1::JOB_STATE_RUNNING);
+      job.set_cancel_requested(cancel);  // as CancelJob writes it before it replies
+      REQUIRE((*store)->Save(job).ok());
+      (cancel ? cancelled_id : running_id) = job.id();
+    }
+  }
+  JobServiceOptions options;
+  options.state_dir = dir.path();
+  auto service = JobService::Create(options);  // not started: nothing runs
+  INFO(service.status().ToString());
+  REQUIRE(service.ok());
+  grpc::ServerContext context;
+  v1::Job job;
+  v1::GetJobRequest get;
+  get.set_job_id(cancelled_id);
+  REQUIRE((*service)->GetJob(&context, &get, &job).ok());
+  CHECK(job.state() == v1::JOB_STATE_CANCELLED);
+  CHECK(job.end_time_ms() > 0);
+  get.set_job_id(running_id);
+  REQUIRE((*service)->GetJob(&context, &get, &job).ok());
+  CHECK(job.state() == v1::JOB_STATE_QUEUED);
+  CHECK(job.restarts() == 1);
+  // And on disk: a second restart agrees.
+  auto again = JobStore::Open(dir.path());
+  REQUIRE(again.ok());
+  auto jobs = (*again)->LoadAll();
+  REQUIRE(jobs.ok());
+  for (const auto& s : *jobs) {
+    if (s.job.id() == cancelled_id) CHECK(s.job.state() == v1::JOB_STATE_CANCELLED);
+  }
 }
 
 }  // namespace
