@@ -39,6 +39,20 @@ std::vector<nlohmann::json> ReadJsonl(const fs::path& path) {
   return lines;
 }
 
+// The "step" of each metrics line, in file order.
+std::vector<int64_t> Steps(const std::vector<nlohmann::json>& lines) {
+  std::vector<int64_t> steps;
+  for (const auto& l : lines) steps.push_back(l["step"].get<int64_t>());
+  return steps;
+}
+
+// 1, 2, ..., n: every step once, in order.
+std::vector<int64_t> OneTo(int64_t n) {
+  std::vector<int64_t> out;
+  for (int64_t i = 1; i <= n; ++i) out.push_back(i);
+  return out;
+}
+
 std::string ReadFile(const fs::path& path) {
   std::ifstream in(path);
   return std::string(std::istreambuf_iterator<char>(in), {});
@@ -215,11 +229,7 @@ TEST_CASE("a worker killed mid-run is restarted from the last checkpoint and eve
   CHECK(log.find("resuming from") != std::string::npos);
   // Steps 1..30 (no validation here), each exactly once, in order.
   std::vector<nlohmann::json> lines = ReadJsonl(metrics);
-  std::vector<int64_t> steps;
-  for (const auto& l : lines) steps.push_back(l["step"].get<int64_t>());
-  std::vector<int64_t> expected;
-  for (int64_t i = 1; i <= 30; ++i) expected.push_back(i);
-  CHECK(steps == expected);
+  CHECK(Steps(lines) == OneTo(30));
   CHECK(lines.back()["data"]["training/worker_restarts"].get<double>() == 1.0);
   // The restarted worker is a new process, and its log follows the killed one's.
   const std::vector<pid_t> pids = WorkerPids(worker_log);
@@ -278,11 +288,7 @@ TEST_CASE("a worker that fails while the job recovers from another failure is re
   REQUIRE(rc == 0);
   CHECK(log.find("worker failure while recovering: restarting the workers (2 of at most 3)") != std::string::npos);
   std::vector<nlohmann::json> lines = ReadJsonl(metrics);
-  std::vector<int64_t> steps;
-  for (const auto& l : lines) steps.push_back(l["step"].get<int64_t>());
-  std::vector<int64_t> expected;
-  for (int64_t i = 1; i <= 30; ++i) expected.push_back(i);
-  CHECK(steps == expected);
+  CHECK(Steps(lines) == OneTo(30));
   CHECK(lines.back()["data"]["training/worker_restarts"].get<double>() == 2.0);
 }
 
@@ -335,11 +341,7 @@ TEST_CASE("a worker killed after resuming from trainer.resume_from_path recovers
   REQUIRE(killed > 0);
   REQUIRE(rc == 0);
   CHECK(log.find("resuming from " + resumed.string()) != std::string::npos);
-  std::vector<int64_t> steps;
-  for (const auto& l : ReadJsonl(metrics)) steps.push_back(l["step"].get<int64_t>());
-  std::vector<int64_t> expected;
-  for (int64_t i = 1; i <= 30; ++i) expected.push_back(i);
-  CHECK(steps == expected);
+  CHECK(Steps(ReadJsonl(metrics)) == OneTo(30));
 }
 
 TEST_CASE("a hung worker (SIGSTOP) misses its heartbeat and is replaced; the job finishes", "[e2e][recovery]") {

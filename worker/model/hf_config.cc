@@ -103,12 +103,17 @@ class JsonReader {
   absl::StatusOr<std::optional<int32_t>> TokenId(const std::string& key) const {
     const nlohmann::json* v = Find(key);
     if (v == nullptr) return std::optional<int32_t>();
-    // Early Llama conversions write "pad_token_id": -1 for "no pad token"; transformers reads it as such.
-    if (key == "pad_token_id" && v->is_number_integer() && !v->is_number_unsigned() && v->get<int64_t>() == -1) {
-      return std::optional<int32_t>();
-    }
     ASSIGN_OR_RETURN(int32_t id, TokenIdValue(key, *v));
     return std::optional<int32_t>(id);
+  }
+
+  // pad_token_id: a token id, or -1 for "no pad token" (early Llama conversions write it; transformers reads it so).
+  absl::StatusOr<std::optional<int32_t>> PadTokenId() const {
+    const nlohmann::json* v = Find("pad_token_id");
+    if (v != nullptr && v->is_number_integer() && !v->is_number_unsigned() && v->get<int64_t>() == -1) {
+      return std::optional<int32_t>();
+    }
+    return TokenId("pad_token_id");
   }
 
   // An int or a list of ints; nullopt when absent.
@@ -285,7 +290,7 @@ absl::StatusOr<DecoderConfig> ParseDecoderConfig(const nlohmann::json& j, const 
 
   ASSIGN_OR_RETURN(std::optional<std::vector<int32_t>> eos, r.TokenIds("eos_token_id"));
   ASSIGN_OR_RETURN(c.bos_token_id, r.TokenId("bos_token_id"));
-  ASSIGN_OR_RETURN(c.pad_token_id, r.TokenId("pad_token_id"));
+  ASSIGN_OR_RETURN(c.pad_token_id, r.PadTokenId());
   if (eos) {
     c.eos_token_ids = *eos;
   } else if (is_llama && !j.contains("eos_token_id")) {
@@ -314,7 +319,7 @@ absl::StatusOr<DecoderConfig> LoadDecoderConfig(const std::string& model_dir) {
     JsonReader g(gen_json, gen_path.string());
     ASSIGN_OR_RETURN(std::optional<std::vector<int32_t>> eos, g.TokenIds("eos_token_id"));
     ASSIGN_OR_RETURN(std::optional<int32_t> bos, g.TokenId("bos_token_id"));
-    ASSIGN_OR_RETURN(std::optional<int32_t> pad, g.TokenId("pad_token_id"));
+    ASSIGN_OR_RETURN(std::optional<int32_t> pad, g.PadTokenId());
     if (eos) config.eos_token_ids = *eos;
     if (bos) config.bos_token_id = bos;
     if (pad) config.pad_token_id = pad;

@@ -810,7 +810,7 @@ class CpuRank final : public RankInterface {
       o.loss.clip_ratio_high = a.clip_ratio_high;
       o.loss.clip_ratio_c = a.clip_ratio_c;
       o.loss.loss_agg_mode = a.loss_agg_mode;
-      o.loss.loss_scale_factor = a.loss_scale_factor;
+      o.loss_scale_factor = a.loss_scale_factor;
       o.entropy_coeff = a.entropy_coeff;
       o.use_kl_loss = a.use_kl_loss;
       o.kl_loss_coef = a.kl_loss_coef;

@@ -67,9 +67,6 @@ struct PolicyLossOptions {
   // detached, multiply the per-token loss of every mode when cap > 0 (verl's tis_imp_ratio_cap, which newer verl
   // generalised to rollout_is_weights with rollout_is=token and rollout_is_threshold=cap).
   double tis_imp_ratio_cap = -1;
-  // verl's actor.loss_scale_factor: the divisor of seq-mean-token-sum-norm (AggNormalizer::max_response_length);
-  // 0: the response mask's width.
-  double loss_scale_factor = 0;
 };
 
 // One micro-batch's policy loss for `options.loss_mode` (vanilla, gspo, gpg, cispo, clip_cov, kl_cov), aggregated

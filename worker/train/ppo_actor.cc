@@ -215,7 +215,7 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
       at::Tensor rollout_lp =
           options.loss.tis_imp_ratio_cap > 0 ? inputs.rollout_log_probs.index_select(0, idx) : at::Tensor();
       AggNormalizer norm = GlobalAggNormalizer(mini.host_response_mask, options.reduce_sum);
-      if (options.loss.loss_scale_factor > 0) norm.max_response_length = options.loss.loss_scale_factor;
+      if (options.loss_scale_factor > 0) norm.max_response_length = options.loss_scale_factor;
       DeviceFigures figures;  // per pass: pg_loss, entropy, kl_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower
       optimizer.ZeroGrad();
       GradAccumulator grads(params);  // the micro-batches' gradients summed in float32

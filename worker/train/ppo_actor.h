@@ -59,6 +59,9 @@ at::Tensor ComputeLogProbsNoGrad(const DecoderModel& model, const SequenceBatch&
 
 struct PolicyUpdateOptions {
   PolicyLossOptions loss;  // loss mode, clip ranges, loss_agg_mode (also used for the entropy and KL terms), TIS
+  // verl's actor.loss_scale_factor: the divisor of seq-mean-token-sum-norm for the policy, entropy and KL terms (the
+  // mini-batch's AggNormalizer::max_response_length); 0: the response mask's width.
+  double loss_scale_factor = 0;
   double lr = 1e-6;
   double grad_clip = 1.0;
   double entropy_coeff = 0.0;

@@ -24,19 +24,13 @@
 #include "catch2/catch.hpp"
 #include "common/status/status_macros.h"
 #include "tests/worker/comm/communicator_conformance.h"
+#include "tests/worker/visible_gpus.h"
 #include "worker/comm/nccl_communicator.h"
 
 namespace verl {
 namespace {
 
-int VisibleGpus() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return n;
-}
+using testing::VisibleGpus;
 
 #define VERL_REQUIRE_GPUS(n)                                                                                  \
   do {                                                                                                        \

@@ -3,8 +3,6 @@
 // handed to a collective shows (the host backend, data_parallel_test's, takes both). Tagged [gpu]: skips with a
 // warning where the build has no CUDA or fewer than two GPUs are visible.
 
-#include <cuda_runtime_api.h>
-
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <memory>
@@ -14,6 +12,7 @@
 
 #include "tests/worker/rank/rank_fixtures.h"
 #include "tests/worker/tiny_model.h"
+#include "tests/worker/visible_gpus.h"
 #include "worker/comm/nccl_communicator.h"
 #include "worker/rank/rank_interface.h"
 
@@ -22,14 +21,7 @@ namespace {
 
 using namespace rank_testing;  // NOLINT: the shared fixtures
 
-int VisibleGpus() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return n;
-}
+using testing::VisibleGpus;
 
 // One NCCL group of two ranks, rank r on cuda:r (created concurrently, as every rank must).
 std::vector<std::unique_ptr<Communicator>> NcclPair() {

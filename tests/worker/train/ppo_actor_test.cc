@@ -145,7 +145,7 @@ TEST_CASE("UpdatePolicy raises the log-prob of a response with positive advantag
     so.loss.loss_agg_mode = "seq-mean-token-sum-norm";
     auto by_width = UpdatePolicy(*model, opt, b, in, so);
     REQUIRE(by_width.ok());
-    so.loss.loss_scale_factor = 1.5;
+    so.loss_scale_factor = 1.5;
     auto by_factor = UpdatePolicy(*model, opt, b, in, so);
     REQUIRE(by_factor.ok());
     REQUIRE(by_factor->at("actor/pg_loss") == Approx(2 * by_width->at("actor/pg_loss")).epsilon(1e-6));
