@@ -503,6 +503,13 @@ class CpuRank final : public RankInterface {
                                    "bad sampling settings: max_new_tokens ", sampling.max_new_tokens, ", n ", sampling.n,
                                    ", temperature ", sampling.temperature, ", top_p ", sampling.top_p)));
     }
+    // Temperature 0 means plain logits to the samplers, so sampling at 0 would draw at temperature 1 (the job config
+    // refuses it as well; this is for callers of the WorkerService itself).
+    if (sampling.do_sample && sampling.temperature == 0) {
+      return Error("Generate", absl::InvalidArgumentError(
+                                   "temperature 0 with do_sample: sampling needs a temperature > 0 (for greedy decoding "
+                                   "set do_sample false)"));
+    }
     return CatchTorch(Context("Generate"), [&]() -> absl::StatusOr<GenerateOutput> {
       StartMemoryPhase();
       SamplingOptions opts;

@@ -385,6 +385,11 @@ TEST_CASE("CpuRank: calls out of order fail with the rank and stage", "[worker][
   bad_p.top_p = 1.5;
   ExpectError(rank->Generate("s", Prompts(m), bad_p, false).status(), absl::StatusCode::kInvalidArgument,
               {"rank 5", "top_p 1.5"});
+  SamplingSettings cold = Sampling(m);
+  cold.do_sample = true;
+  cold.temperature = 0;
+  ExpectError(rank->Generate("s", Prompts(m), cold, false).status(), absl::StatusCode::kInvalidArgument,
+              {"rank 5", "temperature 0 with do_sample"});
 
   REQUIRE(rank->Generate("s", Prompts(m), Sampling(m), false).ok());
   ExpectError(rank->ComputeAdvantage("s", Grpo()).status(), absl::StatusCode::kFailedPrecondition,
