@@ -413,8 +413,8 @@ class CpuRank final : public RankInterface {
   }
 
   // The rollout's KV cache slots: rollout.max_num_seqs, and on a GPU what fits in rollout.gpu_memory_utilization of
-  // the device beside what is allocated already (the whole actor gathered, for a sharded one) and the folded weights
-  // the rollout will make. The folded gate/up weights (opts->fold_post_attention_norms) are made only where they cost
+  // the device beside what is allocated already (the whole actor gathered, for a sharded one), the folded weights
+  // the rollout will make and its sampling memory (a row of logits per slot; top-k / top-p's passes). The folded gate/up weights (opts->fold_post_attention_norms) are made only where they cost
   // none of the slots the rollout's sequences would use; otherwise the option is turned off here.
   absl::StatusOr<int32_t> RolloutSlots(const std::vector<PromptInput>& prompts, SamplingOptions* opts) const {
     const int32_t max_seqs = std::max(1, config_.actor.rollout_max_num_seqs);
@@ -423,10 +423,13 @@ class CpuRank final : public RankInterface {
     size_t longest = 0;
     for (const PromptInput& p : prompts) longest = std::max(longest, p.token_ids.size());
     const at::ScalarType dtype = actor_->trainable_parameters().front().second.scalar_type();
+    // A slot's cache and its row of a decoding step's logits; the sampler's passes apart (SamplingWorkspace).
+    const SamplingMemory sampling =
+        SamplingWorkspace(*opts, actor_->config().vocab_size, static_cast<int64_t>(c10::elementSize(dtype)));
     const int64_t slot =
-        KvSlotBytes(actor_->config(), dtype, static_cast<int64_t>(longest) + opts->max_new_tokens);
+        KvSlotBytes(actor_->config(), dtype, static_cast<int64_t>(longest) + opts->max_new_tokens) + sampling.per_row;
     const double available = config_.actor.rollout_gpu_memory_utilization * static_cast<double>(mem.total) -
-                        static_cast<double>(mem.allocated);
+                             static_cast<double>(mem.allocated) - static_cast<double>(sampling.fixed);
     // The folded q/k/v (and gate/up) weights decoding makes for this rollout count against the budget too.
     int64_t folded = opts->fold_input_norms ? FoldedQkvBytes(actor_->config(), dtype) : 0;
     if (opts->fold_input_norms && opts->fold_post_attention_norms) {
@@ -446,6 +449,9 @@ class CpuRank final : public RankInterface {
                                    " MiB leaves ", std::max<int64_t>(0, static_cast<int64_t>(budget)) >> 20,
                                    " MiB for the KV cache beside the ", mem.allocated >> 20, " MiB allocated",
                                    folded > 0 ? absl::StrCat(" and ", folded >> 20, " MiB of folded weights") : "",
+                                   sampling.fixed > 0
+                                       ? absl::StrCat(" and ", sampling.fixed >> 20, " MiB for top-k / top-p sampling")
+                                       : "",
                                    "; one sequence of ", longest, " + ", opts->max_new_tokens,
                                    " tokens needs ", slot >> 20, " MiB: raise it")));
     }

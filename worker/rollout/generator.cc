@@ -11,6 +11,7 @@
 #include <memory>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #ifdef VERL_WITH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
@@ -75,15 +76,11 @@ bool Unfiltered(const SamplingOptions& options, int64_t vocab) {
 
 }  // namespace
 
-at::Tensor SampleNextTokens(const at::Tensor& logits, const SamplingOptions& options, const at::Tensor& uniforms,
-                            at::Tensor* log_probs) {
-#ifdef VERL_WITH_CUDA
-  if (Unfiltered(options, logits.size(-1)) && kernels::SampleTokensSupported(logits)) {
-    return kernels::SampleTokens(logits, options.temperature, !options.do_sample, uniforms, log_probs);
-  }
-#endif
-  // ATen's composition runs in float32 (bf16/fp16 logits come only from the fused path's callers).
-  const at::Tensor logits_f = logits.to(at::kFloat);
+namespace {
+
+// SampleNextTokens' ATen composition over the rows of float32 `logits_f` (with their `uniforms`).
+std::pair<at::Tensor, at::Tensor> SampleRows(const at::Tensor& logits_f, const SamplingOptions& options,
+                                             const at::Tensor& uniforms, bool want_log_probs) {
   // Log-probs are always under logits / temperature (the trainer's quantity), greedy or not.
   at::Tensor scaled = options.temperature > 0 ? logits_f / options.temperature : logits_f;
   at::Tensor tokens;
@@ -114,8 +111,50 @@ at::Tensor SampleNextTokens(const at::Tensor& logits, const SamplingOptions& opt
     at::Tensor last = at::searchsorted(cdf, total, /*out_int32=*/false, /*right=*/false);
     tokens = at::minimum(drawn, last).squeeze(-1);
   }
-  if (log_probs) *log_probs = scaled.log_softmax(-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1);
-  return tokens;
+  at::Tensor lp;
+  if (want_log_probs) lp = scaled.log_softmax(-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1);
+  return {tokens, lp};
+}
+
+}  // namespace
+
+int64_t SamplerRowsPerPass(int64_t vocab) {
+  return std::max<int64_t>(1, kSamplerWorkspaceBytes / (kSamplerBytesPerLogit * std::max<int64_t>(1, vocab)));
+}
+
+SamplingMemory SamplingWorkspace(const SamplingOptions& options, int64_t vocab, int64_t dtype_bytes) {
+  if (Unfiltered(options, vocab)) return {vocab * dtype_bytes, 0};
+  return {vocab * (dtype_bytes + 4), kSamplerWorkspaceBytes};
+}
+
+at::Tensor SampleNextTokens(const at::Tensor& logits, const SamplingOptions& options, const at::Tensor& uniforms,
+                            at::Tensor* log_probs, int64_t rows_per_pass) {
+#ifdef VERL_WITH_CUDA
+  if (Unfiltered(options, logits.size(-1)) && kernels::SampleTokensSupported(logits)) {
+    return kernels::SampleTokens(logits, options.temperature, !options.do_sample, uniforms, log_probs);
+  }
+#endif
+  // ATen's composition runs in float32 (bf16/fp16 logits come only from the fused path's callers), over passes of
+  // rows so that its temporaries (a sort's values and indices, float64 CDFs) stay within kSamplerWorkspaceBytes
+  // whatever the batch: every operation is within a row, so the passes give the rows' results unchanged.
+  const at::Tensor logits_f = logits.to(at::kFloat);
+  const int64_t rows = logits_f.size(0);
+  const int64_t step = rows_per_pass > 0 ? rows_per_pass : SamplerRowsPerPass(logits_f.size(-1));
+  if (rows <= step) {
+    auto [tokens, lp] = SampleRows(logits_f, options, uniforms, log_probs != nullptr);
+    if (log_probs) *log_probs = lp;
+    return tokens;
+  }
+  std::vector<at::Tensor> tokens, lps;
+  for (int64_t begin = 0; begin < rows; begin += step) {
+    const int64_t n = std::min(step, rows - begin);
+    auto [t, lp] = SampleRows(logits_f.narrow(0, begin, n), options, uniforms.narrow(0, begin, n),
+                              log_probs != nullptr);
+    tokens.push_back(t);
+    if (log_probs) lps.push_back(lp);
+  }
+  if (log_probs) *log_probs = at::cat(lps);
+  return at::cat(tokens);
 }
 
 namespace {

@@ -102,8 +102,24 @@ double CounterUniform(uint64_t seed, uint64_t stream, uint64_t counter);
 // (float64 draws in [0, 1)); a token outside top-k / top-p, or of probability 0, is never drawn. Writes the log-prob
 // of each chosen token under softmax(logits / temperature) (greedy too; plain logits only when temperature <= 0) to
 // *log_probs. Greedy (do_sample false) ignores `uniforms`. Returns int64 [N].
+// Where the fused GPU sampler does not apply (top-k / top-p filtering, CPU), ATen's composition runs over passes of
+// at most `rows_per_pass` rows (0: SamplerRowsPerPass), each row's result the same whatever the passes.
 at::Tensor SampleNextTokens(const at::Tensor& logits, const SamplingOptions& options, const at::Tensor& uniforms,
-                            at::Tensor* log_probs);
+                            at::Tensor* log_probs, int64_t rows_per_pass = 0);
+
+// The ATen sampler's temporaries: at most about kSamplerWorkspaceBytes a pass, taking kSamplerBytesPerLogit bytes per
+// logit of a row (float32 copies, a sort's int64 indices, float64 CDFs), so a pass has SamplerRowsPerPass(vocab) rows.
+inline constexpr int64_t kSamplerWorkspaceBytes = int64_t{256} << 20;
+inline constexpr int64_t kSamplerBytesPerLogit = 48;
+int64_t SamplerRowsPerPass(int64_t vocab);
+
+// A decoding step's sampling memory beside the KV cache: per running row its logits (the model's dtype for the fused
+// GPU sampler; with top-k / top-p filtering also their float32 copy), and with filtering the ATen sampler's passes.
+struct SamplingMemory {
+  int64_t per_row = 0;
+  int64_t fixed = 0;
+};
+SamplingMemory SamplingWorkspace(const SamplingOptions& options, int64_t vocab, int64_t dtype_bytes);
 
 // Generates for every prompt: static batching when options.lockstep, continuous batching otherwise. Requires
 // non-empty prompts. Runs under inference mode.

@@ -212,6 +212,37 @@ TEST_CASE("SampleNextTokens: filters", "[worker][rollout]") {
     o.top_p = 1.0;
     REQUIRE(SampleNextTokens(probs, o, draws(400), nullptr).eq(2).sum().item<int64_t>() > 0);
   }
+  SECTION("passes of a few rows give every row's token and log-prob unchanged") {
+    SamplingOptions o;
+    o.top_k = 20;
+    o.top_p = 0.9;
+    o.temperature = 0.7;
+    const at::Tensor u = draws(64);
+    at::Tensor lp_whole, lp_passes;
+    const at::Tensor whole = SampleNextTokens(logits, o, u, &lp_whole, /*rows_per_pass=*/64);
+    const at::Tensor passes = SampleNextTokens(logits, o, u, &lp_passes, /*rows_per_pass=*/5);  // 12 x 5 + 4
+    REQUIRE(passes.sizes() == whole.sizes());
+    REQUIRE(at::equal(passes, whole));
+    REQUIRE(at::equal(lp_passes, lp_whole));
+    REQUIRE(whole.ne(argmax).any().item<bool>());  // sampled, not greedy
+    // The default pass holds a row of Qwen2.5's vocabulary many times over within the workspace bound.
+    CHECK(SamplerRowsPerPass(151936) == kSamplerWorkspaceBytes / (kSamplerBytesPerLogit * 151936));
+    CHECK(SamplerRowsPerPass(151936) >= 16);
+    CHECK(SamplerRowsPerPass(int64_t{1} << 40) == 1);
+  }
+  SECTION("sampling memory: a row of logits per slot, and top-k / top-p's passes") {
+    SamplingOptions o;
+    const SamplingMemory fused = SamplingWorkspace(o, 1000, 2);
+    CHECK(fused.per_row == 2000);
+    CHECK(fused.fixed == 0);
+    o.top_p = 0.9;
+    const SamplingMemory filtered = SamplingWorkspace(o, 1000, 2);
+    CHECK(filtered.per_row == 6000);  // the model's dtype and the float32 copy
+    CHECK(filtered.fixed == kSamplerWorkspaceBytes);
+    o.top_p = 1.0;
+    o.top_k = 1000;  // the whole vocabulary: no filter
+    CHECK(SamplingWorkspace(o, 1000, 2).fixed == 0);
+  }
   SECTION("inverse-CDF draws follow the distribution and never pick a zero-probability token") {
     // p = [0.5, 0, 0.3, 0.2]
     const float neg_inf = -std::numeric_limits<float>::infinity();
