@@ -75,15 +75,23 @@ absl::Status RankGroup::InitCommunicators(double connect_timeout_s, double colle
   prepare.set_group(group);
   ASSIGN_OR_RETURN(std::vector<v1::PrepareCommunicatorResponse> prepared,
                    ForEach<v1::PrepareCommunicatorResponse>(
-                       [&](int r) { return client(r).PrepareCommunicator(For(r, prepare)); }, members));
+                       [&](int r) {
+                         v1::PrepareCommunicatorRequest req = For(r, prepare);
+                         // Only the group's first rank makes the NCCL unique id (its bootstrap listener).
+                         req.set_create_nccl_unique_id(allow_nccl && r == members.front());
+                         return client(r).PrepareCommunicator(req);
+                       },
+                       members));
   v1::InitCommunicatorRequest init;
   bool all_nccl = true;
   for (const auto& p : prepared) {
     init.add_addresses(p.address());
-    all_nccl = all_nccl && !p.nccl_unique_id().empty();
+    all_nccl = all_nccl && p.nccl_capable();
   }
-  // GPU ranks of workers built with NCCL all offer an id: they form an NCCL group with global rank 0's.
-  if (all_nccl && allow_nccl) init.set_nccl_unique_id(prepared.front().nccl_unique_id());
+  // GPU ranks of workers built with NCCL can all join: they form an NCCL group with global rank 0's id.
+  if (all_nccl && allow_nccl && !prepared.front().nccl_unique_id().empty()) {
+    init.set_nccl_unique_id(prepared.front().nccl_unique_id());
+  }
   if (backend) *backend = init.nccl_unique_id().empty() ? "host" : "nccl";
   init.set_connect_timeout_s(connect_timeout_s);
   init.set_collective_timeout_s(collective_timeout_s);

@@ -244,7 +244,9 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::PrepareCommunicator(grpc::CallbackS
                                                                  v1::PrepareCommunicatorResponse* resp) {
   const int32_t local_rank = req->local_rank();
   const std::string group = req->group();
-  return RunOnRank(ctx, "PrepareCommunicator", local_rank, "", [this, local_rank, group, resp](RankInterface&) {
+  const bool create_id = req->create_nccl_unique_id();
+  return RunOnRank(ctx, "PrepareCommunicator", local_rank, "", [this, local_rank, group, create_id,
+                                                                resp](RankInterface&) {
     if (group != "" && group != "transfer") {
       return absl::InvalidArgumentError(absl::StrCat("unknown communicator group '", group, "'"));
     }
@@ -256,8 +258,11 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::PrepareCommunicator(grpc::CallbackS
     slot.listeners.insert_or_assign(group, std::move(listener));
 #ifdef VERL_WITH_CUDA
     if (device_ == "cuda") {
-      ASSIGN_OR_RETURN(std::string id, NcclCommunicator::CreateUniqueId());
-      resp->set_nccl_unique_id(id);
+      resp->set_nccl_capable(true);
+      if (create_id) {
+        ASSIGN_OR_RETURN(std::string id, NcclCommunicator::CreateUniqueId());
+        resp->set_nccl_unique_id(id);
+      }
     }
 #endif
     return absl::OkStatus();
