@@ -320,16 +320,21 @@ absl::StatusOr<ParquetRows> ReadParquetRows(const std::string& path, const std::
     VERL_RETURN_IF_ARROW_ERROR_(input.status(), path);
     auto reader = parquet::arrow::OpenFile(*input, arrow::default_memory_pool());
     VERL_RETURN_IF_ARROW_ERROR_(reader.status(), path);
-    arrow::Result<std::shared_ptr<arrow::Table>> read = (*reader)->ReadTable();
-    VERL_RETURN_IF_ARROW_ERROR_(read.status(), path);
-    const std::shared_ptr<arrow::Table>& table = *read;
-
+    // Only the wanted columns are read (a dataset may carry large ones the loader never looks at).
+    std::shared_ptr<arrow::Schema> schema;
+    VERL_RETURN_IF_ARROW_ERROR_((*reader)->GetSchema(&schema), path);
     ParquetRows out;
-    out.column_names = table->ColumnNames();
-    out.rows.assign(table->num_rows(), json::object());
+    out.column_names = schema->field_names();
+    out.rows.assign((*reader)->parquet_reader()->metadata()->num_rows(), json::object());
     for (const std::string& name : columns) {
-      std::shared_ptr<arrow::ChunkedArray> column = table->GetColumnByName(name);
-      if (column == nullptr) continue;
+      const int index = schema->GetFieldIndex(name);
+      if (index < 0) continue;
+      std::shared_ptr<arrow::ChunkedArray> column;
+      VERL_RETURN_IF_ARROW_ERROR_((*reader)->ReadColumn(index, &column), absl::StrCat(path, ": column '", name, "'"));
+      if (column->length() != static_cast<int64_t>(out.rows.size())) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": column '", name, "' has ", column->length(),
+                                                       " values, the file ", out.rows.size(), " rows"));
+      }
       int64_t base = 0;
       for (const std::shared_ptr<arrow::Array>& chunk : column->chunks()) {
         for (int64_t i = 0; i < chunk->length(); ++i) out.rows[base + i][name] = ValueToJson(*chunk, i);

@@ -19,7 +19,8 @@ struct ParquetRows {
   std::vector<nlohmann::json> rows;
 };
 
-// Reads `path` (which must exist). Errors name the file; a value Arrow cannot decode also names row and column.
+// Reads `columns` of `path` (which must exist; the others are not read). Errors name the file, and the column where
+// one cannot be read. Types without a JSON form (dates, decimals, ...) become their Arrow text.
 absl::StatusOr<ParquetRows> ReadParquetRows(const std::string& path, const std::vector<std::string>& columns);
 
 }  // namespace verl::data_internal
