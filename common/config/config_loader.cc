@@ -50,9 +50,22 @@ std::string KnownVerlKeyAdvice(const std::string& key) {
   }
   for (std::string_view engine : {"name", "mode", "tensor_model_parallel_size", "free_cache_engine", "load_format",
                                   "enable_chunked_prefill", "engine_kwargs"}) {
-    if (key == absl::StrCat("actor_rollout_ref.rollout.", AV(engine))) {
+    const std::string engine_key = absl::StrCat("actor_rollout_ref.rollout.", AV(engine));
+    if (key == engine_key || absl::StartsWith(key, engine_key + ".")) {
       return "a setting of verl's vLLM/SGLang rollout; the rollout engine here is built in: drop it";
     }
+  }
+  // verl's Hugging Face loading options: the model directory is read here by its own loader (config.json,
+  // safetensors, tokenizer.json), so there is no remote code to trust.
+  for (std::string_view model : {"actor_rollout_ref.model.", "critic.model."}) {
+    if (key == absl::StrCat(AV(model), "trust_remote_code")) {
+      return "a setting of verl's Hugging Face loading; the model directory is read here without Python code: drop it";
+    }
+  }
+  // Model-based rewards and Python reward functions: rewards here are the rule scorers chosen by data_source.
+  if (absl::StartsWith(key, "reward_model.") || absl::StartsWith(key, "custom_reward_function.")) {
+    return "verl's model-based reward and custom Python reward functions are not supported here; rewards come from "
+           "the built-in rule scorer of each row's data_source (openai/gsm8k, verl_cpp/repeat_letter, ...): drop it";
   }
   // verl's Python data loading: here the controller reads and tokenizes the prompts itself.
   for (std::string_view loading : {"dataloader_num_workers", "filter_overlong_prompts_workers", "use_shm",

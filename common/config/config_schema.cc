@@ -403,8 +403,9 @@ std::string SuggestConfigKey(std::string_view key) {
       best = &spec;
     }
   }
-  // Short names need a closer match, or "foo.bar" would suggest "algorithm.lam".
-  const int threshold = std::max<int>(last.size() <= 3 ? 1 : 2, static_cast<int>(last.size()) / 3);
+  // Short names need a closer match, or "foo.bar" would suggest "algorithm.lam" (and "x.name" or "x.steps" would
+  // suggest "algorithm.lam" or "critic.optim.eps" by their last components alone).
+  const int threshold = std::max<int>(last.size() <= 5 ? 1 : 2, static_cast<int>(last.size()) / 3);
   if (best == nullptr || best_score.first > threshold) return "";
   return std::string(best->key);
 }

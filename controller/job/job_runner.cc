@@ -251,8 +251,16 @@ class JobRunner::Impl {
   absl::Status PrepareInputs() {
     const std::string& model_dir = config_.actor_rollout_ref.model.path;
     if (!fs::is_directory(model_dir)) {
-      return absl::NotFoundError(absl::StrCat("actor_rollout_ref.model.path: model directory '", model_dir,
-                                              "' does not exist"));
+      // verl takes a Hugging Face Hub id ("Qwen/Qwen2.5-0.5B-Instruct") and downloads it; nothing here reaches the
+      // network on its own, so say how to get the directory.
+      const bool hub_id = !model_dir.empty() && model_dir.front() != '/' && model_dir.front() != '.' &&
+                          std::count(model_dir.begin(), model_dir.end(), '/') == 1;
+      return absl::NotFoundError(absl::StrCat(
+          "actor_rollout_ref.model.path: model directory '", model_dir, "' does not exist",
+          hub_id ? absl::StrCat(" (a Hugging Face Hub id? the model is read from a local directory only: download it "
+                                "first, e.g. `huggingface-cli download ",
+                                model_dir, " --local-dir DIR`, and set the path to DIR)")
+                 : ""));
     }
     auto model_config = LoadDecoderConfig(model_dir);
     if (!model_config.ok()) return Annotate(model_config.status(), "actor_rollout_ref.model.path");

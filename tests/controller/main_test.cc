@@ -159,6 +159,13 @@ TEST_CASE("verl-controller checks the model and data before starting workers", "
     RunResult r = job.Run(job.config(), {"actor_rollout_ref.model.path=" + missing});
     CHECK(r.exit_code == 1);
     CHECK_THAT(r.err, Catch::Contains(missing) && Catch::Contains("actor_rollout_ref.model.path"));
+    CHECK_THAT(r.err, !Catch::Contains("Hub id"));
+  }
+  SECTION("a Hugging Face Hub id, as verl's scripts pass: says to download it") {
+    RunResult r = job.Run(job.config(), {"actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct"});
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.err, Catch::Contains("'Qwen/Qwen2.5-0.5B-Instruct' does not exist (a Hugging Face Hub id?") &&
+                          Catch::Contains("huggingface-cli download Qwen/Qwen2.5-0.5B-Instruct --local-dir DIR"));
   }
   SECTION("model directory without tokenizer.json") {
     const std::string model = job.dir().file("model_no_tok");

@@ -353,6 +353,33 @@ TEST_CASE("unknown keys suggest the closest valid key", "[config]") {
     s = LoadJobConfig(path, {"actor_rollout_ref.rollout.name=vllm"}).status();
     CHECK_ERROR_CONTAINS(s, "the rollout engine here is built in: drop it");
     CHECK_THAT(std::string(s.message()), !Catch::Contains("algorithm.lam"));
+    // Sub-keys of engine_kwargs as well (verl's multi-modal scripts set engine_kwargs.vllm.*).
+    CHECK_ERROR_CONTAINS(
+        LoadJobConfig(path, {"actor_rollout_ref.rollout.engine_kwargs.vllm.disable_mm_preprocessor_cache=True"})
+            .status(),
+        "the rollout engine here is built in: drop it");
+    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"actor_rollout_ref.model.trust_remote_code=True"}).status(),
+                         "read here without Python code: drop it");
+    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"critic.model.trust_remote_code=True"}).status(),
+                         "read here without Python code: drop it");
+    // Model-based rewards and Python reward functions, instead of suggestions by the last component alone
+    // (reward_model.model.path -> critic.model.path, custom_reward_function.name -> algorithm.lam).
+    for (const std::string o : {"reward_model.enable=True", "reward_model.model.path=/tmp/rm",
+                                "custom_reward_function.name=compute_score", "+reward_model.reward_kwargs.x=1"}) {
+      s = LoadJobConfig(path, {o}).status();
+      INFO(o);
+      CHECK_ERROR_CONTAINS(s, "rewards come from the built-in rule scorer of each row's data_source");
+      CHECK_FALSE(Contains(s, "did you mean"));
+    }
+  }
+  SECTION("a short last component needs a near match to be suggested") {
+    const std::string path = dir.Write("min.yaml", kMinimal);
+    for (const std::string o : {"data.custom_cls.name=X", "global_profiler.steps=[1]", "trainer.foo.mode=x"}) {
+      INFO(o);
+      CHECK_FALSE(Contains(LoadJobConfig(path, {o}).status(), "did you mean"));
+    }
+    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"algorithm.lamm=0.9"}).status(), "did you mean 'algorithm.lam'?");
+    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"trainer.lr=3"}).status(), "did you mean 'critic.optim.lr'?");
   }
   SECTION("nothing close: no suggestion") {
     const std::string path = dir.Write("min.yaml", kMinimal);
