@@ -18,6 +18,13 @@
 namespace verl {
 namespace fs = std::filesystem;
 
+int CountDriverGpus(const std::string& driver_dir) {
+  std::error_code ec;
+  int count = 0;
+  for (fs::directory_iterator it(driver_dir, ec), end; !ec && it != end; it.increment(ec)) ++count;
+  return count;
+}
+
 std::string FileTail(const std::string& path, size_t max_bytes) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return "";

@@ -75,6 +75,10 @@ class LocalWorkerLauncher {
   std::vector<LaunchedWorker> workers_;
 };
 
+// The NVIDIA GPUs this machine's driver lists (the entries of `driver_dir`, /proc/driver/nvidia/gpus), 0 without the
+// driver. For the warning a CPU job on a GPU machine gets (trainer.device defaults to cpu here, verl's to cuda).
+int CountDriverGpus(const std::string& driver_dir = "/proc/driver/nvidia/gpus");
+
 // The tail (last `max_bytes`) of a text file, or "" when unreadable.
 std::string FileTail(const std::string& path, size_t max_bytes = 2000);
 

@@ -387,6 +387,13 @@ class JobRunner::Impl {
     const TrainerConfig& t = config_.trainer;
     std::vector<std::pair<std::string, std::string>> targets;  // id, address
     if (c.worker_addresses.empty()) {
+      if (t.device == "cpu") {
+        if (const int gpus = CountDriverGpus(); gpus > 0) {
+          spdlog::warn("trainer.device is cpu: the {} rank(s) run on CPU slots although this machine has {} NVIDIA "
+                       "GPU(s); set trainer.device=cuda to train on them (verl's default is cuda, ours cpu)",
+                       t.nnodes * t.n_gpus_per_node, gpus);
+        }
+      }
       const std::string binary = c.worker_binary.empty() ? options_.default_worker_binary : c.worker_binary;
       launcher_ = std::make_unique<LocalWorkerLauncher>();
       ASSIGN_OR_RETURN(auto launched, launcher_->Launch(binary, static_cast<int>(t.nnodes), t.log_dir + "/workers",

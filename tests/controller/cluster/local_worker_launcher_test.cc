@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <filesystem>
 #include <string>
 
 #include <catch2/catch.hpp>
@@ -156,6 +157,15 @@ TEST_CASE("LocalWorkerLauncher::StopAll stops every worker and is idempotent", "
   start = Clock::now();
   launcher.StopAll(5.0);
   CHECK(SecondsSince(start) < 0.5);
+}
+
+TEST_CASE("CountDriverGpus counts the driver's GPU entries, 0 without the driver", "[controller][launcher]") {
+  TestDir dir("driver_gpus");
+  const std::string gpus = dir.file("gpus");
+  CHECK(CountDriverGpus(gpus) == 0);  // no such directory: no driver
+  std::filesystem::create_directories(gpus + "/0000:18:00.0");
+  std::filesystem::create_directories(gpus + "/0000:2a:00.0");
+  CHECK(CountDriverGpus(gpus) == 2);
 }
 
 }  // namespace
