@@ -153,6 +153,11 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   r.Read("actor_rollout_ref.actor.optim.eps", &a.optim.eps);
   r.Read("actor_rollout_ref.actor.optim.lr_warmup_steps", &a.optim.lr_warmup_steps);
   r.Read("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio", &a.optim.lr_warmup_steps_ratio);
+  r.Read("actor_rollout_ref.actor.optim.lr_scheduler_type", &a.optim.lr_scheduler_type);
+  r.Read("actor_rollout_ref.actor.optim.warmup_style", &a.optim.warmup_style);
+  r.Read("actor_rollout_ref.actor.optim.min_lr_ratio", &a.optim.min_lr_ratio);
+  r.Read("actor_rollout_ref.actor.optim.num_cycles", &a.optim.num_cycles);
+  if (!a.optim.warmup_style.empty()) a.optim.lr_scheduler_type = a.optim.warmup_style;  // verl's rule
   r.Read("actor_rollout_ref.actor.ppo_mini_batch_size", &a.ppo_mini_batch_size);
   r.Read("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", &a.ppo_micro_batch_size_per_gpu);
   r.Read("actor_rollout_ref.actor.use_dynamic_bsz", &a.use_dynamic_bsz);
@@ -238,6 +243,11 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   r.Read("critic.optim.eps", &cr.optim.eps);
   r.Read("critic.optim.lr_warmup_steps", &cr.optim.lr_warmup_steps);
   r.Read("critic.optim.lr_warmup_steps_ratio", &cr.optim.lr_warmup_steps_ratio);
+  r.Read("critic.optim.lr_scheduler_type", &cr.optim.lr_scheduler_type);
+  r.Read("critic.optim.warmup_style", &cr.optim.warmup_style);
+  r.Read("critic.optim.min_lr_ratio", &cr.optim.min_lr_ratio);
+  r.Read("critic.optim.num_cycles", &cr.optim.num_cycles);
+  if (!cr.optim.warmup_style.empty()) cr.optim.lr_scheduler_type = cr.optim.warmup_style;  // verl's rule
   r.Read("critic.ppo_mini_batch_size", &cr.ppo_mini_batch_size);
   r.Read("critic.ppo_micro_batch_size_per_gpu", &cr.ppo_micro_batch_size_per_gpu);
   r.Read("critic.forward_micro_batch_size_per_gpu", &cr.forward_micro_batch_size_per_gpu);
@@ -297,6 +307,11 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
   std::vector<std::string> errors;
   auto check = [&errors](bool ok, std::string message) {
     if (!ok) errors.push_back(std::move(message));
+  };
+  auto check_schedule = [&check](const std::string& prefix, const OptimConfig& o) {
+    check(o.min_lr_ratio >= 0 && o.min_lr_ratio <= 1,
+          absl::StrCat(prefix, "min_lr_ratio must lie in [0, 1], got ", Fmt(o.min_lr_ratio)));
+    check(o.num_cycles >= 0, absl::StrCat(prefix, "num_cycles must be >= 0, got ", Fmt(o.num_cycles)));
   };
   const DataConfig& d = c.data;
   const ActorConfig& a = c.actor_rollout_ref.actor;
@@ -460,6 +475,7 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
         "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio must lie in [0, 1], got " +
             Fmt(a.optim.lr_warmup_steps_ratio));
   check(a.grad_clip > 0, "actor_rollout_ref.actor.grad_clip must be > 0, got " + Fmt(a.grad_clip));
+  check_schedule("actor_rollout_ref.actor.optim.", a.optim);
 
   // Losses.
   check(a.clip_ratio > 0, "actor_rollout_ref.actor.clip_ratio must be > 0, got " + Fmt(a.clip_ratio));
@@ -567,6 +583,7 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
     check(cr.optim.eps > 0, "critic.optim.eps must be > 0, got " + Fmt(cr.optim.eps));
     check(cr.optim.lr_warmup_steps_ratio >= 0 && cr.optim.lr_warmup_steps_ratio <= 1,
           "critic.optim.lr_warmup_steps_ratio must lie in [0, 1], got " + Fmt(cr.optim.lr_warmup_steps_ratio));
+    check_schedule("critic.optim.", cr.optim);
     check(cr.optim.betas.size() == 2 && cr.optim.betas[0] >= 0 && cr.optim.betas[0] < 1 && cr.optim.betas[1] >= 0 &&
               cr.optim.betas[1] < 1,
           "critic.optim.betas must be two values in [0, 1), got " + FormatConfigValue(cr.optim.betas));

@@ -51,6 +51,10 @@ struct OptimConfig {
   double eps = 1e-8;
   int64_t lr_warmup_steps = -1;            // -1: use lr_warmup_steps_ratio
   double lr_warmup_steps_ratio = 0.0;      // fraction of total training steps
+  std::string lr_scheduler_type = "constant";  // constant | cosine (warmup_style, when set, is copied here)
+  std::string warmup_style;                // verl's deprecated name of lr_scheduler_type; "" when not set
+  double min_lr_ratio = 0.0;               // cosine's floor, a fraction of lr
+  double num_cycles = 0.5;                 // cosine's waves
   bool operator==(const OptimConfig&) const = default;
 };
 

@@ -621,10 +621,21 @@ class JobRunner::Impl {
     for (const auto& [k, v] : MergeRankMetrics(per_rank)) m[k] = v;
   }
 
-  // verl: lr_warmup_steps when set (>= 0), else lr_warmup_steps_ratio of the total steps.
-  int64_t WarmupSteps(const OptimConfig& optim) const {
-    if (optim.lr_warmup_steps >= 0) return optim.lr_warmup_steps;
-    return static_cast<int64_t>(optim.lr_warmup_steps_ratio * static_cast<double>(total_steps_));
+  // The optimizer's settings for a role, its schedule resolved as verl does: lr_warmup_steps when set (>= 0), else
+  // lr_warmup_steps_ratio of the run's total steps, which is also a cosine schedule's length.
+  void SetOptim(const OptimConfig& optim, v1::OptimConfig* out) const {
+    out->set_lr(optim.lr);
+    out->set_weight_decay(optim.weight_decay);
+    out->set_beta1(optim.betas.at(0));
+    out->set_beta2(optim.betas.at(1));
+    out->set_eps(optim.eps);
+    out->set_lr_warmup_steps(optim.lr_warmup_steps >= 0 ? optim.lr_warmup_steps
+                                                        : static_cast<int64_t>(optim.lr_warmup_steps_ratio *
+                                                                               static_cast<double>(total_steps_)));
+    out->set_lr_scheduler_type(optim.lr_scheduler_type);
+    out->set_total_training_steps(total_steps_);
+    out->set_min_lr_ratio(optim.min_lr_ratio);
+    out->set_num_cycles(optim.num_cycles);
   }
 
   // The ref model is needed for a KL loss or an in-reward KL penalty.
@@ -644,12 +655,7 @@ class JobRunner::Impl {
       const CriticConfig& c = config_.critic;
       v1::CriticConfig* cc = req.mutable_critic();
       cc->set_model_path(fs::absolute(c.model_path).string());
-      cc->mutable_optim()->set_lr(c.optim.lr);
-      cc->mutable_optim()->set_weight_decay(c.optim.weight_decay);
-      cc->mutable_optim()->set_beta1(c.optim.betas.at(0));
-      cc->mutable_optim()->set_beta2(c.optim.betas.at(1));
-      cc->mutable_optim()->set_eps(c.optim.eps);
-      cc->mutable_optim()->set_lr_warmup_steps(WarmupSteps(c.optim));
+      SetOptim(c.optim, cc->mutable_optim());
       cc->set_grad_clip(c.grad_clip);
       cc->set_cliprange_value(c.cliprange_value);
       cc->set_loss_agg_mode(c.loss_agg_mode);
@@ -675,12 +681,7 @@ class JobRunner::Impl {
     req.set_seed(static_cast<uint64_t>(config_.trainer.seed));
     req.set_dtype(arr.model.dtype);
     v1::ActorConfig* ac = req.mutable_actor();
-    ac->mutable_optim()->set_lr(a.optim.lr);
-    ac->mutable_optim()->set_weight_decay(a.optim.weight_decay);
-    ac->mutable_optim()->set_beta1(a.optim.betas.at(0));
-    ac->mutable_optim()->set_beta2(a.optim.betas.at(1));
-    ac->mutable_optim()->set_eps(a.optim.eps);
-    ac->mutable_optim()->set_lr_warmup_steps(WarmupSteps(a.optim));
+    SetOptim(a.optim, ac->mutable_optim());
     ac->set_grad_clip(a.grad_clip);
     ac->set_clip_ratio_low(a.ClipRatioLow());
     ac->set_clip_ratio_high(a.ClipRatioHigh());

@@ -14,6 +14,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <chrono>
+#include <cmath>
 #include <regex>
 #include <string>
 #include <thread>
@@ -316,6 +317,25 @@ TEST_CASE("resuming on a training set that changed since the checkpoint warns, o
       CHECK(log.find("global_step_4/data.json (data.train_files has 64 examples after filtering): sampler: cannot "
                      "restore cursor 128") != std::string::npos);
     }
+  }
+}
+
+TEST_CASE("verl's cosine schedule drives the actor's learning rate step by step", "[e2e][lr]") {
+  Workspace ws;
+  // 5 steps, 1 of warm-up, floor 0.1: update k takes lr x (k < 1 ? 0 : max(0.1, 0.55 + 0.45 cos(pi (k - 1) / 4))).
+  REQUIRE(ws.Controller("trainer.total_training_steps=5 trainer.save_freq=-1 trainer.test_freq=-1 "
+                        "actor_rollout_ref.actor.optim.lr=1e-3 actor_rollout_ref.actor.optim.lr_warmup_steps=1 "
+                        "actor_rollout_ref.actor.optim.warmup_style=cosine "
+                        "actor_rollout_ref.actor.optim.min_lr_ratio=0.1",
+                        "run.log") == 0);
+  const std::vector<nlohmann::json> lines = ReadJsonl(ws.dir / "out/metrics.jsonl");
+  INFO(Tail(ws.dir / "run.log"));
+  REQUIRE(Steps(lines) == OneTo(5));
+  const double pi = std::acos(-1.0);
+  for (int k = 0; k < 5; ++k) {
+    const double expected = k < 1 ? 0.0 : 1e-3 * std::max(0.1, 0.55 + 0.45 * std::cos(pi * (k - 1) / 4.0));
+    INFO("step " << k + 1);
+    CHECK(lines[k]["data"]["actor/lr"].get<double>() == Approx(expected).margin(1e-12));
   }
 }
 

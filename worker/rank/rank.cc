@@ -33,6 +33,7 @@
 #include "worker/rank/torch_util.h"
 #include "worker/rollout/generator.h"
 #include "worker/train/adamw.h"
+#include "worker/train/lr_schedule.h"
 #include "worker/train/advantage.h"
 #include "worker/train/core_algos.h"
 #include "worker/train/flops.h"
@@ -777,7 +778,7 @@ class CpuRank final : public RankInterface {
     return CatchTorch(Context("UpdateCritic"), [&]() -> absl::StatusOr<Metrics> {
       const RankCriticSettings& c = config_.critic;
       ValueUpdateOptions o;
-      o.lr = WarmupLr(c.lr, c.lr_warmup_steps, critic_updates_done_);
+      o.lr = c.lr * LrFactor(c.lr_schedule, critic_updates_done_);
       o.grad_clip = c.grad_clip;
       o.cliprange_value = c.cliprange_value;
       o.loss_agg_mode = c.loss_agg_mode;
@@ -810,7 +811,7 @@ class CpuRank final : public RankInterface {
     return CatchTorch(Context("UpdateActor"), [&]() -> absl::StatusOr<Metrics> {
       const RankActorSettings& a = config_.actor;
       PolicyUpdateOptions o;
-      o.lr = WarmupLr(a.lr, a.lr_warmup_steps, updates_done_);
+      o.lr = a.lr * LrFactor(a.lr_schedule, updates_done_);
       o.loss.loss_mode = a.loss_mode;
       o.loss.clip_cov_ratio = a.clip_cov_ratio;
       o.loss.clip_cov_lb = a.clip_cov_lb;
@@ -1070,12 +1071,6 @@ class CpuRank final : public RankInterface {
     }
   }
 
-  // verl's constant-with-warmup schedule: lr * k / warmup for update k < warmup.
-  static double WarmupLr(double lr, int64_t warmup, int64_t updates_done) {
-    if (warmup > 0 && updates_done < warmup)
-      return lr * static_cast<double>(updates_done) / static_cast<double>(warmup);
-    return lr;
-  }
   // Decodes row `row` (its first `length` tokens) of a contiguous int64 [N, R] response tensor, as verl's reward
   // manager does (tokenizer.decode with special tokens skipped, and the tokenizer's clean_up_tokenization_spaces), and
   // scores it with the prompt's rule scorer. Returns (text, score).

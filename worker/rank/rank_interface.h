@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "worker/comm/communicator.h"
 #include "worker/rank/host_tensor.h"
+#include "worker/train/lr_schedule.h"
 
 namespace verl {
 
@@ -32,7 +33,7 @@ struct RankActorSettings {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
-  int64_t lr_warmup_steps = 0;
+  LrSchedule lr_schedule;  // warm-up, then constant or cosine (verl's lr_scheduler_type)
   double grad_clip = 1.0;
   double clip_ratio_low = 0.2;
   double clip_ratio_high = 0.2;
@@ -87,7 +88,7 @@ struct RankCriticSettings {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
-  int64_t lr_warmup_steps = 0;
+  LrSchedule lr_schedule;  // warm-up, then constant or cosine (verl's lr_scheduler_type)
   double grad_clip = 1.0;
   double cliprange_value = 0.5;
   std::string loss_agg_mode = "token-mean";

@@ -17,6 +17,16 @@
 namespace verl {
 namespace {
 
+LrSchedule FromProto(const v1::OptimConfig& o) {
+  LrSchedule s;
+  if (!o.lr_scheduler_type().empty()) s.type = o.lr_scheduler_type();
+  s.warmup_steps = o.lr_warmup_steps();
+  s.total_steps = o.total_training_steps();
+  s.min_lr_ratio = o.min_lr_ratio();
+  s.num_cycles = o.num_cycles();
+  return s;
+}
+
 RankActorSettings FromProto(const v1::ActorConfig& a) {
   RankActorSettings s;
   s.lr = a.optim().lr();
@@ -24,7 +34,7 @@ RankActorSettings FromProto(const v1::ActorConfig& a) {
   s.beta1 = a.optim().beta1();
   s.beta2 = a.optim().beta2();
   s.eps = a.optim().eps();
-  s.lr_warmup_steps = a.optim().lr_warmup_steps();
+  s.lr_schedule = FromProto(a.optim());
   s.grad_clip = a.grad_clip();
   s.clip_ratio_low = a.clip_ratio_low();
   s.clip_ratio_high = a.clip_ratio_high();
@@ -80,7 +90,7 @@ RankCriticSettings FromProto(const v1::CriticConfig& c) {
   s.beta1 = c.optim().beta1();
   s.beta2 = c.optim().beta2();
   s.eps = c.optim().eps();
-  s.lr_warmup_steps = c.optim().lr_warmup_steps();
+  s.lr_schedule = FromProto(c.optim());
   s.grad_clip = c.grad_clip();
   s.cliprange_value = c.cliprange_value();
   s.loss_agg_mode = c.loss_agg_mode();

@@ -803,6 +803,29 @@ TEST_CASE("the critic, policy-loss and KL-controller keys load and are checked",
       CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"algorithm.adv_estimator=gae", key + "=" + value}).status(), message);
     }
   }
+  SECTION("verl's learning-rate schedules: lr_scheduler_type, its deprecated warmup_style, and their checks") {
+    auto job = LoadJobConfig(path, {});
+    REQUIRE(job.ok());
+    CHECK(job->actor_rollout_ref.actor.optim.lr_scheduler_type == "constant");
+    CHECK(job->actor_rollout_ref.actor.optim.min_lr_ratio == 0.0);
+    CHECK(job->actor_rollout_ref.actor.optim.num_cycles == 0.5);
+    job = LoadJobConfig(path, {"actor_rollout_ref.actor.optim.lr_scheduler_type=cosine",
+                               "actor_rollout_ref.actor.optim.min_lr_ratio=0.1", "critic.optim.warmup_style=cosine",
+                               "critic.optim.lr_scheduler_type=constant", "critic.optim.num_cycles=1.5"});
+    INFO(job.status().ToString());
+    REQUIRE(job.ok());
+    CHECK(job->actor_rollout_ref.actor.optim.lr_scheduler_type == "cosine");
+    CHECK(job->actor_rollout_ref.actor.optim.min_lr_ratio == 0.1);
+    CHECK(job->critic.optim.lr_scheduler_type == "cosine");  // warmup_style wins, as in verl
+    CHECK(job->critic.optim.num_cycles == 1.5);
+    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"actor_rollout_ref.actor.optim.lr_scheduler_type=linear"}).status(),
+                         "'linear' is not one of constant, cosine");
+    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"actor_rollout_ref.actor.optim.min_lr_ratio=1.5"}).status(),
+                         "actor_rollout_ref.actor.optim.min_lr_ratio must lie in [0, 1], got 1.5");
+    CHECK_ERROR_CONTAINS(
+        LoadJobConfig(path, {"algorithm.adv_estimator=gae", "critic.optim.num_cycles=-1"}).status(),
+        "critic.optim.num_cycles must be >= 0");
+  }
   SECTION("integers the workers take as 32-bit must fit (a larger one would wrap: top_k 2^32 to 0, off)") {
     CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"actor_rollout_ref.rollout.top_k=4294967296"}).status(),
                          "actor_rollout_ref.rollout.top_k is 4294967296, beyond the supported range");
