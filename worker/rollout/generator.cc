@@ -148,8 +148,9 @@ at::Tensor SampleNextTokens(const at::Tensor& logits, const SamplingOptions& opt
   std::vector<at::Tensor> tokens, lps;
   for (int64_t begin = 0; begin < rows; begin += step) {
     const int64_t n = std::min(step, rows - begin);
-    auto [t, lp] = SampleRows(logits_f.narrow(0, begin, n), options, uniforms.narrow(0, begin, n),
-                              log_probs != nullptr);
+    // Greedy decoding may come without draws.
+    const at::Tensor u = uniforms.defined() ? uniforms.narrow(0, begin, n) : uniforms;
+    auto [t, lp] = SampleRows(logits_f.narrow(0, begin, n), options, u, log_probs != nullptr);
     tokens.push_back(t);
     if (log_probs) lps.push_back(lp);
   }

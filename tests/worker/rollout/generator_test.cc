@@ -225,6 +225,11 @@ TEST_CASE("SampleNextTokens: filters", "[worker][rollout]") {
     REQUIRE(at::equal(passes, whole));
     REQUIRE(at::equal(lp_passes, lp_whole));
     REQUIRE(whole.ne(argmax).any().item<bool>());  // sampled, not greedy
+    // Greedy passes without draws.
+    SamplingOptions greedy;
+    greedy.do_sample = false;
+    greedy.top_k = 20;
+    REQUIRE(at::equal(SampleNextTokens(logits, greedy, at::Tensor(), nullptr, /*rows_per_pass=*/5), argmax));
     // The default pass holds a row of Qwen2.5's vocabulary many times over within the workspace bound.
     CHECK(SamplerRowsPerPass(151936) == kSamplerWorkspaceBytes / (kSamplerBytesPerLogit * 151936));
     CHECK(SamplerRowsPerPass(151936) >= 16);
