@@ -55,7 +55,8 @@ void Usage() {
   std::cerr << "usage: verl-bench-rollout --model DIR [--prompts 512] [--prompt-len 256] [--new-tokens 512] "
                "[--device cpu|cuda] [--dtype float32|bfloat16] [--warmup 1] [--repeats 1] [--seed 0] "
                "[--schedule continuous|static] [--max-num-seqs 1024] [--eos-every 0] [--enforce-eager 0] [--greedy 0] "
-               "[--profile 0] [--fold-norms 1] [--fold-post-norms 1] [--n 1] [--share-prompts 1] [--concurrent 1]\n";
+               "[--profile 0] [--fold-norms 1] [--fold-post-norms 1] [--n 1] [--share-prompts 1] [--concurrent 1]\n"
+               "       [--top-p 1] [--top-k 0] [--sampler-rows 0]\n";
 }
 
 }  // namespace
@@ -80,7 +81,10 @@ int main(int argc, char** argv) {
                                               {"fold-post-norms", "1"},
                                               {"n", "1"},
                                               {"share-prompts", "1"},
-                                              {"concurrent", "1"}};
+                                              {"concurrent", "1"},
+                                              {"top-p", "1"},
+                                              {"top-k", "0"},
+                                              {"sampler-rows", "0"}};
   auto parsed = verl::bench::ParseFlags(argc, argv, flags, "model");
   if (!parsed) {
     Usage();
@@ -113,7 +117,11 @@ int main(int argc, char** argv) {
     }
     verl::SamplingOptions opts;
     opts.temperature = 1.0;
-    opts.top_p = 1.0;
+    // --top-p / --top-k below their defaults: the ATen sampler (filtering) instead of the fused kernel, over passes of
+    // --sampler-rows rows (0: the default bound on its workspace).
+    opts.top_p = std::stod(flags["top-p"]);
+    opts.top_k = std::stoi(flags["top-k"]);
+    opts.sampler_rows_per_pass = std::stoll(flags["sampler-rows"]);
     opts.do_sample = flags["greedy"] != "1";  // --greedy 1: argmax, to see what sampling costs
     opts.max_new_tokens = new_tokens;  // without eos_token_ids every sequence generates all of them
     opts.seed = std::stoull(flags["seed"]);
@@ -243,6 +251,9 @@ int main(int argc, char** argv) {
         {"fold_input_norms", opts.fold_input_norms},
         {"fold_post_attention_norms", opts.fold_post_attention_norms},
         {"do_sample", opts.do_sample},
+        {"top_p", opts.top_p},
+        {"top_k", opts.top_k},
+        {"sampler_rows_per_pass", opts.sampler_rows_per_pass},
         {"n", opts.n},
         {"prompt_sharing",
          opts.prompt_sharing == verl::PromptSharing::kOff ? "off" : "auto (on with the decode kernel)"},

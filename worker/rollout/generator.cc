@@ -128,7 +128,7 @@ SamplingMemory SamplingWorkspace(const SamplingOptions& options, int64_t vocab, 
 }
 
 at::Tensor SampleNextTokens(const at::Tensor& logits, const SamplingOptions& options, const at::Tensor& uniforms,
-                            at::Tensor* log_probs, int64_t rows_per_pass) {
+                            at::Tensor* log_probs) {
 #ifdef VERL_WITH_CUDA
   if (Unfiltered(options, logits.size(-1)) && kernels::SampleTokensSupported(logits)) {
     return kernels::SampleTokens(logits, options.temperature, !options.do_sample, uniforms, log_probs);
@@ -139,7 +139,8 @@ at::Tensor SampleNextTokens(const at::Tensor& logits, const SamplingOptions& opt
   // whatever the batch: every operation is within a row, so the passes give the rows' results unchanged.
   const at::Tensor logits_f = logits.to(at::kFloat);
   const int64_t rows = logits_f.size(0);
-  const int64_t step = rows_per_pass > 0 ? rows_per_pass : SamplerRowsPerPass(logits_f.size(-1));
+  const int64_t step = options.sampler_rows_per_pass > 0 ? options.sampler_rows_per_pass
+                                                         : SamplerRowsPerPass(logits_f.size(-1));
   if (rows <= step) {
     auto [tokens, lp] = SampleRows(logits_f, options, uniforms, log_probs != nullptr);
     if (log_probs) *log_probs = lp;

@@ -78,6 +78,8 @@ struct SamplingOptions {
   // layer. Rounds differently from the unfolded composition, within bf16's rounding. The worker turns it off where
   // the copy would cost KV cache slots (RolloutSlots).
   bool fold_post_attention_norms = true;
+  // Rows per pass of the ATen sampler (top-k / top-p filtering, or the CPU): 0 for SamplerRowsPerPass(vocab).
+  int64_t sampler_rows_per_pass = 0;
 };
 
 // All tensors on CPU. N = prompts * n; row i*n + j is sample j of prompt i. P = longest prompt, R = max_new_tokens.
@@ -103,13 +105,13 @@ double CounterUniform(uint64_t seed, uint64_t stream, uint64_t counter);
 // of each chosen token under softmax(logits / temperature) (greedy too; plain logits only when temperature <= 0) to
 // *log_probs. Greedy (do_sample false) ignores `uniforms`. Returns int64 [N].
 // Where the fused GPU sampler does not apply (top-k / top-p filtering, CPU), ATen's composition runs over passes of
-// at most `rows_per_pass` rows (0: SamplerRowsPerPass), each row's result the same whatever the passes.
+// options.sampler_rows_per_pass rows, each row's result the same whatever the passes.
 at::Tensor SampleNextTokens(const at::Tensor& logits, const SamplingOptions& options, const at::Tensor& uniforms,
-                            at::Tensor* log_probs, int64_t rows_per_pass = 0);
+                            at::Tensor* log_probs);
 
 // The ATen sampler's temporaries: at most about kSamplerWorkspaceBytes a pass, taking kSamplerBytesPerLogit bytes per
 // logit of a row (float32 copies, a sort's int64 indices, float64 CDFs), so a pass has SamplerRowsPerPass(vocab) rows.
-inline constexpr int64_t kSamplerWorkspaceBytes = int64_t{256} << 20;
+inline constexpr int64_t kSamplerWorkspaceBytes = int64_t{1} << 30;
 inline constexpr int64_t kSamplerBytesPerLogit = 48;
 int64_t SamplerRowsPerPass(int64_t vocab);
 
