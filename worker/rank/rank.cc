@@ -425,8 +425,9 @@ class CpuRank final : public RankInterface {
     for (const PromptInput& p : prompts) longest = std::max(longest, p.token_ids.size());
     const at::ScalarType dtype = actor_->trainable_parameters().front().second.scalar_type();
     // A slot's cache and its row of a decoding step's logits; the sampler's passes apart (SamplingWorkspace).
-    const SamplingMemory sampling =
-        SamplingWorkspace(*opts, actor_->config().vocab_size, static_cast<int64_t>(c10::elementSize(dtype)));
+    const int64_t wanted = std::min<int64_t>(max_seqs, static_cast<int64_t>(prompts.size()) * opts->n);
+    const SamplingMemory sampling = SamplingWorkspace(*opts, actor_->config().vocab_size,
+                                                      static_cast<int64_t>(c10::elementSize(dtype)), wanted);
     const int64_t slot =
         KvSlotBytes(actor_->config(), dtype, static_cast<int64_t>(longest) + opts->max_new_tokens) + sampling.per_row;
     const double available = config_.actor.rollout_gpu_memory_utilization * static_cast<double>(mem.total) -
@@ -435,7 +436,6 @@ class CpuRank final : public RankInterface {
     int64_t folded = opts->fold_input_norms ? FoldedQkvBytes(actor_->config(), dtype) : 0;
     if (opts->fold_input_norms && opts->fold_post_attention_norms) {
       const int64_t gate_up = FoldedGateUpBytes(actor_->config(), dtype);
-      const int64_t wanted = std::min<int64_t>(max_seqs, static_cast<int64_t>(prompts.size()) * opts->n);
       if (GateUpFoldCostsNoSlots(available, folded, gate_up, slot, wanted)) {
         folded += gate_up;
       } else {

@@ -122,9 +122,10 @@ int64_t SamplerRowsPerPass(int64_t vocab) {
   return std::max<int64_t>(1, kSamplerWorkspaceBytes / (kSamplerBytesPerLogit * std::max<int64_t>(1, vocab)));
 }
 
-SamplingMemory SamplingWorkspace(const SamplingOptions& options, int64_t vocab, int64_t dtype_bytes) {
+SamplingMemory SamplingWorkspace(const SamplingOptions& options, int64_t vocab, int64_t dtype_bytes, int64_t rows) {
   if (Unfiltered(options, vocab)) return {vocab * dtype_bytes, 0};
-  return {vocab * (dtype_bytes + 4), kSamplerWorkspaceBytes};
+  const int64_t pass_rows = std::min(std::max<int64_t>(1, rows), SamplerRowsPerPass(vocab));
+  return {vocab * (dtype_bytes + 4), pass_rows * kSamplerBytesPerLogit * vocab};
 }
 
 at::Tensor SampleNextTokens(const at::Tensor& logits, const SamplingOptions& options, const at::Tensor& uniforms,

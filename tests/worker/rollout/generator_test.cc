@@ -235,21 +235,24 @@ TEST_CASE("SampleNextTokens: filters", "[worker][rollout]") {
     REQUIRE(at::equal(SampleNextTokens(logits, greedy, at::Tensor(), nullptr), argmax));
     // The default pass holds a row of Qwen2.5's vocabulary many times over within the workspace bound.
     CHECK(SamplerRowsPerPass(151936) == kSamplerWorkspaceBytes / (kSamplerBytesPerLogit * 151936));
-    CHECK(SamplerRowsPerPass(151936) >= 128);
+    CHECK(SamplerRowsPerPass(151936) == 588);
     CHECK(SamplerRowsPerPass(int64_t{1} << 40) == 1);
   }
   SECTION("sampling memory: a row of logits per slot, and top-k / top-p's passes") {
     SamplingOptions o;
-    const SamplingMemory fused = SamplingWorkspace(o, 1000, 2);
+    const SamplingMemory fused = SamplingWorkspace(o, 1000, 2, 64);
     CHECK(fused.per_row == 2000);
     CHECK(fused.fixed == 0);
     o.top_p = 0.9;
-    const SamplingMemory filtered = SamplingWorkspace(o, 1000, 2);
+    const SamplingMemory filtered = SamplingWorkspace(o, 1000, 2, 64);
     CHECK(filtered.per_row == 6000);  // the model's dtype and the float32 copy
-    CHECK(filtered.fixed == kSamplerWorkspaceBytes);
+    CHECK(filtered.fixed == 64 * kSamplerBytesPerLogit * 1000);  // one pass of the step's 64 rows
+    // Many rows: one pass's worth, within the bound.
+    CHECK(SamplingWorkspace(o, 151936, 2, 4096).fixed == SamplerRowsPerPass(151936) * kSamplerBytesPerLogit * 151936);
+    CHECK(SamplingWorkspace(o, 151936, 2, 4096).fixed <= kSamplerWorkspaceBytes);
     o.top_p = 1.0;
     o.top_k = 1000;  // the whole vocabulary: no filter
-    CHECK(SamplingWorkspace(o, 1000, 2).fixed == 0);
+    CHECK(SamplingWorkspace(o, 1000, 2, 64).fixed == 0);
   }
   SECTION("inverse-CDF draws follow the distribution and never pick a zero-probability token") {
     // p = [0.5, 0, 0.3, 0.2]
