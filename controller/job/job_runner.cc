@@ -387,7 +387,7 @@ class JobRunner::Impl {
     const TrainerConfig& t = config_.trainer;
     std::vector<std::pair<std::string, std::string>> targets;  // id, address
     if (c.worker_addresses.empty()) {
-      if (t.device == "cpu") {
+      if (t.device == "cpu" && !recovering_) {  // said once, at the job's start
         if (const int gpus = CountDriverGpus(); gpus > 0) {
           spdlog::warn("trainer.device is cpu: the {} rank(s) run on CPU slots although this machine has {} NVIDIA "
                        "GPU(s); set trainer.device=cuda to train on them (verl's default is cuda, ours cpu)",

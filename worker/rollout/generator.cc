@@ -142,22 +142,19 @@ at::Tensor SampleNextTokens(const at::Tensor& logits, const SamplingOptions& opt
   const int64_t rows = logits_f.size(0);
   const int64_t step = options.sampler_rows_per_pass > 0 ? options.sampler_rows_per_pass
                                                          : SamplerRowsPerPass(logits_f.size(-1));
-  if (rows <= step) {
-    auto [tokens, lp] = SampleRows(logits_f, options, uniforms, log_probs != nullptr);
-    if (log_probs) *log_probs = lp;
-    return tokens;
-  }
   std::vector<at::Tensor> tokens, lps;
-  for (int64_t begin = 0; begin < rows; begin += step) {
+  int64_t begin = 0;
+  do {  // at least one pass, so that no rows give empty results
     const int64_t n = std::min(step, rows - begin);
     // Greedy decoding may come without draws.
     const at::Tensor u = uniforms.defined() ? uniforms.narrow(0, begin, n) : uniforms;
     auto [t, lp] = SampleRows(logits_f.narrow(0, begin, n), options, u, log_probs != nullptr);
     tokens.push_back(t);
     if (log_probs) lps.push_back(lp);
-  }
-  if (log_probs) *log_probs = at::cat(lps);
-  return at::cat(tokens);
+    begin += n;
+  } while (begin < rows);
+  if (log_probs) *log_probs = lps.size() == 1 ? lps.front() : at::cat(lps);
+  return tokens.size() == 1 ? tokens.front() : at::cat(tokens);
 }
 
 namespace {
