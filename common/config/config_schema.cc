@@ -108,7 +108,8 @@ const std::vector<ConfigKeySpec>& Table() {
       {"actor_rollout_ref.actor.grad_clip", T::kDouble, "1.0", "", false, O::kVerl,
        "Gradient clipping by global norm."},
       {"actor_rollout_ref.actor.policy_loss.loss_mode", T::kString, "vanilla",
-       "vanilla|gspo|gpg|cispo|clip_cov|kl_cov", false, O::kVerl, "Policy loss of the actor update."},
+       "vanilla|gspo|gpg|cispo|clip_cov|kl_cov|sapo|geo_mean", false, O::kVerl,
+       "Policy loss of the actor update (geo_mean: GMPO, one term per sequence, its own aggregation)."},
       {"actor_rollout_ref.actor.policy_loss.clip_cov_ratio", T::kDouble, "0.0002", "", false, O::kVerl,
        "clip_cov: fraction of tokens whose gradient is detached."},
       {"actor_rollout_ref.actor.policy_loss.clip_cov_lb", T::kDouble, "1.0", "", false, O::kVerl,
@@ -119,6 +120,10 @@ const std::vector<ConfigKeySpec>& Table() {
        "kl_cov: fraction of tokens that get the KL penalty."},
       {"actor_rollout_ref.actor.policy_loss.ppo_kl_coef", T::kDouble, "0.1", "", false, O::kVerl,
        "kl_cov: coefficient of the KL penalty."},
+      {"actor_rollout_ref.actor.tau_pos", T::kDouble, "1.0", "", false, O::kVerl,
+       "sapo: temperature of the smooth gate on tokens with a positive advantage."},
+      {"actor_rollout_ref.actor.tau_neg", T::kDouble, "1.05", "", false, O::kVerl,
+       "sapo: temperature of the smooth gate on the other tokens."},
       {"actor_rollout_ref.actor.tis_imp_ratio_cap", T::kDouble, "-1.0", "", false, O::kVerl,
        "Truncated importance sampling against the rollout log-probs: cap of the per-token weight; -1 disables."},
       {"actor_rollout_ref.actor.shard_optimizer_state", T::kBool, "true", "", false, O::kOurs,
@@ -184,8 +189,9 @@ const std::vector<ConfigKeySpec>& Table() {
 
       // ---- algorithm ----
       {"algorithm.adv_estimator", T::kString, "gae",
-       "gae|grpo|reinforce_plus_plus|rloo|remax|grpo_passk|reinforce_plus_plus_baseline|opo|gpg", false, O::kVerl,
-       "Advantage estimator."},
+       "gae|grpo|reinforce_plus_plus|rloo|remax|grpo_passk|reinforce_plus_plus_baseline|opo|gpg|grpo_vectorized|"
+       "rloo_vectorized",
+       false, O::kVerl, "Advantage estimator."},
       {"algorithm.norm_adv_by_std_in_grpo", T::kBool, "true", "", false, O::kVerl,
        "GRPO: divide group-centred scores by the group std (false gives Dr. GRPO)."},
       {"algorithm.gamma", T::kDouble, "1.0", "", false, O::kVerl, "Discount factor (GAE, REINFORCE++)."},

@@ -183,6 +183,8 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   r.Read("actor_rollout_ref.actor.policy_loss.clip_cov_ub", &a.policy_loss.clip_cov_ub);
   r.Read("actor_rollout_ref.actor.policy_loss.kl_cov_ratio", &a.policy_loss.kl_cov_ratio);
   r.Read("actor_rollout_ref.actor.policy_loss.ppo_kl_coef", &a.policy_loss.ppo_kl_coef);
+  r.Read("actor_rollout_ref.actor.tau_pos", &a.tau_pos);
+  r.Read("actor_rollout_ref.actor.tau_neg", &a.tau_neg);
   r.Read("actor_rollout_ref.actor.tis_imp_ratio_cap", &a.tis_imp_ratio_cap);
   r.Read("actor_rollout_ref.actor.shard_optimizer_state", &a.shard_optimizer_state);
   r.Read("actor_rollout_ref.actor.shard_parameters", &a.shard_parameters);
@@ -451,8 +453,12 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
 
   // Group-based estimators compare the responses of one prompt with each other.
   const std::string& est = c.algorithm.adv_estimator;
-  if ((est == "grpo" || est == "grpo_passk" || est == "rloo") && ro.n == 1) {
-    const char* name = est == "grpo" ? "GRPO" : est == "rloo" ? "RLOO" : "GRPO pass@k";
+  if ((est == "grpo" || est == "grpo_passk" || est == "rloo" || est == "grpo_vectorized" ||
+       est == "rloo_vectorized") &&
+      ro.n == 1) {
+    const char* name = est == "grpo" || est == "grpo_vectorized" ? "GRPO"
+                       : est == "grpo_passk"                     ? "GRPO pass@k"
+                                                                 : "RLOO";
     errors.push_back(absl::StrCat(name, " needs actor_rollout_ref.rollout.n > 1 (algorithm.adv_estimator=", est,
                                   ", actor_rollout_ref.rollout.n=1)"));
   }
@@ -495,6 +501,12 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
   check(mode != "kl_cov" || a.policy_loss.kl_cov_ratio > 0,
         "actor_rollout_ref.actor.policy_loss.kl_cov_ratio must be > 0 with loss_mode kl_cov, got " +
             Fmt(a.policy_loss.kl_cov_ratio));
+  check(mode != "sapo" || a.tau_pos > 0,
+        "actor_rollout_ref.actor.tau_pos must be > 0 with loss_mode sapo (its gate divides by it), got " +
+            Fmt(a.tau_pos));
+  check(mode != "sapo" || a.tau_neg > 0,
+        "actor_rollout_ref.actor.tau_neg must be > 0 with loss_mode sapo (its gate divides by it), got " +
+            Fmt(a.tau_neg));
   check(a.kl_loss_coef >= 0, "actor_rollout_ref.actor.kl_loss_coef must be >= 0, got " + Fmt(a.kl_loss_coef));
   check(c.algorithm.gamma >= 0 && c.algorithm.gamma <= 1,
         "algorithm.gamma must lie in [0, 1], got " + Fmt(c.algorithm.gamma));

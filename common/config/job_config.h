@@ -82,7 +82,7 @@ struct ActorConfig {
   double grad_clip = 1.0;                  // max global gradient norm
   // actor_rollout_ref.actor.policy_loss.*
   struct PolicyLoss {
-    std::string loss_mode = "vanilla";     // vanilla | gspo | gpg | cispo | clip_cov | kl_cov
+    std::string loss_mode = "vanilla";     // vanilla | gspo | gpg | cispo | clip_cov | kl_cov | sapo | geo_mean
     double clip_cov_ratio = 0.0002;
     double clip_cov_lb = 1.0;
     double clip_cov_ub = 5.0;
@@ -91,6 +91,8 @@ struct ActorConfig {
     bool operator==(const PolicyLoss&) const = default;
   };
   PolicyLoss policy_loss;
+  double tau_pos = 1.0;                    // actor.tau_pos / tau_neg: sapo's gate temperatures
+  double tau_neg = 1.05;
   double tis_imp_ratio_cap = -1.0;         // truncated importance sampling cap; <= 0 disables
   bool shard_optimizer_state = true;       // ZeRO-1 over the data-parallel ranks
   bool shard_parameters = false;           // ZeRO-3 over the data-parallel ranks

@@ -703,6 +703,8 @@ class JobRunner::Impl {
     ac->set_clip_cov_ub(a.policy_loss.clip_cov_ub);
     ac->set_kl_cov_ratio(a.policy_loss.kl_cov_ratio);
     ac->set_ppo_kl_coef(a.policy_loss.ppo_kl_coef);
+    ac->set_tau_pos(a.tau_pos);
+    ac->set_tau_neg(a.tau_neg);
     ac->set_tis_imp_ratio_cap(a.tis_imp_ratio_cap);
     ac->set_shard_optimizer_state(a.shard_optimizer_state);
     ac->set_shard_parameters(a.shard_parameters);

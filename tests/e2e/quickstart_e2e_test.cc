@@ -339,6 +339,29 @@ TEST_CASE("verl's cosine schedule drives the actor's learning rate step by step"
   }
 }
 
+TEST_CASE("sapo's temperatures reach the update: on-policy, doubling them halves the first step's pg_loss",
+          "[e2e][algos]") {
+  // One mini-batch per step, so the first update is on-policy (every ratio 1): sapo's gate is sigmoid(0) 4 / tau,
+  // and the same seed gives the same rollout and advantages in both runs.
+  double pg_loss[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    Workspace ws;
+    const std::string tau = i == 0 ? "1.0" : "2.0";
+    REQUIRE(ws.Controller("trainer.total_training_steps=1 trainer.save_freq=-1 trainer.test_freq=-1 "
+                          "actor_rollout_ref.actor.ppo_mini_batch_size=32 "
+                          "actor_rollout_ref.actor.policy_loss.loss_mode=sapo actor_rollout_ref.actor.tau_pos=" +
+                              tau + " actor_rollout_ref.actor.tau_neg=" + tau,
+                          "run.log") == 0);
+    const std::vector<nlohmann::json> lines = ReadJsonl(ws.dir / "out/metrics.jsonl");
+    INFO(Tail(ws.dir / "run.log"));
+    REQUIRE(Steps(lines) == OneTo(1));
+    pg_loss[i] = lines[0]["data"]["actor/pg_loss"].get<double>();
+    CHECK_FALSE(lines[0]["data"].contains("actor/pg_clipfrac"));  // sapo clips nothing: not reported
+  }
+  REQUIRE(pg_loss[0] != 0);
+  CHECK(pg_loss[1] == Approx(pg_loss[0] / 2).epsilon(1e-4));
+}
+
 TEST_CASE("a worker killed after resuming from trainer.resume_from_path recovers from that checkpoint",
           "[e2e][recovery]") {
   Workspace ws;

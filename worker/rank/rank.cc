@@ -818,6 +818,8 @@ class CpuRank final : public RankInterface {
       o.loss.clip_cov_ub = a.clip_cov_ub;
       o.loss.kl_cov_ratio = a.kl_cov_ratio;
       o.loss.ppo_kl_coef = a.ppo_kl_coef;
+      o.loss.tau_pos = a.tau_pos;
+      o.loss.tau_neg = a.tau_neg;
       o.loss.tis_imp_ratio_cap = a.tis_imp_ratio_cap;
       o.grad_clip = a.grad_clip;
       o.loss.clip_ratio_low = a.clip_ratio_low;

@@ -64,6 +64,8 @@ struct RankActorSettings {
   double clip_cov_ub = 5.0;
   double kl_cov_ratio = 0.0002;
   double ppo_kl_coef = 0.1;
+  double tau_pos = 1.0;  // sapo
+  double tau_neg = 1.05;
   double tis_imp_ratio_cap = -1;
   // In a data-parallel group: keep only this rank's share of the AdamW moments (ZeRO-1); see SetCommunicator.
   bool shard_optimizer_state = true;

@@ -59,6 +59,8 @@ RankActorSettings FromProto(const v1::ActorConfig& a) {
   s.clip_cov_ub = a.clip_cov_ub();
   s.kl_cov_ratio = a.kl_cov_ratio();
   s.ppo_kl_coef = a.ppo_kl_coef();
+  if (a.tau_pos() != 0) s.tau_pos = a.tau_pos();  // 0: a client that predates the keys (the defaults stay)
+  if (a.tau_neg() != 0) s.tau_neg = a.tau_neg();
   s.tis_imp_ratio_cap = a.tis_imp_ratio_cap();
   s.shard_optimizer_state = a.shard_optimizer_state();
   s.shard_parameters = a.shard_parameters();

@@ -165,6 +165,47 @@ AdvantageResult Rloo(const Work& w, const std::vector<std::vector<int64_t>>& gro
   return {a, a};
 }
 
+// verl's grpo_vectorized (group_mean_std): the group's variance from one pass of sums, floored at epsilon under the
+// root, so a group whose scores differ by less than about 1e-3 is scaled by 1 / 1e-3 rather than by its own std as
+// grpo does; a group of one: mean 0, std 1.
+AdvantageResult GrpoVectorized(const Work& w, const std::vector<std::vector<int64_t>>& groups,
+                               const AdvantageOptions& opt) {
+  std::vector<double> adv(w.n);
+  for (const auto& rows : groups) {
+    double mean = 0;
+    double std = 1;
+    if (rows.size() > 1) {
+      const double c = static_cast<double>(rows.size());
+      double s1 = 0, s2 = 0;
+      for (int64_t r : rows) {
+        s1 += w.scores[r];
+        s2 += w.scores[r] * w.scores[r];
+      }
+      mean = s1 / c;
+      std = std::sqrt(std::max((s2 - s1 * s1 / c) / (c - 1), opt.epsilon));
+    }
+    for (int64_t r : rows) {
+      adv[r] = opt.norm_adv_by_std_in_grpo ? (w.scores[r] - mean) / (std + opt.epsilon) : w.scores[r] - mean;
+    }
+  }
+  at::Tensor a = Broadcast(adv, w.mask);
+  return {a, a};
+}
+
+// verl's rloo_vectorized: rloo's (n s - sum) / (n - 1), but 0 for a group of one (rloo keeps the score there).
+AdvantageResult RlooVectorized(const Work& w, const std::vector<std::vector<int64_t>>& groups) {
+  std::vector<double> adv(w.n, 0.0);
+  for (const auto& rows : groups) {
+    if (rows.size() < 2) continue;
+    const double n = static_cast<double>(rows.size());
+    double sum = 0;
+    for (int64_t r : rows) sum += w.scores[r];
+    for (int64_t r : rows) adv[r] = (n * w.scores[r] - sum) / (n - 1);
+  }
+  at::Tensor a = Broadcast(adv, w.mask);
+  return {a, a};
+}
+
 AdvantageResult Opo(const Work& w, const std::vector<std::vector<int64_t>>& groups) {
   const std::vector<double> lengths = ToVector(w.mask.sum(-1));
   std::vector<double> adv(w.n);
@@ -244,7 +285,8 @@ AdvantageResult Gpg(const Work& w, const std::vector<std::vector<int64_t>>& grou
 
 bool NeedsGroups(const std::string& estimator) {
   return estimator == "grpo" || estimator == "grpo_passk" || estimator == "rloo" ||
-         estimator == "reinforce_plus_plus_baseline" || estimator == "opo" || estimator == "gpg";
+         estimator == "reinforce_plus_plus_baseline" || estimator == "opo" || estimator == "gpg" ||
+         estimator == "grpo_vectorized" || estimator == "rloo_vectorized";
 }
 
 absl::Status Validate(const std::string& estimator, const AdvantageInputs& in) {
@@ -309,6 +351,8 @@ absl::StatusOr<AdvantageResult> Dispatch(const std::string& estimator, const Adv
   if (estimator == "remax") return Remax(w, in);
   if (estimator == "opo") return Opo(w, groups);
   if (estimator == "gpg") return Gpg(w, groups, opt);
+  if (estimator == "grpo_vectorized") return GrpoVectorized(w, groups, opt);
+  if (estimator == "rloo_vectorized") return RlooVectorized(w, groups);
   return absl::InternalError(absl::StrCat("advantage estimator '", estimator, "' has no implementation"));
 }
 
@@ -316,8 +360,8 @@ absl::StatusOr<AdvantageResult> Dispatch(const std::string& estimator, const Adv
 
 const std::vector<std::string>& AdvantageEstimatorNames() {
   static const auto* names = new std::vector<std::string>{
-      "gae",   "grpo", "grpo_passk", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline",
-      "remax", "opo",  "gpg"};
+      "gae", "grpo", "grpo_passk", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline",
+      "remax", "opo", "gpg", "grpo_vectorized", "rloo_vectorized"};
   return *names;
 }
 

@@ -52,7 +52,8 @@ struct AdvantageResult {
 };
 
 // Dispatches on `estimator` (gae, grpo, grpo_passk, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, remax,
-// opo, gpg). InvalidArgument listing the valid names for an unknown one, for inputs of mismatched shapes, for a
+// opo, gpg, grpo_vectorized, rloo_vectorized; the last two are verl's vectorised forms, which part from grpo and rloo
+// for groups of near-equal scores and groups of one). InvalidArgument listing the valid names for an unknown one, for inputs of mismatched shapes, for a
 // grpo_passk group of fewer than 2 samples and for whitening over fewer than 2 valid tokens (verl raises there);
 // FailedPrecondition when an input the estimator needs (values, baseline_scores, group_ids) is missing.
 absl::StatusOr<AdvantageResult> ComputeAdvantages(const std::string& estimator, const AdvantageInputs& inputs,

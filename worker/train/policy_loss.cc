@@ -61,6 +61,9 @@ absl::StatusOr<at::Tensor> TisWeights(const at::Tensor& old_log_prob, const at::
 struct LossTerms {
   at::Tensor pg_losses;  // [N, R], per token, before TIS and aggregation
   std::string agg_mode;  // the aggregation the mode uses
+  // geo_mean: one loss per sequence [N] (TIS already applied), averaged over the mini-batch's rows instead of
+  // pg_losses and agg_mode.
+  at::Tensor seq_losses;
   at::Tensor pg_clipfrac;
   at::Tensor ppo_kl;
   at::Tensor pg_clipfrac_lower;
@@ -131,6 +134,48 @@ LossTerms Cispo(const at::Tensor& old_log_prob, const at::Tensor& log_prob, cons
   t.pg_clipfrac = MetricMean(ratio.ne(clipped_ratio), mask);
   t.pg_clipfrac_lower = Zero(log_prob);
   t.agg_mode = o.loss_agg_mode;
+  return t;
+}
+
+// SAPO: a smooth gate sigmoid(tau (r - 1)) 4 / tau on each token's ratio instead of the clip, tau_pos where the
+// advantage is positive and tau_neg elsewhere; aggregated with seq-mean-token-mean whatever loss_agg_mode says.
+absl::StatusOr<LossTerms> Sapo(const at::Tensor& old_log_prob, const at::Tensor& log_prob, const at::Tensor& adv,
+                               const at::Tensor& mask, const PolicyLossOptions& o) {
+  if (!(o.tau_pos > 0) || !(o.tau_neg > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sapo's temperatures tau_pos and tau_neg must be > 0, got ", o.tau_pos, " and ", o.tau_neg));
+  }
+  LossTerms t;
+  at::Tensor neg_kl = (log_prob - old_log_prob).clamp(-20.0, 20.0);
+  at::Tensor ratio = neg_kl.exp();
+  t.ppo_kl = MetricMean(-neg_kl, mask);
+  const at::Tensor tau =
+      at::where(adv.gt(0), at::full({}, o.tau_pos, adv.options()), at::full({}, o.tau_neg, adv.options()));
+  t.pg_losses = -(at::sigmoid(tau * (ratio - 1.0)) * (4.0 / tau)) * adv;
+  t.agg_mode = "seq-mean-token-mean";
+  t.pg_clipfrac = Zero(log_prob);
+  t.pg_clipfrac_lower = Zero(log_prob);
+  return t;
+}
+
+// GMPO: per sequence, -A * exp(the mean over its tokens of the log ratio clipped by the advantage's sign), with A the
+// sequence's mean advantage; `tis` (defined when TIS is on) enters as the geometric mean of the sequence's weights.
+LossTerms GeoMean(const at::Tensor& old_log_prob, const at::Tensor& log_prob, const at::Tensor& adv,
+                  const at::Tensor& mask, const at::Tensor& tis, const PolicyLossOptions& o) {
+  LossTerms t;
+  at::Tensor neg_kl = log_prob - old_log_prob;
+  t.ppo_kl = MetricMean(-neg_kl, mask);
+  const at::Tensor sign = adv.sign();
+  const at::Tensor clamped = neg_kl.clamp(-o.clip_ratio_low, o.clip_ratio_high);
+  const at::Tensor kept = sign * at::minimum(sign * neg_kl, sign * clamped);
+  const at::Tensor lengths = mask.to(log_prob.scalar_type()).sum(-1) + 1e-8;
+  const at::Tensor seq_ratio = (MaskedTerms(kept, mask).sum(-1) / lengths).exp();
+  const at::Tensor seq_adv = MaskedTerms(adv, mask).sum(-1) / lengths;
+  t.seq_losses = -seq_adv * seq_ratio;
+  if (tis.defined()) t.seq_losses = t.seq_losses * (MaskedTerms((tis + 1e-10).log(), mask).sum(-1) / lengths).exp();
+  const at::Tensor clipped = neg_kl.ne(clamped);
+  t.pg_clipfrac = MetricMean(clipped.logical_and(adv.gt(0)), mask);
+  t.pg_clipfrac_lower = MetricMean(clipped.logical_and(adv.lt(0)), mask);
   return t;
 }
 
@@ -216,6 +261,7 @@ absl::StatusOr<PolicyLossResult> PolicyLossImpl(const at::Tensor& old_log_prob, 
                                                 const at::Tensor& rollout_log_prob, const PolicyLossOptions& o,
                                                 const AggNormalizer& norm) {
   const std::string& mode = o.loss_mode;
+  ASSIGN_OR_RETURN(at::Tensor tis, TisWeights(old_log_prob, rollout_log_prob, o));
   LossTerms t;
   if (mode == "vanilla") {
     ASSIGN_OR_RETURN(t, Vanilla(old_log_prob, log_prob, advantages, response_mask, o));
@@ -229,14 +275,27 @@ absl::StatusOr<PolicyLossResult> PolicyLossImpl(const at::Tensor& old_log_prob, 
     ASSIGN_OR_RETURN(t, ClipCov(old_log_prob, log_prob, advantages, response_mask, o));
   } else if (mode == "kl_cov") {
     ASSIGN_OR_RETURN(t, KlCov(old_log_prob, log_prob, advantages, response_mask, o));
+  } else if (mode == "sapo") {
+    ASSIGN_OR_RETURN(t, Sapo(old_log_prob, log_prob, advantages, response_mask, o));
+  } else if (mode == "geo_mean") {
+    t = GeoMean(old_log_prob, log_prob, advantages, response_mask, tis, o);
   } else {
     return absl::InternalError(absl::StrCat("policy loss '", mode, "' has no implementation"));
   }
-  ASSIGN_OR_RETURN(at::Tensor tis, TisWeights(old_log_prob, rollout_log_prob, o));
-  if (tis.defined()) t.pg_losses = t.pg_losses * tis;
-  ASSIGN_OR_RETURN(at::Tensor pg_loss, AggLossGlobal(t.pg_losses, response_mask, t.agg_mode, norm));
   PolicyLossResult r;
-  r.pg_loss = pg_loss;
+  if (t.seq_losses.defined()) {
+    // verl's torch.mean over the micro-batch's sequences times loss_scale_factor (its rows over the mini-batch's):
+    // the sum over the micro-batch's rows over the mini-batch's rows, all of them (an empty response counts, at 0).
+    if (!(norm.global_rows > 0)) {
+      return absl::InvalidArgumentError(absl::StrCat("policy loss '", mode,
+                                                     "' divides by AggNormalizer.global_rows, which is ",
+                                                     norm.global_rows, " (must be > 0)"));
+    }
+    r.pg_loss = t.seq_losses.sum() / norm.global_rows;
+  } else {
+    if (tis.defined()) t.pg_losses = t.pg_losses * tis;
+    ASSIGN_OR_RETURN(r.pg_loss, AggLossGlobal(t.pg_losses, response_mask, t.agg_mode, norm));
+  }
   r.pg_clipfrac = t.pg_clipfrac;
   r.ppo_kl = t.ppo_kl;
   r.pg_clipfrac_lower = t.pg_clipfrac_lower;
@@ -249,6 +308,7 @@ ReportedPolicyMetrics PolicyMetricsReported(const std::string& loss_mode) {
   if (loss_mode == "gpg") return {false, false, false};
   if (loss_mode == "kl_cov") return {false, true, false};
   if (loss_mode == "clip_cov") return {true, true, false};
+  if (loss_mode == "sapo") return {false, true, false};
   return {};
 }
 
@@ -284,7 +344,8 @@ absl::StatusOr<at::Tensor> PerTokenPolicyLoss(const at::Tensor& old_log_prob, co
 }
 
 const std::vector<std::string>& PolicyLossModeNames() {
-  static const auto* names = new std::vector<std::string>{"vanilla", "gspo", "gpg", "cispo", "clip_cov", "kl_cov"};
+  static const auto* names = new std::vector<std::string>{"vanilla", "gspo", "gpg",  "cispo",
+                                                          "clip_cov", "kl_cov", "sapo", "geo_mean"};
   return *names;
 }
 
@@ -301,6 +362,7 @@ AggNormalizer LocalAggNormalizer(const at::Tensor& mini_batch_mask) {
   norm.global_tokens = m.sum().item<double>();
   norm.global_seqs = m.dim() >= 1 ? m.sum(-1).gt(0).sum().item<double>() : 0;
   norm.max_response_length = m.dim() >= 1 ? static_cast<double>(m.size(-1)) : 0;
+  norm.global_rows = m.dim() >= 1 ? static_cast<double>(m.size(0)) : 0;
   return norm;
 }
 
@@ -308,9 +370,11 @@ AggNormalizer GlobalAggNormalizer(const at::Tensor& mini_batch_mask, const Reduc
   AggNormalizer norm = LocalAggNormalizer(mini_batch_mask);
   if (!reduce_sum) return norm;
   at::NoGradGuard no_grad;
-  at::Tensor counts = reduce_sum(at::tensor({norm.global_tokens, norm.global_seqs}, at::kDouble)).to(at::kDouble);
+  at::Tensor counts =
+      reduce_sum(at::tensor({norm.global_tokens, norm.global_seqs, norm.global_rows}, at::kDouble)).to(at::kDouble);
   norm.global_tokens = counts[0].item<double>();
   norm.global_seqs = counts[1].item<double>();
+  norm.global_rows = counts[2].item<double>();
   return norm;
 }
 

@@ -29,12 +29,16 @@ struct AggNormalizer {
   double global_seqs = 0;
   // verl's loss_scale_factor (seq-mean-token-sum-norm); 0 means the mask's width R, as verl's default.
   double max_response_length = 0;
+  // Rows of the mini-batch over all ranks, empty responses included (geo_mean averages over them, as verl's
+  // torch.mean times its loss_scale_factor does).
+  double global_rows = 0;
 };
 
 // This rank's share of the normaliser for a mini-batch whose response mask is `mini_batch_mask` [N, R]: its token
-// count, its non-empty sequence count and R. Sum global_tokens and global_seqs over the ranks before use.
+// count, its non-empty sequence count, N and R. Sum global_tokens, global_seqs and global_rows over the ranks before
+// use.
 AggNormalizer LocalAggNormalizer(const at::Tensor& mini_batch_mask);
-// LocalAggNormalizer with global_tokens and global_seqs summed over the data-parallel group (a collective call).
+// LocalAggNormalizer with global_tokens, global_seqs and global_rows summed over the data-parallel group (a collective call).
 AggNormalizer GlobalAggNormalizer(const at::Tensor& mini_batch_mask, const ReduceSumFn& reduce_sum);
 
 // Sum-form aggregation of a micro-batch's per-token losses, divided by the global denominators of `norm` for `mode`,
@@ -63,29 +67,36 @@ struct PolicyLossOptions {
   double clip_cov_ub = 5.0;
   double kl_cov_ratio = 0.0002;
   double ppo_kl_coef = 0.1;
+  // sapo (verl's actor.tau_pos / tau_neg): the gate's temperature where the advantage is > 0, and elsewhere.
+  double tau_pos = 1.0;
+  double tau_neg = 1.05;
   // Truncated importance sampling against the rollout policy: weights min(exp(clamp(old_lp - rollout_lp, +-20)), cap),
   // detached, multiply the per-token loss of every mode when cap > 0 (verl's tis_imp_ratio_cap, which newer verl
   // generalised to rollout_is_weights with rollout_is=token and rollout_is_threshold=cap).
   double tis_imp_ratio_cap = -1;
 };
 
-// One micro-batch's policy loss for `options.loss_mode` (vanilla, gspo, gpg, cispo, clip_cov, kl_cov), aggregated
-// with AggLossGlobal (gspo always aggregates with seq-mean-token-mean, as verl does). `rollout_log_prob` may be
+// One micro-batch's policy loss for `options.loss_mode` (vanilla, gspo, gpg, cispo, clip_cov, kl_cov, sapo, geo_mean),
+// aggregated with AggLossGlobal (gspo and sapo always with seq-mean-token-mean, as verl does; geo_mean, GMPO, has one
+// term per sequence and averages them over norm.global_rows, whatever loss_agg_mode says, as verl's torch.mean does;
+// with TIS its sequence's weight is the geometric mean of its tokens' weights). `rollout_log_prob` may be
 // undefined unless tis_imp_ratio_cap > 0 (FailedPrecondition then). The metrics tensors (pg_clipfrac, ppo_kl,
-// pg_clipfrac_lower) are micro-batch means, detached; a metric verl does not report for a mode is 0 (gpg: all three;
-// clip_cov, kl_cov: pg_clipfrac_lower; kl_cov: pg_clipfrac, and its ppo_kl is the mean |log ratio| as verl's), and
-// UpdatePolicy leaves it out of its metrics (PolicyMetricsReported).
+// pg_clipfrac_lower) are micro-batch means, detached; a metric verl does not report for a mode, or reports as a
+// constant 0, is 0 here (gpg: all three; clip_cov, kl_cov: pg_clipfrac_lower; kl_cov: pg_clipfrac, and its ppo_kl is
+// the mean |log ratio| as verl's; sapo: both clip fractions), and UpdatePolicy leaves it out of its metrics
+// (PolicyMetricsReported).
 // clip_cov's statistics (covariance means, token budget) are per micro-batch as in verl, and it picks the tokens to
 // exempt at random among the candidates (at::randperm on the default generator) when there are more than its budget.
 // InvalidArgument for an unknown mode (listing the valid ones), clip_ratio_c <= 1 (vanilla), a ratio <= 0 (clip_cov,
-// kl_cov), or shapes that differ.
+// kl_cov), a temperature <= 0 (sapo), or shapes that differ.
 absl::StatusOr<PolicyLossResult> ComputePolicyLossByMode(const at::Tensor& old_log_prob, const at::Tensor& log_prob,
                                                          const at::Tensor& advantages, const at::Tensor& response_mask,
                                                          const at::Tensor& rollout_log_prob,
                                                          const PolicyLossOptions& options, const AggNormalizer& norm);
 
 // The per-micro-batch figures verl reports for a loss mode (its policy loss function's metrics): gpg none, kl_cov
-// only actor/ppo_kl, clip_cov actor/pg_clipfrac and actor/ppo_kl, every other mode all three. UpdatePolicy reports
+// and sapo only actor/ppo_kl (sapo's clip fractions are verl's constant 0), clip_cov actor/pg_clipfrac and
+// actor/ppo_kl, every other mode all three. UpdatePolicy reports
 // just these, so a mode's dashboard has no constant-zero series (a gpg run's ppo_kl of 0 read as "no drift").
 struct ReportedPolicyMetrics {
   bool pg_clipfrac = true;

@@ -460,6 +460,9 @@ TEST_CASE("combination rules", "[config]") {
             .ok());
   CHECK_ERROR_CONTAINS(error({"algorithm.adv_estimator=grpo"}), "GRPO needs actor_rollout_ref.rollout.n > 1");
   CHECK_ERROR_CONTAINS(error({"algorithm.adv_estimator=rloo"}), "RLOO needs actor_rollout_ref.rollout.n > 1");
+  CHECK_ERROR_CONTAINS(error({"algorithm.adv_estimator=grpo_vectorized"}),
+                       "GRPO needs actor_rollout_ref.rollout.n > 1 (algorithm.adv_estimator=grpo_vectorized");
+  CHECK_ERROR_CONTAINS(error({"algorithm.adv_estimator=rloo_vectorized"}), "RLOO needs actor_rollout_ref.rollout.n > 1");
   CHECK_ERROR_CONTAINS(error({"actor_rollout_ref.rollout.n=0"}), "actor_rollout_ref.rollout.n must be >= 1, got 0");
   CHECK_ERROR_CONTAINS(error({"actor_rollout_ref.actor.clip_ratio=0"}), "actor_rollout_ref.actor.clip_ratio must be > 0");
   CHECK_ERROR_CONTAINS(error({"actor_rollout_ref.actor.clip_ratio_high=-0.1"}),
@@ -785,6 +788,20 @@ TEST_CASE("the critic, policy-loss and KL-controller keys load and are checked",
                          "clip_cov_ratio must be > 0 with loss_mode clip_cov");
     // Another mode does not read them.
     CHECK(LoadJobConfig(path, {"actor_rollout_ref.actor.policy_loss.kl_cov_ratio=0"}).ok());
+  }
+  SECTION("sapo's temperatures load and must be positive with sapo") {
+    auto job = LoadJobConfig(path, {"actor_rollout_ref.actor.policy_loss.loss_mode=sapo",
+                                    "actor_rollout_ref.actor.tau_pos=0.5", "actor_rollout_ref.actor.tau_neg=2"});
+    INFO(job.status().ToString());
+    REQUIRE(job.ok());
+    CHECK(job->actor_rollout_ref.actor.tau_pos == 0.5);
+    CHECK(job->actor_rollout_ref.actor.tau_neg == 2);
+    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"actor_rollout_ref.actor.policy_loss.loss_mode=sapo",
+                                              "actor_rollout_ref.actor.tau_neg=0"})
+                             .status(),
+                         "actor_rollout_ref.actor.tau_neg must be > 0 with loss_mode sapo");
+    CHECK(LoadJobConfig(path, {"actor_rollout_ref.actor.tau_neg=0"}).ok());  // vanilla does not read it
+    CHECK(LoadJobConfig(path, {"actor_rollout_ref.actor.policy_loss.loss_mode=geo_mean"}).ok());
   }
   SECTION("loss_scale_factor (verl's divisor of seq-mean-token-sum-norm) loads, and must be positive") {
     auto job = LoadJobConfig(path, {"actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum-norm",

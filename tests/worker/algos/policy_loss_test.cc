@@ -26,6 +26,8 @@ PolicyLossOptions OptionsOf(const nlohmann::json& cfg) {
   o.clip_cov_ub = cfg["clip_cov_ub"].get<double>();
   o.kl_cov_ratio = cfg["kl_cov_ratio"].get<double>();
   o.ppo_kl_coef = cfg["ppo_kl_coef"].get<double>();
+  o.tau_pos = cfg["tau_pos"].get<double>();
+  o.tau_neg = cfg["tau_neg"].get<double>();
   return o;
 }
 
@@ -72,6 +74,7 @@ TEST_CASE("loss aggregation matches verl's agg_loss and ignores padding", "[algo
   const AggNormalizer norm = LocalAggNormalizer(mask);
   CHECK(norm.global_tokens == mask.sum().item<double>());
   CHECK(norm.global_seqs == 7);  // one of the 8 rows is fully masked
+  CHECK(norm.global_rows == 8);  // geo_mean's denominator counts it
   CHECK(norm.max_response_length == mask.size(1));
   for (const auto& c : golden["agg"]["cases"]) {
     const std::string mode = c["loss_agg_mode"].get<std::string>();
@@ -164,7 +167,7 @@ at::Tensor MicroBatchedGrad(const nlohmann::json& in, const std::string& loss_mo
 TEST_CASE("micro-batch size does not change the mini-batch loss or gradient", "[algos]") {
   const nlohmann::json in = LoadGolden("policy_loss.json")["inputs"];
   for (const std::string& agg_mode : LossAggModeNames()) {
-    for (const std::string loss_mode : {"vanilla", "gspo", "gpg", "cispo", "value"}) {
+    for (const std::string loss_mode : {"vanilla", "gspo", "gpg", "cispo", "sapo", "geo_mean", "value"}) {
       double whole_loss = 0;
       const at::Tensor whole = MicroBatchedGrad(in, loss_mode, agg_mode, 8, &whole_loss);
       REQUIRE(whole.abs().sum().item<double>() > 0);
@@ -212,10 +215,21 @@ TEST_CASE("policy loss errors name what is wrong", "[algos]") {
   REQUIRE(dual.status().code() == absl::StatusCode::kInvalidArgument);
   CHECK(std::string(dual.status().message()).find("clip_ratio_c") != std::string::npos);
 
+  o.clip_ratio_c = 3.0;
+  o.loss_mode = "sapo";
+  o.tau_neg = 0;
+  auto tau = ComputePolicyLossByMode(lp, lp, lp, mask, at::Tensor(), o, norm);
+  REQUIRE(tau.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(tau.status().message()).find("tau_neg") != std::string::npos);
+
   // A normaliser left at zero would silently scale the loss; it is an error instead.
   auto zero = AggLossGlobal(lp, mask, "token-mean", AggNormalizer{});
   REQUIRE(zero.status().code() == absl::StatusCode::kInvalidArgument);
   CHECK(std::string(zero.status().message()).find("global_tokens") != std::string::npos);
+  o.loss_mode = "geo_mean";
+  auto rows = ComputePolicyLossByMode(lp, lp, lp, mask, at::Tensor(), o, AggNormalizer{});
+  REQUIRE(rows.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(rows.status().message()).find("global_rows") != std::string::npos);
 
   auto shape = ComputePolicyLossByMode(lp, lp, lp, at::ones({2, 2}), at::Tensor(), PolicyLossOptions{}, norm);
   REQUIRE(shape.status().code() == absl::StatusCode::kInvalidArgument);

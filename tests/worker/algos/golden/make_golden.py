@@ -109,6 +109,36 @@ def rloo(rewards, mask, index):
     return a, a
 
 
+def grpo_vectorized(rewards, mask, index, norm_by_std, eps=1e-6):
+    # verl's group_mean_std: one-pass sums, the variance floored at eps under the root; a group of one: mean 0, std 1.
+    scores = rewards.sum(-1)
+    out = scores.copy()
+    for rows in groups_of(index).values():
+        s = scores[rows]
+        c = len(rows)
+        if c <= 1:
+            mean, std = 0.0, 1.0
+        else:
+            s1, s2 = s.sum(), (s * s).sum()
+            mean = s1 / c
+            std = math.sqrt(max((s2 - s1 * s1 / c) / max(c - 1, 1), eps))
+        out[rows] = (s - mean) / (std + eps) if norm_by_std else s - mean
+    a = out[:, None] * mask
+    return a, a
+
+
+def rloo_vectorized(rewards, mask, index):
+    # (c * s - sum) / max(c - 1, 1), and 0 for a group of one (where rloo keeps the score).
+    scores = rewards.sum(-1)
+    out = np.zeros_like(scores)
+    for rows in groups_of(index).values():
+        c = len(rows)
+        if c > 1:
+            out[rows] = (c * scores[rows] - scores[rows].sum()) / (c - 1)
+    a = out[:, None] * mask
+    return a, a
+
+
 def opo(rewards, mask, index):
     lengths = mask.sum(-1)
     scores = rewards.sum(-1)
@@ -294,7 +324,46 @@ def policy_loss_terms(mode, old, lp, adv, mask, cfg):
         dloss = np.where(sel, -adv * ratio + cfg["ppo_kl_coef"] * np.sign(nkl), -adv * ratio)
         metrics = dict(pg_clipfrac=zero, ppo_kl=masked_mean(np.abs(nkl), mask), pg_clipfrac_lower=zero)
         return loss, dloss, None, metrics
+    if mode == "sapo":
+        nkl_raw = lp - old
+        nkl = np.clip(nkl_raw, -20.0, 20.0)
+        dnkl = ((nkl_raw > -20.0) & (nkl_raw < 20.0)).astype(float)
+        ratio = np.exp(nkl)
+        tau = np.where(adv > 0, cfg["tau_pos"], cfg["tau_neg"])
+        sig = 1.0 / (1.0 + np.exp(-tau * (ratio - 1.0)))
+        loss = -sig * (4.0 / tau) * adv
+        dloss = -adv * 4.0 * sig * (1.0 - sig) * ratio * dnkl
+        metrics = dict(pg_clipfrac=zero, ppo_kl=masked_mean(-nkl, mask), pg_clipfrac_lower=zero)
+        return loss, dloss, "seq-mean-token-mean", metrics
     raise ValueError(mode)
+
+
+def geo_mean_loss(old, lp, adv, mask, cfg, tis=None):
+    """GMPO (compute_policy_loss_geo_mean): one term per sequence, -A_i exp(mean_t of the sign-clipped log ratio),
+    averaged over every sequence of the mini-batch (torch.mean times verl's loss_scale_factor). Returns the loss, its
+    gradient w.r.t. log_prob and the metrics."""
+    lo, hi = cfg["clip_ratio_low"], cfg["clip_ratio_high"]
+    n = lp.shape[0]
+    nkl = lp - old
+    sgn = np.sign(adv)
+    c = np.clip(nkl, -lo, hi)
+    x = sgn * np.minimum(sgn * nkl, sgn * c)
+    # d x / d log_prob: 1 where the unclipped ratio is the one kept (both on ties, whose halves add up), else 0.
+    dx = ((sgn != 0) & (sgn * nkl <= sgn * c)).astype(float)
+    lens = mask.sum(-1) + 1e-8
+    ratio = np.exp((x * mask).sum(-1) / lens)
+    a_seq = (adv * mask).sum(-1) / lens
+    seq = -a_seq * ratio
+    if tis is not None:
+        seq = seq * np.exp((np.log(tis + 1e-10) * mask).sum(-1) / lens)
+    grad = (seq / lens)[:, None] * mask * dx / n
+    clipped = nkl != c
+    metrics = dict(
+        pg_clipfrac=masked_mean((clipped & (adv > 0)).astype(float), mask),
+        ppo_kl=masked_mean(-nkl, mask),
+        pg_clipfrac_lower=masked_mean((clipped & (adv < 0)).astype(float), mask),
+    )
+    return seq.sum() / n, grad, metrics
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -399,8 +468,10 @@ def make_advantages(rng):
             tag = "norm" if norm else "nonorm"
             expected[f"grpo/{tag}"] = grpo(rewards, m, index, norm)
             expected[f"grpo_passk/{tag}"] = grpo_passk(rewards, m, passk_index, norm)
+            expected[f"grpo_vectorized/{tag}"] = grpo_vectorized(rewards, m, index, norm)
         expected["gae"] = gae(rewards, values, m, gamma, lam)
         expected["rloo"] = rloo(rewards, m, index)
+        expected["rloo_vectorized"] = rloo_vectorized(rewards, m, index)
         expected["opo"] = opo(rewards, m, index)
         expected["reinforce_plus_plus"] = reinforce_pp(rewards, m, gamma)
         expected["reinforce_plus_plus_baseline"] = reinforce_pp_baseline(rewards, m, index)
@@ -421,6 +492,38 @@ def make_advantages(rng):
                 expected={k: dict(advantages=t(a), returns=t(ret)) for k, (a, ret) in expected.items()},
             )
         )
+    # Near ties (no random draws, so the files' other values stay as they were): groups whose variance is below
+    # grpo_vectorized's floor of 1e-6, where it and grpo part ways, and a group of one (rloo keeps its score,
+    # rloo_vectorized gives 0).
+    mask3 = lengths_to_mask([4, 2, 3, 1, 4, 4, 2, 3], r)
+    # Values exact in float32 (the test runs in float32 too): spreads of 2^-13 and 2^-12, variances ~1.5e-8 and 3e-8.
+    near = np.array([1.0, 1.0 + 2.0**-13, 1.0 - 2.0**-13, 0.375, 0.375, 0.75, 0.25, 0.25 + 2.0**-12])
+    rewards3 = np.zeros((n, r))
+    for i in range(n):
+        rewards3[i, int(mask3[i].sum()) - 1] = near[i]
+    index3 = ["a", "a", "a", "b", "b", "c", "d", "d"]
+    expected3 = {}
+    for norm in (True, False):
+        tag = "norm" if norm else "nonorm"
+        expected3[f"grpo/{tag}"] = grpo(rewards3, mask3, index3, norm)
+        expected3[f"grpo_vectorized/{tag}"] = grpo_vectorized(rewards3, mask3, index3, norm)
+    expected3["rloo"] = rloo(rewards3, mask3, index3)
+    expected3["rloo_vectorized"] = rloo_vectorized(rewards3, mask3, index3)
+    cases.append(
+        dict(
+            name="near_ties",
+            token_level_rewards=t(rewards3),
+            response_mask=t(mask3),
+            values=t(np.zeros((n, r))),
+            baseline_scores=t(np.zeros(n)),
+            group_ids=index3,
+            passk_group_ids=index3,
+            gamma=1.0,
+            lam=1.0,
+            epsilon=1e-6,
+            expected={k: dict(advantages=t(a), returns=t(ret)) for k, (a, ret) in expected3.items()},
+        )
+    )
     wv = rng.normal(3, 2, size=(5, 7))
     wm = lengths_to_mask([7, 3, 0, 5, 1], 7)
     write(
@@ -453,13 +556,20 @@ def make_losses(rng):
         kl_cov_ratio=0.2,
         ppo_kl_coef=0.1,
         tis_imp_ratio_cap=1.5,
+        tau_pos=0.9,
+        tau_neg=1.3,
     )
     tis = np.minimum(np.exp(np.clip(old - rollout, -20, 20)), cfg["tis_imp_ratio_cap"])
     policy = []
-    for mode in ["vanilla", "gspo", "gpg", "cispo", "clip_cov", "kl_cov"]:
+    for mode in ["vanilla", "gspo", "gpg", "cispo", "clip_cov", "kl_cov", "sapo", "geo_mean"]:
         for agg in AGG_MODES:
             for use_tis in (False, True):
                 if use_tis and agg != "token-mean":
+                    continue
+                if mode == "geo_mean":  # its own aggregation, whatever loss_agg_mode says
+                    loss, grad, metrics = geo_mean_loss(old, lp, adv, mask, cfg, tis if use_tis else None)
+                    policy.append(dict(loss_mode=mode, loss_agg_mode=agg, tis=use_tis, pg_loss=float(loss),
+                                       grad_log_prob=t(grad), **{k: float(v) for k, v in metrics.items()}))
                     continue
                 res = policy_loss_terms(mode, old, lp, adv, mask, cfg)
                 loss_mat, dloss, forced, metrics = res[:4]
