@@ -185,7 +185,7 @@ const std::vector<ConfigKeySpec>& Table() {
        "${actor_rollout_ref.actor.ppo_max_token_len_per_gpu}", "", false, O::kVerl,
        "With log_prob_use_dynamic_bsz: the most tokens per reference forward pass on a rank."},
       {"actor_rollout_ref.ref.fsdp_config.param_offload", T::kBool, "false", "", false, O::kVerl,
-       "verl's parameter offload for the reference model: not available here, only false is accepted; its weights stay on the rank's device (shard_parameters divides them over several ranks)."},
+       "The reference model's weights (or, with shard_parameters, its shards) in pinned host memory between its log-prob passes, copied to the GPU for each pass: its 2 bytes a parameter (bf16) leave the GPU during rollout and update. No effect on a CPU rank."},
 
       // ---- algorithm ----
       {"algorithm.adv_estimator", T::kString, "gae",

@@ -338,16 +338,13 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
   check(!d.val_batch_size || *d.val_batch_size > 0,
         absl::StrCat("data.val_batch_size must be > 0 or null, got ", d.val_batch_size.value_or(0)));
 
-  // verl's parameter offload has no counterpart here: refused rather than ignored (false, verl's default, loads).
+  // verl's parameter offload of the actor and the critic has no counterpart here: refused rather than ignored
+  // (false, verl's default, loads). The reference model's is offered (its weights in host memory between its passes).
   check(!a.param_offload,
         "actor_rollout_ref.actor.fsdp_config.param_offload=true is not available: the actor's parameters stay on its "
         "device; actor_rollout_ref.actor.fsdp_config.optimizer_offload=true moves the AdamW state (moments and float32 "
         "master copy: 12 bytes a parameter) to host memory, and actor_rollout_ref.actor.shard_parameters=true divides "
         "parameters, gradients and state over several ranks");
-  check(!c.actor_rollout_ref.ref.param_offload,
-        "actor_rollout_ref.ref.fsdp_config.param_offload=true is not available: the reference model's weights stay on "
-        "its device (2 bytes a parameter in bf16); actor_rollout_ref.actor.shard_parameters=true divides them over "
-        "several ranks");
   check(!c.critic.param_offload,
         "critic.model.fsdp_config.param_offload=true is not available: the critic's parameters stay on its device; "
         "critic.model.fsdp_config.optimizer_offload=true moves its AdamW state to host memory");

@@ -141,7 +141,7 @@ struct RefConfig {
   std::optional<int64_t> log_prob_micro_batch_size_per_gpu;  // nullopt: whole batch of the rank
   bool log_prob_use_dynamic_bsz = false;
   int64_t log_prob_max_token_len_per_gpu = 16384;
-  bool param_offload = false;  // fsdp_config.param_offload: only false is valid
+  bool param_offload = false;  // fsdp_config.param_offload: weights in host memory between the ref's passes
   bool operator==(const RefConfig&) const = default;
 };
 

@@ -709,6 +709,7 @@ class JobRunner::Impl {
     ac->set_shard_optimizer_state(a.shard_optimizer_state);
     ac->set_shard_parameters(a.shard_parameters);
     ac->set_optimizer_offload(a.optimizer_offload);
+    ac->set_ref_param_offload(config_.actor_rollout_ref.ref.param_offload);
     ac->set_rollout_gather_layer_by_layer(arr.rollout.gather_layer_by_layer);
     ac->set_rollout_enforce_eager(arr.rollout.enforce_eager);
     ac->set_rollout_no_prompt_sharing(!arr.rollout.enable_prefix_caching);

@@ -192,8 +192,89 @@ void DecoderModel::BindFields() {
   for (const auto& [name, t] : params_) num_parameters_ += t.numel();
 }
 
+namespace {
+
+// Copies of `tensors` on `device` (pinned when `pin`): tensors sharing a storage share one again, at the same offsets
+// and strides, so stacked views stay stacked. Undefined tensors stay undefined.
+std::vector<at::Tensor> CopiesKeepingStorage(const std::vector<at::Tensor>& tensors, at::Device device, bool pin) {
+  std::map<const c10::StorageImpl*, at::Tensor> copies;
+  std::vector<at::Tensor> out;
+  out.reserve(tensors.size());
+  for (const at::Tensor& t : tensors) {
+    if (!t.defined()) {
+      out.emplace_back();
+      continue;
+    }
+    const c10::Storage& storage = t.storage();
+    auto it = copies.find(storage.unsafeGetStorageImpl());
+    if (it == copies.end()) {
+      const int64_t n = static_cast<int64_t>(storage.nbytes()) / t.element_size();
+      at::Tensor whole = at::empty({0}, t.options().requires_grad(false));
+      whole.set_(storage, 0, {n}, {1});
+      at::Tensor copy = at::empty({n}, whole.options().device(device).pinned_memory(pin));
+      // Asynchronous both ways: a pinned host copy is read only by later copies on the same stream, and device
+      // memory freed after it is reused in stream order.
+      copy.copy_(whole, /*non_blocking=*/pin || whole.is_pinned());
+      it = copies.emplace(storage.unsafeGetStorageImpl(), copy).first;
+    }
+    at::Tensor view = at::empty({0}, it->second.options());
+    view.set_(it->second.storage(), t.storage_offset(), t.sizes(), t.strides());
+    out.push_back(view);
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::Status DecoderModel::OffloadParameters() {
+  if (offloaded_) return absl::OkStatus();
+  if (requires_grad_) {
+    return absl::FailedPreconditionError(
+        "parameter offload keeps one host copy of the parameters and is for a model that is not trained (the "
+        "reference); this model has requires_grad");
+  }
+  MoveParametersToHost();
+  return absl::OkStatus();
+}
+
+void DecoderModel::MoveParametersToHost() {
+  std::vector<at::Tensor> current;
+  if (sharded()) {
+    for (const UnitInfo& u : units_) current.push_back(u.unit->shard());
+  } else {
+    for (const auto& [name, t] : params_) current.push_back(t);
+  }
+  if (host_copies_.empty()) host_copies_ = CopiesKeepingStorage(current, at::kCPU, device().is_cuda());
+  if (sharded()) {
+    for (size_t i = 0; i < units_.size(); ++i) units_[i].unit->shard() = host_copies_[i];
+  } else {
+    for (size_t i = 0; i < params_.size(); ++i) params_[i].second = host_copies_[i];
+    BindFieldsKeepingCount();
+  }
+  offloaded_ = true;
+}
+
+void DecoderModel::LoadParameters() {
+  if (!offloaded_) return;
+  const std::vector<at::Tensor> loaded = CopiesKeepingStorage(host_copies_, device(), /*pin=*/false);
+  if (sharded()) {
+    for (size_t i = 0; i < units_.size(); ++i) units_[i].unit->shard() = loaded[i];
+  } else {
+    for (size_t i = 0; i < params_.size(); ++i) params_[i].second = loaded[i];
+    BindFieldsKeepingCount();
+  }
+  offloaded_ = false;
+}
+
 void DecoderModel::ShardParameters(const ShardGroup& group) {
   if (sharded()) return;
+  if (offloaded_) {  // shard the device copy, then offload the shards (the full host copy goes)
+    LoadParameters();
+    host_copies_.clear();
+    ShardParameters(group);
+    MoveParametersToHost();
+    return;
+  }
   // Units in compute order: the embedding, each layer, the final norm, the untied LM head.
   std::vector<std::pair<std::string, std::string>> unit_prefixes = {{"embed", "model.embed_tokens."}};
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {

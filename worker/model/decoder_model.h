@@ -256,6 +256,18 @@ class DecoderModel {
   // No-ops for an unsharded model.
   void Unshard();
   void Reshard(bool keep_changes);
+
+  // Parameter offload for a model whose parameters do not change (the reference model: verl's
+  // ref.fsdp_config.param_offload). OffloadParameters moves the parameters (a sharded model: its shards) to host
+  // memory, pinned when the model computes on a GPU, and drops their device copies; LoadParameters copies them back
+  // to device() for a pass, keeping the host copy, so each later offload only drops the device copy again. Tensors
+  // that share memory on the device (the stacked projections) share it in every copy, so passes keep their stacked
+  // GEMMs. device() stays the compute device throughout; a pass over an offloaded model fails on mixed devices.
+  // FailedPrecondition for a model with requires_grad (its host copy would go stale). ShardParameters on an
+  // offloaded model loads it, shards it and offloads the shards.
+  absl::Status OffloadParameters();
+  void LoadParameters();
+  bool parameters_offloaded() const { return offloaded_; }
   // Per-parameter views (HF names, named_parameters() order) of one full buffer per unit, shaped like the units'
   // (e.g. optimizer moments gathered with units()[u].Gather(moment_shard)).
   std::vector<std::pair<std::string, at::Tensor>> NamedViews(const std::vector<at::Tensor>& full_by_unit) const;
@@ -291,6 +303,8 @@ class DecoderModel {
   // Points embed_, final_norm_, lm_head_ and layers_ at params_ (undefined while sharded and not gathered).
   void BindFields();
   void BindFieldsKeepingCount();
+  // OffloadParameters' move (host copies made once), without its check.
+  void MoveParametersToHost();
   // With KvCache::gate_up_folded the layer adds into `h`'s own memory and returns it (the caller must not keep h).
   // `pending` (decoding steps over the slot cache only, else null): on entry, where defined, the previous layer's MLP
   // output, which the layer adds to `h` inside its input RMSNorm's kernel; on exit, this layer's MLP output where the
@@ -328,6 +342,9 @@ class DecoderModel {
   bool gradient_checkpointing_ = false;
   std::vector<UnitInfo> units_;  // empty: not sharded
   bool gathered_ = false;        // sharded, and the full parameters are bound (Unshard)
+  bool offloaded_ = false;       // OffloadParameters: the parameters (shards) are the host copies below
+  // The host copies of the parameters (params_'s order) or, sharded, of the shards (units_' order), once offloaded.
+  std::vector<at::Tensor> host_copies_;
 };
 
 }  // namespace verl

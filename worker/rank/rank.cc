@@ -399,6 +399,11 @@ class CpuRank final : public RankInterface {
       // A rollout-only rank (split placement) holds the actor's weights to generate with, and no optimizer.
       if (HasRole("actor")) optimizer_ = std::make_unique<AdamW>(actor_->named_parameters(), ActorOptimizerOptions());
       ApplySharding();
+      // verl's ref param_offload: the ref's weights (shards) wait in pinned host memory between its passes. On a CPU
+      // rank they are in host memory already.
+      if (ref_ && config_.actor.ref_param_offload && device_.is_cuda()) {
+        if (absl::Status s = ref_->OffloadParameters(); !s.ok()) return Error("LoadModel/ref", s);
+      }
       if (!actor_) {
         const DecoderModel& d = critic_->decoder();
         return LoadModelOutput{d.num_parameters(), static_cast<int32_t>(d.config().vocab_size)};
@@ -644,6 +649,15 @@ class CpuRank final : public RankInterface {
     }
     return CatchTorch(Context("ComputeLogProbs/" + role), [&]() -> absl::StatusOr<Metrics> {
       const bool ref = role == "ref";
+      // An offloaded ref comes to the device for this pass and leaves it after, whatever the pass returns.
+      const bool reload = ref && ref_->parameters_offloaded();
+      if (reload) ref_->LoadParameters();
+      struct OffloadAgain {
+        DecoderModel* model;
+        ~OffloadAgain() {
+          if (model != nullptr) (void)model->OffloadParameters();  // it was offloaded before: its check passes again
+        }
+      } offload_again{reload ? ref_.get() : nullptr};
       MicroBatching micro;
       micro.rows = std::max<int64_t>(1, ref ? config_.actor.ref_log_prob_micro_batch_size_per_gpu
                                             : config_.actor.log_prob_micro_batch_size_per_gpu);

@@ -72,6 +72,7 @@ struct RankActorSettings {
   // In a data-parallel group: shard the actor's and the ref's parameters too (ZeRO-3, worker/comm/param_sharding.h).
   bool shard_parameters = false;
   bool optimizer_offload = false;  // AdamW state in host memory (GPU ranks)
+  bool ref_param_offload = false;  // the ref's weights in host memory between its passes (GPU ranks)
   // With shard_parameters: the rollout gathers one layer at a time per decoding step, not the whole actor.
   bool rollout_gather_layer_by_layer = false;
   // The rollout engine (worker/rollout/generator.h): sequences decoding at once, padded prompt tokens per prefill, and

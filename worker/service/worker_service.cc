@@ -65,6 +65,7 @@ RankActorSettings FromProto(const v1::ActorConfig& a) {
   s.shard_optimizer_state = a.shard_optimizer_state();
   s.shard_parameters = a.shard_parameters();
   s.optimizer_offload = a.optimizer_offload();
+  s.ref_param_offload = a.ref_param_offload();
   s.rollout_gather_layer_by_layer = a.rollout_gather_layer_by_layer();
   s.rollout_enforce_eager = a.rollout_enforce_eager();
   s.rollout_share_prompts = !a.rollout_no_prompt_sharing();

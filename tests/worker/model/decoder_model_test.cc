@@ -200,6 +200,74 @@ TEST_CASE("DecoderModel loads the tiny model with the expected shapes", "[worker
   }
 }
 
+TEST_CASE("DecoderModel parameter offload keeps the values, the stacked buffers and the forward", "[worker][model]") {
+  TestDir dir("decoder_offload");
+  testing::WriteTinyModel(dir.path(), testing::TinyDecoderConfig());
+  const at::Tensor ids = LongTensor2d({{1, 2, 3, 4, 5}, {6, 7, 8, 9, 10}});
+  const at::Tensor valid = at::ones({2, 5}, at::kBool);
+  auto reference = LoadModelOrDie(dir.path());
+  const at::Tensor want = FullLogits(*reference, ids, valid);
+  auto data_ptrs = [](const DecoderModel& m) {
+    std::vector<const void*> out;
+    for (const auto& [name, t] : m.named_parameters()) out.push_back(t.data_ptr());
+    return out;
+  };
+
+  SECTION("unsharded") {
+    auto model = LoadModelOrDie(dir.path());
+    const std::vector<const void*> before = data_ptrs(*model);
+    REQUIRE(model->OffloadParameters().ok());
+    REQUIRE(model->parameters_offloaded());
+    // The host copies: other memory, the same values, still stacked (q/k/v and gate/up consecutive in one buffer).
+    const std::vector<const void*> offloaded = data_ptrs(*model);
+    for (size_t i = 0; i < before.size(); ++i) REQUIRE(offloaded[i] != before[i]);
+    REQUIRE(model->ProjectionsStacked());
+    for (size_t i = 0; i < before.size(); ++i) {
+      INFO(model->named_parameters()[i].first);
+      REQUIRE(at::equal(model->named_parameters()[i].second, reference->named_parameters()[i].second));
+    }
+    REQUIRE(model->OffloadParameters().ok());  // again: nothing moves
+    REQUIRE(data_ptrs(*model) == offloaded);
+    model->LoadParameters();
+    REQUIRE_FALSE(model->parameters_offloaded());
+    REQUIRE(data_ptrs(*model) != offloaded);
+    REQUIRE(model->ProjectionsStacked());
+    REQUIRE(at::equal(FullLogits(*model, ids, valid), want));
+    // Offloading again drops the device copy for the host copy made the first time.
+    REQUIRE(model->OffloadParameters().ok());
+    REQUIRE(data_ptrs(*model) == offloaded);
+    model->LoadParameters();
+    REQUIRE(at::equal(FullLogits(*model, ids, valid), want));
+  }
+
+  SECTION("a model that is trained is refused") {
+    auto model = LoadModelOrDie(dir.path());
+    model->SetRequiresGrad(true);
+    const absl::Status s = model->OffloadParameters();
+    REQUIRE(absl::IsFailedPrecondition(s));
+    REQUIRE(std::string(s.message()).find("requires_grad") != std::string::npos);
+    REQUIRE_FALSE(model->parameters_offloaded());
+  }
+
+  SECTION("sharded (a group of one): the shards move, and sharding an offloaded model offloads its shards") {
+    ShardGroup group;
+    group.all_gather = [](const at::Tensor& shard, const at::Tensor& full) { full.copy_(shard); };
+    group.reduce_scatter_sum = [](const at::Tensor& full, const at::Tensor& shard) { shard.copy_(full); };
+    auto model = LoadModelOrDie(dir.path());
+    REQUIRE(model->OffloadParameters().ok());
+    model->ShardParameters(group);
+    REQUIRE(model->sharded());
+    REQUIRE(model->parameters_offloaded());
+    std::vector<const void*> shards;
+    for (const auto& [name, t] : model->shard_parameters()) shards.push_back(t.data_ptr());
+    model->LoadParameters();
+    for (size_t i = 0; i < shards.size(); ++i) REQUIRE(model->shard_parameters()[i].second.data_ptr() != shards[i]);
+    REQUIRE(at::equal(FullLogits(*model, ids, valid), want));
+    REQUIRE(model->OffloadParameters().ok());
+    for (size_t i = 0; i < shards.size(); ++i) REQUIRE(model->shard_parameters()[i].second.data_ptr() == shards[i]);
+  }
+}
+
 TEST_CASE("DecoderModel: decoding with the KV cache equals the full forward", "[worker][model]") {
   TestDir dir("decoder_cache");
   testing::WriteTinyModel(dir.path(), testing::TinyDecoderConfig());
