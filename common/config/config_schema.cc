@@ -261,10 +261,11 @@ const std::vector<ConfigKeySpec>& Table() {
       // ---- trainer ----
       {"trainer.project_name", T::kString, "verl_examples", "", false, O::kVerl, "Project name (paths, loggers)."},
       {"trainer.experiment_name", T::kString, "gsm8k", "", false, O::kVerl, "Experiment name (paths, loggers)."},
-      {"trainer.logger", T::kStringList, "[console, jsonl]", "console|jsonl|tensorboard|prometheus", false,
+      {"trainer.logger", T::kStringList, "[console, jsonl]", "console|jsonl|file|tensorboard|prometheus", false,
        O::kVerlChanged,
-       "Metric sinks (verl: [console, wandb]); jsonl writes <trainer.log_dir>/metrics.jsonl; prometheus serves "
-       "/metrics on trainer.prometheus_listen."},
+       "Metric sinks (verl: [console, wandb]); jsonl writes <trainer.log_dir>/metrics.jsonl; file is verl's file "
+       "logger (the same lines at $VERL_FILE_LOGGER_PATH, else ${VERL_FILE_LOGGER_ROOT:-.}/<project_name>/"
+       "<experiment_name>.jsonl); prometheus serves /metrics on trainer.prometheus_listen."},
       {"trainer.prometheus_listen", T::kString, "\"127.0.0.1:9400\"", "", false, O::kOurs,
        "host:port of the controller's Prometheus /metrics endpoint when trainer.logger has prometheus (\":9400\" for "
        "every interface, port 0 for any free port)."},

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <condition_variable>
 #include <fstream>
@@ -62,6 +63,19 @@ const char* JobStateName(JobState state) {
 }
 
 namespace {
+
+// verl's file logger's path (verl/utils/tracking.py FileLogger): $VERL_FILE_LOGGER_PATH, else
+// ${VERL_FILE_LOGGER_ROOT:-.}/<project_name>/<experiment_name>.jsonl, a leading ~ of the root being $HOME. Its lines
+// are ours: {"step": N, "data": {...}}.
+std::string VerlFileLoggerPath(const TrainerConfig& t) {
+  if (const char* path = std::getenv("VERL_FILE_LOGGER_PATH"); path != nullptr && *path != '\0') return path;
+  std::string root = ".";
+  if (const char* r = std::getenv("VERL_FILE_LOGGER_ROOT"); r != nullptr && *r != '\0') root = r;
+  if (const char* home = std::getenv("HOME"); home != nullptr && (root == "~" || root.rfind("~/", 0) == 0)) {
+    root = home + root.substr(1);
+  }
+  return root + "/" + t.project_name + "/" + t.experiment_name + ".jsonl";
+}
 
 using Clock = std::chrono::steady_clock;
 using Metrics = std::map<std::string, double>;
@@ -765,9 +779,9 @@ class JobRunner::Impl {
     for (const std::string& logger : t.logger) {
       if (logger == "console") {
         sinks_.Add(std::make_unique<ConsoleSink>(options_.console ? options_.console : &std::cout, total_steps_));
-      } else if (logger == "jsonl") {
+      } else if (logger == "jsonl" || logger == "file") {
         // Keep the lines of the steps that stand (those up to the checkpoint resumed from); a fresh start keeps none.
-        const std::string path = t.log_dir + "/metrics.jsonl";
+        const std::string path = logger == "jsonl" ? t.log_dir + "/metrics.jsonl" : VerlFileLoggerPath(t);
         RETURN_IF_ERROR(JsonlSink::KeepStepsUpTo(path, global_step_ > 0 ? global_step_ : -1));
         ASSIGN_OR_RETURN(auto sink, JsonlSink::Open(path));
         spdlog::info("metrics: {}", sink->path());

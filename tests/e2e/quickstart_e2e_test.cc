@@ -362,6 +362,23 @@ TEST_CASE("sapo's temperatures reach the update: on-policy, doubling them halves
   CHECK(pg_loss[1] == Approx(pg_loss[0] / 2).epsilon(1e-4));
 }
 
+TEST_CASE("verl's file logger writes the jsonl lines at verl's path", "[e2e][metrics]") {
+  Workspace ws;
+  // VERL_FILE_LOGGER_ROOT/<project_name>/<experiment_name>.jsonl, as verl's FileLogger.
+  REQUIRE(::setenv("VERL_FILE_LOGGER_ROOT", (ws.dir / "verl_logs").c_str(), 1) == 0);
+  const int rc = ws.Controller("trainer.total_training_steps=2 trainer.save_freq=-1 trainer.test_freq=-1 "
+                               "trainer.project_name=proj trainer.experiment_name=exp "
+                               "trainer.logger=[console,jsonl,file]",
+                               "run.log");
+  ::unsetenv("VERL_FILE_LOGGER_ROOT");
+  INFO(Tail(ws.dir / "run.log"));
+  REQUIRE(rc == 0);
+  const fs::path file = ws.dir / "verl_logs/proj/exp.jsonl";
+  REQUIRE(fs::exists(file));
+  CHECK(ReadFile(file) == ReadFile(ws.dir / "out/metrics.jsonl"));
+  CHECK(Steps(ReadJsonl(file)) == OneTo(2));
+}
+
 TEST_CASE("a worker killed after resuming from trainer.resume_from_path recovers from that checkpoint",
           "[e2e][recovery]") {
   Workspace ws;

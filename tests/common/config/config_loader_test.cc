@@ -433,7 +433,7 @@ TEST_CASE("enums are enforced", "[config]") {
                        "grpo_passk, reinforce_plus_plus_baseline");
   CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"algorithm.adv_estimator=grpoo"}).status(), "did you mean 'grpo'?");
   CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"trainer.logger=[console,wandb]"}).status(),
-                       "trainer.logger: 'wandb' is not one of console, jsonl, tensorboard");
+                       "trainer.logger: 'wandb' is not one of console, jsonl, file, tensorboard");
   CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"trainer.device=gpu"}).status(), "trainer.device: 'gpu'");
   CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"actor_rollout_ref.actor.loss_agg_mode=mean"}).status(),
                        "is not one of token-mean");
