@@ -67,43 +67,10 @@ struct Running {
   }
 };
 
-// f(i, x) for the elements of [begin, end) that lane `lane` of the warp owning that range takes: in each stride of 32
-// vectors (32 * kPer elements, counted from begin), the lane's own vector [base + lane * kPer, + kPer), cut at end,
-// in increasing i. 16-byte loads where `vec` (the row 16-byte aligned; begin is a multiple of the stride), 4 in flight.
-template <typename T, typename F>
-__device__ __forceinline__ void LaneElements(const T* row, int begin, int end, int lane, bool vec, F&& f) {
-  constexpr int kPer = static_cast<int>(16 / sizeof(T));
-  constexpr int kStride = 32 * kPer;
-  constexpr int kBatch = 4;
-  int base = begin;
-  if (vec) {
-    for (; base + kBatch * kStride <= end; base += kBatch * kStride) {
-      uint4 raw[kBatch];
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) raw[b] = *reinterpret_cast<const uint4*>(row + base + b * kStride + lane * kPer);
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const T* e = reinterpret_cast<const T*>(&raw[b]);
-#pragma unroll
-        for (int j = 0; j < kPer; ++j) f(base + b * kStride + lane * kPer + j, ToFloat(e[j]));
-      }
-    }
-  }
-  for (; base < end; base += kStride) {
-    const int first = base + lane * kPer;
-    if (vec && first + kPer <= end) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(row + first);
-      const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) f(first + j, ToFloat(e[j]));
-    } else {
-      for (int i = first; i < min(end, first + kPer); ++i) f(i, ToFloat(row[i]));
-    }
-  }
-}
-
-// As LaneElements, a vector at a time: f(first, x) with x the lane's kPer elements from index `first` as floats, -inf
-// past `end`.
+// f(first, x) for the vectors of [begin, end) that lane `lane` of the warp owning that range takes: in each stride of
+// 32 vectors (32 * kPer elements, counted from begin), the lane's own vector of kPer elements from index `first` =
+// base + lane * kPer, as floats, -inf past `end`; in increasing first. 16-byte loads where `vec` (the row 16-byte
+// aligned; begin is a multiple of the stride), 4 in flight.
 template <typename T, typename F>
 __device__ __forceinline__ void LaneVectors(const T* row, int begin, int end, int lane, bool vec, F&& f) {
   constexpr int kPer = static_cast<int>(16 / sizeof(T));
@@ -257,10 +224,14 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const SampleArgs a) {
     const int pe = min(hit_end, pb + piece);
     float piece_mass = 0.f;
     int piece_last = -1;  // its last token of positive mass
-    LaneElements(row, pb, pe, lane, vec, [&](int i, float v) {
-      const float e = Exp(scaled(v) - m);
-      piece_mass += e;
-      if (e > 0.f) piece_last = i;
+    LaneVectors(row, pb, pe, lane, vec, [&](int first, float (&x)[kPer]) {
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        if (first + j >= pe) break;
+        const float e = Exp(scaled(x[j]) - m);
+        piece_mass += e;
+        if (e > 0.f) piece_last = first + j;
+      }
     });
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
