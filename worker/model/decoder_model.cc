@@ -237,32 +237,34 @@ absl::Status DecoderModel::OffloadParameters() {
   return absl::OkStatus();
 }
 
-void DecoderModel::MoveParametersToHost() {
-  std::vector<at::Tensor> current;
+std::vector<at::Tensor> DecoderModel::StoredTensors() const {
+  std::vector<at::Tensor> out;
   if (sharded()) {
-    for (const UnitInfo& u : units_) current.push_back(u.unit->shard());
+    for (const UnitInfo& u : units_) out.push_back(u.unit->shard());
   } else {
-    for (const auto& [name, t] : params_) current.push_back(t);
+    for (const auto& [name, t] : params_) out.push_back(t);
   }
-  if (host_copies_.empty()) host_copies_ = CopiesKeepingStorage(current, at::kCPU, device().is_cuda());
+  return out;
+}
+
+void DecoderModel::SetStoredTensors(const std::vector<at::Tensor>& tensors) {
   if (sharded()) {
-    for (size_t i = 0; i < units_.size(); ++i) units_[i].unit->shard() = host_copies_[i];
+    for (size_t i = 0; i < units_.size(); ++i) units_[i].unit->shard() = tensors[i];
   } else {
-    for (size_t i = 0; i < params_.size(); ++i) params_[i].second = host_copies_[i];
+    for (size_t i = 0; i < params_.size(); ++i) params_[i].second = tensors[i];
     BindFieldsKeepingCount();
   }
+}
+
+void DecoderModel::MoveParametersToHost() {
+  if (host_copies_.empty()) host_copies_ = CopiesKeepingStorage(StoredTensors(), at::kCPU, device().is_cuda());
+  SetStoredTensors(host_copies_);
   offloaded_ = true;
 }
 
 void DecoderModel::LoadParameters() {
   if (!offloaded_) return;
-  const std::vector<at::Tensor> loaded = CopiesKeepingStorage(host_copies_, device(), /*pin=*/false);
-  if (sharded()) {
-    for (size_t i = 0; i < units_.size(); ++i) units_[i].unit->shard() = loaded[i];
-  } else {
-    for (size_t i = 0; i < params_.size(); ++i) params_[i].second = loaded[i];
-    BindFieldsKeepingCount();
-  }
+  SetStoredTensors(CopiesKeepingStorage(host_copies_, device(), /*pin=*/false));
   offloaded_ = false;
 }
 

@@ -305,6 +305,10 @@ class DecoderModel {
   void BindFieldsKeepingCount();
   // OffloadParameters' move (host copies made once), without its check.
   void MoveParametersToHost();
+  // The tensors that hold the parameters: the shards of a sharded model, else params_'s (in their orders); and
+  // rebinding them.
+  std::vector<at::Tensor> StoredTensors() const;
+  void SetStoredTensors(const std::vector<at::Tensor>& tensors);
   // With KvCache::gate_up_folded the layer adds into `h`'s own memory and returns it (the caller must not keep h).
   // `pending` (decoding steps over the slot cache only, else null): on entry, where defined, the previous layer's MLP
   // output, which the layer adds to `h` inside its input RMSNorm's kernel; on exit, this layer's MLP output where the
