@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -116,85 +118,83 @@ TEST_CASE("a rank on cuda:0 takes the same GRPO step as on the CPU", "[worker][r
   REQUIRE(cpu->LoadCheckpoint(dir.file("s1"), 1).ok());
 }
 
+// Two steps on a rank made with `config`, then two on one made with `config` after `change`, one rank at a time (ranks
+// in one process share the device allocator's statistics), with lr 1e-2 so that the second step's log-probs and
+// losses see the first update's weights. The two runs must give the same responses and the same figures (within a
+// margin for backward kernels that sum with atomics). Returns the device memory allocated by each run's rank after
+// loading and after its steps; nullopt (skipped set) where no GPU is visible.
+struct AllocatedBytes {
+  int64_t loaded[2] = {0, 0};  // [config, changed]
+  int64_t after_steps[2] = {0, 0};
+  StepOutput last[2];  // each run's second step
+};
+std::optional<AllocatedBytes> SameStepsWithChange(const TinyRankModel& m, RankConfig config,
+                                                  const std::function<void(RankConfig&)>& change,
+                                                  absl::Status* skipped) {
+  config.actor.lr = 1e-2;
+  AllocatedBytes out;
+  StepOutput steps[2][2];
+  for (int run = 0; run < 2; ++run) {
+    if (run == 1) change(config);
+    auto rank = RankOn("cuda:0", config, skipped);
+    if (rank == nullptr) {
+      REQUIRE(run == 0);
+      return std::nullopt;
+    }
+    out.loaded[run] = rank->Memory().allocated;
+    steps[run][0] = Step(*rank, m, "g1");
+    steps[run][1] = Step(*rank, m, "g2");
+    out.after_steps[run] = rank->Memory().allocated;
+  }
+  for (int k = 0; k < 2; ++k) {
+    REQUIRE(steps[1][k].responses == steps[0][k].responses);
+    for (const char* key : {"actor/pg_loss", "actor/grad_norm", "actor/entropy", "actor/kl_loss"}) {
+      INFO("step " << k + 1 << ": " << key);
+      REQUIRE(steps[1][k].update.at(key) == Approx(steps[0][k].update.at(key)).epsilon(1e-4).margin(1e-6));
+    }
+  }
+  out.last[0] = steps[0][1];
+  out.last[1] = steps[1][1];
+  return out;
+}
+
 TEST_CASE("optimizer offload on cuda:0: the same steps with the AdamW state in host memory", "[worker][rank][gpu]") {
   TinyRankModel m;
-  RankConfig config = Config(m.dir.path());
-  config.actor.lr = 1e-2;
   absl::Status skipped;
-  auto plain = RankOn("cuda:0", config, &skipped);
-  if (plain == nullptr) {
+  const auto runs = SameStepsWithChange(m, Config(m.dir.path()), [](RankConfig& c) { c.actor.optimizer_offload = true; },
+                                        &skipped);
+  if (!runs) {
     WARN("skipped: " << skipped.ToString());
     return;
   }
-  // Two steps each: the second one's log-probs and losses see the first update's weights. One rank at a time: ranks
-  // in one process share the device allocator's statistics.
-  const StepOutput a1 = Step(*plain, m, "g1");
-  const StepOutput a2 = Step(*plain, m, "g2");
-  const int64_t plain_allocated = plain->Memory().allocated;
-  plain.reset();
-  config.actor.optimizer_offload = true;
-  auto offloaded = RankOn("cuda:0", config, &skipped);
-  REQUIRE(offloaded != nullptr);
-  const StepOutput b1 = Step(*offloaded, m, "g1");
-  const StepOutput b2 = Step(*offloaded, m, "g2");
-  REQUIRE(b1.responses == a1.responses);
-  REQUIRE(b2.responses == a2.responses);
-  for (const char* key : {"actor/pg_loss", "actor/grad_norm", "actor/entropy", "actor/kl_loss"}) {
-    INFO(key);
-    REQUIRE(b1.update.at(key) == Approx(a1.update.at(key)).epsilon(1e-4).margin(1e-6));
-    REQUIRE(b2.update.at(key) == Approx(a2.update.at(key)).epsilon(1e-4).margin(1e-6));
-  }
-  REQUIRE(b2.log_probs.at("training/rollout_probs_diff_max") < 1e-4);
+  REQUIRE(runs->last[1].log_probs.at("training/rollout_probs_diff_max") < 1e-4);
   // The moments live in host memory: what the second rank kept on the GPU after its steps is less than the first's
   // (which holds the same weights plus two float32 moments per parameter on the device).
-  const int64_t offloaded_allocated = offloaded->Memory().allocated;
-  INFO("allocated after two steps: plain " << plain_allocated << " B, offloaded " << offloaded_allocated << " B");
-  CHECK(offloaded_allocated < plain_allocated);
+  INFO("allocated after two steps: plain " << runs->after_steps[0] << " B, offloaded " << runs->after_steps[1] << " B");
+  CHECK(runs->after_steps[1] < runs->after_steps[0]);
 }
 
 TEST_CASE("ref param offload on cuda:0: the same steps with the ref's weights in host memory between its passes",
           "[worker][rank][gpu]") {
   TinyRankModel m;
-  RankConfig config = Config(m.dir.path());
-  config.actor.lr = 1e-2;
   absl::Status skipped;
-  auto plain = RankOn("cuda:0", config, &skipped);
-  if (plain == nullptr) {
+  const auto runs = SameStepsWithChange(m, Config(m.dir.path()), [](RankConfig& c) { c.actor.ref_param_offload = true; },
+                                        &skipped);
+  if (!runs) {
     WARN("skipped: " << skipped.ToString());
     return;
   }
-  // One rank at a time (ranks in one process share the allocator's statistics); two steps each, so the second
-  // step's KL loss compares the updated actor with the ref brought back from host memory.
-  const int64_t plain_loaded = plain->Memory().allocated;
-  const StepOutput a1 = Step(*plain, m, "g1");
-  const StepOutput a2 = Step(*plain, m, "g2");
-  const int64_t plain_after = plain->Memory().allocated;
-  plain.reset();
-  config.actor.ref_param_offload = true;
-  auto offloaded = RankOn("cuda:0", config, &skipped);
-  REQUIRE(offloaded != nullptr);
-  const int64_t offloaded_loaded = offloaded->Memory().allocated;
-  const StepOutput b1 = Step(*offloaded, m, "g1");
-  const StepOutput b2 = Step(*offloaded, m, "g2");
-  const int64_t offloaded_after = offloaded->Memory().allocated;
-  REQUIRE(b1.responses == a1.responses);
-  REQUIRE(b2.responses == a2.responses);
-  for (const char* key : {"actor/pg_loss", "actor/grad_norm", "actor/entropy", "actor/kl_loss"}) {
-    INFO(key);
-    // The same weights through the same kernels (equal bit for bit on the H200 machine; a margin for backward
-    // kernels that sum with atomics).
-    REQUIRE(b1.update.at(key) == Approx(a1.update.at(key)).epsilon(1e-4).margin(1e-6));
-    REQUIRE(b2.update.at(key) == Approx(a2.update.at(key)).epsilon(1e-4).margin(1e-6));
-  }
-  REQUIRE(a2.update.at("actor/kl_loss") != 0);
+  // The second step's KL loss compares the updated actor with the ref brought back from host memory.
+  REQUIRE(runs->last[0].update.at("actor/kl_loss") != 0);
   // The ref's weights are not on the GPU after loading nor between steps: 4 bytes a parameter of the float32 tiny
   // model less (the tokenizer and the actor's state the same on both ranks).
   int64_t ref_bytes = 0;
   for (const ParamSpec& p : DecoderParamSpecs(m.config)) ref_bytes += p.numel() * 4;
-  INFO("allocated: loaded " << plain_loaded << " / " << offloaded_loaded << " B, after two steps " << plain_after
-                            << " / " << offloaded_after << " B, the ref " << ref_bytes << " B");
-  CHECK(plain_loaded - offloaded_loaded >= ref_bytes);
-  CHECK(plain_after - offloaded_after >= ref_bytes);
+  INFO("allocated: loaded " << runs->loaded[0] << " / " << runs->loaded[1] << " B, after two steps "
+                            << runs->after_steps[0] << " / " << runs->after_steps[1] << " B, the ref " << ref_bytes
+                            << " B");
+  CHECK(runs->loaded[0] - runs->loaded[1] >= ref_bytes);
+  CHECK(runs->after_steps[0] - runs->after_steps[1] >= ref_bytes);
 }
 
 TEST_CASE("rollout memory on cuda:0: the KV cache budget, and peaks per phase", "[worker][rank][gpu]") {
