@@ -161,8 +161,8 @@ std::optional<AllocatedBytes> SameStepsWithChange(const TinyRankModel& m, RankCo
 TEST_CASE("optimizer offload on cuda:0: the same steps with the AdamW state in host memory", "[worker][rank][gpu]") {
   TinyRankModel m;
   absl::Status skipped;
-  const auto runs = SameStepsWithChange(m, Config(m.dir.path()), [](RankConfig& c) { c.actor.optimizer_offload = true; },
-                                        &skipped);
+  const auto runs = SameStepsWithChange(
+      m, Config(m.dir.path()), [](RankConfig& c) { c.actor.optimizer_offload = true; }, &skipped);
   if (!runs) {
     WARN("skipped: " << skipped.ToString());
     return;
@@ -178,8 +178,8 @@ TEST_CASE("ref param offload on cuda:0: the same steps with the ref's weights in
           "[worker][rank][gpu]") {
   TinyRankModel m;
   absl::Status skipped;
-  const auto runs = SameStepsWithChange(m, Config(m.dir.path()), [](RankConfig& c) { c.actor.ref_param_offload = true; },
-                                        &skipped);
+  const auto runs = SameStepsWithChange(
+      m, Config(m.dir.path()), [](RankConfig& c) { c.actor.ref_param_offload = true; }, &skipped);
   if (!runs) {
     WARN("skipped: " << skipped.ToString());
     return;
