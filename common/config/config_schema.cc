@@ -159,6 +159,9 @@ const std::vector<ConfigKeySpec>& Table() {
        "Keep sampling past EOS tokens until data.max_response_length (vLLM's ignore_eos, as verl passes it): every response is full length and may hold EOS tokens inside it. For benchmarks with fixed lengths; off, a response ends at its first EOS."},
       {"actor_rollout_ref.rollout.enable_prefix_caching", T::kBool, "true", "", false, O::kVerl,
        "GPU ranks (the decode kernel): the rollout.n samples of a prompt read its keys and values from one KV cache slot instead of a copy each (the prefill writes the prompt once; when the sample holding it ends first, the prompt moves to one still running). The same tokens and log-probs bit for bit; decoding reads less memory. Only a prompt's own samples share, while one of them runs (no cache across prompts or steps), and each slot keeps room for its prompt. No effect with rollout.n = 1, on CPU ranks or with models the decode kernel does not take (head_dim 64 or 128, at most 8 query heads per KV head)."},
+      {"actor_rollout_ref.rollout.calculate_log_probs", T::kBool, "false", "", false, O::kVerl,
+       "verl: have the rollout return each sampled token's log-prob. Here the rollout always does (they come with the "
+       "sampling), whatever this says: training/rollout_probs_diff_* and TIS use them."},
       {"actor_rollout_ref.rollout.max_num_seqs", T::kInt, "1024", "", false, O::kVerl,
        "Continuous batching: the most sequences decoding at once, each in a slot of a KV cache allocated at the start of the rollout; when one ends, the next waiting prompt takes its slot. On a GPU also bounded by gpu_memory_utilization."},
       {"actor_rollout_ref.rollout.max_num_batched_tokens", T::kInt, "8192", "", false, O::kVerl,
@@ -205,6 +208,24 @@ const std::vector<ConfigKeySpec>& Table() {
       {"algorithm.kl_ctrl.kl_coef", T::kDouble, "0.001", "", false, O::kVerl, "Initial in-reward KL coefficient."},
       {"algorithm.kl_ctrl.horizon", T::kInt, "10000", "", false, O::kVerl, "Adaptive controller horizon."},
       {"algorithm.kl_ctrl.target_kl", T::kDouble, "0.1", "", false, O::kVerl, "Adaptive controller target KL."},
+      // ---- algorithm.rollout_correction (verl's rollout correction; the token-level IS weights only) ----
+      {"algorithm.rollout_correction.rollout_is", T::kString, "null", "", false, O::kVerl,
+       "Importance sampling against the rollout policy: null (off) or token, per-token weights min(exp(old log-prob - "
+       "rollout log-prob), rollout_is_threshold), detached, on every loss mode (the same as "
+       "actor.tis_imp_ratio_cap=rollout_is_threshold). sequence is not available."},
+      {"algorithm.rollout_correction.rollout_is_threshold", T::kDouble, "2.0", "", false, O::kVerl,
+       "With rollout_is: the cap of the IS weights (> 0)."},
+      {"algorithm.rollout_correction.rollout_is_batch_normalize", T::kBool, "false", "", false, O::kVerl,
+       "Only false is available (weights not rescaled to mean 1)."},
+      {"algorithm.rollout_correction.rollout_rs", T::kString, "null", "", false, O::kVerl,
+       "Rejection sampling of tokens or sequences by their divergence from the rollout: only null (off) is "
+       "available."},
+      {"algorithm.rollout_correction.rollout_rs_threshold", T::kString, "null", "", false, O::kVerl,
+       "rollout_rs's bounds; no effect without rollout_rs (as in verl)."},
+      {"algorithm.rollout_correction.bypass_mode", T::kBool, "false", "", false, O::kVerl,
+       "Only false is available: the old log-probs are recomputed by the actor, not taken from the rollout."},
+      {"algorithm.rollout_correction.loss_type", T::kString, "ppo_clip", "", false, O::kVerl,
+       "bypass_mode's loss; no effect without bypass_mode (as in verl)."},
 
       // ---- critic (used when algorithm.adv_estimator=gae) ----
       {"critic.model.path", T::kString, "${actor_rollout_ref.model.path}", "", false, O::kVerlChanged,

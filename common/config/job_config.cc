@@ -205,6 +205,7 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   r.Read("actor_rollout_ref.rollout.enforce_eager", &ro.enforce_eager);
   r.Read("actor_rollout_ref.rollout.ignore_eos", &ro.ignore_eos);
   r.Read("actor_rollout_ref.rollout.enable_prefix_caching", &ro.enable_prefix_caching);
+  r.Read("actor_rollout_ref.rollout.calculate_log_probs", &ro.calculate_log_probs);
   r.Read("actor_rollout_ref.rollout.max_num_seqs", &ro.max_num_seqs);
   r.Read("actor_rollout_ref.rollout.max_num_batched_tokens", &ro.max_num_batched_tokens);
   r.Read("actor_rollout_ref.rollout.gpu_memory_utilization", &ro.gpu_memory_utilization);
@@ -234,6 +235,14 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   r.Read("algorithm.kl_ctrl.kl_coef", &al.kl_ctrl.kl_coef);
   r.Read("algorithm.kl_ctrl.horizon", &al.kl_ctrl.horizon);
   r.Read("algorithm.kl_ctrl.target_kl", &al.kl_ctrl.target_kl);
+  AlgorithmConfig::RolloutCorrection& rc = al.rollout_correction;
+  r.Read("algorithm.rollout_correction.rollout_is", &rc.rollout_is);
+  r.Read("algorithm.rollout_correction.rollout_is_threshold", &rc.rollout_is_threshold);
+  r.Read("algorithm.rollout_correction.rollout_is_batch_normalize", &rc.rollout_is_batch_normalize);
+  r.Read("algorithm.rollout_correction.rollout_rs", &rc.rollout_rs);
+  r.Read("algorithm.rollout_correction.rollout_rs_threshold", &rc.rollout_rs_threshold);
+  r.Read("algorithm.rollout_correction.bypass_mode", &rc.bypass_mode);
+  r.Read("algorithm.rollout_correction.loss_type", &rc.loss_type);
 
   CriticConfig& cr = c.critic;
   r.Read("critic.model.path", &cr.model_path);
@@ -608,6 +617,27 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
           absl::StrCat("algorithm.kl_ctrl.horizon must be > 0 for adaptive control, got ", c.algorithm.kl_ctrl.horizon));
   }
   check(c.algorithm.kl_ctrl.kl_coef >= 0, "algorithm.kl_ctrl.kl_coef must be >= 0, got " + Fmt(c.algorithm.kl_ctrl.kl_coef));
+
+  // verl's rollout correction: its token-level IS weights are our TIS; the rest is refused rather than ignored.
+  const AlgorithmConfig::RolloutCorrection& rc = c.algorithm.rollout_correction;
+  check(rc.rollout_is.empty() || rc.rollout_is == "token",
+        "algorithm.rollout_correction.rollout_is=" + rc.rollout_is +
+            " is not available: null (off) or token (per-token truncated importance weights) are");
+  check(rc.rollout_is.empty() || rc.rollout_is_threshold > 0,
+        "algorithm.rollout_correction.rollout_is_threshold must be > 0, got " + Fmt(rc.rollout_is_threshold));
+  check(rc.rollout_is.empty() || a.tis_imp_ratio_cap <= 0,
+        "algorithm.rollout_correction.rollout_is and actor_rollout_ref.actor.tis_imp_ratio_cap both turn on the same "
+        "truncated importance weights: set one (rollout_is=token with rollout_is_threshold=" +
+            Fmt(rc.rollout_is_threshold) + ", or tis_imp_ratio_cap=" + Fmt(a.tis_imp_ratio_cap) + ")");
+  check(!rc.rollout_is_batch_normalize,
+        "algorithm.rollout_correction.rollout_is_batch_normalize=true is not available: only false (the weights as "
+        "truncated)");
+  check(rc.rollout_rs.empty(), "algorithm.rollout_correction.rollout_rs=" + rc.rollout_rs +
+                                   " is not available: rejection sampling by rollout divergence is not built in; "
+                                   "rollout_is=token weights tokens instead");
+  check(!rc.bypass_mode,
+        "algorithm.rollout_correction.bypass_mode=true is not available: the actor recomputes the old log-probs "
+        "(verl's default, decoupled mode)");
   check(t.critic_warmup >= 0, absl::StrCat("trainer.critic_warmup must be >= 0, got ", t.critic_warmup));
 
   if (errors.empty()) return absl::OkStatus();

@@ -128,6 +128,7 @@ struct RolloutConfig {
   bool enforce_eager = false;                               // GPU decoding without CUDA graphs
   bool ignore_eos = false;                                  // sample past EOS tokens to the response length
   bool enable_prefix_caching = true;                        // a prompt's samples share its KV cache slot (GPU)
+  bool calculate_log_probs = false;  // verl's switch; the rollout here always returns its log-probs
   bool gather_layer_by_layer = false;                      // ZeRO-3 rollout: per-layer gathers, not the whole actor
   int64_t max_num_seqs = 1024;                             // continuous batching: sequences decoding at once
   int64_t max_num_batched_tokens = 8192;                   // padded prompt tokens per prefill pass
@@ -162,6 +163,18 @@ struct AlgorithmConfig {
     bool operator==(const KlCtrl&) const = default;
   };
   KlCtrl kl_ctrl;
+  // algorithm.rollout_correction.*: token-level IS weights only (the others must stay at verl's defaults)
+  struct RolloutCorrection {
+    std::string rollout_is;  // "" (null) | token
+    double rollout_is_threshold = 2.0;
+    bool rollout_is_batch_normalize = false;
+    std::string rollout_rs;            // only "" (null)
+    std::string rollout_rs_threshold;  // no effect without rollout_rs
+    bool bypass_mode = false;          // only false
+    std::string loss_type = "ppo_clip";  // no effect without bypass_mode
+    bool operator==(const RolloutCorrection&) const = default;
+  };
+  RolloutCorrection rollout_correction;
   bool operator==(const AlgorithmConfig&) const = default;
 };
 

@@ -719,7 +719,9 @@ class JobRunner::Impl {
     ac->set_ppo_kl_coef(a.policy_loss.ppo_kl_coef);
     ac->set_tau_pos(a.tau_pos);
     ac->set_tau_neg(a.tau_neg);
-    ac->set_tis_imp_ratio_cap(a.tis_imp_ratio_cap);
+    // verl's rollout_correction.rollout_is=token is the same truncated IS (the loader refuses both set at once).
+    const AlgorithmConfig::RolloutCorrection& rc = config_.algorithm.rollout_correction;
+    ac->set_tis_imp_ratio_cap(rc.rollout_is == "token" ? rc.rollout_is_threshold : a.tis_imp_ratio_cap);
     ac->set_shard_optimizer_state(a.shard_optimizer_state);
     ac->set_shard_parameters(a.shard_parameters);
     ac->set_optimizer_offload(a.optimizer_offload);

@@ -362,6 +362,29 @@ TEST_CASE("sapo's temperatures reach the update: on-policy, doubling them halves
   CHECK(pg_loss[1] == Approx(pg_loss[0] / 2).epsilon(1e-4));
 }
 
+TEST_CASE("rollout_correction.rollout_is=token is the truncated IS of tis_imp_ratio_cap", "[e2e][algos]") {
+  // One mini-batch per step (on-policy: the weights are min(exp(old - rollout), cap), with old = rollout but for
+  // rounding), and a cap of 0.5 below every weight: the first step's pg_loss is half the plain run's, either way.
+  double pg_loss[3] = {0, 0, 0};
+  const char* settings[3] = {"", "algorithm.rollout_correction.rollout_is=token "
+                                  "algorithm.rollout_correction.rollout_is_threshold=0.5",
+                             "actor_rollout_ref.actor.tis_imp_ratio_cap=0.5"};
+  for (int i = 0; i < 3; ++i) {
+    Workspace ws;
+    REQUIRE(ws.Controller(std::string("trainer.total_training_steps=1 trainer.save_freq=-1 trainer.test_freq=-1 "
+                                      "actor_rollout_ref.actor.ppo_mini_batch_size=32 ") +
+                              settings[i],
+                          "run.log") == 0);
+    const std::vector<nlohmann::json> lines = ReadJsonl(ws.dir / "out/metrics.jsonl");
+    INFO(settings[i] << "\n" << Tail(ws.dir / "run.log"));
+    REQUIRE(Steps(lines) == OneTo(1));
+    pg_loss[i] = lines[0]["data"]["actor/pg_loss"].get<double>();
+  }
+  REQUIRE(pg_loss[0] != 0);
+  CHECK(pg_loss[1] == Approx(pg_loss[0] / 2).epsilon(1e-4));
+  CHECK(pg_loss[2] == pg_loss[1]);
+}
+
 TEST_CASE("verl's file logger writes the jsonl lines at verl's path", "[e2e][metrics]") {
   Workspace ws;
   // VERL_FILE_LOGGER_ROOT/<project_name>/<experiment_name>.jsonl, as verl's FileLogger.

@@ -794,6 +794,35 @@ TEST_CASE("the critic, policy-loss and KL-controller keys load and are checked",
     // Another mode does not read them.
     CHECK(LoadJobConfig(path, {"actor_rollout_ref.actor.policy_loss.kl_cov_ratio=0"}).ok());
   }
+  SECTION("verl's rollout correction: token-level IS loads; what is not built in is refused") {
+    auto job = LoadJobConfig(path, {"algorithm.rollout_correction.rollout_is=token",
+                                    "algorithm.rollout_correction.rollout_is_threshold=1.5",
+                                    "algorithm.rollout_correction.rollout_rs_threshold=0.999_1.001",
+                                    "algorithm.rollout_correction.loss_type=reinforce",
+                                    "actor_rollout_ref.rollout.calculate_log_probs=True"});
+    INFO(job.status().ToString());
+    REQUIRE(job.ok());
+    CHECK(job->algorithm.rollout_correction.rollout_is == "token");
+    CHECK(job->algorithm.rollout_correction.rollout_is_threshold == 1.5);
+    CHECK(job->actor_rollout_ref.rollout.calculate_log_probs);
+    CHECK(LoadJobConfig(path, {"algorithm.rollout_correction.rollout_is=null"}).ok());
+    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"algorithm.rollout_correction.rollout_is=sequence"}).status(),
+                         "algorithm.rollout_correction.rollout_is=sequence is not available: null (off) or token");
+    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"algorithm.rollout_correction.rollout_is=token",
+                                              "actor_rollout_ref.actor.tis_imp_ratio_cap=2"})
+                             .status(),
+                         "both turn on the same truncated importance weights: set one");
+    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"algorithm.rollout_correction.rollout_is=token",
+                                              "algorithm.rollout_correction.rollout_is_threshold=0"})
+                             .status(),
+                         "rollout_is_threshold must be > 0");
+    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"algorithm.rollout_correction.bypass_mode=true"}).status(),
+                         "bypass_mode=true is not available");
+    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"algorithm.rollout_correction.rollout_rs=token_k1"}).status(),
+                         "rollout_rs=token_k1 is not available");
+    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"algorithm.rollout_correction.rollout_is_batch_normalize=true"}).status(),
+                         "rollout_is_batch_normalize=true is not available");
+  }
   SECTION("sapo's temperatures load and must be positive with sapo") {
     auto job = LoadJobConfig(path, {"actor_rollout_ref.actor.policy_loss.loss_mode=sapo",
                                     "actor_rollout_ref.actor.tau_pos=0.5", "actor_rollout_ref.actor.tau_neg=2"});
