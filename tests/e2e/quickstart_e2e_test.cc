@@ -339,50 +339,43 @@ TEST_CASE("verl's cosine schedule drives the actor's learning rate step by step"
   }
 }
 
+// The metrics of a one-step run with one mini-batch (so its update is on-policy) and `overrides`.
+nlohmann::json OnPolicyFirstStep(const std::string& overrides) {
+  Workspace ws;
+  REQUIRE(ws.Controller("trainer.total_training_steps=1 trainer.save_freq=-1 trainer.test_freq=-1 "
+                        "actor_rollout_ref.actor.ppo_mini_batch_size=32 " + overrides,
+                        "run.log") == 0);
+  const std::vector<nlohmann::json> lines = ReadJsonl(ws.dir / "out/metrics.jsonl");
+  INFO(overrides << "\n" << Tail(ws.dir / "run.log"));
+  REQUIRE(Steps(lines) == OneTo(1));
+  return lines[0]["data"];
+}
+
 TEST_CASE("sapo's temperatures reach the update: on-policy, doubling them halves the first step's pg_loss",
           "[e2e][algos]") {
-  // One mini-batch per step, so the first update is on-policy (every ratio 1): sapo's gate is sigmoid(0) 4 / tau,
-  // and the same seed gives the same rollout and advantages in both runs.
-  double pg_loss[2] = {0, 0};
-  for (int i = 0; i < 2; ++i) {
-    Workspace ws;
-    const std::string tau = i == 0 ? "1.0" : "2.0";
-    REQUIRE(ws.Controller("trainer.total_training_steps=1 trainer.save_freq=-1 trainer.test_freq=-1 "
-                          "actor_rollout_ref.actor.ppo_mini_batch_size=32 "
-                          "actor_rollout_ref.actor.policy_loss.loss_mode=sapo actor_rollout_ref.actor.tau_pos=" +
-                              tau + " actor_rollout_ref.actor.tau_neg=" + tau,
-                          "run.log") == 0);
-    const std::vector<nlohmann::json> lines = ReadJsonl(ws.dir / "out/metrics.jsonl");
-    INFO(Tail(ws.dir / "run.log"));
-    REQUIRE(Steps(lines) == OneTo(1));
-    pg_loss[i] = lines[0]["data"]["actor/pg_loss"].get<double>();
-    CHECK_FALSE(lines[0]["data"].contains("actor/pg_clipfrac"));  // sapo clips nothing: not reported
-  }
-  REQUIRE(pg_loss[0] != 0);
-  CHECK(pg_loss[1] == Approx(pg_loss[0] / 2).epsilon(1e-4));
+  // Every ratio is 1 on-policy, where sapo's gate is sigmoid(0) 4 / tau; the same seed gives the same rollout and
+  // advantages in both runs.
+  const std::string sapo = "actor_rollout_ref.actor.policy_loss.loss_mode=sapo ";
+  const nlohmann::json one =
+      OnPolicyFirstStep(sapo + "actor_rollout_ref.actor.tau_pos=1 actor_rollout_ref.actor.tau_neg=1");
+  const nlohmann::json two =
+      OnPolicyFirstStep(sapo + "actor_rollout_ref.actor.tau_pos=2 actor_rollout_ref.actor.tau_neg=2");
+  CHECK_FALSE(one.contains("actor/pg_clipfrac"));  // sapo clips nothing: not reported
+  REQUIRE(one["actor/pg_loss"].get<double>() != 0);
+  CHECK(two["actor/pg_loss"].get<double>() == Approx(one["actor/pg_loss"].get<double>() / 2).epsilon(1e-4));
 }
 
 TEST_CASE("rollout_correction.rollout_is=token is the truncated IS of tis_imp_ratio_cap", "[e2e][algos]") {
-  // One mini-batch per step (on-policy: the weights are min(exp(old - rollout), cap), with old = rollout but for
-  // rounding), and a cap of 0.5 below every weight: the first step's pg_loss is half the plain run's, either way.
-  double pg_loss[3] = {0, 0, 0};
-  const char* settings[3] = {"", "algorithm.rollout_correction.rollout_is=token "
-                                  "algorithm.rollout_correction.rollout_is_threshold=0.5",
-                             "actor_rollout_ref.actor.tis_imp_ratio_cap=0.5"};
-  for (int i = 0; i < 3; ++i) {
-    Workspace ws;
-    REQUIRE(ws.Controller(std::string("trainer.total_training_steps=1 trainer.save_freq=-1 trainer.test_freq=-1 "
-                                      "actor_rollout_ref.actor.ppo_mini_batch_size=32 ") +
-                              settings[i],
-                          "run.log") == 0);
-    const std::vector<nlohmann::json> lines = ReadJsonl(ws.dir / "out/metrics.jsonl");
-    INFO(settings[i] << "\n" << Tail(ws.dir / "run.log"));
-    REQUIRE(Steps(lines) == OneTo(1));
-    pg_loss[i] = lines[0]["data"]["actor/pg_loss"].get<double>();
-  }
-  REQUIRE(pg_loss[0] != 0);
-  CHECK(pg_loss[1] == Approx(pg_loss[0] / 2).epsilon(1e-4));
-  CHECK(pg_loss[2] == pg_loss[1]);
+  // On-policy the weights are min(exp(old - rollout), cap) with old = rollout but for rounding: a cap of 0.5 is below
+  // every weight, so the first step's pg_loss is half the plain run's, through either key.
+  const double plain = OnPolicyFirstStep("")["actor/pg_loss"].get<double>();
+  const double rollout_is = OnPolicyFirstStep("algorithm.rollout_correction.rollout_is=token "
+                                              "algorithm.rollout_correction.rollout_is_threshold=0.5")["actor/pg_loss"]
+                                .get<double>();
+  const double tis = OnPolicyFirstStep("actor_rollout_ref.actor.tis_imp_ratio_cap=0.5")["actor/pg_loss"].get<double>();
+  REQUIRE(plain != 0);
+  CHECK(rollout_is == Approx(plain / 2).epsilon(1e-4));
+  CHECK(tis == rollout_is);
 }
 
 TEST_CASE("verl's file logger writes the jsonl lines at verl's path", "[e2e][metrics]") {
