@@ -122,9 +122,18 @@ int64_t SamplerRowsPerPass(int64_t vocab) {
   return std::max<int64_t>(1, kSamplerWorkspaceBytes / (kSamplerBytesPerLogit * std::max<int64_t>(1, vocab)));
 }
 
+namespace {
+
+// The ATen sampler's rows per pass: options.sampler_rows_per_pass where set, else SamplerRowsPerPass(vocab).
+int64_t PassRows(const SamplingOptions& options, int64_t vocab) {
+  return options.sampler_rows_per_pass > 0 ? options.sampler_rows_per_pass : SamplerRowsPerPass(vocab);
+}
+
+}  // namespace
+
 SamplingMemory SamplingWorkspace(const SamplingOptions& options, int64_t vocab, int64_t dtype_bytes, int64_t rows) {
   if (Unfiltered(options, vocab)) return {vocab * dtype_bytes, 0};
-  const int64_t pass_rows = std::min(std::max<int64_t>(1, rows), SamplerRowsPerPass(vocab));
+  const int64_t pass_rows = std::min(std::max<int64_t>(1, rows), PassRows(options, vocab));
   return {vocab * (dtype_bytes + 4), pass_rows * kSamplerBytesPerLogit * vocab};
 }
 
@@ -140,8 +149,7 @@ at::Tensor SampleNextTokens(const at::Tensor& logits, const SamplingOptions& opt
   // whatever the batch: every operation is within a row, so the passes give the rows' results unchanged.
   const at::Tensor logits_f = logits.to(at::kFloat);
   const int64_t rows = logits_f.size(0);
-  const int64_t step = options.sampler_rows_per_pass > 0 ? options.sampler_rows_per_pass
-                                                         : SamplerRowsPerPass(logits_f.size(-1));
+  const int64_t step = PassRows(options, logits_f.size(-1));
   std::vector<at::Tensor> tokens, lps;
   int64_t begin = 0;
   do {  // at least one pass, so that no rows give empty results

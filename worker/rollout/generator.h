@@ -118,8 +118,8 @@ inline constexpr int64_t kSamplerBytesPerLogit = 48;
 int64_t SamplerRowsPerPass(int64_t vocab);
 
 // A decoding step's sampling memory beside the KV cache: per running row its logits (the model's dtype for the fused
-// GPU sampler; with top-k / top-p filtering also their float32 copy), and with filtering the ATen sampler's passes
-// over at most `rows` rows (the most a step samples).
+// GPU sampler; with top-k / top-p filtering also their float32 copy), and with filtering one pass of the ATen sampler
+// (options.sampler_rows_per_pass rows, or SamplerRowsPerPass's) over at most `rows` rows (the most a step samples).
 struct SamplingMemory {
   int64_t per_row = 0;
   int64_t fixed = 0;

@@ -250,6 +250,10 @@ TEST_CASE("SampleNextTokens: filters", "[worker][rollout]") {
     // Many rows: one pass's worth, within the bound.
     CHECK(SamplingWorkspace(o, 151936, 2, 4096).fixed == SamplerRowsPerPass(151936) * kSamplerBytesPerLogit * 151936);
     CHECK(SamplingWorkspace(o, 151936, 2, 4096).fixed <= kSamplerWorkspaceBytes);
+    // A pass size set in the options is the one reserved, as it is the one SampleNextTokens runs.
+    o.sampler_rows_per_pass = 1000;
+    CHECK(SamplingWorkspace(o, 151936, 2, 4096).fixed == 1000 * kSamplerBytesPerLogit * 151936);
+    o.sampler_rows_per_pass = 0;
     o.top_p = 1.0;
     o.top_k = 1000;  // the whole vocabulary: no filter
     CHECK(SamplingWorkspace(o, 1000, 2, 64).fixed == 0);
