@@ -208,11 +208,12 @@ const std::vector<ConfigKeySpec>& Table() {
       {"algorithm.kl_ctrl.kl_coef", T::kDouble, "0.001", "", false, O::kVerl, "Initial in-reward KL coefficient."},
       {"algorithm.kl_ctrl.horizon", T::kInt, "10000", "", false, O::kVerl, "Adaptive controller horizon."},
       {"algorithm.kl_ctrl.target_kl", T::kDouble, "0.1", "", false, O::kVerl, "Adaptive controller target KL."},
-      // ---- algorithm.rollout_correction (verl's rollout correction; the token-level IS weights only) ----
+      // ---- algorithm.rollout_correction (verl's rollout correction; token-level IS weights and bypass mode) ----
       {"algorithm.rollout_correction.rollout_is", T::kString, "null", "", false, O::kVerl,
        "Importance sampling against the rollout policy: null (off) or token, per-token weights min(exp(old log-prob - "
        "rollout log-prob), rollout_is_threshold), detached, on every loss mode (the same as "
-       "actor.tis_imp_ratio_cap=rollout_is_threshold). sequence is not available."},
+       "actor.tis_imp_ratio_cap=rollout_is_threshold). In bypass mode the weights are min(pi / pi_rollout, "
+       "threshold), which loss_type=reinforce applies and ppo_clip does not (as verl). sequence is not available."},
       {"algorithm.rollout_correction.rollout_is_threshold", T::kDouble, "2.0", "", false, O::kVerl,
        "With rollout_is: the cap of the IS weights (> 0)."},
       {"algorithm.rollout_correction.rollout_is_batch_normalize", T::kBool, "false", "", false, O::kVerl,
@@ -223,9 +224,12 @@ const std::vector<ConfigKeySpec>& Table() {
       {"algorithm.rollout_correction.rollout_rs_threshold", T::kString, "null", "", false, O::kVerl,
        "rollout_rs's bounds; no effect without rollout_rs (as in verl)."},
       {"algorithm.rollout_correction.bypass_mode", T::kBool, "false", "", false, O::kVerl,
-       "Only false is available: the old log-probs are recomputed by the actor, not taken from the rollout."},
-      {"algorithm.rollout_correction.loss_type", T::kString, "ppo_clip", "", false, O::kVerl,
-       "bypass_mode's loss; no effect without bypass_mode (as in verl)."},
+       "true: the rollout's log-probs are the old ones (no old log-prob pass) and the policy loss is loss_type's; "
+       "false: the actor recomputes them (decoupled). Needs actor.policy_loss.loss_mode=vanilla, which verl would "
+       "replace, and no actor.tis_imp_ratio_cap."},
+      {"algorithm.rollout_correction.loss_type", T::kString, "ppo_clip", "ppo_clip|reinforce", false, O::kVerl,
+       "bypass_mode's policy loss: ppo_clip (vanilla's clipped ratio against the rollout) or reinforce (-A log pi, "
+       "with rollout_is=token's weights); no effect without bypass_mode (as in verl)."},
 
       // ---- critic (used when algorithm.adv_estimator=gae) ----
       {"critic.model.path", T::kString, "${actor_rollout_ref.model.path}", "", false, O::kVerlChanged,

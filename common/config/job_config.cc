@@ -635,9 +635,17 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
   check(rc.rollout_rs.empty(), "algorithm.rollout_correction.rollout_rs=" + rc.rollout_rs +
                                    " is not available: rejection sampling by rollout divergence is not built in; "
                                    "rollout_is=token weights tokens instead");
-  check(!rc.bypass_mode,
-        "algorithm.rollout_correction.bypass_mode=true is not available: the actor recomputes the old log-probs "
-        "(verl's default, decoupled mode)");
+  // Bypass mode: verl's apply_bypass_mode sets the loss mode to its own, whatever the actor's says; a loss the user
+  // chose is refused rather than silently replaced. Its old log-probs are the rollout's, so TIS against the rollout
+  // would weigh every token by min(1, cap).
+  check(!rc.bypass_mode || a.policy_loss.loss_mode == "vanilla",
+        "algorithm.rollout_correction.bypass_mode=true replaces the policy loss with loss_type's (" + rc.loss_type +
+            "), so actor_rollout_ref.actor.policy_loss.loss_mode=" + a.policy_loss.loss_mode +
+            " would not run: set loss_mode=vanilla, or bypass_mode=false");
+  check(!rc.bypass_mode || a.tis_imp_ratio_cap <= 0,
+        "algorithm.rollout_correction.bypass_mode=true takes the old log-probs from the rollout, so "
+        "actor_rollout_ref.actor.tis_imp_ratio_cap=" + Fmt(a.tis_imp_ratio_cap) +
+            " has nothing to correct: leave it unset (rollout_is=token weighs loss_type=reinforce's tokens)");
   check(t.critic_warmup >= 0, absl::StrCat("trainer.critic_warmup must be >= 0, got ", t.critic_warmup));
 
   if (errors.empty()) return absl::OkStatus();

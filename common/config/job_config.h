@@ -163,15 +163,15 @@ struct AlgorithmConfig {
     bool operator==(const KlCtrl&) const = default;
   };
   KlCtrl kl_ctrl;
-  // algorithm.rollout_correction.*: token-level IS weights only (the others must stay at verl's defaults)
+  // algorithm.rollout_correction.*: token-level IS weights and bypass mode (the others must stay at verl's defaults)
   struct RolloutCorrection {
     std::string rollout_is;  // "" (null) | token
     double rollout_is_threshold = 2.0;
     bool rollout_is_batch_normalize = false;
     std::string rollout_rs;            // only "" (null)
     std::string rollout_rs_threshold;  // no effect without rollout_rs
-    bool bypass_mode = false;          // only false
-    std::string loss_type = "ppo_clip";  // no effect without bypass_mode
+    bool bypass_mode = false;            // the rollout's log-probs as the old ones
+    std::string loss_type = "ppo_clip";  // bypass_mode's loss: ppo_clip | reinforce
     bool operator==(const RolloutCorrection&) const = default;
   };
   RolloutCorrection rollout_correction;

@@ -711,7 +711,11 @@ class JobRunner::Impl {
     ac->set_ppo_micro_batch_size_per_gpu(static_cast<int32_t>(a.ppo_micro_batch_size_per_gpu.value_or(mini_seqs)));
     ac->set_ppo_epochs(static_cast<int32_t>(a.ppo_epochs));
     ac->set_shuffle(a.shuffle);
-    ac->set_loss_mode(a.policy_loss.loss_mode);
+    const AlgorithmConfig::RolloutCorrection& rc = config_.algorithm.rollout_correction;
+    // verl's bypass mode replaces the policy loss with its own (apply_bypass_mode): PPO-clip against the rollout's
+    // log-probs (vanilla with them as the old ones; the loader allows no other loss_mode with it), or REINFORCE.
+    const bool reinforce = rc.bypass_mode && rc.loss_type == "reinforce";
+    ac->set_loss_mode(reinforce ? "reinforce" : a.policy_loss.loss_mode);
     ac->set_clip_cov_ratio(a.policy_loss.clip_cov_ratio);
     ac->set_clip_cov_lb(a.policy_loss.clip_cov_lb);
     ac->set_clip_cov_ub(a.policy_loss.clip_cov_ub);
@@ -719,9 +723,13 @@ class JobRunner::Impl {
     ac->set_ppo_kl_coef(a.policy_loss.ppo_kl_coef);
     ac->set_tau_pos(a.tau_pos);
     ac->set_tau_neg(a.tau_neg);
-    // verl's rollout_correction.rollout_is=token is the same truncated IS (the loader refuses both set at once).
-    const AlgorithmConfig::RolloutCorrection& rc = config_.algorithm.rollout_correction;
-    ac->set_tis_imp_ratio_cap(rc.rollout_is == "token" ? rc.rollout_is_threshold : a.tis_imp_ratio_cap);
+    // verl's rollout_correction.rollout_is=token is the same truncated IS (the loader refuses both set at once). In
+    // bypass mode its weights are pi / pi_rollout, which only REINFORCE applies (PPO-clip's ratio is that already).
+    if (rc.bypass_mode) {
+      if (reinforce && rc.rollout_is == "token") ac->set_reinforce_is_threshold(rc.rollout_is_threshold);
+    } else {
+      ac->set_tis_imp_ratio_cap(rc.rollout_is == "token" ? rc.rollout_is_threshold : a.tis_imp_ratio_cap);
+    }
     ac->set_shard_optimizer_state(a.shard_optimizer_state);
     ac->set_shard_parameters(a.shard_parameters);
     ac->set_optimizer_offload(a.optimizer_offload);
@@ -1116,20 +1124,25 @@ class JobRunner::Impl {
     lp.set_step_id(step_id);
     lp.set_role("actor");
     lp.set_temperature(temperature);
-    // The update's first mini-batch takes its old log-probs from its own forward (the policy is still the rollout's
-    // then), unless the advantage needs them before the update or no update comes this step.
-    lp.set_defer_first_mini_batch(config_.actor_rollout_ref.actor.defer_first_mini_batch_log_probs &&
+    // verl's bypass mode: the rollout's log-probs are the old ones, no forward (and, as in verl, no old_log_prob time
+    // nor the trainer-against-rollout figures, which would compare them with themselves).
+    const bool bypass = config_.algorithm.rollout_correction.bypass_mode;
+    lp.set_from_rollout(bypass);
+    // Otherwise the update's first mini-batch takes its old log-probs from its own forward (the policy is still the
+    // rollout's then), unless the advantage needs them before the update or no update comes this step.
+    lp.set_defer_first_mini_batch(!bypass && config_.actor_rollout_ref.actor.defer_first_mini_batch_log_probs &&
                                   !config_.algorithm.use_kl_in_reward && actor_updates);
     lp.set_update_seed(update_seed);
     ASSIGN_OR_RETURN(auto old_lp, OnAllRanks(lp, &WorkerClient::ComputeLogProbs, trainers));
     MergeMetrics(m, old_lp);
-    m["timing_s/old_log_prob"] = Seconds(t0);
+    if (!bypass) m["timing_s/old_log_prob"] = Seconds(t0);
 
     if (NeedRef()) {
       SetState(JobState::kStepRefLogProb);
       t0 = Clock::now();
       lp.set_role("ref");
       lp.set_defer_first_mini_batch(false);
+      lp.set_from_rollout(false);
       ASSIGN_OR_RETURN(auto ref_lp, OnAllRanks(lp, &WorkerClient::ComputeLogProbs, trainers));
       MergeMetrics(m, ref_lp);
       m["timing_s/ref"] = Seconds(t0);

@@ -378,6 +378,38 @@ TEST_CASE("rollout_correction.rollout_is=token is the truncated IS of tis_imp_ra
   CHECK(tis == rollout_is);
 }
 
+TEST_CASE("rollout_correction.bypass_mode: the rollout's log-probs are the old ones, under either loss type",
+          "[e2e][algos]") {
+  // One step, one mini-batch: the update's forward gives pi, the rollout gave pi_rollout, equal but for rounding.
+  // reinforce is -A log pi, which decoupled gpg computes too; its IS weights min(pi / pi_rollout, 0.5) are all 0.5;
+  // ppo_clip's ratio pi / pi_rollout is 1 but for rounding, as the decoupled update's pi / pi_old.
+  const std::string bypass = "algorithm.rollout_correction.bypass_mode=true ";
+  const nlohmann::json gpg = OnPolicyFirstStep("actor_rollout_ref.actor.policy_loss.loss_mode=gpg");
+  const nlohmann::json plain = OnPolicyFirstStep("");
+  const nlohmann::json reinforce = OnPolicyFirstStep(bypass + "algorithm.rollout_correction.loss_type=reinforce");
+  const nlohmann::json capped = OnPolicyFirstStep(bypass +
+                                                  "algorithm.rollout_correction.loss_type=reinforce "
+                                                  "algorithm.rollout_correction.rollout_is=token "
+                                                  "algorithm.rollout_correction.rollout_is_threshold=0.5");
+  const nlohmann::json clip = OnPolicyFirstStep(bypass);
+  for (const nlohmann::json* m : {&reinforce, &capped, &clip}) {
+    // No old log-prob pass, and no comparison of the rollout's log-probs with themselves (as verl).
+    CHECK_FALSE(m->contains("timing_s/old_log_prob"));
+    CHECK_FALSE(m->contains("training/rollout_probs_diff_mean"));
+    CHECK(m->contains("actor/ppo_kl"));
+    CHECK(m->contains("actor/pg_clipfrac") == (m == &clip));  // reinforce reports ppo_kl only
+  }
+  CHECK(plain.contains("timing_s/old_log_prob"));
+  CHECK(plain.contains("training/rollout_probs_diff_mean"));
+  const double loss = gpg["actor/pg_loss"].get<double>();
+  REQUIRE(loss != 0);
+  CHECK(reinforce["actor/pg_loss"].get<double>() == Approx(loss).epsilon(1e-6));
+  CHECK(capped["actor/pg_loss"].get<double>() == Approx(loss / 2).epsilon(1e-6));
+  REQUIRE(plain["actor/pg_loss"].get<double>() != 0);
+  CHECK(clip["actor/pg_loss"].get<double>() == Approx(plain["actor/pg_loss"].get<double>()).epsilon(1e-4));
+  CHECK(std::abs(clip["actor/ppo_kl"].get<double>()) < 1e-4);
+}
+
 TEST_CASE("verl's file logger writes the jsonl lines at verl's path", "[e2e][metrics]") {
   Workspace ws;
   // VERL_FILE_LOGGER_ROOT/<project_name>/<experiment_name>.jsonl, as verl's FileLogger.

@@ -647,6 +647,18 @@ class CpuRank final : public RankInterface {
       return Error("ComputeLogProbs",
                    absl::FailedPreconditionError(absl::StrCat("role '", role, "' is not placed on this rank")));
     }
+    if (pass.from_rollout) {  // bypass mode: the rollout's log-probs are the old ones, as verl's apply_bypass_mode
+      if (role != "actor") {
+        return Error("ComputeLogProbs", absl::InvalidArgumentError(absl::StrCat(
+                                            "from_rollout gives the actor's old log-probs, not role '", role, "'")));
+      }
+      if (!batch->rollout.log_probs.defined()) {
+        return Error("ComputeLogProbs", absl::FailedPreconditionError("the step holds no rollout log-probs"));
+      }
+      batch->old_log_probs = batch->rollout.log_probs.to(at::kFloat);
+      batch->log_prob_metrics[role] = Metrics{};
+      return Metrics{};
+    }
     return CatchTorch(Context("ComputeLogProbs/" + role), [&]() -> absl::StatusOr<Metrics> {
       const bool ref = role == "ref";
       // An offloaded ref comes to the device for this pass and leaves it after, whatever the pass returns.
@@ -835,6 +847,7 @@ class CpuRank final : public RankInterface {
       o.loss.tau_pos = a.tau_pos;
       o.loss.tau_neg = a.tau_neg;
       o.loss.tis_imp_ratio_cap = a.tis_imp_ratio_cap;
+      o.loss.reinforce_is_threshold = a.reinforce_is_threshold;
       o.grad_clip = a.grad_clip;
       o.loss.clip_ratio_low = a.clip_ratio_low;
       o.loss.clip_ratio_high = a.clip_ratio_high;

@@ -67,6 +67,7 @@ struct RankActorSettings {
   double tau_pos = 1.0;  // sapo
   double tau_neg = 1.05;
   double tis_imp_ratio_cap = -1;
+  double reinforce_is_threshold = -1;  // loss_mode "reinforce" (bypass mode): its IS weights' cap; <= 0: none
   // In a data-parallel group: keep only this rank's share of the AdamW moments (ZeRO-1); see SetCommunicator.
   bool shard_optimizer_state = true;
   // In a data-parallel group: shard the actor's and the ref's parameters too (ZeRO-3, worker/comm/param_sharding.h).
@@ -238,9 +239,12 @@ class RankInterface {
   // role "actor" stores old_log_probs, "ref" stores ref_log_probs. With pass.defer_first_mini_batch (actor only) the
   // rows of the update's first mini-batch (in the first epoch's order that pass.update_seed gives) are left to the
   // update's own forward: the policy has not changed when it reaches them, so their old log-probs are its log-probs.
+  // With pass.from_rollout (actor only; verl's rollout_correction.bypass_mode) the old log-probs are the rollout's,
+  // with no forward and no metrics.
   struct LogProbPass {
     bool defer_first_mini_batch = false;
     uint64_t update_seed = 0;
+    bool from_rollout = false;
   };
   virtual absl::StatusOr<Metrics> ComputeLogProbs(const std::string& step_id, const std::string& role,
                                                   double temperature, const LogProbPass& pass) = 0;

@@ -62,6 +62,7 @@ RankActorSettings FromProto(const v1::ActorConfig& a) {
   if (a.tau_pos() != 0) s.tau_pos = a.tau_pos();  // 0: a client that predates the keys (the defaults stay)
   if (a.tau_neg() != 0) s.tau_neg = a.tau_neg();
   s.tis_imp_ratio_cap = a.tis_imp_ratio_cap();
+  s.reinforce_is_threshold = a.reinforce_is_threshold();
   s.shard_optimizer_state = a.shard_optimizer_state();
   s.shard_parameters = a.shard_parameters();
   s.optimizer_offload = a.optimizer_offload();
@@ -392,6 +393,7 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::ComputeLogProbs(grpc::CallbackServe
         RankInterface::LogProbPass pass;
         pass.defer_first_mini_batch = req->defer_first_mini_batch();
         pass.update_seed = req->update_seed();
+        pass.from_rollout = req->from_rollout();
         ASSIGN_OR_RETURN(Metrics m, rank.ComputeLogProbs(req->step_id(), req->role(), req->temperature(), pass));
         ToProto(m, resp->mutable_metrics());
         return absl::OkStatus();

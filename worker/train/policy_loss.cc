@@ -122,6 +122,28 @@ LossTerms Gpg(const at::Tensor& log_prob, const at::Tensor& adv, const PolicyLos
   return t;
 }
 
+// verl's compute_policy_loss_reinforce as its bypass mode runs it (rollout_correction.loss_type=reinforce), where the
+// old log-probs are the rollout's: -A log pi, times the IS weights min(exp(clamp(log pi - old, +-20)), cap),
+// detached, when reinforce_is_threshold (the cap) is > 0. Only ppo_kl is reported, the masked mean of old - log pi.
+LossTerms Reinforce(const at::Tensor& old_log_prob, const at::Tensor& log_prob, const at::Tensor& adv,
+                    const at::Tensor& mask, const PolicyLossOptions& o) {
+  LossTerms t;
+  t.pg_losses = -adv * log_prob;
+  if (o.reinforce_is_threshold > 0) {
+    at::Tensor weights;
+    {
+      at::NoGradGuard no_grad;
+      weights = (log_prob.detach() - old_log_prob).clamp(-20.0, 20.0).exp().clamp_max(o.reinforce_is_threshold);
+    }
+    t.pg_losses = t.pg_losses * weights;
+  }
+  t.agg_mode = o.loss_agg_mode;
+  t.pg_clipfrac = Zero(log_prob);
+  t.ppo_kl = MetricMean(old_log_prob - log_prob, mask);
+  t.pg_clipfrac_lower = Zero(log_prob);
+  return t;
+}
+
 LossTerms Cispo(const at::Tensor& old_log_prob, const at::Tensor& log_prob, const at::Tensor& adv,
                 const at::Tensor& mask, const PolicyLossOptions& o) {
   LossTerms t;
@@ -269,6 +291,8 @@ absl::StatusOr<PolicyLossResult> PolicyLossImpl(const at::Tensor& old_log_prob, 
     t = Gspo(old_log_prob, log_prob, advantages, response_mask, o);
   } else if (mode == "gpg") {
     t = Gpg(log_prob, advantages, o);
+  } else if (mode == "reinforce") {
+    t = Reinforce(old_log_prob, log_prob, advantages, response_mask, o);
   } else if (mode == "cispo") {
     t = Cispo(old_log_prob, log_prob, advantages, response_mask, o);
   } else if (mode == "clip_cov") {
@@ -308,12 +332,13 @@ ReportedPolicyMetrics PolicyMetricsReported(const std::string& loss_mode) {
   if (loss_mode == "gpg") return {false, false, false};
   if (loss_mode == "kl_cov") return {false, true, false};
   if (loss_mode == "clip_cov") return {true, true, false};
-  if (loss_mode == "sapo") return {false, true, false};
+  if (loss_mode == "sapo" || loss_mode == "reinforce") return {false, true, false};
   return {};
 }
 
 bool PolicyLossIsPerToken(const PolicyLossOptions& options) {
-  return options.loss_mode == "vanilla" || options.loss_mode == "gpg" || options.loss_mode == "cispo";
+  return options.loss_mode == "vanilla" || options.loss_mode == "gpg" || options.loss_mode == "cispo" ||
+         options.loss_mode == "reinforce";
 }
 
 absl::StatusOr<at::Tensor> PerTokenPolicyLoss(const at::Tensor& old_log_prob, const at::Tensor& log_prob,
@@ -321,7 +346,8 @@ absl::StatusOr<at::Tensor> PerTokenPolicyLoss(const at::Tensor& old_log_prob, co
                                               const at::Tensor& rollout_log_prob, const PolicyLossOptions& o) {
   if (!PolicyLossIsPerToken(o)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("policy loss '", o.loss_mode, "' is not a sum of per-token terms (vanilla, gpg and cispo are)"));
+        absl::StrCat("policy loss '", o.loss_mode,
+                     "' is not a sum of per-token terms (vanilla, gpg, cispo and reinforce are)"));
   }
   RETURN_IF_ERROR(SameShape("old_log_prob", old_log_prob, log_prob, "log_prob"));
   RETURN_IF_ERROR(SameShape("advantages", advantages, log_prob, "log_prob"));
@@ -332,6 +358,8 @@ absl::StatusOr<at::Tensor> PerTokenPolicyLoss(const at::Tensor& old_log_prob, co
       ASSIGN_OR_RETURN(t, Vanilla(old_log_prob, log_prob, advantages, response_mask, o));
     } else if (o.loss_mode == "gpg") {
       t = Gpg(log_prob, advantages, o);
+    } else if (o.loss_mode == "reinforce") {
+      t = Reinforce(old_log_prob, log_prob, advantages, response_mask, o);
     } else {
       t = Cispo(old_log_prob, log_prob, advantages, response_mask, o);
     }
@@ -344,8 +372,8 @@ absl::StatusOr<at::Tensor> PerTokenPolicyLoss(const at::Tensor& old_log_prob, co
 }
 
 const std::vector<std::string>& PolicyLossModeNames() {
-  static const auto* names = new std::vector<std::string>{"vanilla", "gspo", "gpg",  "cispo",
-                                                          "clip_cov", "kl_cov", "sapo", "geo_mean"};
+  static const auto* names = new std::vector<std::string>{"vanilla", "gspo", "gpg",      "cispo",
+                                                          "clip_cov", "kl_cov", "sapo", "geo_mean", "reinforce"};
   return *names;
 }
 

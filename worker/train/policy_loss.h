@@ -74,9 +74,13 @@ struct PolicyLossOptions {
   // detached, multiply the per-token loss of every mode when cap > 0 (verl's tis_imp_ratio_cap, which newer verl
   // generalised to rollout_is_weights with rollout_is=token and rollout_is_threshold=cap).
   double tis_imp_ratio_cap = -1;
+  // loss_mode "reinforce" (verl's rollout_correction.bypass_mode with loss_type=reinforce; the old log-probs are then
+  // the rollout's): -A log pi per token, times min(pi / pi_old, reinforce_is_threshold), detached, when that is > 0.
+  double reinforce_is_threshold = -1;
 };
 
-// One micro-batch's policy loss for `options.loss_mode` (vanilla, gspo, gpg, cispo, clip_cov, kl_cov, sapo, geo_mean),
+// One micro-batch's policy loss for `options.loss_mode` (vanilla, gspo, gpg, cispo, clip_cov, kl_cov, sapo, geo_mean,
+// and reinforce, which verl's bypass mode selects),
 // aggregated with AggLossGlobal (gspo and sapo always with seq-mean-token-mean, as verl does; geo_mean, GMPO, has one
 // term per sequence and averages them over norm.global_rows, whatever loss_agg_mode says, as verl's torch.mean does;
 // with TIS its sequence's weight is the geometric mean of its tokens' weights). `rollout_log_prob` may be
@@ -94,8 +98,8 @@ absl::StatusOr<PolicyLossResult> ComputePolicyLossByMode(const at::Tensor& old_l
                                                          const at::Tensor& rollout_log_prob,
                                                          const PolicyLossOptions& options, const AggNormalizer& norm);
 
-// The per-micro-batch figures verl reports for a loss mode (its policy loss function's metrics): gpg none, kl_cov
-// and sapo only actor/ppo_kl (sapo's clip fractions are verl's constant 0), clip_cov actor/pg_clipfrac and
+// The per-micro-batch figures verl reports for a loss mode (its policy loss function's metrics): gpg none, kl_cov,
+// sapo and reinforce only actor/ppo_kl (sapo's clip fractions are verl's constant 0), clip_cov actor/pg_clipfrac and
 // actor/ppo_kl, every other mode all three. UpdatePolicy reports
 // just these, so a mode's dashboard has no constant-zero series (a gpg run's ppo_kl of 0 read as "no drift").
 struct ReportedPolicyMetrics {
@@ -106,8 +110,8 @@ struct ReportedPolicyMetrics {
 ReportedPolicyMetrics PolicyMetricsReported(const std::string& loss_mode);
 
 // Whether `options.loss_mode`'s loss is its aggregation (AggLossGlobal with options.loss_agg_mode) of per-token terms,
-// each a function of its own token's log-prob: vanilla, gpg and cispo (not gspo's sequence ratio, nor clip_cov's and
-// kl_cov's choice of tokens over the micro-batch).
+// each a function of its own token's log-prob: vanilla, gpg, cispo and reinforce (not gspo's sequence ratio, nor
+// clip_cov's and kl_cov's choice of tokens over the micro-batch).
 bool PolicyLossIsPerToken(const PolicyLossOptions& options);
 // Those per-token terms (TIS weights applied), shaped like log_prob (any shape): ComputePolicyLossByMode's pg_loss is
 // AggLossGlobal of them. InvalidArgument for another mode or shapes that differ.

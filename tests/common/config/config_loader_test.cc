@@ -816,12 +816,33 @@ TEST_CASE("the critic, policy-loss and KL-controller keys load and are checked",
                                               "algorithm.rollout_correction.rollout_is_threshold=0"})
                              .status(),
                          "rollout_is_threshold must be > 0");
-    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"algorithm.rollout_correction.bypass_mode=true"}).status(),
-                         "bypass_mode=true is not available");
     CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"algorithm.rollout_correction.rollout_rs=token_k1"}).status(),
                          "rollout_rs=token_k1 is not available");
     CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"algorithm.rollout_correction.rollout_is_batch_normalize=true"}).status(),
                          "rollout_is_batch_normalize=true is not available");
+  }
+  SECTION("verl's bypass mode loads with either loss type; a loss of the user's it would replace is refused") {
+    for (const char* type : {"ppo_clip", "reinforce"}) {
+      auto job = LoadJobConfig(path, {"algorithm.rollout_correction.bypass_mode=true",
+                                      std::string("algorithm.rollout_correction.loss_type=") + type,
+                                      "algorithm.rollout_correction.rollout_is=token"});
+      INFO(type << ": " << job.status().ToString());
+      REQUIRE(job.ok());
+      CHECK(job->algorithm.rollout_correction.bypass_mode);
+      CHECK(job->algorithm.rollout_correction.loss_type == type);
+    }
+    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"algorithm.rollout_correction.bypass_mode=true",
+                                              "algorithm.rollout_correction.loss_type=reinforce",
+                                              "actor_rollout_ref.actor.policy_loss.loss_mode=gspo"})
+                             .status(),
+                         "bypass_mode=true replaces the policy loss with loss_type's (reinforce), so "
+                         "actor_rollout_ref.actor.policy_loss.loss_mode=gspo would not run");
+    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"algorithm.rollout_correction.bypass_mode=true",
+                                              "actor_rollout_ref.actor.tis_imp_ratio_cap=2"})
+                             .status(),
+                         "so actor_rollout_ref.actor.tis_imp_ratio_cap=2");
+    CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"algorithm.rollout_correction.loss_type=ppo"}).status(),
+                         "algorithm.rollout_correction.loss_type");
   }
   SECTION("sapo's temperatures load and must be positive with sapo") {
     auto job = LoadJobConfig(path, {"actor_rollout_ref.actor.policy_loss.loss_mode=sapo",

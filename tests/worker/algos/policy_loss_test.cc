@@ -44,13 +44,18 @@ TEST_CASE("every policy loss mode and aggregation matches verl's formulas", "[al
       PolicyLossOptions o = OptionsOf(golden["config"]);
       o.loss_mode = c["loss_mode"].get<std::string>();
       o.loss_agg_mode = c["loss_agg_mode"].get<std::string>();
+      // tis: the truncated IS against the rollout; for reinforce (bypass mode, old_log_prob holding the rollout's) its
+      // own weights min(pi / pi_old, reinforce_is_threshold).
       const bool tis = c["tis"].get<bool>();
-      if (tis) o.tis_imp_ratio_cap = golden["config"]["tis_imp_ratio_cap"].get<double>();
+      const bool reinforce = o.loss_mode == "reinforce";
+      if (tis && reinforce) o.reinforce_is_threshold = golden["config"]["reinforce_is_threshold"].get<double>();
+      if (tis && !reinforce) o.tis_imp_ratio_cap = golden["config"]["tis_imp_ratio_cap"].get<double>();
       const std::string name =
           o.loss_mode + "/" + o.loss_agg_mode + (tis ? "/tis" : "") + (dtype == at::kFloat ? "/f32" : "/f64");
       at::Tensor lp = ToTensor(in["log_prob"], dtype).clone().requires_grad_(true);
       // A bool mask, as verl's engine passes it.
-      auto r = ComputePolicyLossByMode(old_lp, lp, adv, mask.to(at::kBool), tis ? rollout : at::Tensor(), o, norm);
+      auto r = ComputePolicyLossByMode(old_lp, lp, adv, mask.to(at::kBool), tis && !reinforce ? rollout : at::Tensor(),
+                                       o, norm);
       INFO(name << ": " << r.status().ToString());
       REQUIRE(r.ok());
       const double tol = AbsTol(dtype);
@@ -140,6 +145,7 @@ at::Tensor MicroBatchedGrad(const nlohmann::json& in, const std::string& loss_mo
   PolicyLossOptions o;
   o.loss_mode = loss_mode;
   o.loss_agg_mode = agg_mode;
+  if (loss_mode == "reinforce") o.reinforce_is_threshold = 1.2;  // weights of their own, some of them capped
   at::Tensor total = at::zeros({}, at::kFloat);
   for (int64_t begin = 0; begin < lp.size(0); begin += micro) {
     const int64_t end = std::min(begin + micro, lp.size(0));
@@ -167,7 +173,7 @@ at::Tensor MicroBatchedGrad(const nlohmann::json& in, const std::string& loss_mo
 TEST_CASE("micro-batch size does not change the mini-batch loss or gradient", "[algos]") {
   const nlohmann::json in = LoadGolden("policy_loss.json")["inputs"];
   for (const std::string& agg_mode : LossAggModeNames()) {
-    for (const std::string loss_mode : {"vanilla", "gspo", "gpg", "cispo", "sapo", "geo_mean", "value"}) {
+    for (const std::string loss_mode : {"vanilla", "gspo", "gpg", "cispo", "sapo", "geo_mean", "reinforce", "value"}) {
       double whole_loss = 0;
       const at::Tensor whole = MicroBatchedGrad(in, loss_mode, agg_mode, 8, &whole_loss);
       REQUIRE(whole.abs().sum().item<double>() > 0);

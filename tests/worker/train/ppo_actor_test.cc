@@ -152,7 +152,11 @@ TEST_CASE("UpdatePolicy raises the log-prob of a response with positive advantag
   }
   // Modes whose verl loss function reports fewer figures report only those (no constant-zero series).
   for (const auto& [mode, want] : std::vector<std::pair<std::string, std::vector<int>>>{
-           {"gpg", {0, 0, 0}}, {"kl_cov", {0, 1, 0}}, {"clip_cov", {1, 1, 0}}, {"cispo", {1, 1, 1}}}) {
+           {"gpg", {0, 0, 0}},
+           {"kl_cov", {0, 1, 0}},
+           {"clip_cov", {1, 1, 0}},
+           {"cispo", {1, 1, 1}},
+           {"reinforce", {0, 1, 0}}}) {
     INFO(mode);
     PolicyUpdateOptions mo = o;
     mo.loss.loss_mode = mode;

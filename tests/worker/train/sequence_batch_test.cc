@@ -774,6 +774,8 @@ TEST_CASE("The LM head's gradients formed in the forward give the update of back
       {"cispo", "token-mean", true, true, false, true, true, 0, 4.0, 0.0, "kl", 2},
       {"vanilla", "token-mean", true, false, false, false, false, 0, 4.0, 0.1, "low_var_kl", 1, 0.7, false},
       {"vanilla", "seq-mean-token-mean", true, true, true, true, true, 12, 1.0, 0.1, "low_var_kl", 1, 0.7, false},
+      // tis: reinforce's own weights (bypass mode), min(pi / pi_old, 1.5).
+      {"reinforce", "token-mean", true, true, false, false, true, 12, 4.0, 0.1},
   };
   for (const Case& c : cases) {
     INFO(c.loss_mode << " / " << c.agg_mode << (c.kl ? " + kl " + c.kl_type : "") << (c.packed ? " packed" : "")
@@ -805,7 +807,9 @@ TEST_CASE("The LM head's gradients formed in the forward give the update of back
       o.shuffle = c.epochs > 1;
       o.loss.loss_mode = c.loss_mode;
       o.loss.loss_agg_mode = c.agg_mode;
-      o.loss.tis_imp_ratio_cap = c.tis ? 1.5 : -1;
+      const bool reinforce = c.loss_mode == "reinforce";
+      o.loss.tis_imp_ratio_cap = c.tis && !reinforce ? 1.5 : -1;
+      o.loss.reinforce_is_threshold = c.tis && reinforce ? 1.5 : -1;
       o.fuse_lm_head_grad = fuse;
       model->SetRequiresGrad(true);
       AdamW opt(model->named_parameters(), AdamWOptions{o.lr, 0.0, 0.9, 0.999, /*eps=*/1.0});
@@ -826,12 +830,13 @@ TEST_CASE("The LM head's gradients formed in the forward give the update of back
     REQUIRE(MaxDiff(fused_w, plain_w) < 1e-5);
     REQUIRE(MaxAbsDiff(fused_old, plain_old) == 0.0);  // a deferred mini-batch's old log-probs: the same forward
     if (c.off > 1 && c.loss_mode == "vanilla") REQUIRE(plain_m.at("actor/pg_clipfrac_lower") > 0);  // dual clip
-    for (const char* key :
-         {"actor/pg_loss", "actor/entropy", "actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower"}) {
+    // Only the figures verl's loss function returns (gpg none, reinforce ppo_kl).
+    const ReportedPolicyMetrics figures = PolicyMetricsReported(c.loss_mode);
+    const std::vector<std::pair<std::string, bool>> keys = {
+        {"actor/pg_loss", true}, {"actor/entropy", true}, {"actor/pg_clipfrac", figures.pg_clipfrac},
+        {"actor/ppo_kl", figures.ppo_kl}, {"actor/pg_clipfrac_lower", figures.pg_clipfrac_lower}};
+    for (const auto& [key, reported] : keys) {
       INFO(key);
-      // gpg reports no clip fractions or ppo_kl (as verl's loss function returns none).
-      const bool reported = c.loss_mode != "gpg" || std::string(key) == "actor/pg_loss" ||
-                            std::string(key) == "actor/entropy";
       REQUIRE(plain_m.count(key) == (reported ? 1u : 0u));
       REQUIRE(fused_m.count(key) == plain_m.count(key));
       if (reported) REQUIRE(fused_m.at(key) == Approx(plain_m.at(key)).margin(1e-7));

@@ -370,6 +370,16 @@ def geo_mean_loss(old, lp, adv, mask, cfg, tis=None):
 # KL penalty (kl_penalty / kl_penalty_forward, with the documented "+" straight-through) and apply_kl_penalty.
 
 
+def reinforce_loss(old, lp, adv, mask, agg, cfg, use_is):
+    """compute_policy_loss_bypass_mode with loss_type=reinforce (core_algos.py, rollout_corr_helper.py): `old` holds
+    the rollout's log-probs (bypass mode sets old_log_probs = rollout_log_probs); with rollout_is=token the weights
+    min(exp(clip(lp - old, +-20)), threshold), detached, multiply -adv * lp."""
+    w = np.minimum(np.exp(np.clip(lp - old, -20.0, 20.0)), cfg["reinforce_is_threshold"]) if use_is else 1.0
+    loss, dagg = agg_loss(-adv * lp * w, mask, agg)
+    metrics = dict(pg_clipfrac=0.0, ppo_kl=masked_mean(-(lp - old), mask), pg_clipfrac_lower=0.0)
+    return loss, dagg * -adv * w, metrics
+
+
 def kl_forward(lp, ref, kind):
     """Value and d value / d lp."""
     if kind in ("kl", "k1"):
@@ -558,13 +568,19 @@ def make_losses(rng):
         tis_imp_ratio_cap=1.5,
         tau_pos=0.9,
         tau_neg=1.3,
+        reinforce_is_threshold=1.2,
     )
     tis = np.minimum(np.exp(np.clip(old - rollout, -20, 20)), cfg["tis_imp_ratio_cap"])
     policy = []
-    for mode in ["vanilla", "gspo", "gpg", "cispo", "clip_cov", "kl_cov", "sapo", "geo_mean"]:
+    for mode in ["vanilla", "gspo", "gpg", "cispo", "clip_cov", "kl_cov", "sapo", "geo_mean", "reinforce"]:
         for agg in AGG_MODES:
             for use_tis in (False, True):
                 if use_tis and agg != "token-mean":
+                    continue
+                if mode == "reinforce":  # "tis": its own IS weights
+                    loss, grad, metrics = reinforce_loss(old, lp, adv, mask, agg, cfg, use_tis)
+                    policy.append(dict(loss_mode=mode, loss_agg_mode=agg, tis=use_tis, pg_loss=float(loss),
+                                       grad_log_prob=t(grad), **{k: float(v) for k, v in metrics.items()}))
                     continue
                 if mode == "geo_mean":  # its own aggregation, whatever loss_agg_mode says
                     loss, grad, metrics = geo_mean_loss(old, lp, adv, mask, cfg, tis if use_tis else None)
