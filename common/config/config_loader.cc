@@ -40,6 +40,82 @@ std::string DescribeNode(const YAML::Node& node) {
   return absl::StrCat(node.IsMap() ? "a mapping " : "a sequence ", out.c_str());
 }
 
+// `key` is `section` or lies under it.
+bool Under(const std::string& key, std::string_view section) {
+  return key == section || (absl::StartsWith(key, AV(section)) && key.size() > section.size() &&
+                            key[section.size()] == '.');
+}
+
+// Advice for the keys of verl's other backends and features (found in its example scripts) that the built-in
+// trainer has no counterpart for; "" when `key` is none of them.
+std::string OtherVerlFeatureAdvice(const std::string& key) {
+  for (std::string_view role : {"actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic"}) {
+    const std::string r(role);
+    if (Under(key, r + ".megatron") || Under(key, r + ".optim.override_optimizer_config")) {
+      return "a setting of verl's Megatron-LM backend; the trainer here is built in (data parallel with ZeRO-1, "
+             "ZeRO-3 with actor_rollout_ref.actor.shard_parameters=true, AdamW offload with "
+             "fsdp_config.optimizer_offload=true): drop it";
+    }
+    if (key == r + ".strategy") {
+      return "verl's choice of training backend (fsdp, fsdp2, megatron); the trainer here is built in: drop it";
+    }
+    if (key == r + ".ulysses_sequence_parallel_size") {
+      return "verl's Ulysses sequence parallelism is not built in; long rows are packed (use_remove_padding) and "
+             "split by a token budget (use_dynamic_bsz): drop it";
+    }
+    if (key == r + ".use_torch_compile") {
+      return "verl's torch.compile switch; nothing is compiled at run time here: drop it";
+    }
+    if (key == r + ".fsdp_config.fsdp_size" || key == r + ".model.fsdp_config.fsdp_size") {
+      return "verl's FSDP group size; a rank here shards over its whole data-parallel group (verl's -1): drop it";
+    }
+    if (Under(key, r + ".profiler")) {
+      return "verl's profiler settings; tools/bench's --profile records kernel profiles here "
+             "(docs/bench/README.md): drop it";
+    }
+    if (key == r + ".optim.clip_grad") {
+      return absl::StrCat("verl's Megatron name for gradient clipping: set '",
+                          role == "critic" ? "critic" : "actor_rollout_ref.actor", ".grad_clip' instead");
+    }
+  }
+  if (Under(key, "global_profiler")) {
+    return "verl's profiler settings; tools/bench's --profile records kernel profiles here (docs/bench/README.md): "
+           "drop it";
+  }
+  for (std::string_view model : {"actor_rollout_ref.model.", "critic.model."}) {
+    const std::string m(model);
+    if (key == m + "use_fused_kernels") {
+      return "verl's fused log-prob kernels; the passes here always compute log-probs and entropy in chunks, "
+             "without [tokens, vocab] logits: drop it";
+    }
+    if (key == m + "use_shm") {
+      return "a setting of verl's Hugging Face loading (a copy in /dev/shm); the model directory is read here "
+             "directly: drop it";
+    }
+    for (std::string_view lora :
+         {"lora_rank", "lora_alpha", "target_modules", "exclude_modules", "lora_adapter_path"}) {
+      if (key == m + std::string(lora)) {
+        return "LoRA is not built in: the actor trains all its parameters (fsdp_config.optimizer_offload and "
+               "actor_rollout_ref.actor.shard_parameters cut its memory): drop it";
+      }
+    }
+    if (key == m + "enable_activation_offload") {
+      return "activation offload is not built in; gradient checkpointing (enable_gradient_checkpointing) bounds the "
+             "activations' memory: drop it";
+    }
+  }
+  if (Under(key, "actor_rollout_ref.rollout.multi_turn")) {
+    return "multi-turn rollouts with tool calls are not built in (one response per prompt here): drop it";
+  }
+  if (key == "trainer.use_legacy_worker_impl") return "a choice between verl's Python worker implementations: drop it";
+  // verl's SFT trainer (fsdp_sft_trainer): top-level model.* and optim.*, and its data keys.
+  if (Under(key, "model") || Under(key, "optim") || key == "data.response_key" || key == "data.prompt_dict_keys" ||
+      key == "data.response_dict_keys" || key == "data.micro_batch_size" || key == "data.micro_batch_size_per_gpu") {
+    return "a key of verl's SFT trainer (fsdp_sft_trainer); verl-controller runs PPO and GRPO jobs: drop it";
+  }
+  return "";
+}
+
 // verl keys a ported script often carries that have no counterpart here, with what to do instead (the edit-distance
 // suggestion would name an unrelated key: ppo_micro_batch_size -> ppo_mini_batch_size, rollout.name -> algorithm.lam).
 std::string KnownVerlKeyAdvice(const std::string& key) {
@@ -49,7 +125,8 @@ std::string KnownVerlKeyAdvice(const std::string& key) {
     }
   }
   for (std::string_view engine : {"name", "mode", "tensor_model_parallel_size", "free_cache_engine", "load_format",
-                                  "enable_chunked_prefill", "engine_kwargs"}) {
+                                  "enable_chunked_prefill", "engine_kwargs", "max_model_len", "layered_summon",
+                                  "multi_stage_wake_up", "data_parallel_size", "expert_parallel_size"}) {
     const std::string engine_key = absl::StrCat("actor_rollout_ref.rollout.", AV(engine));
     if (key == engine_key || absl::StartsWith(key, engine_key + ".")) {
       return "a setting of verl's vLLM/SGLang rollout; the rollout engine here is built in: drop it";
@@ -85,7 +162,7 @@ std::string KnownVerlKeyAdvice(const std::string& key) {
   if (key == "data.image_key" || key == "data.video_key") {
     return "multi-modal prompts are not supported here: drop it";
   }
-  return "";
+  return OtherVerlFeatureAdvice(key);
 }
 
 std::string UnknownKeyMessage(const std::string& key, const std::string& where) {

@@ -376,6 +376,41 @@ TEST_CASE("unknown keys suggest the closest valid key", "[config]") {
       CHECK_ERROR_CONTAINS(s, "rewards come from the built-in rule scorer of each row's data_source");
       CHECK_FALSE(Contains(s, "did you mean"));
     }
+    // Keys of verl's other backends and features that its example scripts set most (counted over examples/*.sh at
+    // b178a3cd), each with what to do rather than an unrelated suggestion (megatron.param_offload ->
+    // fsdp_config.param_offload).
+    for (const auto& [o, advice] : std::vector<std::pair<std::string, std::string>>{
+             {"actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2", "verl's Megatron-LM backend"},
+             {"actor_rollout_ref.ref.megatron.param_offload=True", "verl's Megatron-LM backend"},
+             {"actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload=True",
+              "verl's Megatron-LM backend"},
+             {"critic.strategy=fsdp2", "verl's choice of training backend"},
+             {"actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "Ulysses sequence parallelism is not built"},
+             {"actor_rollout_ref.ref.use_torch_compile=False", "nothing is compiled at run time here"},
+             {"actor_rollout_ref.actor.fsdp_config.fsdp_size=-1", "its whole data-parallel group (verl's -1)"},
+             {"critic.model.fsdp_config.fsdp_size=-1", "its whole data-parallel group (verl's -1)"},
+             {"actor_rollout_ref.actor.profiler.enable=True", "tools/bench's --profile"},
+             {"global_profiler.tool=nsys", "tools/bench's --profile"},
+             {"actor_rollout_ref.actor.optim.clip_grad=1.0", "set 'actor_rollout_ref.actor.grad_clip' instead"},
+             {"critic.optim.clip_grad=1.0", "set 'critic.grad_clip' instead"},
+             {"actor_rollout_ref.model.use_fused_kernels=True", "without [tokens, vocab] logits"},
+             {"actor_rollout_ref.model.use_shm=True", "the model directory is read here directly"},
+             {"actor_rollout_ref.model.lora_rank=32", "LoRA is not built in"},
+             {"critic.model.target_modules=all-linear", "LoRA is not built in"},
+             {"actor_rollout_ref.model.enable_activation_offload=True", "activation offload is not built in"},
+             {"actor_rollout_ref.rollout.multi_turn.enable=True", "multi-turn rollouts with tool calls"},
+             {"actor_rollout_ref.rollout.max_model_len=1536", "the rollout engine here is built in"},
+             {"actor_rollout_ref.rollout.layered_summon=True", "the rollout engine here is built in"},
+             {"trainer.use_legacy_worker_impl=auto", "verl's Python worker implementations"},
+             {"model.partial_pretrain=Qwen/Qwen2.5-0.5B-Instruct", "verl's SFT trainer"},
+             {"data.prompt_dict_keys=['question']", "verl's SFT trainer"},
+             {"optim.lr=1e-4", "verl's SFT trainer"}}) {
+      s = LoadJobConfig(path, {o}).status();
+      INFO(o << ": " << s.ToString());
+      CHECK_ERROR_CONTAINS(s, advice);
+      CHECK(Contains(s, ": drop it") != Contains(s, "instead"));
+      CHECK_FALSE(Contains(s, "did you mean"));
+    }
   }
   SECTION("a short last component needs a near match to be suggested") {
     const std::string path = dir.Write("min.yaml", kMinimal);
