@@ -306,6 +306,10 @@ const std::vector<ConfigKeySpec>& Table() {
        "Checkpoint every N steps (and at the end); -1 disables periodic checkpoints."},
       {"trainer.test_freq", T::kInt, "-1", "", false, O::kVerl, "Validate every N steps; -1 disables."},
       {"trainer.val_before_train", T::kBool, "true", "", false, O::kVerl, "Validate once before the first step."},
+      {"trainer.log_val_generations", T::kInt, "0", "", false, O::kVerl,
+       "At each validation, log this many (input, output, score) samples as TensorBoard text 'val/generations' "
+       "(verl's choice: sorted by input, shuffled with numpy's RandomState(42), the first N); only the tensorboard "
+       "logger shows them, as in verl. 0: none."},
       {"trainer.critic_warmup", T::kInt, "0", "", false, O::kVerl,
        "Steps that update only the critic before the actor starts updating."},
       {"trainer.default_local_dir", T::kString, "checkpoints/${trainer.project_name}/${trainer.experiment_name}", "",

@@ -287,6 +287,7 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   r.Read("trainer.save_freq", &t.save_freq);
   r.Read("trainer.test_freq", &t.test_freq);
   r.Read("trainer.val_before_train", &t.val_before_train);
+  r.Read("trainer.log_val_generations", &t.log_val_generations);
   r.Read("trainer.critic_warmup", &t.critic_warmup);
   r.Read("trainer.default_local_dir", &t.default_local_dir);
   r.Read("trainer.max_actor_ckpt_to_keep", &t.max_actor_ckpt_to_keep);
@@ -538,6 +539,8 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
         absl::StrCat("trainer.save_freq must be -1 (disabled) or > 0, got ", t.save_freq));
   check(t.test_freq == -1 || t.test_freq > 0,
         absl::StrCat("trainer.test_freq must be -1 (disabled) or > 0, got ", t.test_freq));
+  check(t.log_val_generations >= 0,
+        absl::StrCat("trainer.log_val_generations must be >= 0 (0: none), got ", t.log_val_generations));
   check(t.resume_mode != "resume_path" || !t.resume_from_path.empty(),
         "trainer.resume_from_path must be set when trainer.resume_mode=resume_path");
 

@@ -22,6 +22,13 @@ class MetricSink {
   // error naming the sink's destination when it cannot write; FailedPrecondition after Close().
   virtual absl::Status Log(int64_t step, const std::map<std::string, double>& metrics) = 0;
 
+  // Records a text (Markdown) under `tag` at `step`, as verl's trackers that show text do (its validation
+  // generations: trainer.log_val_generations). Sinks without a place for text ignore it, as verl's console and file
+  // loggers do.
+  virtual absl::Status LogText(int64_t /*step*/, const std::string& /*tag*/, const std::string& /*markdown*/) {
+    return absl::OkStatus();
+  }
+
   // Flushes and releases the destination. Idempotent; Log() after Close() fails.
   virtual absl::Status Close() { return absl::OkStatus(); }
 };

@@ -15,6 +15,15 @@ absl::Status MultiSink::Log(int64_t step, const std::map<std::string, double>& m
   return first;
 }
 
+absl::Status MultiSink::LogText(int64_t step, const std::string& tag, const std::string& markdown) {
+  absl::Status first;
+  for (auto& sink : sinks_) {
+    absl::Status s = sink->LogText(step, tag, markdown);
+    if (first.ok() && !s.ok()) first = s;
+  }
+  return first;
+}
+
 absl::Status MultiSink::Close() {
   absl::Status first;
   for (auto& sink : sinks_) {

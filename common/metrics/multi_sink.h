@@ -20,6 +20,7 @@ class MultiSink : public MetricSink {
 
   // Logs to every sink even when one fails; returns the first error.
   absl::Status Log(int64_t step, const std::map<std::string, double>& metrics) override;
+  absl::Status LogText(int64_t step, const std::string& tag, const std::string& markdown) override;
   // Closes every sink; returns the first error.
   absl::Status Close() override;
 

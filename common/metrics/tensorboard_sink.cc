@@ -6,13 +6,17 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "common/metrics/crc32c.h"
+#include "common/status/status_macros.h"
 #include "tensorboard/event.pb.h"
 
 namespace verl {
 namespace {
+
+constexpr int kDtString = 7;  // TensorFlow's DataType DT_STRING
 
 double WallTime() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -85,16 +89,33 @@ absl::Status TensorBoardSink::Log(int64_t step, const std::map<std::string, doub
   return WriteRecord(event.SerializeAsString());
 }
 
+absl::Status TensorBoardSink::LogText(int64_t step, const std::string& tag, const std::string& markdown) {
+  tensorboard::Event event;
+  event.set_wall_time(WallTime());
+  event.set_step(step);
+  tensorboard::SummaryValue* v = event.mutable_summary()->add_value();
+  v->set_tag(tag);
+  // The text plugin's metadata; its content, TextPluginData at version 0, serialises to nothing.
+  v->mutable_metadata()->mutable_plugin_data()->set_plugin_name("text");
+  tensorboard::Tensor* t = v->mutable_tensor();
+  t->set_dtype(kDtString);
+  t->mutable_tensor_shape()->add_dim()->set_size(1);
+  t->add_string_val(markdown);
+  return WriteRecord(event.SerializeAsString());
+}
+
 absl::Status TensorBoardSink::Close() {
   if (out_.is_open()) out_.close();
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<TensorBoardScalar>> ReadTensorBoardScalars(const std::string& path) {
+namespace {
+
+// Calls `each` with every Event of the file at `path`, checking the records' CRCs.
+absl::Status ForEachEvent(const std::string& path, const std::function<void(const tensorboard::Event&)>& each) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open TensorBoard event file '", path, "'"));
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<TensorBoardScalar> out;
   size_t pos = 0;
   while (pos < bytes.size()) {
     auto bad = [&](const std::string& what) {
@@ -108,16 +129,37 @@ absl::StatusOr<std::vector<TensorBoardScalar>> ReadTensorBoardScalars(const std:
     if (GetU32(data + len) != MaskedCrc32c(data, len)) return bad("data CRC mismatch");
     tensorboard::Event event;
     if (!event.ParseFromArray(data, static_cast<int>(len))) return bad("not an Event");
-    if (event.has_summary()) {
-      for (const auto& v : event.summary().value()) {
-        // Like TensorBoard: a value without simple_value is not a scalar.
-        if (v.value_case() == tensorboard::SummaryValue::kSimpleValue) {
-          out.push_back({event.step(), v.tag(), v.simple_value()});
-        }
-      }
-    }
+    each(event);
     pos += 12 + len + 4;
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<TensorBoardScalar>> ReadTensorBoardScalars(const std::string& path) {
+  std::vector<TensorBoardScalar> out;
+  RETURN_IF_ERROR(ForEachEvent(path, [&](const tensorboard::Event& event) {
+    for (const auto& v : event.summary().value()) {
+      // Like TensorBoard: a value without simple_value is not a scalar.
+      if (v.value_case() == tensorboard::SummaryValue::kSimpleValue) {
+        out.push_back({event.step(), v.tag(), v.simple_value()});
+      }
+    }
+  }));
+  return out;
+}
+
+absl::StatusOr<std::vector<TensorBoardText>> ReadTensorBoardTexts(const std::string& path) {
+  std::vector<TensorBoardText> out;
+  RETURN_IF_ERROR(ForEachEvent(path, [&](const tensorboard::Event& event) {
+    for (const auto& v : event.summary().value()) {
+      if (v.metadata().plugin_data().plugin_name() == "text" && v.has_tensor() && v.tensor().dtype() == kDtString &&
+          v.tensor().string_val_size() == 1) {
+        out.push_back({event.step(), v.tag(), v.tensor().string_val(0)});
+      }
+    }
+  }));
   return out;
 }
 

@@ -5,6 +5,7 @@
 // tags = verl's metric names) to <dir>/events.out.tfevents.<seconds>.<host>, a TFRecord file: per record a uint64
 // length, its masked CRC-32C, the serialized Event, and the data's masked CRC-32C. The first record carries
 // file_version "brain.Event:2", as TensorBoard expects. Non-finite values are skipped. Each record is flushed.
+// LogText() appends an event with one text summary (TensorBoard's text plugin, as torch's SummaryWriter.add_text).
 
 #include <cstdint>
 #include <fstream>
@@ -25,6 +26,7 @@ class TensorBoardSink : public MetricSink {
   ~TensorBoardSink() override;
 
   absl::Status Log(int64_t step, const std::map<std::string, double>& metrics) override;
+  absl::Status LogText(int64_t step, const std::string& tag, const std::string& markdown) override;
   absl::Status Close() override;
   const std::string& path() const { return path_; }
 
@@ -42,8 +44,16 @@ struct TensorBoardScalar {
   float value = 0;
 };
 
+struct TensorBoardText {
+  int64_t step = 0;
+  std::string tag;
+  std::string text;
+};
+
 // Reads the scalars of an event file, checking every record's CRCs. Errors name the file and the record's offset.
 absl::StatusOr<std::vector<TensorBoardScalar>> ReadTensorBoardScalars(const std::string& path);
+// Reads its text summaries (text plugin, one string), checking the CRCs as ReadTensorBoardScalars.
+absl::StatusOr<std::vector<TensorBoardText>> ReadTensorBoardTexts(const std::string& path);
 
 }  // namespace verl
 

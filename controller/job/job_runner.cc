@@ -35,6 +35,7 @@
 #include "controller/cluster/worker_client.h"
 #include "controller/job/checkpoint_manager.h"
 #include "controller/job/kl_controller.h"
+#include "controller/job/val_generations.h"
 #include "spdlog/spdlog.h"
 #include "worker/model/hf_config.h"
 
@@ -1275,6 +1276,7 @@ class JobRunner::Impl {
     SetState(JobState::kValidating);
     const int64_t chunk = config_.data.val_batch_size.value_or(static_cast<int64_t>(val_.size()));
     std::map<std::string, std::vector<double>> by_source;
+    std::vector<ValGeneration> generations;  // with trainer.log_val_generations
     for (int64_t begin = 0, part = 0; begin < static_cast<int64_t>(val_.size()); begin += chunk, ++part) {
       RETURN_IF_ERROR(CheckInterrupt());
       const int64_t end = std::min<int64_t>(begin + chunk, val_.size());
@@ -1294,11 +1296,23 @@ class JobRunner::Impl {
       ASSIGN_OR_RETURN(std::vector<v1::ScoreResponse> scored, OnAllRanks(sr, &WorkerClient::Score, called));
       int64_t i = 0;
       for (const v1::ScoreResponse& s : scored) {
-        for (double score : s.scores()) by_source[val_[begin + (i++) / n].data_source].push_back(score);
+        for (int k = 0; k < s.scores_size(); ++k, ++i) {
+          const PreparedExample& example = val_[begin + i / n];
+          by_source[example.data_source].push_back(s.scores(k));
+          if (config_.trainer.log_val_generations > 0) {
+            generations.push_back({tokenizer_->Decode(example.token_ids, /*skip_special_tokens=*/true),
+                                   k < s.response_texts_size() ? s.response_texts(k) : std::string(), s.scores(k)});
+          }
+        }
       }
       v1::ReleaseBatchRequest rel;
       rel.set_step_id(step_id);
       RETURN_IF_ERROR(OnAllRanks(rel, &WorkerClient::ReleaseBatch, called).status());
+    }
+    if (config_.trainer.log_val_generations > 0) {
+      const std::vector<ValGeneration> picked =
+          PickValGenerations(std::move(generations), config_.trainer.log_val_generations);
+      RETURN_IF_ERROR(sinks_.LogText(step, "val/generations", ValGenerationsMarkdown(step, picked)));
     }
     Metrics m;
     const int64_t n = config_.actor_rollout_ref.rollout.val_kwargs.n;

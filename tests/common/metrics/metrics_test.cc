@@ -208,11 +208,18 @@ TEST_CASE("TensorBoard event files round-trip scalars and detect corruption", "[
     REQUIRE((*sink)->Log(1, {{"critic/score/mean", 0.25}, {"actor/pg_loss", -0.5}}).ok());
     REQUIRE((*sink)->Log(2, {{"critic/score/mean", 0.75}, {"bad", std::nan("")}}).ok());
     REQUIRE((*sink)->Log(3, {{"critic/score/min", 0.0}}).ok());  // zeros must reach the file too
+    REQUIRE((*sink)->LogText(3, "val/generations", "**Input:** 1 + 1\n\n**Output:** 2\n\n").ok());
   }
   auto scalars = ReadTensorBoardScalars(path);
   INFO(scalars.status().ToString());
   REQUIRE(scalars.ok());
-  REQUIRE(scalars->size() == 4);  // the NaN is skipped
+  REQUIRE(scalars->size() == 4);  // the NaN is skipped; the text is no scalar
+  auto texts = ReadTensorBoardTexts(path);
+  REQUIRE(texts.ok());
+  REQUIRE(texts->size() == 1);
+  CHECK((*texts)[0].step == 3);
+  CHECK((*texts)[0].tag == "val/generations");
+  CHECK((*texts)[0].text == "**Input:** 1 + 1\n\n**Output:** 2\n\n");
   CHECK((*scalars)[3].step == 3);
   CHECK((*scalars)[3].tag == "critic/score/min");
   CHECK((*scalars)[3].value == 0.0f);
