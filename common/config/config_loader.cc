@@ -69,6 +69,18 @@ std::string OtherVerlFeatureAdvice(const std::string& key) {
     if (key == r + ".fsdp_config.fsdp_size" || key == r + ".model.fsdp_config.fsdp_size") {
       return "verl's FSDP group size; a rank here shards over its whole data-parallel group (verl's -1): drop it";
     }
+    for (std::string_view fsdp : {"forward_prefetch", "strategy", "model_dtype", "wrap_policy", "reshard_after_forward",
+                                  "offload_policy", "mixed_precision"}) {
+      if (key == absl::StrCat(r, ".fsdp_config.", AV(fsdp)) ||
+          key == absl::StrCat(r, ".model.fsdp_config.", AV(fsdp))) {
+        return "a setting of verl's FSDP wrapper; the trainer here is built in (bf16 compute, float32 master weights "
+               "and AdamW state): drop it";
+      }
+    }
+    if (key == r + ".entropy_checkpointing" || key == r + ".entropy_from_logits_with_chunking") {
+      return "the passes here always compute log-probs and entropy in chunks, without [tokens, vocab] logits: drop it";
+    }
+    if (Under(key, r + ".router_replay")) return "MoE models are not supported here: drop it";
     if (Under(key, r + ".profiler")) {
       return "verl's profiler settings; tools/bench's --profile records kernel profiles here "
              "(docs/bench/README.md): drop it";
@@ -93,8 +105,8 @@ std::string OtherVerlFeatureAdvice(const std::string& key) {
              "directly: drop it";
     }
     for (std::string_view lora :
-         {"lora_rank", "lora_alpha", "target_modules", "exclude_modules", "lora_adapter_path"}) {
-      if (key == m + std::string(lora)) {
+         {"lora_rank", "lora_alpha", "target_modules", "exclude_modules", "lora_adapter_path", "lora"}) {
+      if (Under(key, m + std::string(lora))) {
         return "LoRA is not built in: the actor trains all its parameters (fsdp_config.optimizer_offload and "
                "actor_rollout_ref.actor.shard_parameters cut its memory): drop it";
       }
@@ -103,6 +115,23 @@ std::string OtherVerlFeatureAdvice(const std::string& key) {
       return "activation offload is not built in; gradient checkpointing (enable_gradient_checkpointing) bounds the "
              "activations' memory: drop it";
     }
+  }
+  if (key == "actor_rollout_ref.rollout.enable_rollout_routing_replay") {
+    return "MoE models are not supported here: drop it";
+  }
+  if (key == "actor_rollout_ref.nccl_timeout") return "verl's NCCL timeout: set 'cluster.comm_timeout_s' instead";
+  if (key == "trainer.balance_batch") {
+    return "verl's reordering of a batch to even out the data-parallel ranks' tokens; here a mini-batch's prompts are "
+           "split evenly over the ranks, and use_dynamic_bsz cuts micro-batches by tokens: drop it";
+  }
+  if (Under(key, "data.custom_cls") || Under(key, "data.sampler")) {
+    return "verl's Python dataset and sampler classes are not loaded here; the controller reads the parquet rows "
+           "itself and samples them with data.shuffle and data.seed: drop it";
+  }
+  // verl's generation script (main_generation): top-level rollout.* and its data keys.
+  if (Under(key, "rollout") || key == "data.path" || key == "data.n_samples" || key == "data.output_path") {
+    return "a key of verl's generation script (main_generation); verl-controller runs PPO and GRPO jobs, and "
+           "verl-infer generates from a model directory: drop it";
   }
   if (Under(key, "actor_rollout_ref.rollout.multi_turn")) {
     return "multi-turn rollouts with tool calls are not built in (one response per prompt here): drop it";
@@ -126,7 +155,8 @@ std::string KnownVerlKeyAdvice(const std::string& key) {
   }
   for (std::string_view engine : {"name", "mode", "tensor_model_parallel_size", "free_cache_engine", "load_format",
                                   "enable_chunked_prefill", "engine_kwargs", "max_model_len", "layered_summon",
-                                  "multi_stage_wake_up", "data_parallel_size", "expert_parallel_size"}) {
+                                  "multi_stage_wake_up", "data_parallel_size", "expert_parallel_size",
+                                  "over_sample_rate", "trace", "checkpoint_engine"}) {
     const std::string engine_key = absl::StrCat("actor_rollout_ref.rollout.", AV(engine));
     if (key == engine_key || absl::StartsWith(key, engine_key + ".")) {
       return "a setting of verl's vLLM/SGLang rollout; the rollout engine here is built in: drop it";

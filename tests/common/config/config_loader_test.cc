@@ -404,7 +404,17 @@ TEST_CASE("unknown keys suggest the closest valid key", "[config]") {
              {"trainer.use_legacy_worker_impl=auto", "verl's Python worker implementations"},
              {"model.partial_pretrain=Qwen/Qwen2.5-0.5B-Instruct", "verl's SFT trainer"},
              {"data.prompt_dict_keys=['question']", "verl's SFT trainer"},
-             {"optim.lr=1e-4", "verl's SFT trainer"}}) {
+             {"optim.lr=1e-4", "verl's SFT trainer"},
+             {"actor_rollout_ref.ref.fsdp_config.forward_prefetch=True", "a setting of verl's FSDP wrapper"},
+             {"actor_rollout_ref.actor.entropy_checkpointing=True", "compute log-probs and entropy in chunks"},
+             {"actor_rollout_ref.model.lora.rank=256", "LoRA is not built in"},
+             {"actor_rollout_ref.nccl_timeout=1200", "set 'cluster.comm_timeout_s' instead"},
+             {"trainer.balance_batch=True", "split evenly over the ranks"},
+             {"data.sampler.class_name=RandomCurriculumSampler", "Python dataset and sampler classes"},
+             {"rollout.temperature=1.0", "verl's generation script"},
+             {"data.n_samples=5", "verl's generation script"},
+             {"actor_rollout_ref.rollout.over_sample_rate=0.1", "the rollout engine here is built in"},
+             {"actor_rollout_ref.actor.router_replay.mode=R2", "MoE models are not supported here"}}) {
       s = LoadJobConfig(path, {o}).status();
       INFO(o << ": " << s.ToString());
       CHECK_ERROR_CONTAINS(s, advice);
