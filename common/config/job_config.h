@@ -215,7 +215,7 @@ struct TrainerConfig {
   int64_t save_freq = -1;                  // -1: no periodic checkpoints
   int64_t test_freq = -1;                  // -1: disabled
   bool val_before_train = true;
-  int64_t log_val_generations = 0;  // validation samples logged as TensorBoard text
+  int64_t log_val_generations = 0;         // validation samples logged as TensorBoard text
   int64_t critic_warmup = 0;               // steps that update only the critic
   std::string default_local_dir;           // resolved from checkpoints/${project_name}/${experiment_name}
   std::optional<int64_t> max_actor_ckpt_to_keep;   // nullopt: keep all
