@@ -161,7 +161,9 @@ const std::vector<ConfigKeySpec>& Table() {
        "GPU ranks (the decode kernel): the rollout.n samples of a prompt read its keys and values from one KV cache slot instead of a copy each (the prefill writes the prompt once; when the sample holding it ends first, the prompt moves to one still running). The same tokens and log-probs bit for bit; decoding reads less memory. Only a prompt's own samples share, while one of them runs (no cache across prompts or steps), and each slot keeps room for its prompt. No effect with rollout.n = 1, on CPU ranks or with models the decode kernel does not take (head_dim 64 or 128, at most 8 query heads per KV head)."},
       {"actor_rollout_ref.rollout.calculate_log_probs", T::kBool, "false", "", false, O::kVerl,
        "verl: have the rollout return each sampled token's log-prob. Here the rollout always does (they come with the "
-       "sampling), whatever this says: training/rollout_probs_diff_* and TIS use them."},
+       "sampling): training/rollout_probs_diff_* and TIS use them. true adds verl's rollout_corr/* figures of the "
+       "update (its log-probs against the rollout's, per micro-batch: kl, k3_kl, perplexities, chi2), as bypass_mode "
+       "does."},
       {"actor_rollout_ref.rollout.max_num_seqs", T::kInt, "1024", "", false, O::kVerl,
        "Continuous batching: the most sequences decoding at once, each in a slot of a KV cache allocated at the start of the rollout; when one ends, the next waiting prompt takes its slot. On a GPU also bounded by gpu_memory_utilization."},
       {"actor_rollout_ref.rollout.max_num_batched_tokens", T::kInt, "8192", "", false, O::kVerl,

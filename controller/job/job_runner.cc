@@ -731,6 +731,9 @@ class JobRunner::Impl {
     } else {
       ac->set_tis_imp_ratio_cap(rc.rollout_is == "token" ? rc.rollout_is_threshold : a.tis_imp_ratio_cap);
     }
+    // verl's actor reports rollout_corr/* when the batch carries the rollout's log-probs: with
+    // rollout.calculate_log_probs, which bypass mode requires there (ours are always there).
+    ac->set_rollout_corr_metrics(arr.rollout.calculate_log_probs || rc.bypass_mode);
     ac->set_shard_optimizer_state(a.shard_optimizer_state);
     ac->set_shard_parameters(a.shard_parameters);
     ac->set_optimizer_offload(a.optimizer_offload);

@@ -398,9 +398,18 @@ TEST_CASE("rollout_correction.bypass_mode: the rollout's log-probs are the old o
     CHECK_FALSE(m->contains("training/rollout_probs_diff_mean"));
     CHECK(m->contains("actor/ppo_kl"));
     CHECK(m->contains("actor/pg_clipfrac") == (m == &clip));  // reinforce reports ppo_kl only
+    CHECK(m->contains("rollout_corr/kl"));                     // verl's off-policy figures, as its bypass loss's
   }
   CHECK(plain.contains("timing_s/old_log_prob"));
   CHECK(plain.contains("training/rollout_probs_diff_mean"));
+  CHECK_FALSE(plain.contains("rollout_corr/kl"));  // verl's actor reports them with rollout.calculate_log_probs only
+  const nlohmann::json logged = OnPolicyFirstStep("actor_rollout_ref.rollout.calculate_log_probs=true");
+  for (const char* key : {"rollout_corr/kl", "rollout_corr/chi2_seq", "rollout_corr/training_ppl"}) {
+    INFO(key);
+    CHECK(logged.contains(key));
+  }
+  // On-policy: the update's log-probs are the rollout's but for rounding.
+  CHECK(std::abs(logged["rollout_corr/kl"].get<double>()) < 1e-4);
   const double loss = gpg["actor/pg_loss"].get<double>();
   REQUIRE(loss != 0);
   CHECK(reinforce["actor/pg_loss"].get<double>() == Approx(loss).epsilon(1e-6));

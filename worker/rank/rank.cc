@@ -848,6 +848,7 @@ class CpuRank final : public RankInterface {
       o.loss.tau_neg = a.tau_neg;
       o.loss.tis_imp_ratio_cap = a.tis_imp_ratio_cap;
       o.loss.reinforce_is_threshold = a.reinforce_is_threshold;
+      o.rollout_corr_metrics = a.rollout_corr_metrics;
       o.grad_clip = a.grad_clip;
       o.loss.clip_ratio_low = a.clip_ratio_low;
       o.loss.clip_ratio_high = a.clip_ratio_high;

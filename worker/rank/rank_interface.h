@@ -68,6 +68,7 @@ struct RankActorSettings {
   double tau_neg = 1.05;
   double tis_imp_ratio_cap = -1;
   double reinforce_is_threshold = -1;  // loss_mode "reinforce" (bypass mode): its IS weights' cap; <= 0: none
+  bool rollout_corr_metrics = false;   // the update's rollout_corr/* figures (PolicyUpdateOptions)
   // In a data-parallel group: keep only this rank's share of the AdamW moments (ZeRO-1); see SetCommunicator.
   bool shard_optimizer_state = true;
   // In a data-parallel group: shard the actor's and the ref's parameters too (ZeRO-3, worker/comm/param_sharding.h).

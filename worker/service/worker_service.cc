@@ -63,6 +63,7 @@ RankActorSettings FromProto(const v1::ActorConfig& a) {
   if (a.tau_neg() != 0) s.tau_neg = a.tau_neg();
   s.tis_imp_ratio_cap = a.tis_imp_ratio_cap();
   s.reinforce_is_threshold = a.reinforce_is_threshold();
+  s.rollout_corr_metrics = a.rollout_corr_metrics();
   s.shard_optimizer_state = a.shard_optimizer_state();
   s.shard_parameters = a.shard_parameters();
   s.optimizer_offload = a.optimizer_offload();

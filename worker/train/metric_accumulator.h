@@ -41,6 +41,8 @@ class DeviceFigures {
     for (const at::Tensor& t : figures) row.push_back(t.detach().reshape({1}).to(at::kDouble));
     rows_.push_back(at::cat(row));
   }
+  // One pass's figures as a 1-D tensor (every pass the same length).
+  void Add(const at::Tensor& figures) { rows_.push_back(figures.detach().reshape({-1}).to(at::kDouble)); }
   // Every pass's figures, in the order added (one read-back).
   std::vector<std::vector<double>> ReadBack() const {
     std::vector<std::vector<double>> out;

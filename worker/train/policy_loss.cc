@@ -371,6 +371,33 @@ absl::StatusOr<at::Tensor> PerTokenPolicyLoss(const at::Tensor& old_log_prob, co
   }
 }
 
+at::Tensor OffPolicyFigures(const at::Tensor& log_prob, const at::Tensor& rollout_log_prob, const at::Tensor& mask) {
+  at::NoGradGuard no_grad;
+  const at::Tensor lp = log_prob.detach().to(at::kFloat), roll = rollout_log_prob.detach().to(at::kFloat);
+  const at::Tensor m = mask.to(at::kFloat);
+  const at::Tensor count = m.sum() + 1e-8;
+  auto masked_mean = [&](const at::Tensor& x) { return MaskedTerms(x, mask).sum() / count; };
+  auto row_mean = [&](const at::Tensor& x) { return MaskedTerms(x, mask).sum(-1) / (m.sum(-1) + 1e-8); };
+  const at::Tensor train_row = row_mean(lp), roll_row = row_mean(roll);
+  const at::Tensor log_ratio = lp - roll;  // log(pi_train / pi_rollout)
+  const at::Tensor diff = roll_row - train_row;
+  const at::Tensor rho = log_ratio.clamp(-20.0, 20.0).exp();
+  const at::Tensor seq_log_ratio = MaskedTerms(log_ratio, mask).sum(-1).clamp(-20.0, 20.0);
+  return at::stack({(-train_row).exp().mean(), (-train_row).mean(), masked_mean(roll - lp),
+                    masked_mean(log_ratio.exp() - log_ratio - 1), (-roll_row).exp().mean(), (-roll_row).mean(),
+                    diff.mean(), diff.abs().mean(), diff.max(), diff.min(), diff.exp().mean(),
+                    masked_mean(rho.square()) - 1, (2.0 * seq_log_ratio).exp().mean() - 1})
+      .detach();
+}
+
+const std::vector<std::string>& OffPolicyFigureNames() {
+  static const auto* names = new std::vector<std::string>{
+      "training_ppl", "training_log_ppl", "kl",               "k3_kl",         "rollout_ppl", "rollout_log_ppl",
+      "log_ppl_diff", "log_ppl_abs_diff", "log_ppl_diff_max", "log_ppl_diff_min", "ppl_ratio", "chi2_token",
+      "chi2_seq"};
+  return *names;
+}
+
 const std::vector<std::string>& PolicyLossModeNames() {
   static const auto* names = new std::vector<std::string>{"vanilla", "gspo", "gpg",      "cispo",
                                                           "clip_cov", "kl_cov", "sapo", "geo_mean", "reinforce"};

@@ -119,6 +119,15 @@ absl::StatusOr<at::Tensor> PerTokenPolicyLoss(const at::Tensor& old_log_prob, co
                                               const at::Tensor& advantages, const at::Tensor& response_mask,
                                               const at::Tensor& rollout_log_prob, const PolicyLossOptions& options);
 
+// verl's off-policy diagnostics (rollout_corr_helper.compute_offpolicy_metrics, as its actor computes them per
+// micro-batch from the current log-probs against the rollout's) over one micro-batch: a float32 tensor of
+// OffPolicyFigureNames().size() values, detached, in that order. Row means are over every row (an empty one counts,
+// its masked mean 0, as verl's); the max and min are over rows. log_prob, rollout_log_prob and mask are [rows, r].
+at::Tensor OffPolicyFigures(const at::Tensor& log_prob, const at::Tensor& rollout_log_prob, const at::Tensor& mask);
+// Their names, to be prefixed with "rollout_corr/": training_ppl, training_log_ppl, kl, k3_kl, rollout_ppl,
+// rollout_log_ppl, log_ppl_diff, log_ppl_abs_diff, log_ppl_diff_max, log_ppl_diff_min, ppl_ratio, chi2_token, chi2_seq.
+const std::vector<std::string>& OffPolicyFigureNames();
+
 struct ValueLossResult {
   at::Tensor vf_loss;      // scalar, differentiable (already multiplied by 0.5 as verl does)
   at::Tensor vf_clipfrac;  // scalar, detached

@@ -171,6 +171,10 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
   if (options.loss.tis_imp_ratio_cap > 0 && !inputs.rollout_log_probs.defined()) {
     return absl::FailedPreconditionError("tis_imp_ratio_cap is set but the rollout log-probs are missing");
   }
+  if (options.rollout_corr_metrics && !inputs.rollout_log_probs.defined()) {
+    return absl::FailedPreconditionError("rollout_corr_metrics is set but the rollout log-probs are missing");
+  }
+  const bool needs_rollout = options.loss.tis_imp_ratio_cap > 0 || options.rollout_corr_metrics;
   const PolicyLossOptions& loss_options = options.loss;
   at::Generator gen = at::detail::createCPUGenerator(options.seed);
   MetricAccumulator metrics;
@@ -212,11 +216,11 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
       at::Tensor old_lp = inputs.old_log_probs.index_select(0, idx);
       at::Tensor adv = inputs.advantages.index_select(0, idx);
       at::Tensor ref_lp = options.use_kl_loss ? inputs.ref_log_probs.index_select(0, idx) : at::Tensor();
-      at::Tensor rollout_lp =
-          options.loss.tis_imp_ratio_cap > 0 ? inputs.rollout_log_probs.index_select(0, idx) : at::Tensor();
+      at::Tensor rollout_lp = needs_rollout ? inputs.rollout_log_probs.index_select(0, idx) : at::Tensor();
       AggNormalizer norm = GlobalAggNormalizer(mini.host_response_mask, options.reduce_sum);
       if (options.loss_scale_factor > 0) norm.max_response_length = options.loss_scale_factor;
       DeviceFigures figures;  // per pass: pg_loss, entropy, kl_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower
+      DeviceFigures off_policy;  // per pass, with rollout_corr_metrics: OffPolicyFigures
       optimizer.ZeroGrad();
       GradAccumulator grads(params);  // the micro-batches' gradients summed in float32
       ASSIGN_OR_RETURN(std::vector<at::Tensor> micro_batches, SplitMicroBatches(mini, micro));
@@ -265,6 +269,7 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
         (fused ? lp.anchor : loss).backward();
         grads.Collect();
         figures.Add({pl.pg_loss, entropy_term, kl_term, pl.pg_clipfrac, pl.ppo_kl, pl.pg_clipfrac_lower});
+        if (options.rollout_corr_metrics) off_policy.Add(OffPolicyFigures(lp.log_probs, roll_c, mask));
       }
       grads.Finish();
       double pg_loss = 0, entropy = 0, kl_loss = 0;
@@ -276,6 +281,9 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
         if (reported.pg_clipfrac) metrics.Add("actor/pg_clipfrac", f[3]);
         if (reported.ppo_kl) metrics.Add("actor/ppo_kl", f[4]);
         if (reported.pg_clipfrac_lower) metrics.Add("actor/pg_clipfrac_lower", f[5]);
+      }
+      for (const std::vector<double>& f : off_policy.ReadBack()) {
+        for (size_t i = 0; i < f.size(); ++i) metrics.Add("rollout_corr/" + OffPolicyFigureNames()[i], f[i]);
       }
       if (!model.sharded()) ReduceGradients(params, options.reduce_sum);
       // Each rank holds its share of the mini-batch's (globally normalised) losses: the sum is the mini-batch's.

@@ -81,6 +81,9 @@ struct PolicyUpdateOptions {
   // (ChunkedLogProbsWithGrad). The same update but for rounding; false: backpropagate through ChunkedLogProbs.
   // UpdatePolicy reports whether it did as perf/actor_fused_lm_head (1 or 0).
   bool fuse_lm_head_grad = true;
+  // verl's rollout_corr/* off-policy figures (OffPolicyFigures) of each micro-batch's log-probs against the
+  // rollout's, averaged over the micro-batches as its actor reports them (rollout.calculate_log_probs or bypass mode).
+  bool rollout_corr_metrics = false;
   int64_t ppo_epochs = 1;
   bool shuffle = false;
   double temperature = 1.0;
@@ -96,7 +99,7 @@ struct PolicyUpdateInputs {
   at::Tensor old_log_probs;      // [N, R]
   at::Tensor ref_log_probs;      // [N, R] or undefined
   at::Tensor advantages;         // [N, R]
-  at::Tensor rollout_log_probs;  // [N, R]; needed when tis_imp_ratio_cap > 0
+  at::Tensor rollout_log_probs;  // [N, R]; needed when tis_imp_ratio_cap > 0 or rollout_corr_metrics
   // Set when the old log-prob pass left out the first mini-batch (FirstMiniBatchRows): its rows' old log-probs are
   // the update's own log-probs from its first forward over them (before any optimizer step), detached, and are
   // written into old_log_probs (in place) for later epochs and for the caller.

@@ -2,6 +2,8 @@
 
 #include <ATen/core/grad_mode.h>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -69,6 +71,32 @@ TEST_CASE("every policy loss mode and aggregation matches verl's formulas", "[al
       r->pg_loss.backward();
       RequireNear(lp.grad(), ToTensor(c["grad_log_prob"]), name + " d pg_loss / d log_prob", 1e-5, tol);
     }
+  }
+}
+
+TEST_CASE("the off-policy figures match verl's compute_offpolicy_metrics", "[algos]") {
+  const nlohmann::json golden = LoadGolden("policy_loss.json");
+  const nlohmann::json& in = golden["inputs"];
+  for (at::ScalarType dtype : {at::kDouble, at::kFloat}) {
+    const at::Tensor figures =
+        OffPolicyFigures(ToTensor(in["log_prob"], dtype), ToTensor(in["rollout_log_prob"], dtype),
+                         ToTensor(in["response_mask"], dtype).to(at::kBool));
+    REQUIRE(figures.scalar_type() == at::kFloat);
+    REQUIRE(figures.numel() == static_cast<int64_t>(OffPolicyFigureNames().size()));
+    REQUIRE(golden["offpolicy"].size() == OffPolicyFigureNames().size());
+    for (size_t i = 0; i < OffPolicyFigureNames().size(); ++i) {
+      const std::string& name = OffPolicyFigureNames()[i];
+      RequireNear(figures[static_cast<int64_t>(i)].item<double>(), golden["offpolicy"][name].get<double>(),
+                  "rollout_corr/" + name, 1e-5, 1e-6);
+    }
+  }
+  // Equal log-probs: no divergence, equal perplexities.
+  const at::Tensor lp = ToTensor(in["log_prob"], at::kFloat), mask = ToTensor(in["response_mask"], at::kFloat);
+  const at::Tensor same = OffPolicyFigures(lp, lp, mask);
+  for (const char* zero : {"kl", "k3_kl", "log_ppl_diff", "log_ppl_abs_diff", "chi2_token", "chi2_seq"}) {
+    const auto at = std::find(OffPolicyFigureNames().begin(), OffPolicyFigureNames().end(), zero);
+    INFO(zero);
+    CHECK(std::abs(same[at - OffPolicyFigureNames().begin()].item<double>()) < 1e-6);
   }
 }
 

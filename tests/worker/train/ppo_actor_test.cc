@@ -168,6 +168,27 @@ TEST_CASE("UpdatePolicy raises the log-prob of a response with positive advantag
     REQUIRE(static_cast<int>(m->count("actor/ppo_kl")) == want[1]);
     REQUIRE(static_cast<int>(m->count("actor/pg_clipfrac_lower")) == want[2]);
   }
+  // verl's rollout_corr/* figures only when asked, which needs the rollout's log-probs; here those are the policy's
+  // own (lr 0 keeps it), so nothing diverges.
+  {
+    PolicyUpdateOptions ro = o;
+    ro.lr = 0;
+    ro.rollout_corr_metrics = true;
+    REQUIRE(UpdatePolicy(*model, opt, b, in, ro).status().code() == absl::StatusCode::kFailedPrecondition);
+    PolicyUpdateInputs with = in;
+    with.rollout_log_probs = ComputeLogProbsNoGrad(*model, b, 1.0, 2);
+    auto m = UpdatePolicy(*model, opt, b, with, ro);
+    INFO(m.status().ToString());
+    REQUIRE(m.ok());
+    for (const std::string& name : OffPolicyFigureNames()) REQUIRE(m->count("rollout_corr/" + name) == 1);
+    CHECK(m->at("rollout_corr/kl") == Approx(0.0).margin(1e-5));
+    CHECK(m->at("rollout_corr/chi2_token") == Approx(0.0).margin(1e-4));
+    CHECK(m->at("rollout_corr/training_ppl") == Approx(m->at("rollout_corr/rollout_ppl")).epsilon(1e-5));
+    ro.rollout_corr_metrics = false;
+    auto off = UpdatePolicy(*model, opt, b, with, ro);
+    REQUIRE(off.ok());
+    CHECK(off->count("rollout_corr/kl") == 0);
+  }
   model->SetRequiresGrad(false);
   at::Tensor new_lp = ComputeLogProbsNoGrad(*model, b, 1.0, 2);
   REQUIRE(new_lp.sum().item<double>() > old_lp.sum().item<double>() + 1e-3);

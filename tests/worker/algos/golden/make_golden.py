@@ -380,6 +380,32 @@ def reinforce_loss(old, lp, adv, mask, agg, cfg, use_is):
     return loss, dagg * -adv * w, metrics
 
 
+def offpolicy_metrics(lp, roll, mask):
+    """rollout_corr_helper.compute_offpolicy_metrics(old_log_prob=lp, rollout_log_prob=roll, response_mask=mask), as
+    verl's actor calls it per micro-batch with its current log-probs."""
+    train_row = masked_mean(lp, mask, axis=-1)
+    roll_row = masked_mean(roll, mask, axis=-1)
+    log_ratio = lp - roll
+    diff = roll_row - train_row
+    rho = np.exp(np.clip(log_ratio, -20.0, 20.0))
+    seq = np.clip(masked_sum(log_ratio, mask, axis=-1), -20.0, 20.0)
+    return dict(
+        training_ppl=np.exp(-train_row).mean(),
+        training_log_ppl=(-train_row).mean(),
+        kl=masked_mean(roll - lp, mask),
+        k3_kl=masked_mean(np.exp(log_ratio) - log_ratio - 1, mask),
+        rollout_ppl=np.exp(-roll_row).mean(),
+        rollout_log_ppl=(-roll_row).mean(),
+        log_ppl_diff=diff.mean(),
+        log_ppl_abs_diff=np.abs(diff).mean(),
+        log_ppl_diff_max=diff.max(),
+        log_ppl_diff_min=diff.min(),
+        ppl_ratio=np.exp(diff).mean(),
+        chi2_token=masked_mean(rho**2, mask) - 1.0,
+        chi2_seq=np.exp(2.0 * seq).mean() - 1.0,
+    )
+
+
 def kl_forward(lp, ref, kind):
     """Value and d value / d lp."""
     if kind in ("kl", "k1"):
@@ -621,6 +647,8 @@ def make_losses(rng):
             config=cfg,
             policy=policy,
             agg=dict(loss_mat=t(np.where(mask == 0, 1e30, loss_mat)), cases=agg),
+            # log_prob against rollout_log_prob over response_mask (row 6 empty).
+            offpolicy={k: float(v) for k, v in offpolicy_metrics(lp, rollout, mask).items()},
             value=dict(vpreds=t(vpreds), values=t(values), returns=t(returns), cliprange_value=0.2, cases=vl),
         ),
     )
