@@ -137,6 +137,10 @@ std::string OtherVerlFeatureAdvice(const std::string& key) {
     return "multi-turn rollouts with tool calls are not built in (one response per prompt here): drop it";
   }
   if (key == "trainer.use_legacy_worker_impl") return "a choice between verl's Python worker implementations: drop it";
+  if (Under(key, "actor_rollout_ref.actor.checkpoint") || Under(key, "critic.checkpoint")) {
+    return "verl's choice of what a checkpoint holds; checkpoints here always hold the model, the optimizer and the "
+           "extra state (verl's default), and the last one also actor/huggingface: drop it";
+  }
   // verl's SFT trainer (fsdp_sft_trainer): top-level model.* and optim.*, and its data keys.
   if (Under(key, "model") || Under(key, "optim") || key == "data.response_key" || key == "data.prompt_dict_keys" ||
       key == "data.response_dict_keys" || key == "data.micro_batch_size" || key == "data.micro_batch_size_per_gpu") {

@@ -392,9 +392,8 @@ at::Tensor OffPolicyFigures(const at::Tensor& log_prob, const at::Tensor& rollou
 
 const std::vector<std::string>& OffPolicyFigureNames() {
   static const auto* names = new std::vector<std::string>{
-      "training_ppl", "training_log_ppl", "kl",               "k3_kl",         "rollout_ppl", "rollout_log_ppl",
-      "log_ppl_diff", "log_ppl_abs_diff", "log_ppl_diff_max", "log_ppl_diff_min", "ppl_ratio", "chi2_token",
-      "chi2_seq"};
+      "training_ppl", "training_log_ppl", "kl", "k3_kl", "rollout_ppl", "rollout_log_ppl", "log_ppl_diff",
+      "log_ppl_abs_diff", "log_ppl_diff_max", "log_ppl_diff_min", "ppl_ratio", "chi2_token", "chi2_seq"};
   return *names;
 }
 

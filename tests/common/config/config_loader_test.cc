@@ -402,6 +402,7 @@ TEST_CASE("unknown keys suggest the closest valid key", "[config]") {
              {"actor_rollout_ref.rollout.max_model_len=1536", "the rollout engine here is built in"},
              {"actor_rollout_ref.rollout.layered_summon=True", "the rollout engine here is built in"},
              {"trainer.use_legacy_worker_impl=auto", "verl's Python worker implementations"},
+             {"actor_rollout_ref.actor.checkpoint.save_contents=['model','hf_model']", "the last one also"},
              {"model.partial_pretrain=Qwen/Qwen2.5-0.5B-Instruct", "verl's SFT trainer"},
              {"data.prompt_dict_keys=['question']", "verl's SFT trainer"},
              {"optim.lr=1e-4", "verl's SFT trainer"},
