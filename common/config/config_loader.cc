@@ -162,7 +162,7 @@ std::string KnownVerlKeyAdvice(const std::string& key) {
                                   "multi_stage_wake_up", "data_parallel_size", "expert_parallel_size",
                                   "over_sample_rate", "trace", "checkpoint_engine"}) {
     const std::string engine_key = absl::StrCat("actor_rollout_ref.rollout.", AV(engine));
-    if (key == engine_key || absl::StartsWith(key, engine_key + ".")) {
+    if (Under(key, engine_key)) {
       return "a setting of verl's vLLM/SGLang rollout; the rollout engine here is built in: drop it";
     }
   }
@@ -174,7 +174,7 @@ std::string KnownVerlKeyAdvice(const std::string& key) {
     }
   }
   // Model-based rewards and Python reward functions: rewards here are the rule scorers chosen by data_source.
-  if (absl::StartsWith(key, "reward_model.") || absl::StartsWith(key, "custom_reward_function.")) {
+  if (Under(key, "reward_model") || Under(key, "custom_reward_function")) {
     return "verl's model-based reward and custom Python reward functions are not supported here; rewards come from "
            "the built-in rule scorer of each row's data_source (openai/gsm8k, verl_cpp/repeat_letter, ...): drop it";
   }

@@ -1298,13 +1298,15 @@ class JobRunner::Impl {
       sr.set_step_id(step_id);
       ASSIGN_OR_RETURN(std::vector<v1::ScoreResponse> scored, OnAllRanks(sr, &WorkerClient::Score, called));
       int64_t i = 0;
+      std::string input;  // with log_val_generations: the prompt of sample i, decoded once for its n samples
       for (const v1::ScoreResponse& s : scored) {
         for (int k = 0; k < s.scores_size(); ++k, ++i) {
           const PreparedExample& example = val_[begin + i / n];
           by_source[example.data_source].push_back(s.scores(k));
           if (config_.trainer.log_val_generations > 0) {
-            generations.push_back({tokenizer_->Decode(example.token_ids, /*skip_special_tokens=*/true),
-                                   k < s.response_texts_size() ? s.response_texts(k) : std::string(), s.scores(k)});
+            if (i % n == 0) input = tokenizer_->Decode(example.token_ids, /*skip_special_tokens=*/true);
+            generations.push_back({input, k < s.response_texts_size() ? s.response_texts(k) : std::string(),
+                                   s.scores(k)});
           }
         }
       }

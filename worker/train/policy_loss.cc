@@ -383,7 +383,7 @@ at::Tensor OffPolicyFigures(const at::Tensor& log_prob, const at::Tensor& rollou
   const at::Tensor diff = roll_row - train_row;
   const at::Tensor rho = log_ratio.clamp(-20.0, 20.0).exp();
   const at::Tensor seq_log_ratio = MaskedTerms(log_ratio, mask).sum(-1).clamp(-20.0, 20.0);
-  return at::stack({(-train_row).exp().mean(), (-train_row).mean(), masked_mean(roll - lp),
+  return at::stack({(-train_row).exp().mean(), (-train_row).mean(), masked_mean(-log_ratio),
                     masked_mean(log_ratio.exp() - log_ratio - 1), (-roll_row).exp().mean(), (-roll_row).mean(),
                     diff.mean(), diff.abs().mean(), diff.max(), diff.min(), diff.exp().mean(),
                     masked_mean(rho.square()) - 1, (2.0 * seq_log_ratio).exp().mean() - 1})
