@@ -44,6 +44,8 @@ const std::vector<ConfigKeySpec>& Table() {
        "Actor and ref passes run with their sequences packed back to back without padding (attention per sequence: flash attention's variable-length kernel on GPUs in bf16, one call per sequence otherwise); the same numbers with less work when lengths vary."},
       {"actor_rollout_ref.model.enable_gradient_checkpointing", T::kBool, "true", "", false, O::kVerl,
        "Activation checkpointing in the actor update: each decoder layer keeps only its input and is recomputed in backward (same gradients, less memory, about a third more compute). Always on with actor.shard_parameters."},
+      {"actor_rollout_ref.model.recompute_num_layers", T::kOptionalInt, "null", "", false, O::kOurs,
+       "With enable_gradient_checkpointing: only the first this many decoder layers are recomputed in backward, the others keep their activations (Megatron's recompute_method block); null recomputes every layer. Trades memory for speed: each kept layer holds its activations for the micro-batch's tokens until its backward (about 37 KB per token per layer at the Qwen2.5-0.5B shape in bf16). Not with actor.shard_parameters."},
 
       // ---- actor_rollout_ref.actor ----
       {"actor_rollout_ref.actor.optim.lr", T::kDouble, "1.0e-6", "", false, O::kVerl, "AdamW learning rate."},
@@ -240,6 +242,8 @@ const std::vector<ConfigKeySpec>& Table() {
        "Critic passes packed without padding, as actor_rollout_ref.model.use_remove_padding."},
       {"critic.model.enable_gradient_checkpointing", T::kBool, "true", "", false, O::kVerl,
        "Activation checkpointing in the critic update, as actor_rollout_ref.model.enable_gradient_checkpointing."},
+      {"critic.model.recompute_num_layers", T::kOptionalInt, "null", "", false, O::kOurs,
+       "With critic.model.enable_gradient_checkpointing: only the first this many layers recomputed, as actor_rollout_ref.model.recompute_num_layers."},
       {"critic.model.fsdp_config.optimizer_offload", T::kBool, "false", "", false, O::kVerl,
        "As actor_rollout_ref.actor.fsdp_config.optimizer_offload, for the critic."},
       {"critic.model.fsdp_config.param_offload", T::kBool, "false", "", false, O::kVerl,

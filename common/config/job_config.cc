@@ -144,6 +144,7 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   r.Read("actor_rollout_ref.model.path", &m.path);
   r.Read("actor_rollout_ref.model.dtype", &m.dtype);
   r.Read("actor_rollout_ref.model.enable_gradient_checkpointing", &m.enable_gradient_checkpointing);
+  r.Read("actor_rollout_ref.model.recompute_num_layers", &m.recompute_num_layers);
   r.Read("actor_rollout_ref.model.use_remove_padding", &m.use_remove_padding);
 
   ActorConfig& a = c.actor_rollout_ref.actor;
@@ -247,6 +248,7 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   CriticConfig& cr = c.critic;
   r.Read("critic.model.path", &cr.model_path);
   r.Read("critic.model.enable_gradient_checkpointing", &cr.enable_gradient_checkpointing);
+  r.Read("critic.model.recompute_num_layers", &cr.recompute_num_layers);
   r.Read("critic.model.use_remove_padding", &cr.use_remove_padding);
   r.Read("critic.optim.lr", &cr.optim.lr);
   r.Read("critic.optim.weight_decay", &cr.optim.weight_decay);
@@ -347,6 +349,25 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
   check(d.train_batch_size > 0, absl::StrCat("data.train_batch_size must be > 0, got ", d.train_batch_size));
   check(!d.val_batch_size || *d.val_batch_size > 0,
         absl::StrCat("data.val_batch_size must be > 0 or null, got ", d.val_batch_size.value_or(0)));
+
+  // recompute_num_layers narrows activation checkpointing: it needs checkpointing on, and a sharded actor recomputes
+  // every layer whatever it says (its layers are gathered again for backward).
+  const ModelConfig& mc = c.actor_rollout_ref.model;
+  check(!mc.recompute_num_layers || *mc.recompute_num_layers >= 0,
+        absl::StrCat("actor_rollout_ref.model.recompute_num_layers must be >= 0 or null, got ",
+                     mc.recompute_num_layers.value_or(0)));
+  check(!mc.recompute_num_layers || mc.enable_gradient_checkpointing,
+        "actor_rollout_ref.model.recompute_num_layers is set but actor_rollout_ref.model.enable_gradient_checkpointing "
+        "is false: no layer is recomputed; drop recompute_num_layers, or turn checkpointing on");
+  check(!mc.recompute_num_layers || !a.shard_parameters,
+        "actor_rollout_ref.model.recompute_num_layers does not apply with actor_rollout_ref.actor.shard_parameters=true: "
+        "a sharded actor recomputes every layer in backward (its layers are gathered again); drop one of them");
+  check(!c.critic.recompute_num_layers || *c.critic.recompute_num_layers >= 0,
+        absl::StrCat("critic.model.recompute_num_layers must be >= 0 or null, got ",
+                     c.critic.recompute_num_layers.value_or(0)));
+  check(!c.critic.recompute_num_layers || c.critic.enable_gradient_checkpointing,
+        "critic.model.recompute_num_layers is set but critic.model.enable_gradient_checkpointing is false: no layer is "
+        "recomputed; drop recompute_num_layers, or turn checkpointing on");
 
   // verl's parameter offload of the actor and the critic has no counterpart here: refused rather than ignored
   // (false, verl's default, loads). The reference model's is offered (its weights in host memory between its passes).

@@ -680,6 +680,7 @@ class JobRunner::Impl {
       cc->set_forward_micro_batch_size_per_gpu(static_cast<int32_t>(c.forward_micro_batch_size_per_gpu.value_or(
           config_.data.train_batch_size * arr.rollout.n / Trainers())));
       cc->set_gradient_checkpointing(c.enable_gradient_checkpointing);
+      if (c.recompute_num_layers) cc->set_recompute_num_layers(static_cast<int32_t>(*c.recompute_num_layers));
       cc->set_remove_padding(c.use_remove_padding);
       if (c.use_dynamic_bsz) {
         cc->set_ppo_max_token_len(c.ppo_max_token_len_per_gpu);
@@ -742,6 +743,7 @@ class JobRunner::Impl {
     ac->set_rollout_enforce_eager(arr.rollout.enforce_eager);
     ac->set_rollout_no_prompt_sharing(!arr.rollout.enable_prefix_caching);
     ac->set_gradient_checkpointing(arr.model.enable_gradient_checkpointing);
+    if (arr.model.recompute_num_layers) ac->set_recompute_num_layers(static_cast<int32_t>(*arr.model.recompute_num_layers));
     ac->set_remove_padding(arr.model.use_remove_padding);
     ac->set_prefix_grouper(a.use_prefix_grouper);
     if (a.use_dynamic_bsz) ac->set_ppo_max_token_len(a.ppo_max_token_len_per_gpu);

@@ -151,8 +151,8 @@ TEST_CASE("quickstart GRPO: reward rises, metrics and checkpoints land, and a re
 }
 
 // Runs one algorithm from scratch on the quickstart task and checks that the reward rose: step 1 near random,
-// validation (greedy) after training at least 0.8.
-void CheckRewardRises(const std::string& config, const std::string& overrides) {
+// validation (greedy) after training at least 0.8. Returns the metrics lines.
+std::vector<nlohmann::json> CheckRewardRises(const std::string& config, const std::string& overrides) {
   Workspace ws;
   const int rc = ws.Controller("trainer.total_training_steps=120 trainer.test_freq=120 trainer.save_freq=-1 " +
                                    overrides,
@@ -166,10 +166,17 @@ void CheckRewardRises(const std::string& config, const std::string& overrides) {
   INFO("score at step 1 " << score_first << ", validation after 120 steps " << val_after);
   CHECK(score_first < 0.3);
   CHECK(val_after >= 0.8);
+  return lines;
 }
 
 TEST_CASE("PPO with a critic (GAE) and an in-reward KL penalty raises the reward", "[e2e][ppo]") {
-  CheckRewardRises(std::string(VERL_SOURCE_DIR) + "/configs/quickstart_ppo.yaml", "");
+  // With the actor's and the critic's checkpointing narrowed to their first layer (the same gradients; the setting
+  // travels from the controller to the worker, which reports the layers it recomputed).
+  const std::vector<nlohmann::json> lines =
+      CheckRewardRises(std::string(VERL_SOURCE_DIR) + "/configs/quickstart_ppo.yaml",
+                       "actor_rollout_ref.model.recompute_num_layers=1 critic.model.recompute_num_layers=1");
+  CHECK(lines[1]["data"]["perf/actor_recomputed_layers"] == 1.0);
+  CHECK(lines[1]["data"]["perf/critic_recomputed_layers"] == 1.0);
 }
 
 TEST_CASE("RLOO raises the reward", "[e2e][rloo]") { CheckRewardRises(kConfig, "algorithm.adv_estimator=rloo"); }

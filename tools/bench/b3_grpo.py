@@ -18,8 +18,11 @@ the trainer's passes; the same numbers but for rounding); --prefix-grouper 0 tur
 ours both ways in the same run; --ab KEY=VALUE (repeatable) runs ours a second time with those overrides instead
 (e.g. --ab actor_rollout_ref.rollout.enable_prefix_caching=false), its figures under ours_other.
 
+Activation checkpointing is on in both, their defaults (verl's enable_gradient_checkpointing, TRL's GRPOConfig
+gradient_checkpointing); --gradient-checkpointing 0 turns it off in both.
+
 usage: b3_grpo.py --build-dir build-cuda --out FILE.json [--steps 3] [--skip-trl] [--wheels .device-wheels]
-                  [--prefix-grouper 0|1] [--ab-prefix-grouper | --ab KEY=VALUE ...]
+                  [--prefix-grouper 0|1] [--ab-prefix-grouper | --ab KEY=VALUE ...] [--gradient-checkpointing 0|1]
 """
 import argparse
 import datetime
@@ -75,7 +78,7 @@ def hf_token_counter(model_dir):
     return count
 
 
-def run_ours(bin_dir, model, data, work, steps, prefix_grouper, name="ours", overrides=()):
+def run_ours(bin_dir, model, data, work, steps, prefix_grouper, checkpointing, name="ours", overrides=()):
     logs = os.path.join(work, f"{name}-logs")
     cmd = [os.path.join(bin_dir, "verl-controller"), "--config", os.path.join(ROOT, "configs/quickstart.yaml"),
            f"actor_rollout_ref.model.path={model}", f"data.train_files={data}", f"data.val_files={data}",
@@ -93,7 +96,8 @@ def run_ours(bin_dir, model, data, work, steps, prefix_grouper, name="ours", ove
            "trainer.val_before_train=false", "trainer.logger=[console,jsonl]", "trainer.device=cuda",
            "trainer.n_gpus_per_node=1", f"trainer.default_local_dir={work}/{name}-ckpt", f"trainer.log_dir={logs}",
            "cluster.num_threads_per_rank=8", "cluster.worker_start_timeout_s=120",
-           f"actor_rollout_ref.actor.use_prefix_grouper={'true' if prefix_grouper else 'false'}", *overrides]
+           f"actor_rollout_ref.actor.use_prefix_grouper={'true' if prefix_grouper else 'false'}",
+           f"actor_rollout_ref.model.enable_gradient_checkpointing={'true' if checkpointing else 'false'}", *overrides]
     start = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - start
@@ -106,7 +110,8 @@ def run_ours(bin_dir, model, data, work, steps, prefix_grouper, name="ours", ove
             "training/rollout_probs_diff_max", "training/rollout_probs_diff_mean",
             "training/rollout_log_probs_diff_max", "training/rollout_log_probs_diff_mean", "actor/grad_norm",
             "actor/kl_loss", "perf/rollout_kv_cache_slots", "perf/old_log_prob_deferred_rows",
-            "perf/actor_packed_tokens", "perf/actor_micro_batches", "perf/max_memory_reserved_gb"]
+            "perf/actor_packed_tokens", "perf/actor_micro_batches", "perf/max_memory_reserved_gb",
+            "perf/actor_recomputed_layers"]
     per_step = [{k: d.get(k) for k in keys} for d in steps_data]
     timed = per_step[1:] or per_step
     sec = sum(s["timing_s/step"] for s in timed) / len(timed)
@@ -132,7 +137,7 @@ def install_trl(wheels, site):
     return [os.path.basename(m) for m in missing]
 
 
-def run_trl(model, data, work, steps):
+def run_trl(model, data, work, steps, checkpointing):
     import torch
     import transformers
     import trl
@@ -152,7 +157,8 @@ def run_trl(model, data, work, steps):
         max_completion_length=RESPONSE_LEN, temperature=1.0, top_p=1.0, top_k=0, beta=0.001, num_iterations=1,
         epsilon=0.2, learning_rate=1e-6, weight_decay=0.0, max_grad_norm=1.0, bf16=True, max_steps=2 * steps,
         logging_steps=1, save_strategy="no", report_to=[], use_vllm=False, shuffle_dataset=False,
-        generation_kwargs={"min_new_tokens": RESPONSE_LEN}, log_completions=False, seed=0)
+        generation_kwargs={"min_new_tokens": RESPONSE_LEN}, log_completions=False, seed=0,
+        gradient_checkpointing=checkpointing)
 
     marks = []
 
@@ -191,6 +197,8 @@ def main():
                     help="also run ours with the other use_prefix_grouper setting (JSON: ours_other)")
     ap.add_argument("--ab", action="append", default=[], metavar="KEY=VALUE",
                     help="also run ours with these overrides (JSON: ours_other)")
+    ap.add_argument("--gradient-checkpointing", type=int, default=1,
+                    help="activation checkpointing in ours and in TRL (both default to it)")
     a = ap.parse_args()
     bin_dir = os.path.join(os.path.abspath(a.build_dir), "bin")
     work = tempfile.mkdtemp(prefix="b3_")
@@ -198,18 +206,19 @@ def main():
     make_bench_model(bin_dir, model)
     data = os.path.join(work, "train.parquet")
     prompt_tokens = make_dataset(data, PROMPTS * max(a.steps, 2), hf_token_counter(model))
-    ours = run_ours(bin_dir, model, data, work, a.steps, bool(a.prefix_grouper))
+    ckpt = bool(a.gradient_checkpointing)
+    ours = run_ours(bin_dir, model, data, work, a.steps, bool(a.prefix_grouper), ckpt)
     print(json.dumps({k: v for k, v in ours.items() if k != "steps"}), file=sys.stderr)
     other = None
     if a.ab_prefix_grouper or a.ab:
         grouper = bool(a.prefix_grouper) != a.ab_prefix_grouper
-        other = run_ours(bin_dir, model, data, work, a.steps, grouper, name="ours-other", overrides=a.ab)
+        other = run_ours(bin_dir, model, data, work, a.steps, grouper, ckpt, name="ours-other", overrides=a.ab)
         print(json.dumps({k: v for k, v in other.items() if k != "steps"}), file=sys.stderr)
     baseline = None
     installed = []
     if not a.skip_trl:
         installed = install_trl(a.wheels, os.path.join(work, "site"))
-        baseline = run_trl(model, data, work, a.steps)
+        baseline = run_trl(model, data, work, a.steps, ckpt)
         baseline["installed_wheels"] = installed
         print(json.dumps({k: v for k, v in baseline.items() if k != "log"}), file=sys.stderr)
     report = {
@@ -221,7 +230,8 @@ def main():
         "config": {"model": "bench-0.5b (random, Qwen2.5-0.5B shape)", "prompts": PROMPTS, "n": N,
                    "prompt_tokens": prompt_tokens, "response_len": RESPONSE_LEN, "ppo_epochs": 1,
                    "mini_batch_prompts": MINI, "kl_loss": "low_var_kl 0.001 against the reference model",
-                   "grad_clip": 1.0, "lr": 1e-6, "steps": a.steps, "timed": "steps after the first"},
+                   "grad_clip": 1.0, "lr": 1e-6, "steps": a.steps, "timed": "steps after the first",
+                   "gradient_checkpointing": ckpt},
         "ours": ours,
         "ours_other": other,
         "baseline": baseline,

@@ -26,8 +26,8 @@
 // H200). The packed passes call flash attention directly either way; with --prefix-grouper 1 they run SDPA over
 // gathered rows.
 //
-// --checkpointing 1 recomputes each layer in backward (enable_gradient_checkpointing). The peak resident set of the
-// process is reported too (the CPU's memory measure).
+// --checkpointing 1 recomputes each layer in backward (enable_gradient_checkpointing); with --recompute-layers N only
+// the first N (recompute_num_layers). The peak resident set of the process is reported too (the CPU's memory measure).
 //
 // --overlap-log-probs R (an experiment, GPU): besides the update, a no-grad log-prob pass over the batch's first R rows
 // by a second copy of the model (a frozen reference), timed one after the other on one stream and at once on two
@@ -88,6 +88,7 @@ int main(int argc, char** argv) {
                                               {"repeats", "2"},
                                               {"seed", "0"},
                                               {"checkpointing", "0"},
+                                              {"recompute-layers", "-1"},
                                               {"max-token-len", "0"},
                                               {"remove-padding", "0"},
                                               {"profile", "0"},
@@ -128,7 +129,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     verl::DecoderModel& m = **model;
-    m.SetGradientCheckpointing(flags["checkpointing"] == "1");
+    m.SetGradientCheckpointing(flags["checkpointing"] == "1", std::stoll(flags["recompute-layers"]));
     at::manual_seed(std::stoull(flags["seed"]));
     const auto long_on = at::TensorOptions(at::kLong).device(device);
     verl::SequenceBatch batch;
@@ -231,6 +232,7 @@ int main(int argc, char** argv) {
                              {"mini_batch", o.mini_batch_size},
                              {"sdpa", flags["sdpa"]},
                              {"checkpointing", m.gradient_checkpointing()},
+                             {"recomputed_layers", m.recomputed_layers()},
                              {"device", flags["device"]},
                              {"dtype", flags["dtype"]},
                              {"warmup", warmup},

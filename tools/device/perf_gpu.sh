@@ -8,6 +8,9 @@
 # PAD=1: the log-prob pass (B3's shape) and the update (B2's) over rows of varied prompt and response lengths (left and
 # right padding), each three ways: causal passes over rolled rows (the default), the explicit mask
 # (VERL_CAUSAL_PASSES=0) and packed (--remove-padding 1): pad.jsonl.
+# UP=1: a B3 mini-batch's actor update alone (verl-bench-update: 512 rows of 256 + 512 tokens, n 8, shared prompts,
+# checkpointing, a 24,576-token budget) once per entry of UP_VARIANTS (more flags, ';' between entries; default: every
+# layer recomputed, 12, none: --recompute-layers), the entries alternating over two rounds: up.jsonl.
 #
 #   VERL_COMMIT=<hash> tools/device/perf_gpu.sh      # TESTS=1 B1=1 B2=1 B3=1
 # Pass the commit's hash as a literal (taken on your machine): the device copy's .git can be stale.
@@ -29,6 +32,7 @@ B3="${B3:-1}"
 MICRO="${MICRO:-1}"
 LP="${LP:-0}"
 PAD="${PAD:-0}"
+UP="${UP:-0}"
 GEMM="${GEMM:-1}"
 mkdir -p "$OUT"
 start=$(date +%s)
@@ -43,7 +47,7 @@ set +e
 build_rc=$?
 build_s=$(secs)
 
-tests_rc=-1; b1_rc=-1; b2_rc=-1; b3_rc=-1; lp_rc=-1; pad_rc=-1
+tests_rc=-1; b1_rc=-1; b2_rc=-1; b3_rc=-1; lp_rc=-1; pad_rc=-1; up_rc=-1
 # bench-0.5b for the verl-bench-update runs (LP, PAD), made once: bench_model LOG sets $model (fails if it cannot).
 model=""
 bench_model() {
@@ -101,6 +105,19 @@ if [ $build_rc = 0 ]; then
         > "$OUT/lp.json" 2>> "$OUT/lp.log"
     lp_rc=$?
   fi
+  if [ "$UP" = 1 ]; then
+    up_rc=0
+    bench_model "$OUT/up.log" || up_rc=1
+    IFS=';' read -r -a up_variants <<< "${UP_VARIANTS:---recompute-layers -1;--recompute-layers 12;--recompute-layers 0}"
+    [ $up_rc = 0 ] && for round in 1 2; do
+      for v in "${up_variants[@]}"; do
+        timeout 200 "$BUILD_DIR/bin/verl-bench-update" --model "$model" --sequences 512 --prompt-len 256 \
+          --response-len 512 --max-token-len 24576 --n 8 --prefix-grouper 1 --checkpointing 1 --repeats 2 $v \
+          >> "$OUT/up.jsonl" 2>> "$OUT/up.log" || up_rc=1
+        echo "{\"round\": $round, \"variant\": \"$v\"}" >> "$OUT/up.jsonl"
+      done
+    done
+  fi
   if [ "$PAD" = 1 ]; then
     # Prompts of 64-256 tokens and responses of 64-512, uniform per row (seeded), in the passes' token budgets.
     pad_rc=0
@@ -119,8 +136,8 @@ if [ $build_rc = 0 ]; then
 fi
 cat > "$OUT/summary.json" <<JSON
 {"build_rc": $build_rc, "build_s": $build_s, "tests_rc": $tests_rc, "b1_rc": $b1_rc, "b2_rc": $b2_rc,
- "b3_rc": $b3_rc, "lp_rc": $lp_rc, "pad_rc": $pad_rc, "total_s": $(secs)}
+ "b3_rc": $b3_rc, "lp_rc": $lp_rc, "pad_rc": $pad_rc, "up_rc": $up_rc, "total_s": $(secs)}
 JSON
 cat "$OUT/summary.json"
 grep -E "test cases|assertions|FAILED|skipped" "$OUT/tests.log" 2>/dev/null | head -20
-tail -3 "$OUT/b1.log" "$OUT/b2.log" "$OUT/b3.log" "$OUT/lp.log" "$OUT/pad.log" 2>/dev/null
+tail -3 "$OUT/b1.log" "$OUT/b2.log" "$OUT/b3.log" "$OUT/lp.log" "$OUT/pad.log" "$OUT/up.log" 2>/dev/null

@@ -568,6 +568,7 @@ namespace {
 
 std::atomic<int64_t> replayed_attention_buckets{0};
 std::atomic<int64_t> swiglu_formed_in_backward{0};
+std::atomic<int64_t> layers_recomputed{0};
 
 // The recompute's attention of one bucket: the forward's output as the value, cuDNN's backward as the gradient.
 class ReplayedAttention : public torch::autograd::Function<ReplayedAttention> {
@@ -688,7 +689,7 @@ at::Tensor PackedAttention(const at::Tensor& q, const at::Tensor& k, const at::T
 
 RecomputeCounts CheckpointRecomputeCounts() {
   return {replayed_attention_buckets.load(std::memory_order_relaxed),
-          swiglu_formed_in_backward.load(std::memory_order_relaxed)};
+          swiglu_formed_in_backward.load(std::memory_order_relaxed), layers_recomputed.load(std::memory_order_relaxed)};
 }
 
 bool FoldsInputNorms(at::ScalarType dtype) { return dtype == at::kBFloat16; }
@@ -1174,6 +1175,7 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
       holder->saves->replay = true;
       h = holder->block(x_in, &mlp_in);
     }
+    layers_recomputed.fetch_add(1, std::memory_order_relaxed);
     const at::Tensor& down_w = holder->params.back();
     const at::Tensor g = grad_out[0].reshape({-1, grad_out[0].size(-1)});
     std::vector<int64_t> act_size = mlp_in.sizes().vec();
@@ -1285,14 +1287,18 @@ at::Tensor DecoderModel::ForwardImpl(const at::Tensor& input_ids, const at::Tens
          cache->slot_pos.view({B, 1}))
             .view({-1});
   }
-  const bool checkpoint = gradient_checkpointing_ && cache == nullptr && at::GradMode::is_enabled();
+  // The first `recomputed` layers run checkpointed (a Forward with gradients; recompute_layers_ < 0: all of them).
+  const size_t recomputed =
+      gradient_checkpointing_ && cache == nullptr && at::GradMode::is_enabled()
+          ? (recompute_layers_ < 0 ? layers_.size() : std::min(layers_.size(), static_cast<size_t>(recompute_layers_)))
+          : 0;
   // Each layer's last residual add is left to the next RMSNorm's kernel (LayerForward's `pending`), but across
-  // checkpointed layers, each of which returns its whole output.
+  // checkpointed layers, each of which returns its whole output (they come first, so `pending` is empty up to the
+  // first layer that keeps its activations).
   at::Tensor pending;
-  at::Tensor* defer = checkpoint ? nullptr : &pending;
   for (size_t i = 0; i < layers_.size(); ++i) {
-    h = checkpoint ? CheckpointedLayer(i, h, cos, sin, mask, packed, causal)
-                   : LayerForward(layers_[i], h, cos, sin, mask, cache, i, packed, defer, causal);
+    h = i < recomputed ? CheckpointedLayer(i, h, cos, sin, mask, packed, causal)
+                       : LayerForward(layers_[i], h, cos, sin, mask, cache, i, packed, &pending, causal);
   }
   if (cache) cache->length += input_ids.size(1);
 #ifdef VERL_WITH_CUDA

@@ -100,10 +100,11 @@ bool PackedAttentionIsFlash(at::Device device, at::ScalarType dtype);
 
 // What checkpointed layers' recomputes have skipped, in this process (for tests): shared-prompt attention buckets
 // taken from their forwards instead of attending again (AttentionSaves), and recomputes that stopped before SwiGLU,
-// whose value and gradient the backward then formed with one kernel.
+// whose value and gradient the backward then formed with one kernel; and how many layers were recomputed.
 struct RecomputeCounts {
   int64_t attention_buckets_replayed = 0;
   int64_t swiglu_formed_in_backward = 0;
+  int64_t layers_recomputed = 0;  // checkpointed layers run again in backward
 };
 RecomputeCounts CheckpointRecomputeCounts();
 
@@ -236,9 +237,21 @@ class DecoderModel {
   void SetRequiresGrad(bool requires_grad);
   // Activation checkpointing (verl's enable_gradient_checkpointing): a Forward with gradients keeps only each layer's
   // input, and backward recomputes the layer from it. Same gradients, less memory, one more forward per layer.
-  // A sharded model always does this (its layers are gathered again for backward).
-  void SetGradientCheckpointing(bool on) { gradient_checkpointing_ = on; }
+  // `recompute_layers` >= 0 checkpoints only the first that many layers (Megatron's recompute_method "block" with
+  // recompute_num_layers); the others keep their activations for backward, as without checkpointing. A sharded model
+  // always recomputes every layer (its layers are gathered again for backward).
+  void SetGradientCheckpointing(bool on, int64_t recompute_layers = -1) {
+    gradient_checkpointing_ = on;
+    recompute_layers_ = recompute_layers;
+  }
   bool gradient_checkpointing() const { return gradient_checkpointing_; }
+  // The layers a Forward with gradients recomputes in backward.
+  int64_t recomputed_layers() const {
+    const int64_t n = config_.num_hidden_layers;
+    if (sharded()) return n;
+    if (!gradient_checkpointing_) return 0;
+    return recompute_layers_ < 0 ? n : std::min(n, recompute_layers_);
+  }
 
   // Parameter sharding (ZeRO-3 / FSDP, worker/comm/param_sharding.h) over `group`: units are the embedding, each
   // layer, the final norm and the untied LM head; this rank keeps its shard of each and drops the full parameters.
@@ -344,6 +357,7 @@ class DecoderModel {
   int64_t num_parameters_ = 0;
   bool requires_grad_ = false;
   bool gradient_checkpointing_ = false;
+  int64_t recompute_layers_ = -1;  // SetGradientCheckpointing's; < 0: every layer
   std::vector<UnitInfo> units_;  // empty: not sharded
   bool gathered_ = false;        // sharded, and the full parameters are bound (Unshard)
   bool offloaded_ = false;       // OffloadParameters: the parameters (shards) are the host copies below

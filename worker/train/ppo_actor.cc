@@ -225,6 +225,7 @@ absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, 
       GradAccumulator grads(params);  // the micro-batches' gradients summed in float32
       ASSIGN_OR_RETURN(std::vector<at::Tensor> micro_batches, SplitMicroBatches(mini, micro));
       metrics.Add("perf/actor_micro_batches", static_cast<double>(micro_batches.size()));
+      metrics.Add("perf/actor_recomputed_layers", static_cast<double>(model.recomputed_layers()));
       setup_scope.reset();
       for (const at::Tensor& rows : micro_batches) {
         // Each pass runs without the padding columns none of its rows uses; the per-token tensors it produces are

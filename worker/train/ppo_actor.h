@@ -113,7 +113,8 @@ at::Tensor FirstMiniBatchRows(int64_t N, int64_t mini_batch_size, bool shuffle, 
 // Runs the update and returns verl's actor/* metrics. Losses are normalised over each mini-batch (not per
 // micro-batch), so the update does not depend on the micro-batch size; actor/pg_loss, actor/kl_loss and
 // actor/entropy are mini-batch values, clip fractions micro-batch means, all averaged over mini-batches and epochs;
-// perf/actor_micro_batches is the number of forward/backward passes per mini-batch on this rank.
+// perf/actor_micro_batches is the number of forward/backward passes per mini-batch on this rank, and
+// perf/actor_recomputed_layers the decoder layers each recomputes in backward (activation checkpointing).
 absl::StatusOr<std::map<std::string, double>> UpdatePolicy(DecoderModel& model, AdamW& optimizer,
                                                            const SequenceBatch& batch, const PolicyUpdateInputs& inputs,
                                                            const PolicyUpdateOptions& options);

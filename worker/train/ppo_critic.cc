@@ -87,6 +87,7 @@ absl::StatusOr<std::map<std::string, double>> UpdateValue(ValueModel& model, Ada
       GradAccumulator grads(params);  // the micro-batches' gradients summed in float32
       ASSIGN_OR_RETURN(std::vector<at::Tensor> micro_batches, SplitMicroBatches(mini, micro));
       metrics.Add("perf/critic_micro_batches", static_cast<double>(micro_batches.size()));
+      metrics.Add("perf/critic_recomputed_layers", static_cast<double>(model.decoder().recomputed_layers()));
       for (const at::Tensor& rows : micro_batches) {
         const SequenceBatch sub = SelectTrimmed(mini, rows);  // as in UpdatePolicy
         const int64_t r = sub.responses.size(1);

@@ -966,3 +966,44 @@ TEST_CASE("the critic, policy-loss and KL-controller keys load and are checked",
 
 }  // namespace
 }  // namespace verl
+
+namespace verl {
+namespace {
+
+TEST_CASE("recompute_num_layers loads, and is refused where it cannot apply", "[config]") {
+  TempDir dir;
+  const std::string path = dir.Write("min.yaml", kMinimal);
+  {
+    auto job = LoadJobConfig(path, {});
+    REQUIRE(job.ok());
+    CHECK_FALSE(job->actor_rollout_ref.model.recompute_num_layers.has_value());  // null: every layer
+    CHECK_FALSE(job->critic.recompute_num_layers.has_value());
+  }
+  {
+    auto job = LoadJobConfig(path, {"actor_rollout_ref.model.recompute_num_layers=6",
+                                    "critic.model.recompute_num_layers=0"});
+    INFO(job.status().ToString());
+    REQUIRE(job.ok());
+    CHECK(job->actor_rollout_ref.model.recompute_num_layers == 6);
+    CHECK(job->critic.recompute_num_layers == 0);
+  }
+  CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"actor_rollout_ref.model.recompute_num_layers=-2"}).status(),
+                       "actor_rollout_ref.model.recompute_num_layers must be >= 0 or null, got -2");
+  CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"actor_rollout_ref.model.recompute_num_layers=4",
+                                            "actor_rollout_ref.model.enable_gradient_checkpointing=false"})
+                           .status(),
+                       "enable_gradient_checkpointing is false");
+  CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"actor_rollout_ref.model.recompute_num_layers=4",
+                                            "actor_rollout_ref.actor.shard_parameters=true"})
+                           .status(),
+                       "a sharded actor recomputes every layer");
+  CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"critic.model.recompute_num_layers=1",
+                                            "critic.model.enable_gradient_checkpointing=false"})
+                           .status(),
+                       "critic.model.recompute_num_layers is set but critic.model.enable_gradient_checkpointing");
+  CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"critic.model.recompute_num_layers=-1"}).status(),
+                       "critic.model.recompute_num_layers must be >= 0");
+}
+
+}  // namespace
+}  // namespace verl

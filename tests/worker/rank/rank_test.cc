@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -345,6 +346,37 @@ TEST_CASE("deferring the first mini-batch's old log-probs to the update takes th
   REQUIRE(rank->ComputeAdvantage("t", Grpo()).ok());
   ExpectError(rank->UpdateActor("t", 1.0, 6).status(), absl::StatusCode::kFailedPrecondition,
               {"rank 2", "UpdateActor", "seed 5", "seed 6"});
+}
+
+TEST_CASE("CpuRank: recompute_num_layers checkpoints only the first layers and takes the same update",
+          "[worker][rank]") {
+  TinyRankModel m;
+  const int64_t layers = testing::TinyDecoderConfig().num_hidden_layers;
+  std::vector<std::map<std::string, double>> updates;
+  // Every layer recomputed (verl's behaviour), the first one only, none; the same samples and seed each time.
+  for (int64_t n : {int64_t{-1}, int64_t{1}, int64_t{0}}) {
+    CAPTURE(n);
+    RankConfig config = Config(m.dir.path());
+    config.actor.gradient_checkpointing = true;
+    config.actor.recompute_num_layers = n;
+    auto rank = LoadedRank(0, config);
+    REQUIRE(rank->Generate("s", Prompts(m), SamplingWithSignal(*rank, m), false).ok());
+    REQUIRE(rank->Score("s").ok());
+    REQUIRE(rank->ComputeLogProbs("s", "actor", 1.0).ok());
+    REQUIRE(rank->ComputeLogProbs("s", "ref", 1.0).ok());
+    REQUIRE(rank->ComputeAdvantage("s", Grpo()).ok());
+    auto up = rank->UpdateActor("s", 1.0, 7);
+    INFO(up.status().ToString());
+    REQUIRE(up.ok());
+    CHECK(up->at("perf/actor_recomputed_layers") == static_cast<double>(n < 0 ? layers : n));
+    updates.push_back(*up);
+  }
+  CHECK(updates[0].at("actor/grad_norm") > 0);
+  for (const char* key : {"actor/pg_loss", "actor/grad_norm", "actor/kl_loss", "actor/entropy"}) {
+    INFO(key);
+    CHECK(updates[1].at(key) == Approx(updates[0].at(key)).margin(1e-6));
+    CHECK(updates[2].at(key) == Approx(updates[0].at(key)).margin(1e-6));
+  }
 }
 
 TEST_CASE("CpuRank: calls out of order fail with the rank and stage", "[worker][rank]") {

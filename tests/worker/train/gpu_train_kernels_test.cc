@@ -742,13 +742,13 @@ struct StepResult {
   std::vector<at::Tensor> grads;
 };
 StepResult TrainingStep(const std::string& dir, at::Device device, bool checkpointing, const at::Tensor& ids,
-                        const at::Tensor& g) {
+                        const at::Tensor& g, int64_t recompute_layers = -1) {
   auto loaded = DecoderModel::Load(dir, at::kFloat, device);
   INFO(loaded.status().ToString());
   REQUIRE(loaded.ok());
   DecoderModel& model = **loaded;
   model.SetRequiresGrad(true);
-  model.SetGradientCheckpointing(checkpointing);
+  model.SetGradientCheckpointing(checkpointing, recompute_layers);
   const int64_t B = ids.size(0), T = ids.size(1);
   const at::Tensor input = ids.to(device);
   const at::Tensor pos = at::arange(T, input.options()).repeat({B, 1});
@@ -782,10 +782,13 @@ TEST_CASE("a decoder's training forward and backward on the GPU (fused kernels) 
   at::manual_seed(3);
   const at::Tensor ids = at::randint(0, 50, {3, 12}, at::kLong);
   const at::Tensor g = at::randn({3, 11});
-  for (bool checkpointing : {false, true}) {
-    CAPTURE(checkpointing);
-    const StepResult cpu = TrainingStep(dir.path(), at::kCPU, checkpointing, ids, g);
-    const StepResult gpu = TrainingStep(dir.path(), at::kCUDA, checkpointing, ids, g);
+  // Without checkpointing, every layer recomputed, and the first layer only (recompute_num_layers 1: a checkpointed
+  // layer followed by one that keeps its activations and defers its residual add to the final norm's kernel).
+  for (int64_t recompute : {int64_t{-2}, int64_t{-1}, int64_t{1}}) {
+    const bool checkpointing = recompute != -2;
+    CAPTURE(checkpointing, recompute);
+    const StepResult cpu = TrainingStep(dir.path(), at::kCPU, checkpointing, ids, g, recompute);
+    const StepResult gpu = TrainingStep(dir.path(), at::kCUDA, checkpointing, ids, g, recompute);
     CHECK(MaxAbsDiff(gpu.log_probs, cpu.log_probs) <= 1e-4);
     REQUIRE(gpu.grads.size() == cpu.grads.size());
     for (size_t i = 0; i < cpu.grads.size(); ++i) {

@@ -307,6 +307,37 @@ TEST_CASE("Gradient checkpointing: the same gradients, layers recomputed in back
   }
   REQUIRE(largest > 1e-3);  // real gradients were compared
 
+  // recompute_num_layers: only the first N layers are recomputed (counted in backward), the others keep their
+  // activations, and the gradients are those without checkpointing.
+  const int64_t layers = testing::TinyDecoderConfig().num_hidden_layers;
+  REQUIRE(layers >= 2);
+  for (int64_t n : {int64_t{0}, int64_t{1}, layers, layers + 3}) {
+    CAPTURE(n);
+    auto model = LoadModelOrDie(dir.path());
+    model->SetGradientCheckpointing(true, n);
+    model->SetRequiresGrad(true);
+    CHECK(model->recomputed_layers() == std::min(n, layers));
+    const int64_t before = CheckpointRecomputeCounts().layers_recomputed;
+    LogProbResult r = ForwardLogProbs(*model, b, 0, 2, /*temperature=*/0.9, /*with_entropy=*/true);
+    at::Tensor loss = -(r.log_probs.sum() + 0.1 * r.entropy.sum());
+    loss.backward();
+    CHECK(CheckpointRecomputeCounts().layers_recomputed - before == std::min(n, layers));
+    CHECK(loss.item<double>() == losses[0]);
+    size_t i = 0;
+    for (const auto& [name, p] : model->named_parameters()) {
+      INFO(name);
+      REQUIRE(p.grad().defined());
+      CHECK(MaxAbsDiff(p.grad(), grads[0][i++]) < 1e-6);
+    }
+  }
+  {
+    auto model = LoadModelOrDie(dir.path());
+    model->SetGradientCheckpointing(false, 1);  // no checkpointing: nothing recomputed whatever the count
+    CHECK(model->recomputed_layers() == 0);
+    model->SetGradientCheckpointing(true);
+    CHECK(model->recomputed_layers() == layers);
+  }
+
   // Frozen parameters (a layer's attention and down projections) take no gradient in the checkpointed backward, and
   // the others take the same gradients as without checkpointing.
   auto frozen = [](const std::string& name) {
