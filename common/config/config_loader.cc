@@ -51,6 +51,13 @@ bool Under(const std::string& key, std::string_view section) {
 std::string OtherVerlFeatureAdvice(const std::string& key) {
   for (std::string_view role : {"actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic"}) {
     const std::string r(role);
+    if (Under(key, r + ".megatron.override_transformer_config") &&
+        absl::StartsWith(key.substr(key.rfind('.') + 1), "recompute_")) {
+      const std::string model = role == "critic" ? "critic.model" : "actor_rollout_ref.model";
+      return absl::StrCat("a recompute setting of verl's Megatron-LM backend: activation checkpointing here is ", model,
+                          ".enable_gradient_checkpointing (whole layers), narrowed to the first N layers with ", model,
+                          ".recompute_num_layers=N (Megatron's recompute_method=block); set those instead");
+    }
     if (Under(key, r + ".megatron") || Under(key, r + ".optim.override_optimizer_config")) {
       return "a setting of verl's Megatron-LM backend; the trainer here is built in (data parallel with ZeRO-1, "
              "ZeRO-3 with actor_rollout_ref.actor.shard_parameters=true, AdamW offload with "
