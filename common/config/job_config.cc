@@ -352,22 +352,19 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
 
   // recompute_num_layers narrows activation checkpointing: it needs checkpointing on, and a sharded actor recomputes
   // every layer whatever it says (its layers are gathered again for backward).
+  auto check_recompute = [&](const std::optional<int64_t>& layers, bool checkpointing, const std::string& model) {
+    if (!layers) return;
+    check(*layers >= 0, absl::StrCat(model, ".recompute_num_layers must be >= 0 or null, got ", *layers));
+    check(checkpointing, absl::StrCat(model, ".recompute_num_layers is set but ", model,
+                                      ".enable_gradient_checkpointing is false: no layer is recomputed; drop "
+                                      "recompute_num_layers, or turn checkpointing on"));
+  };
   const ModelConfig& mc = c.actor_rollout_ref.model;
-  check(!mc.recompute_num_layers || *mc.recompute_num_layers >= 0,
-        absl::StrCat("actor_rollout_ref.model.recompute_num_layers must be >= 0 or null, got ",
-                     mc.recompute_num_layers.value_or(0)));
-  check(!mc.recompute_num_layers || mc.enable_gradient_checkpointing,
-        "actor_rollout_ref.model.recompute_num_layers is set but actor_rollout_ref.model.enable_gradient_checkpointing "
-        "is false: no layer is recomputed; drop recompute_num_layers, or turn checkpointing on");
+  check_recompute(mc.recompute_num_layers, mc.enable_gradient_checkpointing, "actor_rollout_ref.model");
+  check_recompute(c.critic.recompute_num_layers, c.critic.enable_gradient_checkpointing, "critic.model");
   check(!mc.recompute_num_layers || !a.shard_parameters,
         "actor_rollout_ref.model.recompute_num_layers does not apply with actor_rollout_ref.actor.shard_parameters=true: "
         "a sharded actor recomputes every layer in backward (its layers are gathered again); drop one of them");
-  check(!c.critic.recompute_num_layers || *c.critic.recompute_num_layers >= 0,
-        absl::StrCat("critic.model.recompute_num_layers must be >= 0 or null, got ",
-                     c.critic.recompute_num_layers.value_or(0)));
-  check(!c.critic.recompute_num_layers || c.critic.enable_gradient_checkpointing,
-        "critic.model.recompute_num_layers is set but critic.model.enable_gradient_checkpointing is false: no layer is "
-        "recomputed; drop recompute_num_layers, or turn checkpointing on");
 
   // verl's parameter offload of the actor and the critic has no counterpart here: refused rather than ignored
   // (false, verl's default, loads). The reference model's is offered (its weights in host memory between its passes).
