@@ -46,6 +46,12 @@ bool Under(const std::string& key, std::string_view section) {
                             key[section.size()] == '.');
 }
 
+// Advice given for several keys.
+constexpr char kProfilerAdvice[] =
+    "verl's profiler settings; tools/bench's --profile records kernel profiles here (docs/bench/README.md): drop it";
+constexpr char kMoeAdvice[] = "MoE models are not supported here: drop it";
+constexpr char kChunkedLogProbs[] = "compute log-probs and entropy in chunks, without [tokens, vocab] logits: drop it";
+
 // Advice for the keys of verl's other backends and features (found in its example scripts) that the built-in
 // trainer has no counterpart for; "" when `key` is none of them.
 std::string OtherVerlFeatureAdvice(const std::string& key) {
@@ -85,27 +91,20 @@ std::string OtherVerlFeatureAdvice(const std::string& key) {
       }
     }
     if (key == r + ".entropy_checkpointing" || key == r + ".entropy_from_logits_with_chunking") {
-      return "the passes here always compute log-probs and entropy in chunks, without [tokens, vocab] logits: drop it";
+      return absl::StrCat("the passes here always ", kChunkedLogProbs);
     }
-    if (Under(key, r + ".router_replay")) return "MoE models are not supported here: drop it";
-    if (Under(key, r + ".profiler")) {
-      return "verl's profiler settings; tools/bench's --profile records kernel profiles here "
-             "(docs/bench/README.md): drop it";
-    }
+    if (Under(key, r + ".router_replay")) return kMoeAdvice;
+    if (Under(key, r + ".profiler")) return kProfilerAdvice;
     if (key == r + ".optim.clip_grad") {
       return absl::StrCat("verl's Megatron name for gradient clipping: set '",
                           role == "critic" ? "critic" : "actor_rollout_ref.actor", ".grad_clip' instead");
     }
   }
-  if (Under(key, "global_profiler")) {
-    return "verl's profiler settings; tools/bench's --profile records kernel profiles here (docs/bench/README.md): "
-           "drop it";
-  }
+  if (Under(key, "global_profiler")) return kProfilerAdvice;
   for (std::string_view model : {"actor_rollout_ref.model.", "critic.model."}) {
     const std::string m(model);
     if (key == m + "use_fused_kernels") {
-      return "verl's fused log-prob kernels; the passes here always compute log-probs and entropy in chunks, "
-             "without [tokens, vocab] logits: drop it";
+      return absl::StrCat("verl's fused log-prob kernels; the passes here always ", kChunkedLogProbs);
     }
     if (key == m + "use_shm") {
       return "a setting of verl's Hugging Face loading (a copy in /dev/shm); the model directory is read here "
@@ -123,9 +122,7 @@ std::string OtherVerlFeatureAdvice(const std::string& key) {
              "activations' memory: drop it";
     }
   }
-  if (key == "actor_rollout_ref.rollout.enable_rollout_routing_replay") {
-    return "MoE models are not supported here: drop it";
-  }
+  if (key == "actor_rollout_ref.rollout.enable_rollout_routing_replay") return kMoeAdvice;
   if (key == "actor_rollout_ref.nccl_timeout") return "verl's NCCL timeout: set 'cluster.comm_timeout_s' instead";
   if (key == "trainer.balance_batch") {
     return "verl's reordering of a batch to even out the data-parallel ranks' tokens; here a mini-batch's prompts are "

@@ -1287,11 +1287,8 @@ at::Tensor DecoderModel::ForwardImpl(const at::Tensor& input_ids, const at::Tens
          cache->slot_pos.view({B, 1}))
             .view({-1});
   }
-  // The first `recomputed` layers run checkpointed (a Forward with gradients; recompute_layers_ < 0: all of them).
-  const size_t recomputed =
-      gradient_checkpointing_ && cache == nullptr && at::GradMode::is_enabled()
-          ? (recompute_layers_ < 0 ? layers_.size() : std::min(layers_.size(), static_cast<size_t>(recompute_layers_)))
-          : 0;
+  // The first `recomputed` layers run checkpointed (a Forward with gradients).
+  const size_t recomputed = cache == nullptr && at::GradMode::is_enabled() ? CheckpointedLayers() : 0;
   // Each layer's last residual add is left to the next RMSNorm's kernel (LayerForward's `pending`), but across
   // checkpointed layers, each of which returns its whole output (they come first, so `pending` is empty up to the
   // first layer that keeps its activations).

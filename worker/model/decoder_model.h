@@ -247,10 +247,7 @@ class DecoderModel {
   bool gradient_checkpointing() const { return gradient_checkpointing_; }
   // The layers a Forward with gradients recomputes in backward.
   int64_t recomputed_layers() const {
-    const int64_t n = config_.num_hidden_layers;
-    if (sharded()) return n;
-    if (!gradient_checkpointing_) return 0;
-    return recompute_layers_ < 0 ? n : std::min(n, recompute_layers_);
+    return sharded() ? config_.num_hidden_layers : static_cast<int64_t>(CheckpointedLayers());
   }
 
   // Parameter sharding (ZeRO-3 / FSDP, worker/comm/param_sharding.h) over `group`: units are the embedding, each
@@ -309,6 +306,11 @@ class DecoderModel {
   };
 
   explicit DecoderModel(DecoderConfig config) : config_(std::move(config)) {}
+  // How many layers, from the first, an unsharded Forward with gradients runs checkpointed (SetGradientCheckpointing).
+  size_t CheckpointedLayers() const {
+    if (!gradient_checkpointing_) return 0;
+    return recompute_layers_ < 0 ? layers_.size() : std::min(layers_.size(), static_cast<size_t>(recompute_layers_));
+  }
   // A layer's tensors from their names relative to "model.layers.N." (undefined where get returns undefined).
   static Layer MakeLayer(const std::function<at::Tensor(const std::string&)>& get);
   // Whether decoding can fold the input norms into the q/k/v projections (FoldedQkvWeights' conditions).
