@@ -6,6 +6,9 @@ The update: `--sequences` random sequences of `--prompt-len` + `--response-len` 
 (low_var_kl, 0.001) against stored ref log-probs, token-mean, entropy computed with gradients (as our update does),
 one AdamW step over the whole batch in micro-batches of `--micro` sequences, grad clip 1.0, bf16. The baseline keeps
 bf16 parameters and AdamW state in bf16 (plain torch.optim.AdamW); ours keeps float32 master weights and moments.
+Where the baseline's micro-batch does not fit the card (micro-batches of 32 peak at 100 GB: an H200 holds them, an
+80 GB H100 does not), it runs again with half as many sequences per micro-batch until one fits; the update's result
+does not depend on the split, and the JSON names the micro-batch it ran with and the sizes that did not fit.
 
 Runs on the GPU machine (its python3 has torch and transformers); makes bench-0.5b with verl-make-tiny-model.
 
@@ -74,7 +77,7 @@ def run_baseline(model_dir, n, prompt_len, response_len, micro, repeats):
         opt.step()
         return norm.item()
 
-    update()  # warm-up
+    update()  # warm-up (an out-of-memory error here lets the caller retry with a smaller micro-batch)
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     seconds = []
@@ -86,9 +89,29 @@ def run_baseline(model_dir, n, prompt_len, response_len, micro, repeats):
     import transformers
     tokens = n * seq
     return {"engine": "pytorch-eager-hf", "transformers": transformers.__version__, "torch": torch.__version__,
-            "attn": "sdpa", "optimizer": "torch.optim.AdamW on bf16 parameters", "seconds": seconds,
+            "attn": "sdpa", "optimizer": "torch.optim.AdamW on bf16 parameters", "micro_batch": micro, "seconds": seconds,
             "best_seconds": min(seconds), "tokens": tokens, "tokens_per_s": tokens / min(seconds),
             "peak_memory_allocated_gb": torch.cuda.max_memory_allocated() / 2**30, "grad_norm": norm}
+
+
+def run_baseline_fitting(model_dir, n, prompt_len, response_len, micro, repeats):
+    """run_baseline at `micro` sequences per micro-batch, halving it while the card runs out of memory."""
+    import gc
+    import torch
+    too_large = []
+    while True:
+        try:
+            res = run_baseline(model_dir, n, prompt_len, response_len, micro, repeats)
+            res["micro_batches_out_of_memory"] = too_large
+            return res
+        except torch.OutOfMemoryError:
+            if micro == 1:
+                raise
+        too_large.append(micro)  # outside the handler, so the failed try's tensors are no longer referenced
+        gc.collect()
+        torch.cuda.empty_cache()
+        print(f"baseline: micro-batches of {micro} do not fit this card; trying {micro // 2}", file=sys.stderr)
+        micro //= 2
 
 
 def main():
@@ -124,8 +147,8 @@ def main():
         variants = [run_ours(v) for v in args.variant]
         baseline = None
         if not args.skip_baseline:
-            baseline = run_baseline(model_dir, args.sequences, args.prompt_len, args.response_len, args.micro,
-                                    args.repeats)
+            baseline = run_baseline_fitting(model_dir, args.sequences, args.prompt_len, args.response_len,
+                                            args.micro, args.repeats)
             print(json.dumps(baseline), file=sys.stderr)
     seq = args.prompt_len + args.response_len
     f = flops(cfg, [seq] * args.sequences)
