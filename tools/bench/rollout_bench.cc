@@ -117,8 +117,8 @@ int main(int argc, char** argv) {
     }
     verl::SamplingOptions opts;
     opts.temperature = 1.0;
-    // --top-p / --top-k below their defaults: the ATen sampler (filtering) instead of the fused kernel, over passes of
-    // --sampler-rows rows (0: the default bound on its workspace).
+    // --top-p / --top-k below their defaults: the fused kernel's filters on a GPU; on the CPU, the ATen sampler over
+    // passes of --sampler-rows rows (0: the default bound on its workspace).
     opts.top_p = std::stod(flags["top-p"]);
     opts.top_k = std::stoi(flags["top-k"]);
     opts.sampler_rows_per_pass = std::stoll(flags["sampler-rows"]);

@@ -18,8 +18,8 @@ bool SampleTokensSupported(const at::Tensor& logits) {
          logits.size(1) > 0 && logits.size(1) <= (int64_t{1} << 30);  // the kernel's segment arithmetic is 32-bit
 }
 
-at::Tensor SampleTokens(const at::Tensor& logits, double temperature, bool greedy, const at::Tensor& uniforms,
-                        at::Tensor* log_probs) {
+at::Tensor SampleTokens(const at::Tensor& logits, double temperature, bool greedy, int64_t top_k, double top_p,
+                        const at::Tensor& uniforms, at::Tensor* log_probs) {
   TORCH_CHECK(SampleTokensSupported(logits), "SampleTokens: unsupported logits ", logits.sizes(), " ",
               logits.scalar_type(), " on ", logits.device());
   const int64_t rows = logits.size(0);
@@ -43,6 +43,9 @@ at::Tensor SampleTokens(const at::Tensor& logits, double temperature, bool greed
   a.vocab = static_cast<int>(logits.size(1));
   a.temperature = static_cast<float>(temperature);
   a.greedy = greedy;
+  // top_k at or past the vocabulary keeps everything, as does top_p >= 1.
+  a.top_k = top_k > 0 && top_k < logits.size(1) ? static_cast<int>(top_k) : 0;
+  a.top_p = top_p < 1.0 ? static_cast<float>(top_p) : 1.0f;
   C10_CUDA_CHECK(LaunchSample(a, c10::cuda::getCurrentCUDAStream()));
   if (log_probs) *log_probs = lp;
   return tokens;

@@ -67,6 +67,34 @@ struct Running {
   }
 };
 
+// The order-preserving integer key of a value read as T (and converted to float exactly): a larger value has a larger
+// key, equal values the same one. bf16 and fp16 values have 16-bit keys (their bits with the sign flipped, the rest
+// too when negative), float32 values 32-bit ones. NaN keys fall outside the finite values' (rows with a NaN are not
+// filtered).
+__device__ __forceinline__ uint32_t Key16(uint32_t bits) {
+  return (bits & 0x8000u) ? (~bits & 0xFFFFu) : (bits | 0x8000u);
+}
+template <typename T>
+struct OrderKey;
+template <>
+struct OrderKey<float> {
+  __device__ static uint32_t Of(float v) {
+    const uint32_t b = __float_as_uint(v);
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+  }
+};
+template <>
+struct OrderKey<__nv_bfloat16> {
+  __device__ static uint32_t Of(float v) { return Key16(__float_as_uint(v) >> 16); }  // the bf16's own bits
+};
+template <>
+struct OrderKey<__half> {
+  __device__ static uint32_t Of(float v) { return Key16(__half_as_ushort(__float2half_rn(v))); }  // exact
+};
+
+// Candidate keys a pass of the filters' search tries at once (the search keeps one of kCandidates + 1 intervals).
+constexpr int kCandidates = 4;
+
 // f(first, x) for the vectors of [begin, end) that lane `lane` of the warp owning that range takes: in each stride of
 // 32 vectors (32 * kPer elements, counted from begin), the lane's own vector of kPer elements from index `first` =
 // base + lane * kPer, as floats, -inf past `end`; in increasing first. 16-byte loads where `vec` (the row 16-byte
@@ -123,6 +151,13 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const SampleArgs a) {
   __shared__ int s_piece_last[kWarps];
   __shared__ int s_piece_hit;
   __shared__ double s_piece_prefix;
+  __shared__ double s_seg_mass[kWarps];  // each warp segment's mass (of the kept tokens when filtering)
+  __shared__ double s_draw_total;        // the mass the draw runs over
+  __shared__ bool s_filter;
+  __shared__ int s_part_count[kWarps][kCandidates];  // the filters' search: each warp's count and mass at or above
+  __shared__ float s_part_mass[kWarps][kCandidates];  // each candidate key, then the row's
+  __shared__ int s_count[kCandidates];
+  __shared__ float s_mass[kCandidates];
 
   WaitForPriorGrid();
   AllowDependentGrid();
@@ -161,8 +196,8 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const SampleArgs a) {
   if (lane == 0) s_warp[warp] = mine;
   __syncthreads();
 
-  // 2. Thread 0: the row's max and its first index, each warp segment's mass relative to that max, their prefix sums
-  //    in float64, and (sampling) the segment where the cumulative mass passes u * total.
+  // 2. Thread 0: the row's max and its first index, each warp segment's mass relative to that max, and their total in
+  //    float64 (2b redoes the segments' masses over the kept tokens when filtering; 2c finds the draw's segment).
   if (threadIdx.x == 0) {
     float m = -INFINITY;
     int arg = INT_MAX;
@@ -183,32 +218,175 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const SampleArgs a) {
     s_max = m;
     s_arg = arg;
     s_total = total;
+    s_draw_total = total;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) s_seg_mass[w] = mass[w];
     s_token = -1;
     s_warp_hit = -1;
-    if (!a.greedy) {
-      const double target = a.uniforms[r] * total;
-      double prefix = 0.0;
-      int last = -1;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        if (mass[w] > 0.0) {
-          last = w;
-          if (s_warp_hit < 0 && target < prefix + mass[w]) {
-            s_warp_hit = w;
-            s_prefix = prefix;
-          }
-          prefix += mass[w];
-        }
-      }
-      if (s_warp_hit < 0 && last >= 0) {  // u * total rounded up to the total: the last segment of positive mass
-        s_warp_hit = last;
-        s_prefix = -INFINITY;  // its last token of positive mass
-      }
-    }
+    // A row whose mass is NaN is drawn unfiltered (sampling_kernel.h).
+    s_filter = !a.greedy && (a.top_p < 1.f || (a.top_k > 0 && a.top_k < V)) && total == total && arg < V;
   }
   __syncthreads();
   const float m = s_max;
   const double total = s_total;
+  const bool filter = s_filter;
+
+  // 2b. The filters: the smallest key kept (floor_key), by searches over the keys; then each warp segment's mass of the
+  //     kept tokens. (All threads run the searches alike, from the shared sums.)
+  uint32_t floor_key = 0;
+  if (filter) {
+    // Counts and masses of the row's tokens whose key is at least each of t[0..kCandidates), summed in a fixed order
+    // (each lane's elements in order, the warp's lanes by one shuffle tree, the warps in order): the same every time,
+    // and never more for a larger key.
+    auto sums_at = [&](const uint32_t (&t)[kCandidates]) {
+      int count[kCandidates];
+      float mass[kCandidates];
+#pragma unroll
+      for (int j = 0; j < kCandidates; ++j) count[j] = 0, mass[j] = 0.f;
+      LaneVectors(row, begin, end, lane, vec, [&](int first, float (&x)[kPer]) {
+#pragma unroll
+        for (int i = 0; i < kPer; ++i) {
+          if (first + i >= end) continue;
+          const uint32_t key = OrderKey<T>::Of(x[i]);
+          const float e = Exp(scaled(x[i]) - m);
+#pragma unroll
+          for (int j = 0; j < kCandidates; ++j) {
+            if (key >= t[j]) {
+              count[j] += 1;
+              mass[j] += e;
+            }
+          }
+        }
+      });
+#pragma unroll
+      for (int j = 0; j < kCandidates; ++j) {
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+          count[j] += __shfl_xor_sync(0xffffffffu, count[j], o);
+          mass[j] += __shfl_xor_sync(0xffffffffu, mass[j], o);
+        }
+        if (lane == 0) {
+          s_part_count[warp][j] = count[j];
+          s_part_mass[warp][j] = mass[j];
+        }
+      }
+      __syncthreads();
+      if (threadIdx.x < kCandidates) {
+        int c = 0;
+        float e = 0.f;
+        for (int w = 0; w < kWarps; ++w) {
+          c += s_part_count[w][threadIdx.x];
+          e += s_part_mass[w][threadIdx.x];
+        }
+        s_count[threadIdx.x] = c;
+        s_mass[threadIdx.x] = e;
+      }
+      __syncthreads();
+    };
+    // Candidate j of a pass over the keys [lo, hi): lo + (hi - lo) (j + 1) / (kCandidates + 1), so the largest is above
+    // lo once hi - lo >= 2 and every pass narrows the interval.
+    auto candidates = [](uint64_t lo, uint64_t hi, uint32_t (&t)[kCandidates]) {
+#pragma unroll
+      for (int j = 0; j < kCandidates; ++j) t[j] = static_cast<uint32_t>(lo + (hi - lo) * (j + 1) / (kCandidates + 1));
+    };
+    const uint64_t key_end = uint64_t{OrderKey<T>::Of(ToFloat(row[s_arg]))} + 1;  // above every key of the row
+    if (a.top_k > 0 && a.top_k < V) {
+      // The k-th largest value's key: the largest key with at least k tokens at or above it.
+      uint64_t lo = 0, hi = key_end;  // count(>= lo) >= k > count(>= hi)
+      while (hi - lo > 1) {
+        uint32_t t[kCandidates];
+        candidates(lo, hi, t);
+        sums_at(t);
+#pragma unroll
+        for (int j = 0; j < kCandidates; ++j) {
+          if (s_count[j] >= a.top_k) {
+            lo = t[j] > lo ? t[j] : lo;
+          } else {
+            hi = t[j] < hi ? t[j] : hi;
+          }
+        }
+        __syncthreads();  // every thread has read the sums before the next pass writes them
+      }
+      floor_key = static_cast<uint32_t>(lo);
+    }
+    if (a.top_p < 1.f) {
+      // Among the kept tokens, a token stays when the mass of those strictly above its value is at most P = top_p of
+      // theirs: the keys at or above s0 - 1, s0 being the smallest key whose mass at or above is at most P. The first
+      // pass also gives the kept mass (at floor_key) and so P.
+      uint64_t lo = floor_key, hi = key_end;  // mass(>= lo) > P >= mass(>= hi) = 0
+      float P = 0.f;
+      for (bool first = true; first || hi - lo > 1; first = false) {
+        uint32_t t[kCandidates];
+        if (first) {
+          uint32_t inner[kCandidates];
+          candidates(lo, hi, inner);
+          t[0] = static_cast<uint32_t>(lo);
+#pragma unroll
+          for (int j = 1; j < kCandidates; ++j) t[j] = inner[j];
+        } else {
+          candidates(lo, hi, t);
+        }
+        sums_at(t);
+        if (first) P = a.top_p * s_mass[0];
+#pragma unroll
+        for (int j = first ? 1 : 0; j < kCandidates; ++j) {
+          if (s_mass[j] > P) {
+            lo = t[j] > lo ? t[j] : lo;
+          } else {
+            hi = t[j] < hi ? t[j] : hi;
+          }
+        }
+        __syncthreads();
+      }
+      floor_key = static_cast<uint32_t>(hi - 1);
+    }
+    float kept = 0.f;
+    LaneVectors(row, begin, end, lane, vec, [&](int first, float (&x)[kPer]) {
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        if (first + i < end && OrderKey<T>::Of(x[i]) >= floor_key) kept += Exp(scaled(x[i]) - m);
+      }
+    });
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) kept += __shfl_xor_sync(0xffffffffu, kept, o);
+    if (lane == 0) s_seg_mass[warp] = static_cast<double>(kept);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      double kept_total = 0.0;
+      for (int w = 0; w < kWarps; ++w) kept_total += s_seg_mass[w];
+      s_draw_total = kept_total;
+    }
+  }
+  // A token's mass in the draw: 0 when a filter drops it.
+  auto draw_mass = [&](float x) {
+    const float e = Exp(scaled(x) - m);
+    return filter && OrderKey<T>::Of(x) < floor_key ? 0.f : e;
+  };
+
+  // 2c. Thread 0: the segment where the cumulative mass passes u * the draw's total.
+  if (!a.greedy && threadIdx.x == 0) {
+    const double target = a.uniforms[r] * s_draw_total;
+    double prefix = 0.0;
+    int last = -1;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const double mw = s_seg_mass[w];
+      if (mw > 0.0) {
+        last = w;
+        if (s_warp_hit < 0 && target < prefix + mw) {
+          s_warp_hit = w;
+          s_prefix = prefix;
+        }
+        prefix += mw;
+      }
+    }
+    if (s_warp_hit < 0 && last >= 0) {  // u * total rounded up to the total: the last segment of positive mass
+      s_warp_hit = last;
+      s_prefix = -INFINITY;  // its last token of positive mass
+    }
+  }
+  __syncthreads();
+  const double draw_total = s_draw_total;
 
   // 3. Sampling, in two levels. Every warp sums exp(x - max) over its piece of that segment (whole strides of it),
   //    thread 0 finds the piece where the cumulative mass passes u * total, and that piece's warp reads it again, 32
@@ -228,7 +406,7 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const SampleArgs a) {
 #pragma unroll
       for (int j = 0; j < kPer; ++j) {
         if (first + j >= pe) break;
-        const float e = Exp(scaled(x[j]) - m);
+        const float e = draw_mass(x[j]);
         piece_mass += e;
         if (e > 0.f) piece_last = first + j;
       }
@@ -244,7 +422,7 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const SampleArgs a) {
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-      const double target = a.uniforms[r] * total;
+      const double target = a.uniforms[r] * draw_total;
       double prefix = s_prefix;
       int hit = -1;
       int last = -1;
@@ -263,7 +441,7 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const SampleArgs a) {
     }
     __syncthreads();
     if (warp == s_piece_hit) {
-      const double target = a.uniforms[r] * total;
+      const double target = a.uniforms[r] * draw_total;
       double prefix = s_piece_prefix;
       int found = -1;
       int last_positive = -1;
@@ -275,10 +453,10 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const SampleArgs a) {
           const uint4 raw = *reinterpret_cast<const uint4*>(row + first);
           const T* v = reinterpret_cast<const T*>(&raw);
 #pragma unroll
-          for (int j = 0; j < kPer; ++j) e[j] = Exp(scaled(ToFloat(v[j])) - m);
+          for (int j = 0; j < kPer; ++j) e[j] = draw_mass(ToFloat(v[j]));
         } else {
 #pragma unroll
-          for (int j = 0; j < kPer; ++j) e[j] = first + j < pe ? Exp(scaled(ToFloat(row[first + j])) - m) : 0.f;
+          for (int j = 0; j < kPer; ++j) e[j] = first + j < pe ? draw_mass(ToFloat(row[first + j])) : 0.f;
         }
         float c = 0.f;
         int lp = -1;  // this vector's last token of positive mass

@@ -431,8 +431,10 @@ class CpuRank final : public RankInterface {
     const at::ScalarType dtype = actor_->trainable_parameters().front().second.scalar_type();
     // A slot's cache and its row of a decoding step's logits; the sampler's passes apart (SamplingWorkspace).
     const int64_t wanted = std::min<int64_t>(max_seqs, static_cast<int64_t>(prompts.size()) * opts->n);
+    // On a GPU the fused sampler takes every row, top-k / top-p included: no ATen passes to reserve.
     const SamplingMemory sampling = SamplingWorkspace(*opts, actor_->config().vocab_size,
-                                                      static_cast<int64_t>(c10::elementSize(dtype)), wanted);
+                                                      static_cast<int64_t>(c10::elementSize(dtype)), wanted,
+                                                      /*fused=*/true);
     const int64_t slot =
         KvSlotBytes(actor_->config(), dtype, static_cast<int64_t>(longest) + opts->max_new_tokens) + sampling.per_row;
     const double available = config_.actor.rollout_gpu_memory_utilization * static_cast<double>(mem.total) -

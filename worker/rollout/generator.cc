@@ -69,7 +69,7 @@ std::pair<at::Tensor, at::Tensor> LeftPaddedPrompts(const std::vector<std::vecto
   return {ids, mask};
 }
 
-// Whether SampleNextTokens' draw needs no top-k / top-p filtering (then, on a GPU, the fused kernel samples).
+// Whether SampleNextTokens' draw needs no top-k / top-p filtering.
 bool Unfiltered(const SamplingOptions& options, int64_t vocab) {
   return (options.top_k <= 0 || options.top_k >= vocab) && options.top_p >= 1.0;
 }
@@ -96,8 +96,13 @@ std::pair<at::Tensor, at::Tensor> SampleRows(const at::Tensor& logits_f, const S
     if (options.top_p < 1.0) {
       auto [sorted, order] = filtered.sort(-1, /*descending=*/true);
       at::Tensor probs = sorted.softmax(-1);
-      // Drop a token when the mass of the tokens before it already exceeds top_p (the first is always kept).
-      at::Tensor remove = (probs.cumsum(-1) - probs).gt(options.top_p);
+      // Drop a token when the mass of the tokens of larger value already exceeds top_p (the largest are always kept).
+      // Tokens of equal value are kept or dropped together, whatever order the sort gave them: each takes the mass
+      // before the first of its ties, as the fused GPU sampler decides (sampling_kernel.h).
+      const at::Tensor before = probs.cumsum(-1) - probs;
+      const at::Tensor ascending = sorted.neg();
+      const at::Tensor tie_start = at::searchsorted(ascending, ascending, /*out_int32=*/false, /*right=*/false);
+      at::Tensor remove = before.gather(-1, tie_start).gt(options.top_p);
       sorted = sorted.masked_fill(remove, neg_inf);
       filtered = at::empty_like(sorted).scatter_(-1, order, sorted);
     }
@@ -131,8 +136,9 @@ int64_t PassRows(const SamplingOptions& options, int64_t vocab) {
 
 }  // namespace
 
-SamplingMemory SamplingWorkspace(const SamplingOptions& options, int64_t vocab, int64_t dtype_bytes, int64_t rows) {
-  if (Unfiltered(options, vocab)) return {vocab * dtype_bytes, 0};
+SamplingMemory SamplingWorkspace(const SamplingOptions& options, int64_t vocab, int64_t dtype_bytes, int64_t rows,
+                                 bool fused) {
+  if (fused || Unfiltered(options, vocab)) return {vocab * dtype_bytes, 0};
   const int64_t pass_rows = std::min(std::max<int64_t>(1, rows), PassRows(options, vocab));
   return {vocab * (dtype_bytes + 4), pass_rows * kSamplerBytesPerLogit * vocab};
 }
@@ -140,8 +146,9 @@ SamplingMemory SamplingWorkspace(const SamplingOptions& options, int64_t vocab, 
 at::Tensor SampleNextTokens(const at::Tensor& logits, const SamplingOptions& options, const at::Tensor& uniforms,
                             at::Tensor* log_probs) {
 #ifdef VERL_WITH_CUDA
-  if (Unfiltered(options, logits.size(-1)) && kernels::SampleTokensSupported(logits)) {
-    return kernels::SampleTokens(logits, options.temperature, !options.do_sample, uniforms, log_probs);
+  if (kernels::SampleTokensSupported(logits)) {
+    return kernels::SampleTokens(logits, options.temperature, !options.do_sample, options.top_k, options.top_p,
+                                 uniforms, log_probs);
   }
 #endif
   // ATen's composition runs in float32 (bf16/fp16 logits come only from the fused path's callers), over passes of
@@ -306,7 +313,7 @@ std::pair<at::Tensor, at::Tensor> DecodeAndSample(const DecoderModel& model, con
                                                   const at::Tensor& pos, const at::Tensor& prefix,
                                                   const at::Tensor& uniforms) {
   // The fused sampler reads bf16/fp16 logits itself (exactly their float32 values); ATen's composition wants float32.
-  const bool fused = model.device().is_cuda() && Unfiltered(options, model.config().vocab_size);
+  const bool fused = model.device().is_cuda();
   at::Tensor logits = DecodeSlotLogits(model, slots, B, tokens, pos, prefix, fused);
   at::Tensor lp;  // float32 on either sampling path
   at::Tensor tok = SampleNextTokens(logits, options, uniforms, &lp);

@@ -78,7 +78,7 @@ struct SamplingOptions {
   // layer. Rounds differently from the unfolded composition, within bf16's rounding. The worker turns it off where
   // the copy would cost KV cache slots (RolloutSlots).
   bool fold_post_attention_norms = true;
-  // Rows per pass of the ATen sampler (top-k / top-p filtering, or the CPU): 0 for SamplerRowsPerPass(vocab).
+  // Rows per pass of the ATen sampler (the CPU's): 0 for SamplerRowsPerPass(vocab).
   int64_t sampler_rows_per_pass = 0;
 };
 
@@ -103,28 +103,32 @@ double CounterUniform(uint64_t seed, uint64_t stream, uint64_t counter);
 // Samples the next token for each row of `logits` [N, V] (float32) by inverting the row's CDF at `uniforms` [N]
 // (float64 draws in [0, 1)); a token outside top-k / top-p, or of probability 0, is never drawn. Writes the log-prob
 // of each chosen token under softmax(logits / temperature) (greedy too; plain logits only when temperature <= 0) to
-// *log_probs. Greedy (do_sample false) ignores `uniforms`. Returns int64 [N].
-// Where the fused GPU sampler does not apply (top-k / top-p filtering, CPU), ATen's composition runs over passes of
-// options.sampler_rows_per_pass rows, each row's result the same whatever the passes.
+// *log_probs. Greedy (do_sample false) ignores `uniforms`. Returns int64 [N]. top-p keeps the tokens whose mass of
+// strictly larger logits is at most top_p of the top-k mass, so tokens of equal logit are kept or dropped together.
+// On a GPU the fused kernel samples (kernels::SampleTokens, filters included); elsewhere ATen's composition runs over
+// passes of options.sampler_rows_per_pass rows, each row's result the same whatever the passes.
 at::Tensor SampleNextTokens(const at::Tensor& logits, const SamplingOptions& options, const at::Tensor& uniforms,
                             at::Tensor* log_probs);
 
-// The ATen sampler's temporaries: at most about kSamplerWorkspaceBytes a pass, taking kSamplerBytesPerLogit bytes per
-// logit of a row (float32 copies, a sort's int64 indices, float64 CDFs), so a pass has SamplerRowsPerPass(vocab) rows.
-// Passes cost time (B1's shape with top-p 0.9 on an H100: 7.68 s in one pass of 512 rows, 9.62 s in four of 147, the
-// peak 8.9 against 7.0 GB), so the bound is wide: 588 rows of Qwen2.5's vocabulary.
+// The ATen sampler's temporaries (the CPU's; a GPU's rows go to the fused kernel, filters included): at most about
+// kSamplerWorkspaceBytes a pass, taking kSamplerBytesPerLogit bytes per logit of a row (float32 copies, a sort's int64
+// indices, top-p's ties' int64 first positions, float64 CDFs), so a pass has SamplerRowsPerPass(vocab) rows. The bound
+// is wide (504 rows of Qwen2.5's vocabulary): on an H100, before the fused kernel took filters, B1's shape with top-p
+// 0.9 took 7.68 s in one pass of 512 rows and 9.62 s in four of 147.
 inline constexpr int64_t kSamplerWorkspaceBytes = int64_t{4} << 30;
-inline constexpr int64_t kSamplerBytesPerLogit = 48;
+inline constexpr int64_t kSamplerBytesPerLogit = 56;
 int64_t SamplerRowsPerPass(int64_t vocab);
 
-// A decoding step's sampling memory beside the KV cache: per running row its logits (the model's dtype for the fused
-// GPU sampler; with top-k / top-p filtering also their float32 copy), and with filtering one pass of the ATen sampler
-// (options.sampler_rows_per_pass rows, or SamplerRowsPerPass's) over at most `rows` rows (the most a step samples).
+// A decoding step's sampling memory beside the KV cache: per running row its logits in the model's dtype where `fused`
+// (the GPU's fused sampler, which filters in place) or no filter applies; otherwise (ATen's composition) also their
+// float32 copy, and one pass of the ATen sampler (options.sampler_rows_per_pass rows, or SamplerRowsPerPass's) over at
+// most `rows` rows (the most a step samples).
 struct SamplingMemory {
   int64_t per_row = 0;
   int64_t fixed = 0;
 };
-SamplingMemory SamplingWorkspace(const SamplingOptions& options, int64_t vocab, int64_t dtype_bytes, int64_t rows);
+SamplingMemory SamplingWorkspace(const SamplingOptions& options, int64_t vocab, int64_t dtype_bytes, int64_t rows,
+                                 bool fused);
 
 // Generates for every prompt: static batching when options.lockstep, continuous batching otherwise. Requires
 // non-empty prompts. Runs under inference mode.

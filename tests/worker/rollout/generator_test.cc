@@ -212,6 +212,21 @@ TEST_CASE("SampleNextTokens: filters", "[worker][rollout]") {
     o.top_p = 1.0;
     REQUIRE(SampleNextTokens(probs, o, draws(400), nullptr).eq(2).sum().item<int64_t>() > 0);
   }
+  SECTION("top_p keeps or drops tokens of equal logit together") {
+    // p ~ [0.534, 0.197, 0.197, 0.072]: tokens 1 and 2 tie. With top_p 0.6 the mass above either of them is token 0's
+    // 0.534, so both stay (a cut after the first in sorted order would keep only one), and token 3 (0.927 above it)
+    // goes.
+    at::Tensor logits4 = at::tensor({2.0f, 1.0f, 1.0f, 0.0f}).unsqueeze(0).expand({2000, 4}).contiguous();
+    SamplingOptions o;
+    o.top_p = 0.6;
+    const at::Tensor tok = SampleNextTokens(logits4, o, draws(2000), nullptr);
+    CHECK(tok.eq(3).sum().item<int64_t>() == 0);
+    CHECK(tok.eq(1).sum().item<int64_t>() > 200);
+    CHECK(tok.eq(2).sum().item<int64_t>() > 200);
+    // Below token 0's mass, only token 0 stays.
+    o.top_p = 0.5;
+    CHECK(SampleNextTokens(logits4, o, draws(2000), nullptr).eq(0).all().item<bool>());
+  }
   SECTION("passes of a few rows give every row's token and log-prob unchanged") {
     SamplingOptions o;
     o.top_k = 20;
@@ -235,28 +250,32 @@ TEST_CASE("SampleNextTokens: filters", "[worker][rollout]") {
     REQUIRE(at::equal(SampleNextTokens(logits, greedy, at::Tensor(), nullptr), argmax));
     // The default pass holds a row of Qwen2.5's vocabulary many times over within the workspace bound.
     CHECK(SamplerRowsPerPass(151936) == kSamplerWorkspaceBytes / (kSamplerBytesPerLogit * 151936));
-    CHECK(SamplerRowsPerPass(151936) == 588);
+    CHECK(SamplerRowsPerPass(151936) == 504);
     CHECK(SamplerRowsPerPass(int64_t{1} << 40) == 1);
   }
   SECTION("sampling memory: a row of logits per slot, and top-k / top-p's passes") {
     SamplingOptions o;
-    const SamplingMemory fused = SamplingWorkspace(o, 1000, 2, 64);
+    const SamplingMemory fused = SamplingWorkspace(o, 1000, 2, 64, false);
     CHECK(fused.per_row == 2000);
     CHECK(fused.fixed == 0);
     o.top_p = 0.9;
-    const SamplingMemory filtered = SamplingWorkspace(o, 1000, 2, 64);
+    const SamplingMemory filtered = SamplingWorkspace(o, 1000, 2, 64, false);
     CHECK(filtered.per_row == 6000);  // the model's dtype and the float32 copy
     CHECK(filtered.fixed == 64 * kSamplerBytesPerLogit * 1000);  // one pass of the step's 64 rows
+    // The GPU's fused sampler filters in place: a row of logits in the model's dtype, nothing more.
+    const SamplingMemory fused_filtered = SamplingWorkspace(o, 1000, 2, 64, true);
+    CHECK(fused_filtered.per_row == 2000);
+    CHECK(fused_filtered.fixed == 0);
     // Many rows: one pass's worth, within the bound.
-    CHECK(SamplingWorkspace(o, 151936, 2, 4096).fixed == SamplerRowsPerPass(151936) * kSamplerBytesPerLogit * 151936);
-    CHECK(SamplingWorkspace(o, 151936, 2, 4096).fixed <= kSamplerWorkspaceBytes);
+    CHECK(SamplingWorkspace(o, 151936, 2, 4096, false).fixed == SamplerRowsPerPass(151936) * kSamplerBytesPerLogit * 151936);
+    CHECK(SamplingWorkspace(o, 151936, 2, 4096, false).fixed <= kSamplerWorkspaceBytes);
     // A pass size set in the options is the one reserved, as it is the one SampleNextTokens runs.
     o.sampler_rows_per_pass = 1000;
-    CHECK(SamplingWorkspace(o, 151936, 2, 4096).fixed == 1000 * kSamplerBytesPerLogit * 151936);
+    CHECK(SamplingWorkspace(o, 151936, 2, 4096, false).fixed == 1000 * kSamplerBytesPerLogit * 151936);
     o.sampler_rows_per_pass = 0;
     o.top_p = 1.0;
     o.top_k = 1000;  // the whole vocabulary: no filter
-    CHECK(SamplingWorkspace(o, 1000, 2, 64).fixed == 0);
+    CHECK(SamplingWorkspace(o, 1000, 2, 64, false).fixed == 0);
   }
   SECTION("inverse-CDF draws follow the distribution and never pick a zero-probability token") {
     // p = [0.5, 0, 0.3, 0.2]

@@ -696,6 +696,77 @@ TEST_CASE("fused sampling over small and odd vocabularies draws ATen's tokens", 
   }
 }
 
+TEST_CASE("fused sampling with top-k and top-p draws what ATen's composition draws", "[worker][rollout][gpu]") {
+  if (SkipWithoutGpu()) return;
+  c10::InferenceMode guard;
+  // The kernel's filters (a search over the values' keys, sampling_kernel.h) against ATen's sort-based composition on
+  // the CPU over the same values in float32. bf16 rows of Qwen2's vocabulary hold many tokens of equal value, which
+  // both sides keep or drop together at the top-p cut.
+  struct Case {
+    int64_t rows, vocab;
+    at::ScalarType dtype;
+    double temperature;
+    int32_t top_k;
+    double top_p;
+  };
+  for (const Case& c : {Case{500, 5000, at::kFloat, 1.0, 0, 0.9}, Case{64, 151936, at::kBFloat16, 0.7, 0, 0.95},
+                        Case{64, 151936, at::kBFloat16, 1.0, 50, 1.0}, Case{300, 1001, at::kHalf, 1.3, 20, 0.8},
+                        Case{200, 4096, at::kFloat, 1.0, 1, 1.0}, Case{200, 4097, at::kBFloat16, 1.0, 0, 1e-6},
+                        Case{129, 33, at::kFloat, 0.5, 5, 0.5}}) {
+    INFO("rows " << c.rows << " vocab " << c.vocab << " " << c10::toString(c.dtype) << " temperature "
+                 << c.temperature << " top_k " << c.top_k << " top_p " << c.top_p);
+    const at::Tensor logits = (at::randn({c.rows, c.vocab}) * 3).to(c.dtype);
+    const at::Tensor uniforms = at::rand({c.rows}, at::kDouble);
+    SamplingOptions o;
+    o.temperature = c.temperature;
+    o.top_k = c.top_k;
+    o.top_p = c.top_p;
+    at::Tensor ref_lp;
+    const at::Tensor ref = SampleNextTokens(logits.to(at::kFloat), o, uniforms, &ref_lp);
+    at::Tensor lp;
+    const at::Tensor tok = SampleNextTokens(logits.to(at::kCUDA), o, uniforms.to(at::kCUDA), &lp).cpu();
+    lp = lp.cpu();
+    for (int again = 0; again < 2; ++again) {  // the same draws every time
+      at::Tensor lp2;
+      CHECK(at::equal(SampleNextTokens(logits.to(at::kCUDA), o, uniforms.to(at::kCUDA), &lp2).cpu(), tok));
+      CHECK(at::equal(lp2.cpu(), lp));
+    }
+    CHECK(tok.ge(0).logical_and(tok.lt(c.vocab)).all().item<bool>());
+    CHECK(at::isfinite(lp).all().item<bool>());
+    // Every draw lies inside the filters, by the exact (float64) masses: within the top-k values, and with at most
+    // top_p of the top-k mass at strictly larger values (1e-5 of slack for the float sums' rounding at the cut).
+    const at::Tensor x = logits.to(at::kDouble) / c.temperature;
+    const at::Tensor p = at::softmax(x, -1);
+    std::string outside;
+    for (int64_t r = 0; r < c.rows; ++r) {
+      const int64_t t = tok[r].item<int64_t>();
+      const double xt = x[r][t].item<double>();
+      at::Tensor kept = at::ones({c.vocab}, at::kBool);
+      if (c.top_k > 0) kept = x[r].ge(std::get<0>(x[r].topk(c.top_k)).min());
+      const double zk = p[r].masked_select(kept).sum().item<double>();
+      const double above = p[r].masked_select(kept.logical_and(x[r].gt(xt))).sum().item<double>();
+      if (!kept[t].item<bool>() || above > c.top_p * zk + 1e-5) {
+        outside += std::to_string(r) + ": token " + std::to_string(t) + " mass above " + std::to_string(above / zk) +
+                   "; ";
+      }
+    }
+    CAPTURE(outside);
+    CHECK(outside.empty());
+    // The same tokens as ATen's composition but where a draw or the cut falls within rounding (a row in a hundred at
+    // most, as for the unfiltered kernel); the log-probs are the unfiltered softmax's.
+    const at::Tensor same = tok.eq(ref);
+    const double agree = same.to(at::kDouble).mean().item<double>();
+    CAPTURE(agree);
+    CHECK(agree >= 0.95);
+    REQUIRE(same.any().item<bool>());
+    CHECK((lp - ref_lp).abs().masked_select(same).max().item<double>() < 1e-4);
+    const at::Tensor unfiltered_lp = at::log_softmax(x, -1).gather(-1, tok.unsqueeze(-1)).squeeze(-1);
+    CHECK((lp.to(at::kDouble) - unfiltered_lp).abs().max().item<double>() < 1e-4);
+    if (c.top_k == 1) CHECK(at::equal(tok, logits.to(at::kFloat).argmax(-1)));  // float32 rows: no tied maxima
+    if (c.top_p < 1e-3) CHECK(at::equal(x.gather(-1, tok.unsqueeze(-1)).squeeze(-1), std::get<0>(x.max(-1))));
+  }
+}
+
 TEST_CASE("fused sampling returns a NaN log-prob for a row with a NaN logit, and a token inside the vocabulary",
           "[worker][rollout][gpu]") {
   if (SkipWithoutGpu()) return;
