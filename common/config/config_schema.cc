@@ -143,7 +143,8 @@ const std::vector<ConfigKeySpec>& Table() {
       {"actor_rollout_ref.rollout.top_k", T::kInt, "-1", "", false, O::kVerl,
        "Top-k sampling; -1 (or 0) disables it."},
       {"actor_rollout_ref.rollout.top_p", T::kDouble, "1.0", "", false, O::kVerl,
-       "Nucleus sampling probability mass, in (0, 1]."},
+       "Nucleus sampling probability mass, in (0, 1]: a token is dropped when the tokens of larger logit (after top-k) "
+       "hold more than top_p of the mass; tokens of equal logit stay or go together."},
       {"actor_rollout_ref.rollout.do_sample", T::kBool, "true", "", false, O::kVerl,
        "Sample (true) or decode greedily (false)."},
       {"actor_rollout_ref.rollout.log_prob_use_dynamic_bsz", T::kBool, "${actor_rollout_ref.actor.use_dynamic_bsz}",

@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include <climits>
+#include <type_traits>
 
 #include "worker/kernels/dtype.cuh"
 #include "worker/kernels/launch.cuh"
@@ -235,10 +236,11 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const SampleArgs a) {
   //     kept tokens. (All threads run the searches alike, from the shared sums.)
   uint32_t floor_key = 0;
   if (filter) {
-    // Counts and masses of the row's tokens whose key is at least each of t[0..kCandidates), summed in a fixed order
-    // (each lane's elements in order, the warp's lanes by one shuffle tree, the warps in order): the same every time,
-    // and never more for a larger key.
-    auto sums_at = [&](const uint32_t (&t)[kCandidates]) {
+    // The counts (top-k) or the masses (top-p; the tag's value) of the row's tokens whose key is at least each of
+    // t[0..kCandidates), summed in a fixed order (each lane's elements in order, the warp's lanes by one shuffle tree,
+    // the warps in order): the same every time, and never more for a larger key.
+    auto sums_at = [&](const uint32_t (&t)[kCandidates], auto mass_tag) {
+      constexpr bool kMass = decltype(mass_tag)::value;
       int count[kCandidates];
       float mass[kCandidates];
 #pragma unroll
@@ -248,13 +250,13 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const SampleArgs a) {
         for (int i = 0; i < kPer; ++i) {
           if (first + i >= end) continue;
           const uint32_t key = OrderKey<T>::Of(x[i]);
-          const float e = Exp(scaled(x[i]) - m);
+          if constexpr (kMass) {
+            const float e = Exp(scaled(x[i]) - m);
 #pragma unroll
-          for (int j = 0; j < kCandidates; ++j) {
-            if (key >= t[j]) {
-              count[j] += 1;
-              mass[j] += e;
-            }
+            for (int j = 0; j < kCandidates; ++j) mass[j] += key >= t[j] ? e : 0.f;
+          } else {
+#pragma unroll
+            for (int j = 0; j < kCandidates; ++j) count[j] += key >= t[j] ? 1 : 0;
           }
         }
       });
@@ -296,7 +298,7 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const SampleArgs a) {
       while (hi - lo > 1) {
         uint32_t t[kCandidates];
         candidates(lo, hi, t);
-        sums_at(t);
+        sums_at(t, std::false_type{});
 #pragma unroll
         for (int j = 0; j < kCandidates; ++j) {
           if (s_count[j] >= a.top_k) {
@@ -326,7 +328,7 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const SampleArgs a) {
         } else {
           candidates(lo, hi, t);
         }
-        sums_at(t);
+        sums_at(t, std::true_type{});
         if (first) P = a.top_p * s_mass[0];
 #pragma unroll
         for (int j = first ? 1 : 0; j < kCandidates; ++j) {
