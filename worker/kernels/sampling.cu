@@ -69,12 +69,14 @@ struct Running {
 };
 
 // The order-preserving integer key of a value read as T (and converted to float exactly): a larger value has a larger
-// key, equal values the same one. bf16 and fp16 values have 16-bit keys (their bits with the sign flipped, the rest
-// too when negative), float32 values 32-bit ones. NaN keys fall outside the finite values' (rows with a NaN are not
-// filtered).
+// key, equal values the same one (but -0 and +0, adjacent keys). bf16 and fp16 values have 16-bit keys (their bits
+// with the sign flipped, the rest too when negative), float32 values 32-bit ones. ValueOf is the inverse over the keys
+// of -inf to +inf: the filters' searches run over keys and compare values, x >= ValueOf(key), so that -0 and +0 count
+// as the equal values they are. (NaN keys fall outside; rows with a NaN are not filtered.)
 __device__ __forceinline__ uint32_t Key16(uint32_t bits) {
   return (bits & 0x8000u) ? (~bits & 0xFFFFu) : (bits | 0x8000u);
 }
+__device__ __forceinline__ uint32_t Bits16(uint32_t key) { return (key & 0x8000u) ? (key & 0x7FFFu) : (~key & 0xFFFFu); }
 template <typename T>
 struct OrderKey;
 template <>
@@ -83,14 +85,19 @@ struct OrderKey<float> {
     const uint32_t b = __float_as_uint(v);
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
   }
+  __device__ static float ValueOf(uint32_t k) { return __uint_as_float((k & 0x80000000u) ? (k & 0x7FFFFFFFu) : ~k); }
 };
 template <>
 struct OrderKey<__nv_bfloat16> {
   __device__ static uint32_t Of(float v) { return Key16(__float_as_uint(v) >> 16); }  // the bf16's own bits
+  __device__ static float ValueOf(uint32_t k) { return __uint_as_float(Bits16(k) << 16); }
 };
 template <>
 struct OrderKey<__half> {
   __device__ static uint32_t Of(float v) { return Key16(__half_as_ushort(__float2half_rn(v))); }  // exact
+  __device__ static float ValueOf(uint32_t k) {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(Bits16(k))));
+  }
 };
 
 // Candidate keys a pass of the filters' search tries at once (the search keeps one of kCandidates + 1 intervals).
@@ -235,28 +242,29 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const SampleArgs a) {
   // 2b. The filters: the smallest key kept (floor_key), by searches over the keys; then each warp segment's mass of the
   //     kept tokens. (All threads run the searches alike, from the shared sums.)
   uint32_t floor_key = 0;
+  float floor_value = -INFINITY;  // the kept tokens' values are at least this
   if (filter) {
     // The counts (top-k) or the masses (top-p; the tag's value) of the row's tokens whose key is at least each of
     // t[0..kCandidates), summed in a fixed order (each lane's elements in order, the warp's lanes by one shuffle tree,
     // the warps in order): the same every time, and never more for a larger key.
     auto sums_at = [&](const uint32_t (&t)[kCandidates], auto mass_tag) {
       constexpr bool kMass = decltype(mass_tag)::value;
+      float tv[kCandidates];  // the candidates' values
       int count[kCandidates];
       float mass[kCandidates];
 #pragma unroll
-      for (int j = 0; j < kCandidates; ++j) count[j] = 0, mass[j] = 0.f;
+      for (int j = 0; j < kCandidates; ++j) tv[j] = OrderKey<T>::ValueOf(t[j]), count[j] = 0, mass[j] = 0.f;
       LaneVectors(row, begin, end, lane, vec, [&](int first, float (&x)[kPer]) {
 #pragma unroll
         for (int i = 0; i < kPer; ++i) {
           if (first + i >= end) continue;
-          const uint32_t key = OrderKey<T>::Of(x[i]);
           if constexpr (kMass) {
             const float e = Exp(scaled(x[i]) - m);
 #pragma unroll
-            for (int j = 0; j < kCandidates; ++j) mass[j] += key >= t[j] ? e : 0.f;
+            for (int j = 0; j < kCandidates; ++j) mass[j] += x[i] >= tv[j] ? e : 0.f;
           } else {
 #pragma unroll
-            for (int j = 0; j < kCandidates; ++j) count[j] += key >= t[j] ? 1 : 0;
+            for (int j = 0; j < kCandidates; ++j) count[j] += x[i] >= tv[j] ? 1 : 0;
           }
         }
       });
@@ -292,9 +300,10 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const SampleArgs a) {
       for (int j = 0; j < kCandidates; ++j) t[j] = static_cast<uint32_t>(lo + (hi - lo) * (j + 1) / (kCandidates + 1));
     };
     const uint64_t key_end = uint64_t{OrderKey<T>::Of(ToFloat(row[s_arg]))} + 1;  // above every key of the row
+    floor_key = OrderKey<T>::Of(-INFINITY);  // every token's (no NaN here)
     if (a.top_k > 0 && a.top_k < V) {
       // The k-th largest value's key: the largest key with at least k tokens at or above it.
-      uint64_t lo = 0, hi = key_end;  // count(>= lo) >= k > count(>= hi)
+      uint64_t lo = floor_key, hi = key_end;  // count(>= lo) >= k > count(>= hi)
       while (hi - lo > 1) {
         uint32_t t[kCandidates];
         candidates(lo, hi, t);
@@ -316,15 +325,23 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const SampleArgs a) {
       // theirs: the keys at or above s0 - 1, s0 being the smallest key whose mass at or above is at most P. The first
       // pass also gives the kept mass (at floor_key) and so P.
       uint64_t lo = floor_key, hi = key_end;  // mass(>= lo) > P >= mass(>= hi) = 0
+      // A first guess at a lower bound: a token L below the max (scaled) with L = ln(V / (1 - top_p)) + 1 is dropped,
+      // as all the tokens at or below it hold less than V e^-L < (1 - top_p) of the mass (the max alone holds 1). So
+      // the first pass tries that key beside the kept mass's, and the interval narrows to the values that matter; the
+      // pass's sums decide, so a guess off by rounding only costs passes.
+      const float L = logf(static_cast<float>(V) / (1.f - a.top_p)) + 1.f;
+      const float guess = scale ? (m - L) * a.temperature : m - L;  // a raw value
+      const uint64_t guess_key = OrderKey<T>::Of(guess);
       float P = 0.f;
       for (bool first = true; first || hi - lo > 1; first = false) {
         uint32_t t[kCandidates];
         if (first) {
-          uint32_t inner[kCandidates];
-          candidates(lo, hi, inner);
+          // t[0]: the kept mass (for P); t[1]: the guess; t[2], t[3]: a third and two thirds of the way from it to hi.
+          const uint64_t from = guess_key > lo && guess_key < hi ? guess_key : lo;
           t[0] = static_cast<uint32_t>(lo);
-#pragma unroll
-          for (int j = 1; j < kCandidates; ++j) t[j] = inner[j];
+          t[1] = static_cast<uint32_t>(from);
+          t[2] = static_cast<uint32_t>(from + (hi - from) / 3);
+          t[3] = static_cast<uint32_t>(from + (hi - from) * 2 / 3);
         } else {
           candidates(lo, hi, t);
         }
@@ -342,11 +359,12 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const SampleArgs a) {
       }
       floor_key = static_cast<uint32_t>(hi - 1);
     }
+    floor_value = OrderKey<T>::ValueOf(floor_key);
     float kept = 0.f;
     LaneVectors(row, begin, end, lane, vec, [&](int first, float (&x)[kPer]) {
 #pragma unroll
       for (int i = 0; i < kPer; ++i) {
-        if (first + i < end && OrderKey<T>::Of(x[i]) >= floor_key) kept += Exp(scaled(x[i]) - m);
+        if (first + i < end && x[i] >= floor_value) kept += Exp(scaled(x[i]) - m);
       }
     });
 #pragma unroll
@@ -362,7 +380,7 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const SampleArgs a) {
   // A token's mass in the draw: 0 when a filter drops it.
   auto draw_mass = [&](float x) {
     const float e = Exp(scaled(x) - m);
-    return filter && OrderKey<T>::Of(x) < floor_key ? 0.f : e;
+    return filter && !(x >= floor_value) ? 0.f : e;
   };
 
   // 2c. Thread 0: the segment where the cumulative mass passes u * the draw's total.
