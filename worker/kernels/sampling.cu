@@ -239,14 +239,14 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const SampleArgs a) {
   const double total = s_total;
   const bool filter = s_filter;
 
-  // 2b. The filters: the smallest key kept (floor_key), by searches over the keys; then each warp segment's mass of the
-  //     kept tokens. (All threads run the searches alike, from the shared sums.)
+  // 2b. The filters: the smallest key kept (floor_key, whose value is floor_value), by searches over the keys; then
+  //     each warp segment's mass of the kept tokens. (All threads run the searches alike, from the shared sums.)
   uint32_t floor_key = 0;
   float floor_value = -INFINITY;  // the kept tokens' values are at least this
   if (filter) {
-    // The counts (top-k) or the masses (top-p; the tag's value) of the row's tokens whose key is at least each of
-    // t[0..kCandidates), summed in a fixed order (each lane's elements in order, the warp's lanes by one shuffle tree,
-    // the warps in order): the same every time, and never more for a larger key.
+    // The counts (top-k) or the masses (top-p; the tag's value) of the row's tokens whose value is at least that of
+    // each key t[0..kCandidates), summed in a fixed order (each lane's elements in order, the warp's lanes by one
+    // shuffle tree, the warps in order): the same every time, and never more for a larger key.
     auto sums_at = [&](const uint32_t (&t)[kCandidates], auto mass_tag) {
       constexpr bool kMass = decltype(mass_tag)::value;
       float tv[kCandidates];  // the candidates' values

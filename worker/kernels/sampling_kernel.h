@@ -16,9 +16,10 @@
 // With top-k and / or top-p, the draw is over the tokens the filters keep (the CDF runs over them in vocabulary order,
 // as ATen's composition draws), and the log-prob stays that of the unfiltered softmax. Each filter keeps the tokens
 // whose value is at least a threshold, found by a search over the values' order-preserving integer keys (16 bits for
-// bf16 / fp16 logits, 32 for float32): each pass over the row counts the tokens and sums the mass at or above four
-// candidate keys, and the search keeps the interval that holds the threshold, so a row takes about 7 passes (14 for
-// float32) per filter, most of them from L2. top-k keeps the tokens at or above the k-th largest value; top-p, among
+// bf16 / fp16 logits, 32 for float32): each pass over the row counts the tokens (top-k) or sums their mass (top-p) at
+// or above the values of four candidate keys, and the search keeps the interval that holds the threshold, so a filter
+// takes about 7 passes over a bf16 row (14 for float32), most of them from L2; top-p's first pass also tries a lower
+// bound it can prove, which usually saves a few. top-k keeps the tokens at or above the k-th largest value; top-p, among
 // those, the tokens whose mass of strictly larger values is at most top_p of the top-k mass: tokens of equal value are
 // kept or dropped together. The sums are in a fixed order, so a row's draw is the same every time. A row whose mass
 // is NaN (a NaN logit) is drawn unfiltered, as without the filters.
