@@ -429,16 +429,12 @@ class CpuRank final : public RankInterface {
     size_t longest = 0;
     for (const PromptInput& p : prompts) longest = std::max(longest, p.token_ids.size());
     const at::ScalarType dtype = actor_->trainable_parameters().front().second.scalar_type();
-    // A slot's cache and its row of a decoding step's logits; the sampler's passes apart (SamplingWorkspace).
+    // A slot's cache and its row of a decoding step's logits (the fused sampler needs nothing more, filters included).
     const int64_t wanted = std::min<int64_t>(max_seqs, static_cast<int64_t>(prompts.size()) * opts->n);
-    // On a GPU the fused sampler takes every row, top-k / top-p included: no ATen passes to reserve.
-    const SamplingMemory sampling = SamplingWorkspace(*opts, actor_->config().vocab_size,
-                                                      static_cast<int64_t>(c10::elementSize(dtype)), wanted,
-                                                      /*fused=*/true);
-    const int64_t slot =
-        KvSlotBytes(actor_->config(), dtype, static_cast<int64_t>(longest) + opts->max_new_tokens) + sampling.per_row;
+    const int64_t slot = KvSlotBytes(actor_->config(), dtype, static_cast<int64_t>(longest) + opts->max_new_tokens) +
+                         SamplingRowBytes(actor_->config().vocab_size, static_cast<int64_t>(c10::elementSize(dtype)));
     const double available = config_.actor.rollout_gpu_memory_utilization * static_cast<double>(mem.total) -
-                             static_cast<double>(mem.allocated) - static_cast<double>(sampling.fixed);
+                             static_cast<double>(mem.allocated);
     // The folded q/k/v (and gate/up) weights decoding makes for this rollout count against the budget too.
     int64_t folded = opts->fold_input_norms ? FoldedQkvBytes(actor_->config(), dtype) : 0;
     if (opts->fold_input_norms && opts->fold_post_attention_norms) {
@@ -457,9 +453,6 @@ class CpuRank final : public RankInterface {
                                    " MiB leaves ", std::max<int64_t>(0, static_cast<int64_t>(budget)) >> 20,
                                    " MiB for the KV cache beside the ", mem.allocated >> 20, " MiB allocated",
                                    folded > 0 ? absl::StrCat(" and ", folded >> 20, " MiB of folded weights") : "",
-                                   sampling.fixed > 0
-                                       ? absl::StrCat(" and ", sampling.fixed >> 20, " MiB for top-k / top-p sampling")
-                                       : "",
                                    "; one sequence of ", longest, " + ", opts->max_new_tokens,
                                    " tokens needs ", slot >> 20, " MiB: raise it")));
     }

@@ -69,10 +69,6 @@ std::pair<at::Tensor, at::Tensor> LeftPaddedPrompts(const std::vector<std::vecto
   return {ids, mask};
 }
 
-// Whether SampleNextTokens' draw needs no top-k / top-p filtering.
-bool Unfiltered(const SamplingOptions& options, int64_t vocab) {
-  return (options.top_k <= 0 || options.top_k >= vocab) && options.top_p >= 1.0;
-}
 
 }  // namespace
 
@@ -135,13 +131,6 @@ int64_t PassRows(const SamplingOptions& options, int64_t vocab) {
 }
 
 }  // namespace
-
-SamplingMemory SamplingWorkspace(const SamplingOptions& options, int64_t vocab, int64_t dtype_bytes, int64_t rows,
-                                 bool fused) {
-  if (fused || Unfiltered(options, vocab)) return {vocab * dtype_bytes, 0};
-  const int64_t pass_rows = std::min(std::max<int64_t>(1, rows), PassRows(options, vocab));
-  return {vocab * (dtype_bytes + 4), pass_rows * kSamplerBytesPerLogit * vocab};
-}
 
 at::Tensor SampleNextTokens(const at::Tensor& logits, const SamplingOptions& options, const at::Tensor& uniforms,
                             at::Tensor* log_probs) {

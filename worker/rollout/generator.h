@@ -119,16 +119,9 @@ inline constexpr int64_t kSamplerWorkspaceBytes = int64_t{4} << 30;
 inline constexpr int64_t kSamplerBytesPerLogit = 56;
 int64_t SamplerRowsPerPass(int64_t vocab);
 
-// A decoding step's sampling memory beside the KV cache: per running row its logits in the model's dtype where `fused`
-// (the GPU's fused sampler, which filters in place) or no filter applies; otherwise (ATen's composition) also their
-// float32 copy, and one pass of the ATen sampler (options.sampler_rows_per_pass rows, or SamplerRowsPerPass's) over at
-// most `rows` rows (the most a step samples).
-struct SamplingMemory {
-  int64_t per_row = 0;
-  int64_t fixed = 0;
-};
-SamplingMemory SamplingWorkspace(const SamplingOptions& options, int64_t vocab, int64_t dtype_bytes, int64_t rows,
-                                 bool fused);
+// A decoding step's sampling memory per running row, beside its KV cache: its row of logits in the model's dtype (on
+// a GPU the fused sampler reads them in place, top-k / top-p included).
+inline int64_t SamplingRowBytes(int64_t vocab, int64_t dtype_bytes) { return vocab * dtype_bytes; }
 
 // Generates for every prompt: static batching when options.lockstep, continuous batching otherwise. Requires
 // non-empty prompts. Runs under inference mode.

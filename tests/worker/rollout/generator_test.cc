@@ -253,30 +253,6 @@ TEST_CASE("SampleNextTokens: filters", "[worker][rollout]") {
     CHECK(SamplerRowsPerPass(151936) == 504);
     CHECK(SamplerRowsPerPass(int64_t{1} << 40) == 1);
   }
-  SECTION("sampling memory: a row of logits per slot, and top-k / top-p's passes") {
-    SamplingOptions o;
-    const SamplingMemory fused = SamplingWorkspace(o, 1000, 2, 64, false);
-    CHECK(fused.per_row == 2000);
-    CHECK(fused.fixed == 0);
-    o.top_p = 0.9;
-    const SamplingMemory filtered = SamplingWorkspace(o, 1000, 2, 64, false);
-    CHECK(filtered.per_row == 6000);  // the model's dtype and the float32 copy
-    CHECK(filtered.fixed == 64 * kSamplerBytesPerLogit * 1000);  // one pass of the step's 64 rows
-    // The GPU's fused sampler filters in place: a row of logits in the model's dtype, nothing more.
-    const SamplingMemory fused_filtered = SamplingWorkspace(o, 1000, 2, 64, true);
-    CHECK(fused_filtered.per_row == 2000);
-    CHECK(fused_filtered.fixed == 0);
-    // Many rows: one pass's worth, within the bound.
-    CHECK(SamplingWorkspace(o, 151936, 2, 4096, false).fixed == SamplerRowsPerPass(151936) * kSamplerBytesPerLogit * 151936);
-    CHECK(SamplingWorkspace(o, 151936, 2, 4096, false).fixed <= kSamplerWorkspaceBytes);
-    // A pass size set in the options is the one reserved, as it is the one SampleNextTokens runs.
-    o.sampler_rows_per_pass = 1000;
-    CHECK(SamplingWorkspace(o, 151936, 2, 4096, false).fixed == 1000 * kSamplerBytesPerLogit * 151936);
-    o.sampler_rows_per_pass = 0;
-    o.top_p = 1.0;
-    o.top_k = 1000;  // the whole vocabulary: no filter
-    CHECK(SamplingWorkspace(o, 1000, 2, 64, false).fixed == 0);
-  }
   SECTION("inverse-CDF draws follow the distribution and never pick a zero-probability token") {
     // p = [0.5, 0, 0.3, 0.2]
     const float neg_inf = -std::numeric_limits<float>::infinity();

@@ -314,7 +314,7 @@ TEST_CASE("CUDA-graph decoding gives the same tokens and log-probs as eager deco
   auto model = LoadOn(dir.path(), at::kBFloat16);
   REQUIRE(model->DecodeKernelAvailable());
   const auto prompts = RandomPrompts(24, 300, 3);
-  // Greedy and unfiltered sampling run the fused sampler; top-k / top-p sampling ATen's composition.
+  // Greedy, filtered (top-k, top-p) and unfiltered sampling, all through the fused sampler.
   for (int mode = 0; mode < 3; ++mode) {
     const bool sample = mode > 0;
     INFO((mode == 0 ? "greedy" : mode == 1 ? "sampling (temperature, top-k, top-p)" : "sampling (temperature)"));
