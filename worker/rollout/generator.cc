@@ -69,11 +69,6 @@ std::pair<at::Tensor, at::Tensor> LeftPaddedPrompts(const std::vector<std::vecto
   return {ids, mask};
 }
 
-
-}  // namespace
-
-namespace {
-
 // SampleNextTokens' ATen composition over the rows of float32 `logits_f` (with their `uniforms`).
 std::pair<at::Tensor, at::Tensor> SampleRows(const at::Tensor& logits_f, const SamplingOptions& options,
                                              const at::Tensor& uniforms, bool want_log_probs) {
