@@ -114,7 +114,8 @@ inline nlohmann::json IdleGaps(std::vector<Activity> busy, const std::vector<std
 }
 
 // Runs `fn` (which must wait for the device before returning) under the profiler; returns {wall_s, kernel_s (the sum
-// of device activity: kernels, copies, memsets), kernels: [{name, s, calls, share}] for the `top` largest, idle: the
+// of device activity: kernels, copies, memsets), kernels: [{name, s, calls, share}] for the `top` largest, by_op:
+// [{op, name, s, calls}] the same by (the host op that launched it, "" where none is linked), idle: the
 // device's idle time between its first and last activity, by the length of each gap}. Short gaps are the launch
 // latency between kernels (inside CUDA graphs too); long ones, time the device waited on the host, and idle.host_in_gaps
 // says what the host was doing in the gaps of a millisecond or more.
@@ -137,13 +138,20 @@ inline nlohmann::json ProfileKernels(const std::function<void()>& fn, int top = 
   std::vector<Activity> host;
   std::vector<std::string> host_names;
   std::map<std::string, size_t> host_index;
+  std::map<uint64_t, size_t> host_by_correlation;  // a host op's correlation id -> its name's index
   for (const auto& e : result->events()) {
     if (e.deviceType() != c10::DeviceType::CUDA) {
       const auto [it, added] = host_index.emplace(e.name(), host_names.size());
       if (added) host_names.push_back(e.name());
       host.push_back({e.startNs(), e.startNs() + e.durationNs(), it->second});
-      continue;
+      if (e.correlationId() != 0) host_by_correlation[e.correlationId()] = it->second;
     }
+  }
+  // (host op that launched it, kernel) -> ns, calls: the profiler links a kernel to the op it was launched from (not
+  // inside CUDA graphs, whose kernels the replay launches).
+  std::map<std::pair<std::string, std::string>, std::pair<uint64_t, int64_t>> by_op;
+  for (const auto& e : result->events()) {
+    if (e.deviceType() != c10::DeviceType::CUDA) continue;
     std::string name = e.name();
     if (name.size() > 160) name = name.substr(0, 160);
     const auto [it, added] = name_index.emplace(name, names.size());
@@ -153,6 +161,10 @@ inline nlohmann::json ProfileKernels(const std::function<void()>& fn, int top = 
     ns += e.durationNs();
     ++calls;
     total_ns += e.durationNs();
+    const auto op = host_by_correlation.find(e.linkedCorrelationId());
+    auto& [op_ns, op_calls] = by_op[{op == host_by_correlation.end() ? "" : host_names[op->second], name}];
+    op_ns += e.durationNs();
+    ++op_calls;
   }
   std::vector<std::pair<std::string, std::pair<uint64_t, int64_t>>> sorted(by_name.begin(), by_name.end());
   std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
@@ -164,9 +176,19 @@ inline nlohmann::json ProfileKernels(const std::function<void()>& fn, int top = 
                        {"calls", v.second},
                        {"share", total_ns ? static_cast<double>(v.first) / static_cast<double>(total_ns) : 0.0}});
   }
+  std::vector<std::pair<std::pair<std::string, std::string>, std::pair<uint64_t, int64_t>>> ops(by_op.begin(),
+                                                                                              by_op.end());
+  std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  nlohmann::json by_op_json = nlohmann::json::array();
+  for (size_t i = 0; i < ops.size() && static_cast<int>(i) < top; ++i) {
+    const auto& [key, v] = ops[i];
+    by_op_json.push_back(
+        {{"op", key.first}, {"name", key.second}, {"s", static_cast<double>(v.first) * 1e-9}, {"calls", v.second}});
+  }
   return {{"wall_s", wall},
           {"kernel_s", static_cast<double>(total_ns) * 1e-9},
           {"kernels", kernels},
+          {"by_op", by_op_json},
           {"idle", IdleGaps(std::move(busy), names, 10.0, 12, host, host_names)}};
 }
 

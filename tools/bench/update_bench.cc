@@ -11,7 +11,8 @@
 //                     [--max-token-len 0] [--remove-padding 0] [--profile 0] [--log-probs 0]
 //                     [--min-prompt-len P] [--min-response-len R] [--sdpa default|flash|cudnn|efficient]
 //                     [--n 1] [--prefix-grouper 0]
-// --profile 1 adds one more update under the Kineto profiler: device time per kernel name (kernel_profile.h).
+// --profile 1 adds one more update under the Kineto profiler: device time per kernel name and per (host op, kernel)
+// (kernel_profile.h), the --profile-top largest of each (30).
 // --log-probs 1 times the no-grad log-prob pass over the same sequences instead (a GRPO step's old and reference
 // log-probs: ComputeLogProbsNoGrad, micro-batches as the update's), e.g. B3's 1,024 x 768 tokens at a 24,576 budget.
 // --min-prompt-len / --min-response-len draw each row's prompt and response lengths uniformly from [min, max] (seeded):
@@ -71,7 +72,8 @@ void Usage() {
   std::cerr << "usage: verl-bench-update --model DIR [--sequences 512] [--prompt-len 256] [--response-len 512] "
                "[--micro 8] [--device cpu|cuda] [--dtype float32|bfloat16] [--warmup 1] [--repeats 2] [--seed 0] "
                "[--checkpointing 0|1] [--max-token-len 0] [--remove-padding 0|1] [--prefix-grouper 0|1] [--n 1] "
-               "[--fuse-lm-head 1|0] [--mini-batch 0] [--log-probs 0|1] [--profile 0|1] [--overlap-log-probs 0]\n";
+               "[--fuse-lm-head 1|0] [--mini-batch 0] [--log-probs 0|1] [--profile 0|1] [--profile-top 30] "
+               "[--overlap-log-probs 0]\n";
 }
 
 }  // namespace
@@ -92,6 +94,7 @@ int main(int argc, char** argv) {
                                               {"max-token-len", "0"},
                                               {"remove-padding", "0"},
                                               {"profile", "0"},
+                                              {"profile-top", "30"},
                                               {"log-probs", "0"},
                                               {"min-prompt-len", ""},
                                               {"min-response-len", ""},
@@ -310,10 +313,12 @@ int main(int argc, char** argv) {
       result["overlap"] = overlap;
     }
     if (flags["profile"] == "1") {
-      result["profile"] = verl::bench::ProfileKernels([&] {
-        (void)update();
-        sync();
-      });
+      result["profile"] = verl::bench::ProfileKernels(
+          [&] {
+            (void)update();
+            sync();
+          },
+          std::stoi(flags["profile-top"]));
     }
     std::cout << result.dump() << "\n";
   } catch (const std::exception& e) {
