@@ -4,6 +4,7 @@
 // `--profile 1` of the LibTorch benchmark tools: one more run under LibTorch's Kineto profiler, summarised as the device
 // time per kernel name (the largest first), so a benchmark result says where its time goes without a trace viewer.
 
+#include <kineto/ActivityType.h>  // libkineto::ActivityType, from the torch wheel
 #include <torch/csrc/autograd/profiler_kineto.h>
 
 #include <algorithm>
@@ -144,7 +145,10 @@ inline nlohmann::json ProfileKernels(const std::function<void()>& fn, int top = 
       const auto [it, added] = host_index.emplace(e.name(), host_names.size());
       if (added) host_names.push_back(e.name());
       host.push_back({e.startNs(), e.startNs() + e.durationNs(), it->second});
-      if (e.correlationId() != 0) host_by_correlation[e.correlationId()] = it->second;
+      // Torch ops only: the CUDA runtime's calls number their own correlations (a kernel's links to its op's).
+      if (e.activityType() == static_cast<uint8_t>(libkineto::ActivityType::CPU_OP) && e.correlationId() != 0) {
+        host_by_correlation[e.correlationId()] = it->second;
+      }
     }
   }
   // (host op that launched it, kernel) -> ns, calls: the profiler links a kernel to the op it was launched from (not
