@@ -14,6 +14,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -139,21 +140,21 @@ inline nlohmann::json ProfileKernels(const std::function<void()>& fn, int top = 
   std::vector<Activity> host;
   std::vector<std::string> host_names;
   std::map<std::string, size_t> host_index;
-  std::map<uint64_t, size_t> host_by_correlation;  // a host op's correlation id -> its name's index
+  std::map<uint64_t, size_t> op_of_correlation;  // a torch op's correlation id -> its name's index in host_names
   for (const auto& e : result->events()) {
-    if (e.deviceType() != c10::DeviceType::CUDA) {
-      const auto [it, added] = host_index.emplace(e.name(), host_names.size());
-      if (added) host_names.push_back(e.name());
-      host.push_back({e.startNs(), e.startNs() + e.durationNs(), it->second});
-      // Torch ops only: the CUDA runtime's calls number their own correlations (a kernel's links to its op's).
-      if (e.activityType() == static_cast<uint8_t>(libkineto::ActivityType::CPU_OP) && e.correlationId() != 0) {
-        host_by_correlation[e.correlationId()] = it->second;
-      }
+    if (e.deviceType() == c10::DeviceType::CUDA) continue;
+    const auto [it, added] = host_index.emplace(e.name(), host_names.size());
+    if (added) host_names.push_back(e.name());
+    host.push_back({e.startNs(), e.startNs() + e.durationNs(), it->second});
+    // Torch ops only: the CUDA runtime's calls number their own correlations (a kernel's links to its op's).
+    if (e.activityType() == static_cast<uint8_t>(libkineto::ActivityType::CPU_OP) && e.correlationId() != 0) {
+      op_of_correlation[e.correlationId()] = it->second;
     }
   }
-  // (host op that launched it, kernel) -> ns, calls: the profiler links a kernel to the op it was launched from (not
-  // inside CUDA graphs, whose kernels the replay launches).
-  std::map<std::pair<std::string, std::string>, std::pair<uint64_t, int64_t>> by_op;
+  // (the torch op that launched it, its name) -> ns, calls: the profiler links a kernel to the op it was launched
+  // from (not inside CUDA graphs, whose kernels the replay launches). kNoOp where none is linked.
+  constexpr size_t kNoOp = SIZE_MAX;
+  std::map<std::pair<size_t, size_t>, std::pair<uint64_t, int64_t>> by_op;
   for (const auto& e : result->events()) {
     if (e.deviceType() != c10::DeviceType::CUDA) continue;
     std::string name = e.name();
@@ -161,33 +162,37 @@ inline nlohmann::json ProfileKernels(const std::function<void()>& fn, int top = 
     const auto [it, added] = name_index.emplace(name, names.size());
     if (added) names.push_back(name);
     busy.push_back({e.startNs(), e.startNs() + e.durationNs(), it->second});
+    const auto op = op_of_correlation.find(e.linkedCorrelationId());
     auto& [ns, calls] = by_name[name];
     ns += e.durationNs();
     ++calls;
-    total_ns += e.durationNs();
-    const auto op = host_by_correlation.find(e.linkedCorrelationId());
-    auto& [op_ns, op_calls] = by_op[{op == host_by_correlation.end() ? "" : host_names[op->second], name}];
+    auto& [op_ns, op_calls] = by_op[{op == op_of_correlation.end() ? kNoOp : op->second, it->second}];
     op_ns += e.durationNs();
     ++op_calls;
+    total_ns += e.durationNs();
   }
-  std::vector<std::pair<std::string, std::pair<uint64_t, int64_t>>> sorted(by_name.begin(), by_name.end());
-  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  // A map's `top` entries with the most ns, the most first.
+  auto largest = [top](const auto& map) {
+    std::vector<std::pair<typename std::decay_t<decltype(map)>::key_type, std::pair<uint64_t, int64_t>>> sorted(
+        map.begin(), map.end());
+    std::sort(sorted.begin(), sorted.end(),
+              [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+    if (top >= 0 && sorted.size() > static_cast<size_t>(top)) sorted.resize(top);
+    return sorted;
+  };
   nlohmann::json kernels = nlohmann::json::array();
-  for (size_t i = 0; i < sorted.size() && static_cast<int>(i) < top; ++i) {
-    const auto& [name, v] = sorted[i];
+  for (const auto& [name, v] : largest(by_name)) {
     kernels.push_back({{"name", name},
                        {"s", static_cast<double>(v.first) * 1e-9},
                        {"calls", v.second},
                        {"share", total_ns ? static_cast<double>(v.first) / static_cast<double>(total_ns) : 0.0}});
   }
-  std::vector<std::pair<std::pair<std::string, std::string>, std::pair<uint64_t, int64_t>>> ops(by_op.begin(),
-                                                                                              by_op.end());
-  std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
   nlohmann::json by_op_json = nlohmann::json::array();
-  for (size_t i = 0; i < ops.size() && static_cast<int>(i) < top; ++i) {
-    const auto& [key, v] = ops[i];
-    by_op_json.push_back(
-        {{"op", key.first}, {"name", key.second}, {"s", static_cast<double>(v.first) * 1e-9}, {"calls", v.second}});
+  for (const auto& [key, v] : largest(by_op)) {
+    by_op_json.push_back({{"op", key.first == kNoOp ? std::string() : host_names[key.first]},
+                          {"name", names[key.second]},
+                          {"s", static_cast<double>(v.first) * 1e-9},
+                          {"calls", v.second}});
   }
   return {{"wall_s", wall},
           {"kernel_s", static_cast<double>(total_ns) * 1e-9},

@@ -112,6 +112,11 @@ int main(int argc, char** argv) {
   const int64_t N = std::stoll(flags["sequences"]), P = std::stoll(flags["prompt-len"]);
   const int64_t R = std::stoll(flags["response-len"]), micro = std::stoll(flags["micro"]);
   const int warmup = std::stoi(flags["warmup"]), repeats = std::stoi(flags["repeats"]);
+  const int profile_top = std::stoi(flags["profile-top"]);
+  if (profile_top < 1) {
+    std::cerr << "verl-bench-update: --profile-top must be at least 1, got " << profile_top << "\n";
+    return 2;
+  }
   const at::ScalarType dtype = flags["dtype"] == "bfloat16" ? at::kBFloat16 : at::kFloat;
   const at::Device device(flags["device"] == "cuda" ? "cuda:0" : "cpu");
   if (const std::string& sdpa = flags["sdpa"]; sdpa != "default") {
@@ -318,7 +323,7 @@ int main(int argc, char** argv) {
             (void)update();
             sync();
           },
-          std::stoi(flags["profile-top"]));
+          profile_top);
     }
     std::cout << result.dump() << "\n";
   } catch (const std::exception& e) {
