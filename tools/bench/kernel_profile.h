@@ -11,7 +11,10 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <iterator>
 #include <map>
+#include <memory>
+#include <set>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -115,15 +118,83 @@ inline nlohmann::json IdleGaps(std::vector<Activity> busy, const std::vector<std
   return out;
 }
 
+// Host spans that nest (torch ops, the code's own scopes), each thread's a tree: which span was open on the host when
+// a kernel was launched, and which spans were around it.
+class SpanTree {
+ public:
+  struct Span {
+    uint64_t start, end;  // ns
+    size_t name;
+    uint64_t thread;
+  };
+  static constexpr size_t kNone = SIZE_MAX;
+
+  explicit SpanTree(std::vector<Span> spans) : spans_(std::move(spans)), parent_(spans_.size(), kNone) {
+    std::map<uint64_t, std::vector<size_t>> by_thread;
+    for (size_t i = 0; i < spans_.size(); ++i) by_thread[spans_[i].thread].push_back(i);
+    for (auto& [thread, order] : by_thread) {
+      // Outer before inner: by start, the longer first where two start together.
+      std::sort(order.begin(), order.end(), [this](size_t a, size_t b) {
+        return spans_[a].start != spans_[b].start ? spans_[a].start < spans_[b].start : spans_[a].end > spans_[b].end;
+      });
+      std::vector<size_t> open;  // the spans around the current one, innermost last
+      for (size_t i : order) {
+        while (!open.empty() && spans_[open.back()].end < spans_[i].end) open.pop_back();
+        parent_[i] = open.empty() ? kNone : open.back();
+        open.push_back(i);
+      }
+      threads_.push_back(std::move(order));
+    }
+  }
+
+  const Span& span(size_t i) const { return spans_[i]; }
+  size_t parent(size_t i) const { return parent_[i]; }
+
+  // The shortest span containing the instant t over all threads (kNone if none). On one thread it is the span that
+  // started last at or before t, or the first of its ancestors still open at t.
+  size_t Innermost(uint64_t t) const {
+    size_t best = kNone;
+    for (const std::vector<size_t>& order : threads_) {
+      auto after = std::upper_bound(order.begin(), order.end(), t,
+                                    [this](uint64_t x, size_t i) { return x < spans_[i].start; });
+      if (after == order.begin()) continue;
+      size_t i = *std::prev(after);
+      while (i != kNone && spans_[i].end < t) i = parent_[i];
+      if (i != kNone && (best == kNone || Length(i) < Length(best))) best = i;
+    }
+    return best;
+  }
+
+  // The names of up to `n` spans around span i, the innermost first.
+  std::vector<size_t> Ancestors(size_t i, int n) const {
+    std::vector<size_t> out;
+    for (size_t p = parent_[i]; p != kNone && static_cast<int>(out.size()) < n; p = parent_[p]) {
+      out.push_back(spans_[p].name);
+    }
+    return out;
+  }
+
+ private:
+  uint64_t Length(size_t i) const { return spans_[i].end - spans_[i].start; }
+
+  std::vector<Span> spans_;
+  std::vector<size_t> parent_;
+  std::vector<std::vector<size_t>> threads_;  // each thread's spans, outer before inner
+};
+
 // Runs `fn` (which must wait for the device before returning) under the profiler; returns {wall_s, kernel_s (the sum
 // of device activity: kernels, copies, memsets), kernels: [{name, s, calls, share}] for the `top` largest, by_op:
-// [{op, name, s, calls}] the same by (the host op that launched it, "" where none is linked), idle: the
-// device's idle time between its first and last activity, by the length of each gap}. Short gaps are the launch
-// latency between kernels (inside CUDA graphs too); long ones, time the device waited on the host, and idle.host_in_gaps
-// says what the host was doing in the gaps of a millisecond or more.
+// [{op, within, name, s, calls}] the same by where on the host it was launched, idle: the device's idle time between
+// its first and last activity, by the length of each gap}. by_op's op is the host span open at the launch: the torch op
+// the profiler links the kernel to, or else the innermost op or scope around the launch call ("" where none; kernels
+// replayed by CUDA graphs link to nothing); within lists up to three spans around it, the innermost first (which
+// backward node, which scope). Short gaps are the launch latency between kernels (inside CUDA graphs too); long ones,
+// time the device waited on the host, and idle.host_in_gaps says what the host was doing in the gaps of a millisecond
+// or more. The code's scopes are not device activity: their GPU-side spans are left out.
 inline nlohmann::json ProfileKernels(const std::function<void()>& fn, int top = 30) {
   namespace prof = torch::autograd::profiler;
   using torch::profiler::impl::ActivityType;
+  using Kind = libkineto::ActivityType;
   const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO);
   const std::set<ActivityType> activities = {ActivityType::CPU, ActivityType::CUDA};
   prof::prepareProfiler(config, activities);
@@ -132,6 +203,7 @@ inline nlohmann::json ProfileKernels(const std::function<void()>& fn, int top = 
   fn();
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::unique_ptr<prof::ProfilerResult> result = prof::disableProfiler();
+  auto is = [](const prof::KinetoEvent& e, Kind kind) { return e.activityType() == static_cast<uint8_t>(kind); };
   std::map<std::string, std::pair<uint64_t, int64_t>> by_name;  // ns, calls
   uint64_t total_ns = 0;
   std::vector<Activity> busy;
@@ -140,33 +212,47 @@ inline nlohmann::json ProfileKernels(const std::function<void()>& fn, int top = 
   std::vector<Activity> host;
   std::vector<std::string> host_names;
   std::map<std::string, size_t> host_index;
-  std::map<uint64_t, size_t> op_of_correlation;  // a torch op's correlation id -> its name's index in host_names
+  std::vector<SpanTree::Span> spans;                 // torch ops and the code's scopes
+  std::map<uint64_t, size_t> span_of_correlation;    // a torch op's correlation id -> its span
+  std::map<uint64_t, uint64_t> launch_of_correlation;  // a runtime or driver call's correlation id -> its start
   for (const auto& e : result->events()) {
     if (e.deviceType() == c10::DeviceType::CUDA) continue;
     const auto [it, added] = host_index.emplace(e.name(), host_names.size());
     if (added) host_names.push_back(e.name());
     host.push_back({e.startNs(), e.startNs() + e.durationNs(), it->second});
-    // Torch ops only: the CUDA runtime's calls number their own correlations (a kernel's links to its op's).
-    if (e.activityType() == static_cast<uint8_t>(libkineto::ActivityType::CPU_OP) && e.correlationId() != 0) {
-      op_of_correlation[e.correlationId()] = it->second;
+    if (is(e, Kind::CPU_OP) || is(e, Kind::USER_ANNOTATION)) {
+      // Torch ops' correlations only: the CUDA runtime's calls number their own (a kernel links to its op's).
+      if (is(e, Kind::CPU_OP) && e.correlationId() != 0) span_of_correlation[e.correlationId()] = spans.size();
+      spans.push_back({e.startNs(), e.startNs() + e.durationNs(), it->second, e.startThreadId()});
+    } else if (is(e, Kind::CUDA_RUNTIME) || is(e, Kind::CUDA_DRIVER)) {
+      launch_of_correlation[e.correlationId()] = e.startNs();
     }
   }
-  // (the torch op that launched it, its name) -> ns, calls: the profiler links a kernel to the op it was launched
-  // from (not inside CUDA graphs, whose kernels the replay launches). kNoOp where none is linked.
-  constexpr size_t kNoOp = SIZE_MAX;
-  std::map<std::pair<size_t, size_t>, std::pair<uint64_t, int64_t>> by_op;
+  const SpanTree tree(std::move(spans));
+  // (the host span open at the launch, the spans around it, the kernel's name) -> ns, calls.
+  using OpKey = std::tuple<size_t, std::vector<size_t>, size_t>;
+  std::map<OpKey, std::pair<uint64_t, int64_t>> by_op;
   for (const auto& e : result->events()) {
-    if (e.deviceType() != c10::DeviceType::CUDA) continue;
+    if (!is(e, Kind::CONCURRENT_KERNEL) && !is(e, Kind::GPU_MEMCPY) && !is(e, Kind::GPU_MEMSET)) continue;
     std::string name = e.name();
     if (name.size() > 160) name = name.substr(0, 160);
     const auto [it, added] = name_index.emplace(name, names.size());
     if (added) names.push_back(name);
     busy.push_back({e.startNs(), e.startNs() + e.durationNs(), it->second});
-    const auto op = op_of_correlation.find(e.linkedCorrelationId());
+    size_t span = SpanTree::kNone;
+    if (const auto op = span_of_correlation.find(e.linkedCorrelationId()); op != span_of_correlation.end()) {
+      span = op->second;
+    } else if (const auto launch = launch_of_correlation.find(e.correlationId());
+               launch != launch_of_correlation.end()) {
+      span = tree.Innermost(launch->second);
+    }
     auto& [ns, calls] = by_name[name];
     ns += e.durationNs();
     ++calls;
-    auto& [op_ns, op_calls] = by_op[{op == op_of_correlation.end() ? kNoOp : op->second, it->second}];
+    const OpKey key = span == SpanTree::kNone
+                          ? OpKey{SpanTree::kNone, {}, it->second}
+                          : OpKey{tree.span(span).name, tree.Ancestors(span, 3), it->second};
+    auto& [op_ns, op_calls] = by_op[key];
     op_ns += e.durationNs();
     ++op_calls;
     total_ns += e.durationNs();
@@ -189,8 +275,12 @@ inline nlohmann::json ProfileKernels(const std::function<void()>& fn, int top = 
   }
   nlohmann::json by_op_json = nlohmann::json::array();
   for (const auto& [key, v] : largest(by_op)) {
-    by_op_json.push_back({{"op", key.first == kNoOp ? std::string() : host_names[key.first]},
-                          {"name", names[key.second]},
+    const auto& [op, around, kernel] = key;
+    nlohmann::json within = nlohmann::json::array();
+    for (size_t a : around) within.push_back(host_names[a].substr(0, 100));
+    by_op_json.push_back({{"op", op == SpanTree::kNone ? std::string() : host_names[op]},
+                          {"within", within},
+                          {"name", names[kernel]},
                           {"s", static_cast<double>(v.first) * 1e-9},
                           {"calls", v.second}});
   }

@@ -59,5 +59,35 @@ TEST_CASE("IdleGaps: without host spans there is no host attribution", "[tools][
   CHECK_FALSE(idle.contains("host_in_gaps"));
 }
 
+TEST_CASE("SpanTree: the span open at an instant, over threads, and the spans around it", "[tools][bench]") {
+  // Thread 1: a scope 0-100 us holding op A 10-40 us (itself holding A's inner op 20-30 us) and op B 50-90 us, which
+  // starts with a span of the same start and shorter end. Thread 2: a backward node 60-70 us.
+  const std::vector<SpanTree::Span> spans = {
+      {50 * kUs, 90 * kUs, 3, 1},  // 0: B
+      {0, 100 * kUs, 0, 1},        // 1: the scope
+      {20 * kUs, 30 * kUs, 2, 1},  // 2: A's inner op
+      {10 * kUs, 40 * kUs, 1, 1},  // 3: A
+      {50 * kUs, 55 * kUs, 4, 1},  // 4: B's first inner op, starting with B
+      {60 * kUs, 70 * kUs, 5, 2},  // 5: the backward node on thread 2
+  };
+  const SpanTree tree(spans);
+  CHECK(tree.parent(1) == SpanTree::kNone);
+  CHECK(tree.parent(3) == 1);
+  CHECK(tree.parent(2) == 3);
+  CHECK(tree.parent(0) == 1);
+  CHECK(tree.parent(4) == 0);
+  CHECK(tree.parent(5) == SpanTree::kNone);
+  CHECK(tree.Innermost(25 * kUs) == 2);
+  CHECK(tree.Innermost(35 * kUs) == 3);   // after the inner op ended: back in A
+  CHECK(tree.Innermost(45 * kUs) == 1);   // between A and B: the scope
+  CHECK(tree.Innermost(52 * kUs) == 4);
+  CHECK(tree.Innermost(65 * kUs) == 5);   // thread 2's node is shorter than thread 1's B
+  CHECK(tree.Innermost(80 * kUs) == 0);
+  CHECK(tree.Innermost(150 * kUs) == SpanTree::kNone);
+  CHECK(tree.Ancestors(2, 3) == std::vector<size_t>{1, 0});  // names: A, the scope
+  CHECK(tree.Ancestors(2, 1) == std::vector<size_t>{1});
+  CHECK(tree.Ancestors(1, 3).empty());
+}
+
 }  // namespace
 }  // namespace verl::bench
