@@ -651,17 +651,23 @@ at::Tensor PackedAttention(const at::Tensor& q, const at::Tensor& k, const at::T
     };
     const at::Tensor k_rows = repeated(k);
     const at::Tensor v_rows = repeated(v);
+    // Each bucket's rows, by one split per tensor (its backward is one concatenation; a narrow's would zero-fill a
+    // whole gradient per bucket and copy into it), and none where one bucket holds them all.
+    std::vector<int64_t> sizes;
+    for (const auto& [n, len] : packed.row_buckets) sizes.push_back(n * len);
+    auto buckets = [&](const at::Tensor& t) {
+      return sizes.size() == 1 && sizes[0] == t.size(0) ? std::vector<at::Tensor>{t} : t.split_with_sizes(sizes, 0);
+    };
+    const std::vector<at::Tensor> q_parts = buckets(q_rows), k_parts = buckets(k_rows), v_parts = buckets(v_rows);
     std::vector<at::Tensor> outs;
-    int64_t at = 0;
     for (size_t b = 0; b < packed.row_buckets.size(); ++b) {
       const auto [n, len] = packed.row_buckets[b];
       auto rows_view = [&](const at::Tensor& t) {  // [n * len, h, D] -> [n, h, len, D]
-        return t.narrow(0, at, n * len).view({n, len, t.size(1), D}).transpose(1, 2);
+        return t.view({n, len, t.size(1), D}).transpose(1, 2);
       };
-      outs.push_back(BucketAttention(rows_view(q_rows), rows_view(k_rows), rows_view(v_rows), gqa, saves, b)
+      outs.push_back(BucketAttention(rows_view(q_parts[b]), rows_view(k_parts[b]), rows_view(v_parts[b]), gqa, saves, b)
                          .transpose(1, 2)
                          .reshape({n * len, heads, D}));
-      at += n * len;
     }
     const at::Tensor o_flat = outs.size() == 1 ? outs.front() : at::cat(outs, 0);
     return GatherDistinct::apply(o_flat, packed.row_output, packed.row_source).transpose(0, 1).unsqueeze(0);
