@@ -126,6 +126,7 @@ class SpanTree {
     uint64_t start, end;  // ns
     size_t name;
     uint64_t thread;
+    std::string shapes = {};  // the op's inputs' shapes, "[4, 8] [8]" ("" where not recorded)
   };
   static constexpr size_t kNone = SIZE_MAX;
 
@@ -184,18 +185,21 @@ class SpanTree {
 
 // Runs `fn` (which must wait for the device before returning) under the profiler; returns {wall_s, kernel_s (the sum
 // of device activity: kernels, copies, memsets), kernels: [{name, s, calls, share}] for the `top` largest, by_op:
-// [{op, within, name, s, calls}] the same by where on the host it was launched, idle: the device's idle time between
-// its first and last activity, by the length of each gap}. by_op's op is the host span open at the launch: the torch op
-// the profiler links the kernel to, or else the innermost op or scope around the launch call ("" where none; kernels
-// replayed by CUDA graphs link to nothing); within lists up to three spans around it, the innermost first (which
-// backward node, which scope). Short gaps are the launch latency between kernels (inside CUDA graphs too); long ones,
-// time the device waited on the host, and idle.host_in_gaps says what the host was doing in the gaps of a millisecond
-// or more. The code's scopes are not device activity: their GPU-side spans are left out.
+// [{op, shapes, within, name, s, calls}] the same by where on the host it was launched, idle: the device's idle time
+// between its first and last activity, by the length of each gap}.
+// - by_op's op is the host span open at the launch: the torch op the profiler links the kernel to, or else the
+//   innermost op or scope around the launch call ("" where none; kernels replayed by CUDA graphs link to nothing).
+//   shapes: its inputs' shapes (a GEMM's tell its rate). within: up to three spans around it, the innermost first
+//   (which backward node, which scope).
+// - Short gaps are the launch latency between kernels (inside CUDA graphs too); long ones, time the device waited on
+//   the host, and idle.host_in_gaps says what the host was doing in the gaps of a millisecond or more.
+// - The code's scopes are not device activity: their GPU-side spans are left out.
 inline nlohmann::json ProfileKernels(const std::function<void()>& fn, int top = 30) {
   namespace prof = torch::autograd::profiler;
   using torch::profiler::impl::ActivityType;
   using Kind = libkineto::ActivityType;
-  const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO);
+  const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO,
+                                                     /*report_input_shapes=*/true);
   const std::set<ActivityType> activities = {ActivityType::CPU, ActivityType::CUDA};
   prof::prepareProfiler(config, activities);
   prof::enableProfiler(config, activities);
@@ -223,14 +227,21 @@ inline nlohmann::json ProfileKernels(const std::function<void()>& fn, int top = 
     if (is(e, Kind::CPU_OP) || is(e, Kind::USER_ANNOTATION)) {
       // Torch ops' correlations only: the CUDA runtime's calls number their own (a kernel links to its op's).
       if (is(e, Kind::CPU_OP) && e.correlationId() != 0) span_of_correlation[e.correlationId()] = spans.size();
-      spans.push_back({e.startNs(), e.startNs() + e.durationNs(), it->second, e.startThreadId()});
+      std::string shapes;
+      for (const std::vector<int64_t>& shape : e.shapes()) {
+        if (shape.empty()) continue;  // a scalar, or not a tensor
+        shapes += shapes.empty() ? "[" : " [";
+        for (size_t d = 0; d < shape.size(); ++d) shapes += (d ? ", " : "") + std::to_string(shape[d]);
+        shapes += "]";
+      }
+      spans.push_back({e.startNs(), e.startNs() + e.durationNs(), it->second, e.startThreadId(), std::move(shapes)});
     } else if (is(e, Kind::CUDA_RUNTIME) || is(e, Kind::CUDA_DRIVER)) {
       launch_of_correlation[e.correlationId()] = e.startNs();
     }
   }
   const SpanTree tree(std::move(spans));
-  // (the host span open at the launch, the spans around it, the kernel's name) -> ns, calls.
-  using OpKey = std::tuple<size_t, std::vector<size_t>, size_t>;
+  // (the host span open at the launch, its shapes, the spans around it, the kernel's name) -> ns, calls.
+  using OpKey = std::tuple<size_t, std::string, std::vector<size_t>, size_t>;
   std::map<OpKey, std::pair<uint64_t, int64_t>> by_op;
   for (const auto& e : result->events()) {
     if (!is(e, Kind::CONCURRENT_KERNEL) && !is(e, Kind::GPU_MEMCPY) && !is(e, Kind::GPU_MEMSET)) continue;
@@ -250,8 +261,8 @@ inline nlohmann::json ProfileKernels(const std::function<void()>& fn, int top = 
     ns += e.durationNs();
     ++calls;
     const OpKey key = span == SpanTree::kNone
-                          ? OpKey{SpanTree::kNone, {}, it->second}
-                          : OpKey{tree.span(span).name, tree.Ancestors(span, 3), it->second};
+                          ? OpKey{SpanTree::kNone, {}, {}, it->second}
+                          : OpKey{tree.span(span).name, tree.span(span).shapes, tree.Ancestors(span, 3), it->second};
     auto& [op_ns, op_calls] = by_op[key];
     op_ns += e.durationNs();
     ++op_calls;
@@ -275,10 +286,11 @@ inline nlohmann::json ProfileKernels(const std::function<void()>& fn, int top = 
   }
   nlohmann::json by_op_json = nlohmann::json::array();
   for (const auto& [key, v] : largest(by_op)) {
-    const auto& [op, around, kernel] = key;
+    const auto& [op, shapes, around, kernel] = key;
     nlohmann::json within = nlohmann::json::array();
     for (size_t a : around) within.push_back(host_names[a].substr(0, 100));
     by_op_json.push_back({{"op", op == SpanTree::kNone ? std::string() : host_names[op]},
+                          {"shapes", shapes},
                           {"within", within},
                           {"name", names[kernel]},
                           {"s", static_cast<double>(v.first) * 1e-9},
