@@ -113,6 +113,32 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
   }
 };
 
+// (y, x) = (RmsNorm(x), x) with gradients: x returned (autograd makes it a view of the input with this node as its
+// history) for its other uses, whose gradient the backward kernel adds to the norm's, as AddRmsNorm's adds the sum's.
+class RmsNormAgainFunction : public torch::autograd::Function<RmsNormAgainFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight, double eps) {
+    at::Tensor rstd;
+    at::Tensor y = RmsNormForward(x, at::Tensor(), weight, eps, nullptr, &rstd);
+    ctx->save_for_backward({x, weight, rstd});
+    ctx->set_materialize_grads(false);  // an unused output's gradient stays undefined (see AddRmsNormFunction)
+    return {y, x};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    at::Tensor dx, dw;
+    if (grads[0].defined()) {
+      std::tie(dx, dw) = RmsNormBackward(saved[0], saved[1], saved[2], grads[0], grads[1], ctx->needs_input_grad(0),
+                                         ctx->needs_input_grad(1));
+    } else {  // y unused: x's other uses' gradient passes through, the weight gets none
+      dx = grads[1];
+      if (ctx->needs_input_grad(1)) dw = at::zeros_like(saved[1]);
+    }
+    if (ctx->needs_input_grad(0) && !dx.defined()) dx = at::zeros_like(saved[0]);  // neither output used
+    return {ctx->needs_input_grad(0) ? dx : at::Tensor(), dw, at::Tensor()};
+  }
+};
+
 // (y, sum) = (RmsNorm(x + residual), x + residual) with gradients: one kernel each way. The sum's gradient from its
 // other uses (the residual stream's) is added inside the norm's backward kernel, rounded as autograd adds it, and is
 // x's and residual's gradient both.
@@ -265,9 +291,15 @@ bool RmsNormSupported(const at::Tensor& x, const at::Tensor& weight) {
          x.size(-1) <= std::numeric_limits<int>::max();
 }
 
-at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  if (!NeedsGrad({&x, &weight})) return RmsNormForward(x, at::Tensor(), weight, eps, nullptr, nullptr);
-  return RmsNormFunction::apply(x, weight, eps);
+at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps, at::Tensor* x_again) {
+  if (!NeedsGrad({&x, &weight})) {
+    if (x_again != nullptr) *x_again = x;
+    return RmsNormForward(x, at::Tensor(), weight, eps, nullptr, nullptr);
+  }
+  if (x_again == nullptr) return RmsNormFunction::apply(x, weight, eps);
+  const variable_list out = RmsNormAgainFunction::apply(x, weight, eps);
+  *x_again = out[1];
+  return out[0];
 }
 
 bool RopeSupported(const at::Tensor& x, const at::Tensor& cos) {

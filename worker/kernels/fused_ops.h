@@ -15,7 +15,10 @@ namespace verl::kernels {
 // x [..., hidden] contiguous, weight [hidden], both on one CUDA device in float32, bfloat16 or float16.
 bool RmsNormSupported(const at::Tensor& x, const at::Tensor& weight);
 // HF's Qwen2/Llama RMSNorm: weight * to_dtype(float(x) * rsqrt(mean(float(x)^2, -1) + eps)).
-at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
+// With `x_again`: *x_again is x once more, for x's other uses (a residual stream's), as an output of the norm's node
+// where gradients flow, so the gradient of those uses is added inside the norm's backward kernel (rounded as
+// autograd's add of the two would be) instead of by an add kernel of its own; without gradients, x itself.
+at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps, at::Tensor* x_again = nullptr);
 
 // x [B, H, T, D] with contiguous rows of D, dense (any order of the other dimensions) or a view of token rows (each
 // token's heads adjacent, tokens further apart: SplitHeads of a column range of a stacked q/k/v projection), cos and

@@ -974,6 +974,13 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
     *pending = at::Tensor();
   }
 #endif
+#ifdef VERL_WITH_CUDA
+  // With gradients the residual stream takes h_in again from the norm's node: the gradient of its use below is added
+  // inside the norm's backward kernel (kernels::RmsNorm's x_again), not by an add kernel of autograd's.
+  if (!x.defined() && !folded && kernels::RmsNormSupported(h_in, L.input_norm)) {
+    x = kernels::RmsNorm(h_in, L.input_norm, config_.rms_norm_eps, &h_layer);
+  }
+#endif
   if (!x.defined() && !folded) x = RmsNorm(h_in, L.input_norm);
   at::Tensor q, k, v;
   if (folded || L.qkv_w.defined()) {

@@ -187,6 +187,51 @@ TEST_CASE("fused AddRmsNorm with gradients gives the add and the norm's values a
 #endif
 }
 
+TEST_CASE("fused RMSNorm handing its input on (x_again) gives the norm's values and x's summed gradient, bit for bit",
+          "[worker][train][gpu]") {
+  if (SkipWithoutGpu()) return;
+#ifdef VERL_WITH_CUDA
+  at::manual_seed(5);
+  for (at::ScalarType dtype : kDtypes) {
+    INFO(c10::toString(dtype));
+    const auto opts = at::TensorOptions().dtype(dtype).device(at::kCUDA);
+    for (int64_t hidden : {896, 41}) {
+      CAPTURE(hidden);
+      const at::Tensor x0 = at::randn({3, 5, hidden}, opts);
+      const at::Tensor w0 = (1 + 0.1 * at::randn({hidden}, at::kFloat)).to(opts);
+      const at::Tensor g_y = at::randn({3, 5, hidden}, opts), g_other = at::randn({3, 5, hidden}, opts);
+      for (int uses : {0, 1, 2}) {  // both used, only the norm, only x's other use
+        CAPTURE(uses);
+        auto run = [&](bool again) {
+          const at::Tensor x = x0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
+          at::Tensor x_other = x;
+          const at::Tensor y = again ? kernels::RmsNorm(x, w, 1e-6, &x_other) : kernels::RmsNorm(x, w, 1e-6);
+          at::Tensor loss = uses != 2 ? (y * g_y).sum() : (x_other * g_other).sum();
+          if (uses == 0) loss = loss + (x_other * g_other).sum();
+          std::vector<at::Tensor> g = Grads(loss, at::ones({}, opts), {x, w});
+          g.insert(g.begin(), {y.detach(), x_other.detach()});
+          return g;
+        };
+        const std::vector<at::Tensor> again = run(true), plain = run(false);
+        const char* names[] = {"y", "x again", "dx", "dweight"};
+        for (size_t i = 0; i < again.size(); ++i) {
+          INFO(names[i]);
+          if (i == 3 && uses == 2) {  // y unused: zeros (the plain graph leaves the weight's gradient undefined)
+            REQUIRE(again[i].defined());
+            CHECK(again[i].abs().sum().item<double>() == 0.0);
+            continue;
+          }
+          REQUIRE(again[i].defined());
+          REQUIRE(plain[i].defined());
+          CHECK(at::equal(again[i], plain[i]));
+          CHECK(at::equal(again[i].view(-1).signbit(), plain[i].view(-1).signbit()));
+        }
+      }
+    }
+  }
+#endif
+}
+
 TEST_CASE("fused RoPE gives the ATen composition's values and gradients", "[worker][train][gpu]") {
   if (SkipWithoutGpu()) return;
 #ifdef VERL_WITH_CUDA
