@@ -11,8 +11,8 @@
 //                     [--max-token-len 0] [--remove-padding 0] [--profile 0] [--log-probs 0]
 //                     [--min-prompt-len P] [--min-response-len R] [--sdpa default|flash|cudnn|efficient]
 //                     [--n 1] [--prefix-grouper 0]
-// --profile 1 adds one more update under the Kineto profiler: device time per kernel name and per (host op, kernel)
-// (kernel_profile.h), the --profile-top largest of each (30).
+// --profile 1 adds one more update under the Kineto profiler: device time per kernel name and per (host op, its input
+// shapes, the spans around it, kernel) (kernel_profile.h), the --profile-top largest of each (30).
 // --log-probs 1 times the no-grad log-prob pass over the same sequences instead (a GRPO step's old and reference
 // log-probs: ComputeLogProbsNoGrad, micro-batches as the update's), e.g. B3's 1,024 x 768 tokens at a 24,576 budget.
 // --min-prompt-len / --min-response-len draw each row's prompt and response lengths uniformly from [min, max] (seeded):
