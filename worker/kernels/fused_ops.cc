@@ -97,6 +97,22 @@ std::pair<at::Tensor, at::Tensor> RmsNormBackward(const at::Tensor& x, const at:
   return {dx, partial.defined() ? partial.sum(0).to(weight.scalar_type()) : at::Tensor()};
 }
 
+// The backward of a norm node whose second output (the sum, or x again) other uses read: {dx, dw}. The second
+// output's gradient g_other is added inside the norm's input-gradient kernel; where y went unused it passes through
+// and the weight's gradient is zeros; where neither was used dx is zeros. Undefined where not needed.
+std::pair<at::Tensor, at::Tensor> PassThroughNormBackward(const variable_list& saved, const at::Tensor& g_y,
+                                                          const at::Tensor& g_other, bool need_dx, bool need_dw) {
+  at::Tensor dx, dw;
+  if (g_y.defined()) {
+    std::tie(dx, dw) = RmsNormBackward(saved[0], saved[1], saved[2], g_y, g_other, need_dx, need_dw);
+  } else {
+    dx = g_other;
+    if (need_dw) dw = at::zeros_like(saved[1]);
+  }
+  if (need_dx && !dx.defined()) dx = at::zeros_like(saved[0]);
+  return {need_dx ? dx : at::Tensor(), dw};
+}
+
 class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight, double eps) {
@@ -125,17 +141,9 @@ class RmsNormAgainFunction : public torch::autograd::Function<RmsNormAgainFuncti
     return {y, x};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const variable_list saved = ctx->get_saved_variables();
-    at::Tensor dx, dw;
-    if (grads[0].defined()) {
-      std::tie(dx, dw) = RmsNormBackward(saved[0], saved[1], saved[2], grads[0], grads[1], ctx->needs_input_grad(0),
-                                         ctx->needs_input_grad(1));
-    } else {  // y unused: x's other uses' gradient passes through, the weight gets none
-      dx = grads[1];
-      if (ctx->needs_input_grad(1)) dw = at::zeros_like(saved[1]);
-    }
-    if (ctx->needs_input_grad(0) && !dx.defined()) dx = at::zeros_like(saved[0]);  // neither output used
-    return {ctx->needs_input_grad(0) ? dx : at::Tensor(), dw, at::Tensor()};
+    auto [dx, dw] = PassThroughNormBackward(ctx->get_saved_variables(), grads[0], grads[1], ctx->needs_input_grad(0),
+                                            ctx->needs_input_grad(1));
+    return {dx, dw, at::Tensor()};
   }
 };
 
@@ -155,18 +163,10 @@ class AddRmsNormFunction : public torch::autograd::Function<AddRmsNormFunction> 
     return {y, sum};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const variable_list saved = ctx->get_saved_variables();
-    const at::Tensor& sum = saved[0];
-    const bool need_dx = ctx->needs_input_grad(0) || ctx->needs_input_grad(1);
-    at::Tensor dx, dw;
-    if (grads[0].defined()) {
-      std::tie(dx, dw) =
-          RmsNormBackward(sum, saved[1], saved[2], grads[0], grads[1], need_dx, ctx->needs_input_grad(2));
-    } else {  // y unused: the sum's own gradient passes through, the weight gets none
-      dx = grads[1];
-      if (ctx->needs_input_grad(2)) dw = at::zeros_like(saved[1]);
-    }
-    if (need_dx && !dx.defined()) dx = at::zeros_like(sum);  // neither output used
+    // The sum's gradient is x's and residual's both.
+    auto [dx, dw] = PassThroughNormBackward(ctx->get_saved_variables(), grads[0], grads[1],
+                                            ctx->needs_input_grad(0) || ctx->needs_input_grad(1),
+                                            ctx->needs_input_grad(2));
     return {ctx->needs_input_grad(0) ? dx : at::Tensor(), ctx->needs_input_grad(1) ? dx : at::Tensor(), dw,
             at::Tensor()};
   }

@@ -375,14 +375,15 @@ void DecoderModel::SetRequiresGrad(bool requires_grad) {
   for (UnitInfo& u : units_) u.unit->shard().set_requires_grad(requires_grad);
 }
 
-at::Tensor DecoderModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight) const {
+at::Tensor DecoderModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight, at::Tensor* x_again) const {
 #ifdef VERL_WITH_CUDA
   // One fused kernel on a GPU in every mode (see ApplyRope), the same values to float rounding of the mean; its
   // backward is one kernel too.
   if (kernels::RmsNormSupported(x, weight)) {
-    return kernels::RmsNorm(x, weight, config_.rms_norm_eps);
+    return kernels::RmsNorm(x, weight, config_.rms_norm_eps, x_again);
   }
 #endif
+  if (x_again != nullptr) *x_again = x;
   // As HF: normalise in float32, cast back, then scale.
   at::Tensor xf = x.to(at::kFloat);
   at::Tensor var = xf.pow(2).mean(-1, /*keepdim=*/true);
@@ -974,14 +975,9 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
     *pending = at::Tensor();
   }
 #endif
-#ifdef VERL_WITH_CUDA
-  // With gradients the residual stream takes h_in again from the norm's node: the gradient of its use below is added
-  // inside the norm's backward kernel (kernels::RmsNorm's x_again), not by an add kernel of autograd's.
-  if (!x.defined() && !folded && kernels::RmsNormSupported(h_in, L.input_norm)) {
-    x = kernels::RmsNorm(h_in, L.input_norm, config_.rms_norm_eps, &h_layer);
-  }
-#endif
-  if (!x.defined() && !folded) x = RmsNorm(h_in, L.input_norm);
+  // The residual stream takes h_in again from the norm (RmsNorm's x_again): on a GPU with gradients the gradient of its
+  // use below is added inside the norm's backward kernel, not by an add kernel of autograd's.
+  if (!x.defined() && !folded) x = RmsNorm(h_in, L.input_norm, &h_layer);
   at::Tensor q, k, v;
   if (folded || L.qkv_w.defined()) {
     // One GEMM over the stacked projections: the folded copy (its bias added by the RoPE kernel below), or

@@ -346,7 +346,9 @@ class DecoderModel {
                             KvCache* cache, const PackedSequences* packed, bool causal) const;
   at::Tensor ForwardImpl(const at::Tensor& input_ids, const at::Tensor& position_ids, const at::Tensor& attn_mask,
                          KvCache* cache, const PackedSequences* packed, bool causal) const;
-  at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight) const;
+  // x_again: x once more for its other uses (kernels::RmsNorm's: on a GPU with gradients their gradient is summed in
+  // the norm's backward kernel); x itself elsewhere.
+  at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, at::Tensor* x_again = nullptr) const;
   std::pair<at::Tensor, at::Tensor> RopeCosSin(const at::Tensor& position_ids, at::ScalarType dtype) const;
 
   DecoderConfig config_;
