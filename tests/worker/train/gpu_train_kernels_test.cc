@@ -77,6 +77,26 @@ void CheckGradNoWorse(const char* what, const at::Tensor& ours, const at::Tensor
   CHECK(e_ours <= 4 * ulp * scale);
 }
 
+// The fused norms' outputs and gradients against the unfused graph's, bit for bit (signed zeros included). The
+// weight's gradient at `unused_weight_grad`, where the norm's output is unused, is zeros in the fused graph (the
+// unfused one leaves it undefined); -1 where every entry is compared.
+void CheckSameBits(const std::vector<at::Tensor>& fused, const std::vector<at::Tensor>& plain,
+                   const std::vector<const char*>& names, int unused_weight_grad) {
+  REQUIRE(fused.size() == names.size());
+  REQUIRE(plain.size() == names.size());
+  for (size_t i = 0; i < fused.size(); ++i) {
+    INFO(names[i]);
+    REQUIRE(fused[i].defined());
+    if (static_cast<int>(i) == unused_weight_grad) {
+      CHECK(fused[i].abs().sum().item<double>() == 0.0);
+      continue;
+    }
+    REQUIRE(plain[i].defined());
+    CHECK(at::equal(fused[i], plain[i]));
+    CHECK(at::equal(fused[i].view(-1).signbit(), plain[i].view(-1).signbit()));
+  }
+}
+
 TEST_CASE("fused RMSNorm gives the ATen composition's values and gradients", "[worker][train][gpu]") {
   if (SkipWithoutGpu()) return;
 #ifdef VERL_WITH_CUDA
@@ -165,22 +185,7 @@ TEST_CASE("fused AddRmsNorm with gradients gives the add and the norm's values a
           g.insert(g.begin(), {y.detach(), sum.detach()});
           return g;
         };
-        const std::vector<at::Tensor> fused = run(true), plain = run(false);
-        const char* names[] = {"y", "sum", "dx", "dresidual", "dweight"};
-        for (size_t i = 0; i < fused.size(); ++i) {
-          INFO(names[i]);
-          if (i == 4 &&
-              uses == 2) {  // y unused: the weight's gradient is zeros (the unfused graph leaves it undefined)
-            REQUIRE(fused[i].defined());
-            CHECK(fused[i].abs().sum().item<double>() == 0.0);
-            continue;
-          }
-          REQUIRE(fused[i].defined());
-          REQUIRE(plain[i].defined());
-          CHECK(at::equal(fused[i], plain[i]));
-          // Bit for bit, signed zeros included.
-          CHECK(at::equal(fused[i].view(-1).signbit(), plain[i].view(-1).signbit()));
-        }
+        CheckSameBits(run(true), run(false), {"y", "sum", "dx", "dresidual", "dweight"}, uses == 2 ? 4 : -1);
       }
     }
   }
@@ -212,20 +217,7 @@ TEST_CASE("fused RMSNorm handing its input on (x_again) gives the norm's values 
           g.insert(g.begin(), {y.detach(), x_other.detach()});
           return g;
         };
-        const std::vector<at::Tensor> again = run(true), plain = run(false);
-        const char* names[] = {"y", "x again", "dx", "dweight"};
-        for (size_t i = 0; i < again.size(); ++i) {
-          INFO(names[i]);
-          if (i == 3 && uses == 2) {  // y unused: zeros (the plain graph leaves the weight's gradient undefined)
-            REQUIRE(again[i].defined());
-            CHECK(again[i].abs().sum().item<double>() == 0.0);
-            continue;
-          }
-          REQUIRE(again[i].defined());
-          REQUIRE(plain[i].defined());
-          CHECK(at::equal(again[i], plain[i]));
-          CHECK(at::equal(again[i].view(-1).signbit(), plain[i].view(-1).signbit()));
-        }
+        CheckSameBits(run(true), run(false), {"y", "x again", "dx", "dweight"}, uses == 2 ? 3 : -1);
       }
     }
   }
