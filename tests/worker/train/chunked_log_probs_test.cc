@@ -142,5 +142,32 @@ TEST_CASE("ChunkedLogProbsWithGrad gives ChunkedLogProbs' values and backward, i
   }
 }
 
+TEST_CASE("ChunkedLogProbsWithGrad with a bf16 weight hands back a bf16 weight gradient, scaled by the anchor's",
+          "[worker][train]") {
+  // The weight's gradient is summed over the chunks in float32, then scaled and rounded to bf16 by one op: the same
+  // bits as float32 gradients scaled and rounded afterwards.
+  at::manual_seed(9);
+  const at::Tensor hidden = at::randn({2, 7, 16}).to(at::kBFloat16);
+  const at::Tensor weight = (at::randn({37, 16}) * 0.3).to(at::kBFloat16);
+  const at::Tensor targets = at::randint(0, 37, {2, 7}, at::kLong);
+  const at::Tensor g_lp = at::randn({14});
+  const TokenLossGrad token_grad = [&](int64_t begin, const at::Tensor& lp, const at::Tensor&) {
+    return std::make_pair(g_lp.narrow(0, begin, lp.size(0)), at::Tensor());
+  };
+  auto weight_grad = [&](double scale) {
+    at::Tensor h = hidden.clone().requires_grad_(true), w = weight.clone().requires_grad_(true);
+    ChunkedLossGradResult r = ChunkedLogProbsWithGrad(h, w, targets, 0.8, token_grad, /*chunk=*/4);
+    (scale * r.anchor).backward();
+    return w.grad();
+  };
+  const at::Tensor g1 = weight_grad(1.0), g3 = weight_grad(3.0);
+  REQUIRE(g1.scalar_type() == at::kBFloat16);
+  REQUIRE(g3.scalar_type() == at::kBFloat16);
+  CHECK(g1.abs().max().item<double>() > 0.0);
+  // 3x the bf16 gradient within bf16's rounding of each (the float32 sums are the same in both runs).
+  const at::Tensor want = g1.to(at::kFloat) * 3;
+  CHECK((g3.to(at::kFloat) - want).abs().le(want.abs() * (1.0 / 128) + 1e-30).all().item<bool>());
+}
+
 }  // namespace
 }  // namespace verl
