@@ -205,14 +205,10 @@ class ChunkedLossGradFunction : public torch::autograd::Function<ChunkedLossGrad
     // The float32 weight gradient is scaled and rounded to the weight's dtype by one kernel (the product is rounded
     // to float32 first, as an in-place multiply and a conversion after it would round it); in place for a float32
     // weight.
-    at::Tensor grad_w_out = grad_w;
-    if (weight_dtype == grad_w.scalar_type()) {
-      grad_w_out.mul_(scale);
-    } else {
-      grad_w_out = at::empty(grad_w.sizes(), grad_w.options().dtype(weight_dtype));
-      at::mul_out(grad_w_out, grad_w, scale);
-    }
-    grad_w.reset();
+    at::Tensor grad_w_out = weight_dtype == grad_w.scalar_type()
+                                ? grad_w
+                                : at::empty(grad_w.sizes(), grad_w.options().dtype(weight_dtype));
+    at::mul_out(grad_w_out, grad_w, scale);
     return {grad_h.mul_(scale.to(grad_h.scalar_type())),
             grad_w_out,
             at::Tensor(),
