@@ -10,7 +10,8 @@
 # (VERL_CAUSAL_PASSES=0) and packed (--remove-padding 1): pad.jsonl.
 # UP=1: a B3 mini-batch's actor update alone (verl-bench-update: 512 rows of 256 + 512 tokens, n 8, shared prompts,
 # checkpointing, a 24,576-token budget) once per entry of UP_VARIANTS (more flags, ';' between entries; default: every
-# layer recomputed, 12, none: --recompute-layers), the entries alternating over two rounds: up.jsonl.
+# layer recomputed, 12, none: --recompute-layers; an entry's VERL_*=... words set the environment), the entries
+# alternating over two rounds: up.jsonl.
 #
 #   VERL_COMMIT=<hash> tools/device/perf_gpu.sh      # TESTS=1 B1=1 B2=1 B3=1
 # Pass the commit's hash as a literal (taken on your machine): the device copy's .git can be stale.
@@ -111,8 +112,10 @@ if [ $build_rc = 0 ]; then
     IFS=';' read -r -a up_variants <<< "${UP_VARIANTS:---recompute-layers -1;--recompute-layers 12;--recompute-layers 0}"
     [ $up_rc = 0 ] && for round in 1 2; do
       for v in "${up_variants[@]}"; do
-        timeout 200 "$BUILD_DIR/bin/verl-bench-update" --model "$model" --sequences 512 --prompt-len 256 \
-          --response-len 512 --max-token-len 24576 --n 8 --prefix-grouper 1 --checkpointing 1 --repeats 2 $v \
+        env_set=""; flags=""
+        for word in $v; do case "$word" in VERL_*=*) env_set="$env_set $word" ;; *) flags="$flags $word" ;; esac; done
+        env $env_set timeout 200 "$BUILD_DIR/bin/verl-bench-update" --model "$model" --sequences 512 --prompt-len 256 \
+          --response-len 512 --max-token-len 24576 --n 8 --prefix-grouper 1 --checkpointing 1 --repeats 2 $flags \
           >> "$OUT/up.jsonl" 2>> "$OUT/up.log" || up_rc=1
         echo "{\"round\": $round, \"variant\": \"$v\"}" >> "$OUT/up.jsonl"
       done

@@ -231,6 +231,99 @@ class RopeFunction : public torch::autograd::Function<RopeFunction> {
   }
 };
 
+// One RopeRowsArgs launch: y's rows (a [rows, heads * head_dim] view with unit column stride) from x's (likewise), by
+// `index` or summed by `offsets` and `positions`, rotated where cos is defined.
+void RopeRows(const at::Tensor& x, const at::Tensor& y, int64_t heads, int64_t head_dim, const at::Tensor& index,
+              const at::Tensor& offsets, const at::Tensor& positions, const at::Tensor& cos, const at::Tensor& sin,
+              bool cos_of_input, bool negate_sin) {
+  TORCH_CHECK(x.dim() == 2 && y.dim() == 2 && x.stride(1) == 1 && y.stride(1) == 1 &&
+                  x.size(1) == heads * head_dim && y.size(1) == heads * head_dim,
+              "fused RopeRows: rows of ", heads, " heads of ", head_dim, " with unit column stride expected, got ",
+              x.sizes(), " and ", y.sizes());
+  RopeRowsArgs a;
+  a.dtype = DtypeOf(x);
+  a.x = x.data_ptr();
+  a.x_stride = x.stride(0);
+  a.y = y.data_ptr();
+  a.y_stride = y.stride(0);
+  a.rows = y.size(0);
+  a.heads = static_cast<int>(heads);
+  a.head_dim = static_cast<int>(head_dim);
+  if (index.defined()) a.index = index.data_ptr<int64_t>();
+  if (offsets.defined()) {
+    a.offsets = offsets.data_ptr<int64_t>();
+    a.positions = positions.data_ptr<int64_t>();
+  }
+  if (cos.defined()) {
+    a.cos = cos.data_ptr();
+    a.sin = sin.data_ptr();
+  }
+  a.cos_of_input = cos_of_input;
+  a.negate_sin = negate_sin;
+  C10_CUDA_CHECK(LaunchRopeRows(a, c10::cuda::getCurrentCUDAStream()));
+}
+
+// SharedPromptRows' forward kernels: {q_rows, k_rows, v_rows}.
+variable_list SharedPromptRowsForward(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin,
+                                      int64_t q_heads, int64_t kv_heads, int64_t head_dim, const at::Tensor& row_source,
+                                      const at::Tensor& row_index) {
+  const c10::cuda::CUDAGuard guard(qkv.device());
+  const int64_t R = row_index.size(0), q_cols = q_heads * head_dim, kv_cols = kv_heads * head_dim;
+  at::Tensor q = at::empty({R, q_heads, head_dim}, qkv.options());
+  at::Tensor k = at::empty({R, kv_heads, head_dim}, qkv.options());
+  at::Tensor v = at::empty({R, kv_heads, head_dim}, qkv.options());
+  RopeRows(qkv.narrow(1, 0, q_cols), q.view({R, q_cols}), q_heads, head_dim, row_source, {}, {}, cos, sin,
+           /*cos_of_input=*/true, /*negate_sin=*/false);
+  RopeRows(qkv.narrow(1, q_cols, kv_cols), k.view({R, kv_cols}), kv_heads, head_dim, row_index, {}, {}, cos, sin,
+           /*cos_of_input=*/true, /*negate_sin=*/false);
+  RopeRows(qkv.narrow(1, q_cols + kv_cols, kv_cols), v.view({R, kv_cols}), kv_heads, head_dim, row_index, {}, {}, {},
+           {}, /*cos_of_input=*/false, /*negate_sin=*/false);
+  return {q, k, v};
+}
+
+class SharedPromptRowsFunction : public torch::autograd::Function<SharedPromptRowsFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin,
+                               int64_t q_heads, int64_t kv_heads, int64_t head_dim, const at::Tensor& row_source,
+                               const at::Tensor& row_index, const at::Tensor& row_output, const at::Tensor& key_offsets,
+                               const at::Tensor& key_positions) {
+    ctx->save_for_backward({cos, sin, row_output, key_offsets, key_positions});
+    ctx->saved_data["heads"] = std::vector<int64_t>{q_heads, kv_heads, head_dim};
+    ctx->saved_data["like"] = at::empty({0}, qkv.options());  // the gradient's dtype and device
+    return SharedPromptRowsForward(qkv, cos, sin, q_heads, kv_heads, head_dim, row_source, row_index);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list s = ctx->get_saved_variables();
+    const std::vector<int64_t> heads = ctx->saved_data["heads"].toIntVector();
+    const at::Tensor like = ctx->saved_data["like"].toTensor();
+    const int64_t q_heads = heads[0], kv_heads = heads[1], D = heads[2], T = s[2].size(0);
+    const int64_t q_cols = q_heads * D, kv_cols = kv_heads * D;
+    const c10::cuda::CUDAGuard guard(like.device());
+    at::Tensor dqkv = at::empty({T, q_cols + 2 * kv_cols}, like.options());
+    // q: each token's query sits at one position (row_output); k and v: summed over the positions holding the token.
+    const int64_t first[3] = {0, q_cols, q_cols + kv_cols}, count[3] = {q_heads, kv_heads, kv_heads};
+    for (int part = 0; part < 3; ++part) {
+      const at::Tensor into = dqkv.narrow(1, first[part], count[part] * D);
+      if (!grads[part].defined()) {
+        into.zero_();
+        continue;
+      }
+      const at::Tensor g = DenseGrad(grads[part], like);
+      const at::Tensor rows = g.view({g.size(0), count[part] * D});
+      if (part == 0) {
+        RopeRows(rows, into, q_heads, D, s[2], {}, {}, s[0], s[1], /*cos_of_input=*/false, /*negate_sin=*/true);
+      } else {
+        const bool rotate = part == 1;
+        RopeRows(rows, into, kv_heads, D, {}, s[3], s[4], rotate ? s[0] : at::Tensor(), rotate ? s[1] : at::Tensor(),
+                 /*cos_of_input=*/false, /*negate_sin=*/true);
+      }
+    }
+    variable_list out(11);
+    out[0] = dqkv;
+    return out;
+  }
+};
+
 at::Tensor SwiGluForward(const at::Tensor& gate, const at::Tensor& up) {
   TORCH_CHECK(SwiGluSupported(gate, up), "fused SwiGLU: unsupported input ", gate.sizes(), " ", gate.scalar_type());
   const c10::cuda::CUDAGuard guard(gate.device());
@@ -315,6 +408,46 @@ at::Tensor Rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& si
   if (!NeedsGrad({&x})) return RopeForward(x, cos, sin, /*negate_sin=*/false);
   TORCH_CHECK(!cos.requires_grad() && !sin.requires_grad(), "fused Rope: no gradient flows into cos and sin");
   return RopeFunction::apply(x, cos, sin);
+}
+
+bool SharedPromptRowsSupported(const at::Tensor& qkv, const at::Tensor& cos, int64_t q_heads, int64_t kv_heads,
+                               int64_t head_dim) {
+  KernelDtype dtype;
+  return qkv.is_cuda() && KernelDtypeOf(qkv.scalar_type(), &dtype) && q_heads > 0 && kv_heads > 0 && head_dim > 0 &&
+         head_dim % 2 == 0 && q_heads <= std::numeric_limits<int>::max() && head_dim <= std::numeric_limits<int>::max() &&
+         qkv.dim() == 2 && qkv.stride(1) == 1 && qkv.size(1) == (q_heads + 2 * kv_heads) * head_dim &&
+         (qkv.size(0) <= 1 || qkv.stride(0) >= qkv.size(1)) && cos.device() == qkv.device() &&
+         cos.scalar_type() == qkv.scalar_type() && cos.dim() == 2 && cos.is_contiguous() &&
+         cos.size(0) == qkv.size(0) && cos.size(1) == head_dim;
+}
+
+std::vector<at::Tensor> SharedPromptRows(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin,
+                                         int64_t q_heads, int64_t kv_heads, int64_t head_dim,
+                                         const at::Tensor& row_source, const at::Tensor& row_index,
+                                         const at::Tensor& row_output, const at::Tensor& key_offsets,
+                                         const at::Tensor& key_positions) {
+  TORCH_CHECK(SharedPromptRowsSupported(qkv, cos, q_heads, kv_heads, head_dim) && sin.sizes() == cos.sizes() &&
+                  sin.device() == cos.device() && sin.is_contiguous() && sin.scalar_type() == cos.scalar_type(),
+              "fused SharedPromptRows: unsupported input ", qkv.sizes(), " ", qkv.scalar_type(), " with ", q_heads,
+              " + 2 x ", kv_heads, " heads of ", head_dim);
+  const int64_t T = qkv.size(0), R = row_index.numel();
+  auto map = [&](const at::Tensor& m, int64_t n, const char* name) {
+    TORCH_CHECK(m.device() == qkv.device() && m.scalar_type() == at::kLong && m.dim() == 1 && m.is_contiguous() &&
+                    m.size(0) == n,
+                "fused SharedPromptRows: ", name, " must be int64 [", n, "] on ", qkv.device(), ", got ", m.sizes(),
+                " ", m.scalar_type(), " on ", m.device());
+  };
+  map(row_index, R, "row_index");
+  map(row_source, R, "row_source");
+  map(row_output, T, "row_output");
+  map(key_offsets, T + 1, "key_offsets");
+  map(key_positions, R, "key_positions");
+  if (!NeedsGrad({&qkv})) {
+    return SharedPromptRowsForward(qkv, cos, sin, q_heads, kv_heads, head_dim, row_source, row_index);
+  }
+  TORCH_CHECK(!cos.requires_grad() && !sin.requires_grad(), "fused SharedPromptRows: no gradient flows into cos and sin");
+  return SharedPromptRowsFunction::apply(qkv, cos, sin, q_heads, kv_heads, head_dim, row_source, row_index, row_output,
+                                         key_offsets, key_positions);
 }
 
 bool RopeAppendSupported(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos,

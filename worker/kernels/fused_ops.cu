@@ -329,6 +329,69 @@ __global__ void RopeKernel(const RopeArgs a) {
   }
 }
 
+// RopeRowsArgs: kN consecutive pairs (d, d + D/2) of one head of one output row per item, items in the order (piece,
+// head, row), so a row's pieces are adjacent threads (RopeKernel's order). The sums are rounded to T before they are
+// rotated, so a rotated sum has the bits of SumRows followed by LaunchRope.
+template <typename T, int kN>
+__global__ void RopeRowsKernel(const RopeRowsArgs a) {
+  const int half = a.head_dim / 2;
+  const int pieces = half / kN;
+  const int64_t per_row = static_cast<int64_t>(a.heads) * pieces;
+  const int64_t total = a.rows * per_row;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = idx / per_row;
+    const int rest = static_cast<int>(idx - r * per_row);
+    const int h = rest / pieces, d = (rest % pieces) * kN;
+    T* y = static_cast<T*>(a.y) + r * a.y_stride + static_cast<int64_t>(h) * a.head_dim;
+    const T* x = static_cast<const T*>(a.x) + static_cast<int64_t>(h) * a.head_dim;
+    float x1[kN], x2[kN];
+    int64_t cos_row = r;
+    if (a.index != nullptr) {
+      const int64_t from = a.index[r];
+      if (from < 0) {
+#pragma unroll
+        for (int i = 0; i < kN; ++i) x1[i] = 0.f;
+        StoreN<T>(y + d, x1);
+        StoreN<T>(y + d + half, x1);
+        continue;
+      }
+      LoadN<T>(x + from * a.x_stride + d, x1);
+      LoadN<T>(x + from * a.x_stride + d + half, x2);
+      if (a.cos_of_input) cos_row = from;
+    } else {
+#pragma unroll
+      for (int i = 0; i < kN; ++i) x1[i] = x2[i] = 0.f;
+      for (int64_t j = a.offsets[r]; j < a.offsets[r + 1]; ++j) {
+        const T* row = x + a.positions[j] * a.x_stride;
+        float v1[kN], v2[kN];
+        LoadN<T>(row + d, v1);
+        LoadN<T>(row + d + half, v2);
+#pragma unroll
+        for (int i = 0; i < kN; ++i) {
+          x1[i] += v1[i];
+          x2[i] += v2[i];
+        }
+      }
+      if (a.cos != nullptr) {
+#pragma unroll
+        for (int i = 0; i < kN; ++i) {
+          x1[i] = Round<T>(x1[i]);
+          x2[i] = Round<T>(x2[i]);
+        }
+      }
+    }
+    if (a.cos == nullptr) {
+      StoreN<T>(y + d, x1);
+      StoreN<T>(y + d + half, x2);
+    } else {
+      const int64_t ct = cos_row * a.head_dim;
+      RotateStore<T, kN>(x1, x2, static_cast<const T*>(a.cos) + ct, static_cast<const T*>(a.sin) + ct, d, half,
+                         a.negate_sin, y);
+    }
+  }
+}
+
 // Where item (b, j) of a decoding step's RoPE and cache append reads (x: head j of the step's q, k or v) and writes
 // (y: q_out's head, or the cache's row).
 template <typename T>
@@ -775,6 +838,35 @@ cudaError_t LaunchRmsNormBackward(const RmsNormBackwardArgs& a, cudaStream_t str
       RmsNormWeightGradKernel<typename decltype(t)::type><<<grid, 256, 0, stream>>>(a, per_chunk);
     });
   }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRopeRows(const RopeRowsArgs& a, cudaStream_t stream) {
+  if (a.head_dim % 2 != 0 || a.rows < 0 || a.heads < 0 || (a.index == nullptr) == (a.offsets == nullptr) ||
+      (a.offsets != nullptr && a.positions == nullptr) || (a.cos == nullptr) != (a.sin == nullptr) ||
+      (a.cos_of_input && a.index == nullptr)) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t pairs = a.rows * a.heads * (a.head_dim / 2);
+  if (pairs == 0) return cudaSuccess;
+  if (a.x == nullptr || a.y == nullptr) return cudaErrorInvalidValue;
+  const int threads = 256;
+  constexpr int64_t kMaxBlocks = 65535LL * 8;
+  WithElementType(a.dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    constexpr int kN = Vec<T>::kN;
+    // 16-byte pieces where every head's row of x and y and every token's cos and sin start 16-byte aligned.
+    const bool vec = (a.head_dim / 2) % kN == 0 && AllAligned({a.x, a.y}) &&
+                     (a.cos == nullptr || AllAligned({a.cos, a.sin})) &&
+                     StridesAligned(sizeof(T), {a.x_stride, a.y_stride, a.head_dim});
+    const int64_t items = vec ? pairs / kN : pairs;
+    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((items + threads - 1) / threads, kMaxBlocks));
+    if (vec) {
+      RopeRowsKernel<T, kN><<<blocks, threads, 0, stream>>>(a);
+    } else {
+      RopeRowsKernel<T, 1><<<blocks, threads, 0, stream>>>(a);
+    }
+  });
   return cudaGetLastError();
 }
 

@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 
 #include <utility>
+#include <vector>
 
 namespace verl::kernels {
 
@@ -28,6 +29,24 @@ bool RopeSupported(const at::Tensor& x, const at::Tensor& cos);
 // [B, T, H, D] memory order (as SplitHeads of a [B, T, H * D] projection). Differentiable in x
 // only (cos and sin are functions of positions); the backward assumes HF's cos/sin, whose two halves are equal.
 at::Tensor Rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
+// Shared-prompt attention's rows straight from the stacked q/k/v projection (PackedSequences' maps, decoder_model.h):
+// qkv [T, (q_heads + 2 * kv_heads) * head_dim] with unit column stride (its rows may lie further apart), cos and sin
+// [T, head_dim] contiguous, one dtype, one CUDA device; the maps int64 on that device.
+bool SharedPromptRowsSupported(const at::Tensor& qkv, const at::Tensor& cos, int64_t q_heads, int64_t kv_heads,
+                               int64_t head_dim);
+// {q_rows [R, q_heads, D], k_rows [R, kv_heads, D], v_rows [R, kv_heads, D]} contiguous, R = row_index's size: q_rows[r]
+// is RoPE of token row_source[r]'s query (zeros where it is -1), k_rows[r] RoPE of token row_index[r]'s key, v_rows[r]
+// its value. One kernel each for what Rope of q and k, a copy of v, then ScatterDistinct and two GatherRepeated do
+// (decoder_model.cc), the same values bit for bit. Differentiable in qkv: the backward writes the three gradients side
+// by side into one [T, ...] tensor, a kernel each (q's rows gathered by row_output, k's and v's summed over
+// key_offsets/key_positions as SumRows sums them, q's and k's rotated back as Rope's backward), the bits of that
+// composition's backward.
+std::vector<at::Tensor> SharedPromptRows(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin,
+                                         int64_t q_heads, int64_t kv_heads, int64_t head_dim,
+                                         const at::Tensor& row_source, const at::Tensor& row_index,
+                                         const at::Tensor& row_output, const at::Tensor& key_offsets,
+                                         const at::Tensor& key_positions);
 
 // One decoding step (one token per slot, no gradients): q, k, v [B, H, 1, D] with contiguous heads of D (the views of
 // the projections), cos and sin [B, 1, 1, D] contiguous, the caches [S, Hkv, C, D] contiguous, rows int64 [B * Hkv].

@@ -73,6 +73,34 @@ struct RopeArgs {
 };
 cudaError_t LaunchRope(const RopeArgs& args, cudaStream_t stream);
 
+// Rows of shared-prompt attention moved with their RoPE (SharedPromptRows in fused_ops.h): rows of heads x head_dim
+// elements, each head's head_dim contiguous and the heads adjacent; row r of x at x + r * x_stride, of y at
+// y + r * y_stride. Output row r (r < rows) is
+// - with `index`: x's row index[r], or zeros where index[r] is -1 (a gather);
+// - with `offsets` and `positions`: the sum of x's rows positions[offsets[r]], ..., positions[offsets[r + 1] - 1],
+//   added in float32 in that order and rounded once to the dtype (zeros for an empty list; SumRows' values);
+// then, where cos and sin are set ([tokens, head_dim] contiguous), rotated as LaunchRope rotates (-sin with
+// negate_sin) by the row of cos and sin of the input row (cos_of_input, a gather only) or of the output row. Zero rows
+// are stored as zeros, not rotated.
+struct RopeRowsArgs {
+  KernelDtype dtype = KernelDtype::kBFloat16;
+  const void* x = nullptr;
+  int64_t x_stride = 0;
+  void* y = nullptr;
+  int64_t y_stride = 0;
+  int64_t rows = 0;
+  int heads = 0;
+  int head_dim = 0;  // even
+  const int64_t* index = nullptr;
+  const int64_t* offsets = nullptr;
+  const int64_t* positions = nullptr;
+  const void* cos = nullptr;
+  const void* sin = nullptr;
+  bool cos_of_input = false;
+  bool negate_sin = false;
+};
+cudaError_t LaunchRopeRows(const RopeRowsArgs& args, cudaStream_t stream);
+
 // One decoding step's RoPE and cache append in one launch: for one token per slot, q_out = rope(q) and the rows
 // `rows[b * kv_heads + h]` of the caches (viewed as [-1, D]) = rope(k) and v, the values LaunchRope computes. q, k, v:
 // element (b, h, d) at b * *_stride_b + h * D + d; cos, sin [B, D] contiguous; q_out [B, q_heads, D] contiguous.

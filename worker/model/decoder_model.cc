@@ -14,10 +14,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <map>
 #include <numeric>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
@@ -54,6 +56,16 @@ at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tenso
 #endif
   return x * cos + RotateHalf(x) * sin;
 }
+
+#ifdef VERL_WITH_CUDA
+// Whether a GPU pass forms shared-prompt attention's rows by kernels::SharedPromptRows (the default) or, with
+// VERL_SHARED_PROMPT_ROWS=0, by the composition it replaces (Rope, ScatterDistinct, GatherRepeated): the same bits, for
+// measuring one against the other. Read at every call, so a test can run both ways in one process.
+bool SharedPromptRowsFused() {
+  const char* env = std::getenv("VERL_SHARED_PROMPT_ROWS");
+  return env == nullptr || std::string_view(env) != "0";
+}
+#endif
 
 // The MLP's silu(gate) * up; one fused kernel on a GPU (see ApplyRope).
 at::Tensor SwiGlu(const at::Tensor& gate, const at::Tensor& up) {
@@ -570,6 +582,7 @@ namespace {
 std::atomic<int64_t> replayed_attention_buckets{0};
 std::atomic<int64_t> swiglu_formed_in_backward{0};
 std::atomic<int64_t> layers_recomputed{0};
+std::atomic<int64_t> shared_prompt_rows_fused{0};
 
 // The recompute's attention of one bucket: the forward's output as the value, cuDNN's backward as the gradient.
 class ReplayedAttention : public torch::autograd::Function<ReplayedAttention> {
@@ -630,6 +643,34 @@ at::Tensor BucketAttention(const at::Tensor& q, const at::Tensor& k, const at::T
   return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt, gqa);
 }
 
+// Causal attention over shared-prompt rows (PackedSequences::row_index): q_rows [R, heads, D], k_rows and v_rows
+// [R, kv_heads, D], the rows of all buckets one after another; returns each packed token's output, [1, heads, T, D].
+at::Tensor SharedPromptAttention(const at::Tensor& q_rows, const at::Tensor& k_rows, const at::Tensor& v_rows,
+                                 const PackedSequences& packed, AttentionSaves* saves) {
+  const bool gqa = q_rows.size(1) != k_rows.size(1);
+  const int64_t heads = q_rows.size(1), D = q_rows.size(2);
+  // Each bucket's rows, by one split per tensor (its backward is one concatenation; a narrow's would zero-fill a
+  // whole gradient per bucket and copy into it), and none where one bucket holds them all.
+  std::vector<int64_t> sizes;
+  for (const auto& [n, len] : packed.row_buckets) sizes.push_back(n * len);
+  auto buckets = [&](const at::Tensor& t) {
+    return sizes.size() == 1 && sizes[0] == t.size(0) ? std::vector<at::Tensor>{t} : t.split_with_sizes(sizes, 0);
+  };
+  const std::vector<at::Tensor> q_parts = buckets(q_rows), k_parts = buckets(k_rows), v_parts = buckets(v_rows);
+  std::vector<at::Tensor> outs;
+  for (size_t b = 0; b < packed.row_buckets.size(); ++b) {
+    const auto [n, len] = packed.row_buckets[b];
+    auto rows_view = [&](const at::Tensor& t) {  // [n * len, h, D] -> [n, h, len, D]
+      return t.view({n, len, t.size(1), D}).transpose(1, 2);
+    };
+    outs.push_back(BucketAttention(rows_view(q_parts[b]), rows_view(k_parts[b]), rows_view(v_parts[b]), gqa, saves, b)
+                       .transpose(1, 2)
+                       .reshape({n * len, heads, D}));
+  }
+  const at::Tensor o_flat = outs.size() == 1 ? outs.front() : at::cat(outs, 0);
+  return GatherDistinct::apply(o_flat, packed.row_output, packed.row_source).transpose(0, 1).unsqueeze(0);
+}
+
 // Causal attention within each packed sequence. q [1, heads, T, hd], k and v [1, kv_heads, T, hd]; returns
 // [1, heads, T, hd]. With shared prompts (PackedSequences::row_index), SDPA over the gathered rows, a call per length
 // bucket. Otherwise on a GPU in bf16/fp16, flash attention's variable-length kernel (GQA without repeating k and v,
@@ -642,36 +683,16 @@ at::Tensor PackedAttention(const at::Tensor& q, const at::Tensor& k, const at::T
     // from its row. Keys and values: every row gathers its tokens', so gradients reach a prompt's from every row that
     // holds it (GatherRepeated's backward sums them; two KV heads here against the queries' 14). Queries: each token's
     // only at the position its output is taken from (distinct positions, plain stores both ways); the prompt's
-    // positions in its other rows hold zeros, whose outputs are not taken.
-    const int64_t heads = q.size(1), D = q.size(3), flat = packed.row_index.size(0);
+    // positions in its other rows hold zeros, whose outputs are not taken. (On a GPU the layer forms these rows from
+    // its q/k/v projection directly, kernels::SharedPromptRows, and calls SharedPromptAttention itself.)
+    const int64_t flat = packed.row_index.size(0);
     auto tokens_first = [](const at::Tensor& t) { return t.squeeze(0).transpose(0, 1); };  // [T, h, D]
     const at::Tensor q_rows =
         ScatterDistinct::apply(tokens_first(q).contiguous(), packed.row_output, packed.row_source, flat);
     auto repeated = [&](const at::Tensor& t) {
       return GatherRepeated::apply(tokens_first(t), packed.row_index, packed.key_offsets, packed.key_positions);
     };
-    const at::Tensor k_rows = repeated(k);
-    const at::Tensor v_rows = repeated(v);
-    // Each bucket's rows, by one split per tensor (its backward is one concatenation; a narrow's would zero-fill a
-    // whole gradient per bucket and copy into it), and none where one bucket holds them all.
-    std::vector<int64_t> sizes;
-    for (const auto& [n, len] : packed.row_buckets) sizes.push_back(n * len);
-    auto buckets = [&](const at::Tensor& t) {
-      return sizes.size() == 1 && sizes[0] == t.size(0) ? std::vector<at::Tensor>{t} : t.split_with_sizes(sizes, 0);
-    };
-    const std::vector<at::Tensor> q_parts = buckets(q_rows), k_parts = buckets(k_rows), v_parts = buckets(v_rows);
-    std::vector<at::Tensor> outs;
-    for (size_t b = 0; b < packed.row_buckets.size(); ++b) {
-      const auto [n, len] = packed.row_buckets[b];
-      auto rows_view = [&](const at::Tensor& t) {  // [n * len, h, D] -> [n, h, len, D]
-        return t.view({n, len, t.size(1), D}).transpose(1, 2);
-      };
-      outs.push_back(BucketAttention(rows_view(q_parts[b]), rows_view(k_parts[b]), rows_view(v_parts[b]), gqa, saves, b)
-                         .transpose(1, 2)
-                         .reshape({n * len, heads, D}));
-    }
-    const at::Tensor o_flat = outs.size() == 1 ? outs.front() : at::cat(outs, 0);
-    return GatherDistinct::apply(o_flat, packed.row_output, packed.row_source).transpose(0, 1).unsqueeze(0);
+    return SharedPromptAttention(q_rows, repeated(k), repeated(v), packed, saves);
   }
   if (PackedAttentionIsFlash(q.device(), q.scalar_type())) {
     // [1, heads, T, hd] -> [T, heads, hd]
@@ -693,6 +714,8 @@ at::Tensor PackedAttention(const at::Tensor& q, const at::Tensor& k, const at::T
 }
 
 }  // namespace
+
+int64_t SharedPromptRowsFusedCalls() { return shared_prompt_rows_fused.load(std::memory_order_relaxed); }
 
 RecomputeCounts CheckpointRecomputeCounts() {
   return {replayed_attention_buckets.load(std::memory_order_relaxed),
@@ -979,6 +1002,7 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
   // use below is added inside the norm's backward kernel, not by an add kernel of autograd's.
   if (!x.defined() && !folded) x = RmsNorm(h_in, L.input_norm, &h_layer);
   at::Tensor q, k, v;
+  std::vector<at::Tensor> shared_rows;  // {q, k, v} rows of shared-prompt attention, where formed from qkv directly
   if (folded || L.qkv_w.defined()) {
     // One GEMM over the stacked projections: the folded copy (its bias added by the RoPE kernel below), or
     // StackedLinear over the view of the parameters (no copy), split (one node in autograd: its backward writes the
@@ -992,10 +1016,26 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
                                                   L.qkv_b.defined() ? std::vector<at::Tensor>{L.q_b, L.k_b, L.v_b}
                                                                     : std::vector<at::Tensor>{},
                                                   L.qkv_w, L.qkv_b);
-    const std::vector<at::Tensor> parts = qkv.split_with_sizes({heads * hd, kv_heads * hd, kv_heads * hd}, -1);
-    q = SplitHeads(parts[0], heads, hd);
-    k = SplitHeads(parts[1], kv_heads, hd);
-    v = SplitHeads(decode_step ? parts[2] : parts[2].contiguous(), kv_heads, hd);
+#ifdef VERL_WITH_CUDA
+    // Shared prompts' attention rows straight from the projection, RoPE on the way (kernels::SharedPromptRows: the
+    // values of the composition below and its backward, bit for bit, without the rotated q and k, v's copy and the
+    // split's concatenation of the gradients in between).
+    if (!cache && packed != nullptr && packed->row_index.defined() && SharedPromptRowsFused() &&
+        kernels::SharedPromptRowsSupported(qkv.reshape({-1, qkv.size(-1)}), cos.reshape({-1, hd}), heads, kv_heads,
+                                           hd)) {
+      shared_rows = kernels::SharedPromptRows(qkv.reshape({-1, qkv.size(-1)}), cos.reshape({-1, hd}),
+                                              sin.reshape({-1, hd}),
+                                              heads, kv_heads, hd, packed->row_source, packed->row_index,
+                                              packed->row_output, packed->key_offsets, packed->key_positions);
+      shared_prompt_rows_fused.fetch_add(1, std::memory_order_relaxed);
+    }
+#endif
+    if (shared_rows.empty()) {
+      const std::vector<at::Tensor> parts = qkv.split_with_sizes({heads * hd, kv_heads * hd, kv_heads * hd}, -1);
+      q = SplitHeads(parts[0], heads, hd);
+      k = SplitHeads(parts[1], kv_heads, hd);
+      v = SplitHeads(decode_step ? parts[2] : parts[2].contiguous(), kv_heads, hd);
+    }
   } else {
     q = SplitHeads(at::linear(x, L.q_w, L.q_b), heads, hd);
     k = SplitHeads(at::linear(x, L.k_w, L.k_b), kv_heads, hd);
@@ -1027,6 +1067,8 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
 #else
     TORCH_CHECK(false, "KvCache::slot_len needs the CUDA decode kernel (a VERL_WITH_CUDA build)");
 #endif
+  } else if (!shared_rows.empty()) {
+    attn = SharedPromptAttention(shared_rows[0], shared_rows[1], shared_rows[2], *packed, saves);
   } else {
     q = ApplyRope(q, cos, sin);
     k = ApplyRope(k, cos, sin);

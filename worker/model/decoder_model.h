@@ -108,6 +108,10 @@ struct RecomputeCounts {
 };
 RecomputeCounts CheckpointRecomputeCounts();
 
+// How many layer passes formed their shared-prompt attention rows with kernels::SharedPromptRows (on a GPU, unless
+// VERL_SHARED_PROMPT_ROWS=0), in this process (for tests).
+int64_t SharedPromptRowsFusedCalls();
+
 // Whether decoding folds the input RMSNorms into the q/k/v projections for weights of this dtype
 // (DecoderModel::FoldedQkvWeights): bfloat16 only (float32 decodes the exact composition; float16 might overflow where
 // the projection reads the un-normed residual).

@@ -12,6 +12,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <tuple>
@@ -1012,6 +1013,121 @@ TEST_CASE("shared prompts on the GPU (attention over gathered rows) give the pac
       CAPTURE(scale, e_shared, e_unshared);
       CHECK(e_shared <= 2 * e_unshared + 4 * ulp * scale);
       CHECK(e_shared <= (dtype == at::kFloat ? 1e-4 * (1 + scale) : 16 * ulp * scale + 1e-3));
+    }
+  }
+}
+
+TEST_CASE("SharedPromptRows gives Rope's and the row movers' rows and gradients, bit for bit", "[worker][train][gpu]") {
+  if (SkipWithoutGpu()) return;
+#ifdef VERL_WITH_CUDA
+  // The shared-prompt attention rows straight from a stacked q/k/v projection, RoPE on the way, against what the layer
+  // composed before: Rope of the q and k views, then GatherRowsOrZero (ScatterDistinct) and index_select
+  // (GatherRepeated); the backward against Rope's backward of index_select / SumRows of the rows' gradients. The maps:
+  // SharedPromptBatch's, packed.
+  at::manual_seed(21);
+  const SequenceBatch batch = SharedPromptBatch();
+  const PackedBatch packed = PackBatch(batch.input_ids.cuda(), batch.attention_mask.cuda(),
+                                       batch.response_mask.cuda(), /*share_prompts=*/true);
+  const PackedSequences& p = packed.sequences;
+  const int64_t T = p.row_output.size(0), R = p.row_index.size(0);
+  REQUIRE(R > T);  // prompts' tokens in several rows: k and v sum over them in backward
+  const auto opts = at::TensorOptions().device(at::kCUDA);
+  for (at::ScalarType dtype : kDtypes) {
+    // Head dims whose halves take 16-byte pieces, and 3- and 4-element halves (one element at a time in bf16); the
+    // projection a column range of a wider matrix, 16-byte aligned or one element off.
+    for (const auto& [D, Hq, Hkv, first] : std::vector<std::array<int64_t, 4>>{
+             {64, 14, 2, 64}, {64, 14, 2, 1}, {8, 3, 1, 8}, {6, 2, 2, 0}}) {
+      INFO(c10::toString(dtype) << " D " << D << " heads " << Hq << "/" << Hkv << " first column " << first);
+      const int64_t C = (Hq + 2 * Hkv) * D;
+      const at::Tensor pos = (at::arange(T, opts.dtype(at::kFloat)).remainder(11) * 1.3).unsqueeze(-1);
+      const at::Tensor freqs = pos * at::rand({D / 2}, opts);
+      const at::Tensor emb = at::cat({freqs, freqs}, -1);
+      const at::Tensor cos = emb.cos().to(dtype), sin = emb.sin().to(dtype);
+      const at::Tensor wide0 = at::randn({T, C + 2 * D}, opts).to(dtype);
+      at::Tensor wide = wide0.clone().requires_grad_(true);
+      const at::Tensor qkv = wide.narrow(1, first, C);
+      REQUIRE(kernels::SharedPromptRowsSupported(qkv, cos, Hq, Hkv, D));
+      const std::vector<at::Tensor> rows = kernels::SharedPromptRows(
+          qkv, cos, sin, Hq, Hkv, D, p.row_source, p.row_index, p.row_output, p.key_offsets, p.key_positions);
+      REQUIRE(rows.size() == 3);
+      CHECK(rows[0].sizes() == at::IntArrayRef({R, Hq, D}));
+      CHECK(rows[1].sizes() == at::IntArrayRef({R, Hkv, D}));
+      CHECK(rows[2].sizes() == at::IntArrayRef({R, Hkv, D}));
+      // The composition, on its own copy of the projection.
+      at::Tensor wide_c = wide0.clone().requires_grad_(true);
+      auto heads_view = [&](int64_t col, int64_t h) {  // [1, h, T, D], as SplitHeads of the projection's columns
+        return wide_c.narrow(1, first + col, h * D).view({1, T, h, D}).transpose(1, 2);
+      };
+      const at::Tensor cos4 = cos.view({1, 1, T, D}), sin4 = sin.view({1, 1, T, D});
+      const at::Tensor q4 = kernels::Rope(heads_view(0, Hq), cos4, sin4);
+      const at::Tensor k4 = kernels::Rope(heads_view(Hq * D, Hkv), cos4, sin4);
+      const at::Tensor v3 = wide_c.narrow(1, first + (Hq + Hkv) * D, Hkv * D).view({T, Hkv, D});
+      auto tokens_first = [](const at::Tensor& t) { return t.squeeze(0).transpose(0, 1).contiguous(); };
+      CHECK(at::equal(rows[0], kernels::GatherRowsOrZero(tokens_first(q4.detach()), p.row_source)));
+      CHECK(at::equal(rows[1], tokens_first(k4.detach()).index_select(0, p.row_index)));
+      CHECK(at::equal(rows[2], v3.detach().index_select(0, p.row_index)));
+      // Without gradients: the same kernels, no autograd node.
+      {
+        at::NoGradGuard guard;
+        const std::vector<at::Tensor> plain = kernels::SharedPromptRows(
+            qkv, cos, sin, Hq, Hkv, D, p.row_source, p.row_index, p.row_output, p.key_offsets, p.key_positions);
+        for (size_t i = 0; i < 3; ++i) CHECK(at::equal(plain[i], rows[i]));
+      }
+      // Backward: the rows' gradients into the projection's columns (zeros outside them).
+      const at::Tensor gq = at::randn({R, Hq, D}, opts).to(dtype), gk = at::randn({R, Hkv, D}, opts).to(dtype),
+                       gv = at::randn({R, Hkv, D}, opts).to(dtype);
+      const at::Tensor d_fused = torch::autograd::grad({rows[0], rows[1], rows[2]}, {wide}, {gq, gk, gv})[0];
+      const at::Tensor gq4 = gq.index_select(0, p.row_output).view({1, T, Hq, D}).transpose(1, 2);
+      const at::Tensor gk4 = kernels::SumRows(gk, p.key_offsets, p.key_positions).view({1, T, Hkv, D}).transpose(1, 2);
+      const at::Tensor gv3 = kernels::SumRows(gv, p.key_offsets, p.key_positions);
+      const at::Tensor d_plain = torch::autograd::grad({q4, k4, v3}, {wide_c}, {gq4, gk4, gv3})[0];
+      CAPTURE((d_fused.to(at::kFloat) - d_plain.to(at::kFloat)).abs().max().item<double>());
+      CHECK(at::equal(d_fused, d_plain));
+      CHECK(d_fused.narrow(1, first, C).abs().sum().item<double>() > 0);
+    }
+  }
+  // Refused: an odd head dim, cos and sin of another length, a CPU tensor.
+  const at::Tensor qkv = at::randn({5, 6 * 5}, opts).to(at::kBFloat16);
+  CHECK_FALSE(kernels::SharedPromptRowsSupported(qkv, at::zeros({5, 5}, qkv.options()), 4, 1, 5));
+  CHECK_FALSE(kernels::SharedPromptRowsSupported(qkv.narrow(1, 0, 24), at::zeros({4, 4}, qkv.options()), 4, 1, 4));
+  CHECK_FALSE(kernels::SharedPromptRowsSupported(qkv.cpu(), at::zeros({5, 5}, at::kBFloat16), 4, 1, 5));
+#endif
+}
+
+TEST_CASE("a pass with shared prompts equals the one whose rows the composition forms (VERL_SHARED_PROMPT_ROWS=0)",
+          "[worker][train][gpu]") {
+  if (SkipWithoutGpu()) return;
+  // The whole pass with kernels::SharedPromptRows (the default on a GPU) against the same pass through Rope and the
+  // row movers: the log-probs and entropy bit for bit, the gradients but for the order of cuDNN's attention backward's
+  // atomic sums (its dq); with checkpointing too (the recompute forms the rows again).
+  TestDir dir;
+  const DecoderConfig config = testing::TinyDecoderConfig();
+  testing::WriteTinyModel(dir.path(), config);
+  const SequenceBatch batch = SharedPromptBatch();
+  for (bool checkpointing : {false, true}) {
+    for (at::ScalarType dtype : {at::kBFloat16, at::kFloat}) {
+      INFO(c10::toString(dtype) << (checkpointing ? " checkpointed" : ""));
+      const int64_t before = SharedPromptRowsFusedCalls();
+      const Pass fused = RunPass(dir.path(), batch, dtype, at::kCUDA, Way::kShared, checkpointing);
+      const int64_t calls = SharedPromptRowsFusedCalls() - before;
+      // Every layer's forward, and each checkpointed layer's recompute.
+      CHECK(calls == config.num_hidden_layers * (checkpointing ? 2 : 1));
+      REQUIRE(setenv("VERL_SHARED_PROMPT_ROWS", "0", 1) == 0);
+      const int64_t before_plain = SharedPromptRowsFusedCalls();
+      const Pass plain = RunPass(dir.path(), batch, dtype, at::kCUDA, Way::kShared, checkpointing);
+      const int64_t plain_calls = SharedPromptRowsFusedCalls() - before_plain;
+      REQUIRE(unsetenv("VERL_SHARED_PROMPT_ROWS") == 0);
+      CHECK(plain_calls == 0);
+      CHECK(at::equal(fused.log_probs, plain.log_probs));
+      CHECK(at::equal(fused.entropy, plain.entropy));
+      REQUIRE(fused.grads.size() == plain.grads.size());
+      for (size_t i = 0; i < plain.grads.size(); ++i) {
+        CAPTURE(i);
+        const double scale = MaxAbs(plain.grads[i]), e = MaxAbsDiff(fused.grads[i], plain.grads[i]);
+        CAPTURE(scale, e);
+        CHECK(scale > 0);
+        CHECK(e <= (dtype == at::kBFloat16 ? 4 * Ulp(dtype) : 1e-4) * scale);
+      }
     }
   }
 }
