@@ -283,10 +283,10 @@ variable_list SharedPromptRowsForward(const at::Tensor& qkv, const at::Tensor& c
 
 class SharedPromptRowsFunction : public torch::autograd::Function<SharedPromptRowsFunction> {
  public:
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin,
-                               int64_t q_heads, int64_t kv_heads, int64_t head_dim, const at::Tensor& row_source,
-                               const at::Tensor& row_index, const at::Tensor& row_output, const at::Tensor& key_offsets,
-                               const at::Tensor& key_positions) {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& qkv, const at::Tensor& cos,
+                               const at::Tensor& sin, int64_t q_heads, int64_t kv_heads, int64_t head_dim,
+                               const at::Tensor& row_source, const at::Tensor& row_index, const at::Tensor& row_output,
+                               const at::Tensor& key_offsets, const at::Tensor& key_positions) {
     ctx->save_for_backward({cos, sin, row_output, key_offsets, key_positions});
     ctx->saved_data["heads"] = std::vector<int64_t>{q_heads, kv_heads, head_dim};
     ctx->saved_data["like"] = at::empty({0}, qkv.options());  // the gradient's dtype and device
@@ -413,8 +413,9 @@ at::Tensor Rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& si
 bool SharedPromptRowsSupported(const at::Tensor& qkv, const at::Tensor& cos, int64_t q_heads, int64_t kv_heads,
                                int64_t head_dim) {
   KernelDtype dtype;
+  constexpr int64_t kIntMax = std::numeric_limits<int>::max();
   return qkv.is_cuda() && KernelDtypeOf(qkv.scalar_type(), &dtype) && q_heads > 0 && kv_heads > 0 && head_dim > 0 &&
-         head_dim % 2 == 0 && q_heads <= std::numeric_limits<int>::max() && head_dim <= std::numeric_limits<int>::max() &&
+         head_dim % 2 == 0 && q_heads <= kIntMax && kv_heads <= kIntMax && head_dim <= kIntMax &&
          qkv.dim() == 2 && qkv.stride(1) == 1 && qkv.size(1) == (q_heads + 2 * kv_heads) * head_dim &&
          (qkv.size(0) <= 1 || qkv.stride(0) >= qkv.size(1)) && cos.device() == qkv.device() &&
          cos.scalar_type() == qkv.scalar_type() && cos.dim() == 2 && cos.is_contiguous() &&
@@ -445,7 +446,8 @@ std::vector<at::Tensor> SharedPromptRows(const at::Tensor& qkv, const at::Tensor
   if (!NeedsGrad({&qkv})) {
     return SharedPromptRowsForward(qkv, cos, sin, q_heads, kv_heads, head_dim, row_source, row_index);
   }
-  TORCH_CHECK(!cos.requires_grad() && !sin.requires_grad(), "fused SharedPromptRows: no gradient flows into cos and sin");
+  TORCH_CHECK(!cos.requires_grad() && !sin.requires_grad(),
+              "fused SharedPromptRows: no gradient flows into cos and sin");
   return SharedPromptRowsFunction::apply(qkv, cos, sin, q_heads, kv_heads, head_dim, row_source, row_index, row_output,
                                          key_offsets, key_positions);
 }
