@@ -3,6 +3,7 @@ BENCHMARKS.md, and the commit and machine a result file records."""
 import os
 import platform
 import subprocess
+import tempfile
 
 
 def make_bench_model(bin_dir, out_dir):
@@ -16,9 +17,25 @@ def make_bench_model(bin_dir, out_dir):
 
 
 def commit():
-    """VERL_COMMIT when set (pass the hash taken on your machine: the device copy's .git may be stale), else HEAD."""
-    return os.environ.get("VERL_COMMIT") or subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
-                                                           text=True).stdout.strip()
+    """VERL_COMMIT when set (pass the hash taken on your machine: the device copy's .git may be stale). Else HEAD, or,
+    where the files differ from HEAD's (as on a device copy of a newer tree over a stale .git), "<HEAD>-dirty (tree
+    <hash>)": the hash of the tree that ran, which `git log --format='%H %T'` lists beside the commit that has it."""
+    if os.environ.get("VERL_COMMIT"):
+        return os.environ["VERL_COMMIT"]
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+    def git(*args, env=None):
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, env=env).stdout.strip()
+
+    head = git("rev-parse", "HEAD")
+    # The working tree's hash through an index of its own: every file git does not ignore, as it stands.
+    with tempfile.TemporaryDirectory() as d:
+        env = dict(os.environ, GIT_INDEX_FILE=os.path.join(d, "index"))
+        git("add", "-A", env=env)
+        tree = git("write-tree", env=env)
+    if not tree or tree == git("rev-parse", "HEAD^{tree}"):
+        return head
+    return "%s-dirty (tree %s)" % (head, tree)
 
 
 def machine():
