@@ -14,7 +14,8 @@
 # alternating over two rounds: up.jsonl.
 #
 #   VERL_COMMIT=<hash> tools/device/perf_gpu.sh      # TESTS=1 B1=1 B2=1 B3=1
-# Pass the commit's hash as a literal (taken on your machine): the device copy's .git can be stale.
+# Pass the commit's hash as a literal (taken on your machine): the device copy's .git can be stale (without it the
+# result files name that stale HEAD as "<HEAD>-dirty (tree <hash>)", the hash of the tree that ran).
 #   B1_ARGS="--variants" B2_ARGS="--micro 8" B3_ARGS="--steps 2"
 #   B1_ARGS="--skip-hf --profile --repeats 3 --flag-variants '--fold-norms 0'"   (single quotes inside: B1_ARGS is eval'd)
 #   LP=1 LP_ARGS="--remove-padding 1"   (LP_ARGS: more verl-bench-update flags for the log-prob pass)
