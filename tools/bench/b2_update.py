@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 
-from gpu_bench_common import commit, machine, make_bench_model
+from gpu_bench_common import commit, machine, make_bench_model, tree
 
 PEAK_FLOPS = 989e12  # H200 bf16 dense, verl's figure
 
@@ -159,6 +159,7 @@ def main():
         "benchmark": "B2",
         "date": datetime.date.today().isoformat(),
         "commit": commit(),
+        "tree": tree(),
         "machine": machine(),
         "config": {"model": "bench-0.5b (random, Qwen2.5-0.5B shape)", "dtype": "bfloat16",
                    "sequences": args.sequences, "prompt_len": args.prompt_len, "response_len": args.response_len,

@@ -16,26 +16,31 @@ def make_bench_model(bin_dir, out_dir):
     return out_dir
 
 
+def _git(*args, env=None):
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, env=env).stdout.strip()
+
+
+def tree():
+    """The hash of the tree that runs: every file git does not ignore, as it stands (through an index of its own), the
+    hash `git log --format='%H %T'` lists beside the commit that has these files. A result file records it beside its
+    commit, so that the commit it names can be checked."""
+    with tempfile.TemporaryDirectory() as d:
+        env = dict(os.environ, GIT_INDEX_FILE=os.path.join(d, "index"))
+        _git("add", "-A", env=env)
+        return _git("write-tree", env=env)
+
+
 def commit():
     """VERL_COMMIT when set (pass the hash taken on your machine: the device copy's .git may be stale). Else HEAD, or,
     where the files differ from HEAD's (as on a device copy of a newer tree over a stale .git), "<HEAD>-dirty (tree
-    <hash>)": the hash of the tree that ran, which `git log --format='%H %T'` lists beside the commit that has it."""
+    <hash>)" (tree())."""
     if os.environ.get("VERL_COMMIT"):
         return os.environ["VERL_COMMIT"]
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-    def git(*args, env=None):
-        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, env=env).stdout.strip()
-
-    head = git("rev-parse", "HEAD")
-    # The working tree's hash through an index of its own: every file git does not ignore, as it stands.
-    with tempfile.TemporaryDirectory() as d:
-        env = dict(os.environ, GIT_INDEX_FILE=os.path.join(d, "index"))
-        git("add", "-A", env=env)
-        tree = git("write-tree", env=env)
-    if not tree or tree == git("rev-parse", "HEAD^{tree}"):
+    head, ran = _git("rev-parse", "HEAD"), tree()
+    if not ran or ran == _git("rev-parse", "HEAD^{tree}"):
         return head
-    return "%s-dirty (tree %s)" % (head, tree)
+    return "%s-dirty (tree %s)" % (head, ran)
 
 
 def machine():
