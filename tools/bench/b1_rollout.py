@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 
-from gpu_bench_common import commit, machine, make_bench_model, tree
+from gpu_bench_common import machine, make_bench_model, provenance
 
 # The roofline's bandwidth: BENCHMARKS.md's 4.3 TB/s is the H200's device-to-device copy as measured on the GPU
 # machine; an H100 (the device tool may lend one instead) copied about 3.0 TB/s there (the device library's KINDS.md).
@@ -160,8 +160,7 @@ def main():
         "benchmark": "B1",
         "title": "rollout throughput (one GPU)",
         "date": datetime.date.today().isoformat(),
-        "commit": commit(),
-        "tree": tree(),
+        **provenance(),
         "machine": host,
         "config": {"model": "bench-0.5b (random, Qwen2.5-0.5B shape)", "prompts": a.prompts,
                    "prompt_len": a.prompt_len, "new_tokens": a.new_tokens, "temperature": 1.0, "top_p": 1.0,

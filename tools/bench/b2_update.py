@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 
-from gpu_bench_common import commit, machine, make_bench_model, tree
+from gpu_bench_common import machine, make_bench_model, provenance
 
 PEAK_FLOPS = 989e12  # H200 bf16 dense, verl's figure
 
@@ -158,8 +158,7 @@ def main():
     result = {
         "benchmark": "B2",
         "date": datetime.date.today().isoformat(),
-        "commit": commit(),
-        "tree": tree(),
+        **provenance(),
         "machine": machine(),
         "config": {"model": "bench-0.5b (random, Qwen2.5-0.5B shape)", "dtype": "bfloat16",
                    "sequences": args.sequences, "prompt_len": args.prompt_len, "response_len": args.response_len,

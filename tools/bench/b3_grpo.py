@@ -35,7 +35,7 @@ import sys
 import tempfile
 import time
 
-from gpu_bench_common import commit, machine, make_bench_model, tree
+from gpu_bench_common import machine, make_bench_model, provenance
 
 PROMPTS, N, PROMPT_LEN, RESPONSE_LEN, MINI = 128, 8, 256, 512, 64
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -225,8 +225,7 @@ def main():
         "benchmark": "B3",
         "title": "end-to-end GRPO step (one GPU)",
         "date": datetime.date.today().isoformat(),
-        "commit": commit(),
-        "tree": tree(),
+        **provenance(),
         "machine": machine(),
         "config": {"model": "bench-0.5b (random, Qwen2.5-0.5B shape)", "prompts": PROMPTS, "n": N,
                    "prompt_tokens": prompt_tokens, "response_len": RESPONSE_LEN, "ppo_epochs": 1,

@@ -21,26 +21,22 @@ def _git(*args, env=None):
     return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, env=env).stdout.strip()
 
 
-def tree():
-    """The hash of the tree that runs: every file git does not ignore, as it stands (through an index of its own), the
-    hash `git log --format='%H %T'` lists beside the commit that has these files. A result file records it beside its
-    commit, so that the commit it names can be checked."""
+def provenance():
+    """{"commit", "tree"} of a result file. tree: the hash of the tree that runs, every file git does not ignore as it
+    stands (through an index of its own), which `git log --format='%H %T'` lists beside the commit that has these
+    files, so that the commit named can be checked. commit: VERL_COMMIT when set (pass the hash taken on your machine:
+    the device copy's .git may be stale); else HEAD, or "<HEAD>-dirty (tree <hash>)" where the files differ from
+    HEAD's (as on a device copy of a newer tree over a stale .git)."""
     with tempfile.TemporaryDirectory() as d:
         env = dict(os.environ, GIT_INDEX_FILE=os.path.join(d, "index"))
         _git("add", "-A", env=env)
-        return _git("write-tree", env=env)
-
-
-def commit():
-    """VERL_COMMIT when set (pass the hash taken on your machine: the device copy's .git may be stale). Else HEAD, or,
-    where the files differ from HEAD's (as on a device copy of a newer tree over a stale .git), "<HEAD>-dirty (tree
-    <hash>)" (tree())."""
-    if os.environ.get("VERL_COMMIT"):
-        return os.environ["VERL_COMMIT"]
-    head, ran = _git("rev-parse", "HEAD"), tree()
-    if not ran or ran == _git("rev-parse", "HEAD^{tree}"):
-        return head
-    return "%s-dirty (tree %s)" % (head, ran)
+        tree = _git("write-tree", env=env)
+    commit = os.environ.get("VERL_COMMIT")
+    if not commit:
+        commit = _git("rev-parse", "HEAD")
+        if tree and tree != _git("rev-parse", "HEAD^{tree}"):
+            commit = "%s-dirty (tree %s)" % (commit, tree)
+    return {"commit": commit, "tree": tree}
 
 
 def machine():

@@ -289,13 +289,12 @@ class SharedPromptRowsFunction : public torch::autograd::Function<SharedPromptRo
                                const at::Tensor& key_offsets, const at::Tensor& key_positions) {
     ctx->save_for_backward({cos, sin, row_output, key_offsets, key_positions});
     ctx->saved_data["heads"] = std::vector<int64_t>{q_heads, kv_heads, head_dim};
-    ctx->saved_data["like"] = at::empty({0}, qkv.options());  // the gradient's dtype and device
     return SharedPromptRowsForward(qkv, cos, sin, q_heads, kv_heads, head_dim, row_source, row_index);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list s = ctx->get_saved_variables();
     const std::vector<int64_t> heads = ctx->saved_data["heads"].toIntVector();
-    const at::Tensor like = ctx->saved_data["like"].toTensor();
+    const at::Tensor& like = s[0];  // cos: qkv's dtype and device (SharedPromptRowsSupported)
     const int64_t q_heads = heads[0], kv_heads = heads[1], D = heads[2], T = s[2].size(0);
     const int64_t q_cols = q_heads * D, kv_cols = kv_heads * D;
     const c10::cuda::CUDAGuard guard(like.device());

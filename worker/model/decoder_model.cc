@@ -1020,14 +1020,14 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
     // Shared prompts' attention rows straight from the projection, RoPE on the way (kernels::SharedPromptRows: the
     // values of the composition below and its backward, bit for bit, without the rotated q and k, v's copy and the
     // split's concatenation of the gradients in between).
-    if (!cache && packed != nullptr && packed->row_index.defined() && SharedPromptRowsFused() &&
-        kernels::SharedPromptRowsSupported(qkv.reshape({-1, qkv.size(-1)}), cos.reshape({-1, hd}), heads, kv_heads,
-                                           hd)) {
-      shared_rows = kernels::SharedPromptRows(qkv.reshape({-1, qkv.size(-1)}), cos.reshape({-1, hd}),
-                                              sin.reshape({-1, hd}),
-                                              heads, kv_heads, hd, packed->row_source, packed->row_index,
-                                              packed->row_output, packed->key_offsets, packed->key_positions);
-      shared_prompt_rows_fused.fetch_add(1, std::memory_order_relaxed);
+    if (!cache && packed != nullptr && packed->row_index.defined() && SharedPromptRowsFused()) {
+      const at::Tensor qkv_rows = qkv.reshape({-1, qkv.size(-1)}), cos_rows = cos.reshape({-1, hd});
+      if (kernels::SharedPromptRowsSupported(qkv_rows, cos_rows, heads, kv_heads, hd)) {
+        shared_rows = kernels::SharedPromptRows(qkv_rows, cos_rows, sin.reshape({-1, hd}), heads, kv_heads, hd,
+                                                packed->row_source, packed->row_index, packed->row_output,
+                                                packed->key_offsets, packed->key_positions);
+        shared_prompt_rows_fused.fetch_add(1, std::memory_order_relaxed);
+      }
     }
 #endif
     if (shared_rows.empty()) {
