@@ -67,6 +67,14 @@ bool SharedPromptRowsFused() {
 }
 #endif
 
+// Whether a checkpointed layer's forward on a GPU keeps its q/k/v and output projections' values for its recompute
+// (AttentionSaves::qkv and o); VERL_KEEP_PROJECTIONS=0 recomputes them, for measuring one against the other. Read at
+// every call, as SharedPromptRowsFused.
+bool ProjectionsKept() {
+  const char* env = std::getenv("VERL_KEEP_PROJECTIONS");
+  return env == nullptr || std::string_view(env) != "0";
+}
+
 // The MLP's silu(gate) * up; one fused kernel on a GPU (see ApplyRope).
 at::Tensor SwiGlu(const at::Tensor& gate, const at::Tensor& up) {
 #ifdef VERL_WITH_CUDA
@@ -562,12 +570,14 @@ class GatherRepeated : public torch::autograd::Function<GatherRepeated> {
 
 }  // namespace
 
-// A checkpointed layer's shared-prompt attention, kept from its forward for its recompute in backward
-// (CheckpointedLayer): cuDNN's output and log-sum-exp per bucket, so the recompute hands autograd those instead of
-// running the attention forward again, and the backward is cuDNN's own, reading what the plain forward's would. Where
-// ATen would not pick cuDNN for a bucket (a CPU, float32) nothing is kept and the recompute attends again. (Packed
-// sequences without shared prompts attend again too: keeping flash attention's variable-length output the same way
-// measured no faster, docs/decisions.md.)
+// What a checkpointed layer's attention half keeps from its forward for its recompute in backward (CheckpointedLayer).
+// The shared-prompt attention: cuDNN's output and log-sum-exp per bucket, so the recompute hands autograd those instead
+// of running the attention forward again, and the backward is cuDNN's own, reading what the plain forward's would.
+// Where ATen would not pick cuDNN for a bucket (a CPU, float32) nothing is kept and the recompute attends again.
+// (Packed sequences without shared prompts attend again too: keeping flash attention's variable-length output the same
+// way measured no faster, docs/decisions.md.) On a GPU also the q/k/v and output projections' values (ProjectionsKept):
+// the recompute hands them to StackedLinear as its value instead of running those GEMMs again, whose backward reads
+// their inputs, not their outputs. The MLP's, by far the larger activations, are recomputed.
 struct AttentionSaves {
   struct Bucket {
     at::Tensor out, lse, cum_q, cum_k, seed, offset;  // out undefined: not kept
@@ -575,6 +585,12 @@ struct AttentionSaves {
   };
   bool replay = false;  // false while the forward records, true in the recompute
   std::vector<Bucket> buckets;
+  at::Tensor qkv, o;  // the stacked q/k/v projection's and the output projection's values; undefined: not kept
+  void Release() {
+    buckets.clear();
+    qkv = at::Tensor();
+    o = at::Tensor();
+  }
 };
 
 namespace {
@@ -582,6 +598,7 @@ namespace {
 std::atomic<int64_t> replayed_attention_buckets{0};
 std::atomic<int64_t> swiglu_formed_in_backward{0};
 std::atomic<int64_t> layers_recomputed{0};
+std::atomic<int64_t> projections_replayed{0};
 std::atomic<int64_t> shared_prompt_rows_fused{0};
 
 // The recompute's attention of one bucket: the forward's output as the value, cuDNN's backward as the gradient.
@@ -719,7 +736,8 @@ int64_t SharedPromptRowsFusedCalls() { return shared_prompt_rows_fused.load(std:
 
 RecomputeCounts CheckpointRecomputeCounts() {
   return {replayed_attention_buckets.load(std::memory_order_relaxed),
-          swiglu_formed_in_backward.load(std::memory_order_relaxed), layers_recomputed.load(std::memory_order_relaxed)};
+          swiglu_formed_in_backward.load(std::memory_order_relaxed), layers_recomputed.load(std::memory_order_relaxed),
+          projections_replayed.load(std::memory_order_relaxed)};
 }
 
 bool FoldsInputNorms(at::ScalarType dtype) { return dtype == at::kBFloat16; }
@@ -1003,6 +1021,10 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
   if (!x.defined() && !folded) x = RmsNorm(h_in, L.input_norm, &h_layer);
   at::Tensor q, k, v;
   std::vector<at::Tensor> shared_rows;  // {q, k, v} rows of shared-prompt attention, where formed from qkv directly
+  // A checkpointed layer's forward on a GPU keeps the projections' values (AttentionSaves::qkv and o); its recompute
+  // hands them back.
+  const bool keep = saves != nullptr && !saves->replay && h_in.is_cuda() && ProjectionsKept();
+  const bool replay = saves != nullptr && saves->replay;
   if (folded || L.qkv_w.defined()) {
     // One GEMM over the stacked projections: the folded copy (its bias added by the RoPE kernel below), or
     // StackedLinear over the view of the parameters (no copy), split (one node in autograd: its backward writes the
@@ -1015,7 +1037,9 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
                                   : StackedLinear(x, {L.q_w, L.k_w, L.v_w},
                                                   L.qkv_b.defined() ? std::vector<at::Tensor>{L.q_b, L.k_b, L.v_b}
                                                                     : std::vector<at::Tensor>{},
-                                                  L.qkv_w, L.qkv_b);
+                                                  L.qkv_w, L.qkv_b, replay ? saves->qkv : at::Tensor());
+    if (keep) saves->qkv = qkv;
+    if (replay && saves->qkv.defined()) projections_replayed.fetch_add(1, std::memory_order_relaxed);
 #ifdef VERL_WITH_CUDA
     // Shared prompts' attention rows straight from the projection, RoPE on the way (kernels::SharedPromptRows: the
     // values of the composition below and its backward, bit for bit, without the rotated q and k, v's copy and the
@@ -1125,7 +1149,17 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
     return h;
   }
 #endif
-  const at::Tensor o = at::linear(attn, L.o_w, L.o_b);
+  at::Tensor o;
+  if (replay && saves->o.defined()) {
+    // The forward's value; the backward StackedLinear's of the one weight (autograd's linear's gradients, their GEMMs'
+    // operands in another order).
+    o = StackedLinear(attn, {L.o_w}, L.o_b.defined() ? std::vector<at::Tensor>{L.o_b} : std::vector<at::Tensor>{},
+                      L.o_w, L.o_b, saves->o);
+    projections_replayed.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    o = at::linear(attn, L.o_w, L.o_b);
+    if (keep) saves->o = o;
+  }
   at::Tensor h;
 #ifdef VERL_WITH_CUDA
   if (kernels::AddRmsNormSupported(h_layer, o, L.post_norm)) {
@@ -1219,7 +1253,7 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     // The forward's attention outputs are released when this backward ends, also when it throws.
     struct Release {
       AttentionSaves* saves;
-      ~Release() { saves->buckets.clear(); }
+      ~Release() { saves->Release(); }
     } release{holder->saves.get()};
     {
       at::AutoGradMode enable(true);

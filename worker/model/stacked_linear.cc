@@ -14,14 +14,17 @@ struct StackedViews : torch::CustomClassHolder {
 
 class StackedLinearFunction : public torch::autograd::Function<StackedLinearFunction> {
  public:
+  // value: none, or the output already known (StackedLinear's), an input so that autograd returns it as a view of
+  // itself (a list, as an undefined tensor cannot be an input).
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, at::TensorList weights,
-                            at::TensorList biases, c10::intrusive_ptr<StackedViews> views) {
+                            at::TensorList biases, at::TensorList value, c10::intrusive_ptr<StackedViews> views) {
     ctx->save_for_backward({x});
     std::vector<int64_t> rows;
     for (const at::Tensor& w : weights) rows.push_back(w.size(0));
     ctx->saved_data["rows"] = rows;  // the parts' rows: their gradients' split
     ctx->saved_data["biases"] = static_cast<int64_t>(biases.size());
-    at::Tensor out = at::linear(x, views->weight, views->bias);
+    ctx->saved_data["values"] = static_cast<int64_t>(value.size());
+    at::Tensor out = value.empty() ? at::linear(x, views->weight, views->bias) : value[0];
     ctx->saved_data["views"] = c10::IValue::make_capsule(std::move(views));
     return out;
   }
@@ -55,7 +58,8 @@ class StackedLinearFunction : public torch::autograd::Function<StackedLinearFunc
         out.resize(out.size() + biases);
       }
     }
-    out.push_back(at::Tensor());  // views
+    out.resize(out.size() + ctx->saved_data["values"].toInt());  // value
+    out.push_back(at::Tensor());                                   // views
     return out;
   }
 };
@@ -64,22 +68,33 @@ class StackedLinearFunction : public torch::autograd::Function<StackedLinearFunc
 
 at::Tensor StackedLinear(const at::Tensor& x, const std::vector<at::Tensor>& weights,
                          const std::vector<at::Tensor>& biases, const at::Tensor& weight_view,
-                         const at::Tensor& bias_view) {
+                         const at::Tensor& bias_view, const at::Tensor& value) {
   TORCH_CHECK(weight_view.defined() && biases.empty() != bias_view.defined(),
               "StackedLinear: the stacked weights (and biases, where there are biases) must be given");
   int64_t rows = 0;
   for (const at::Tensor& w : weights) rows += w.size(0);
   TORCH_CHECK(weight_view.size(0) == rows && (biases.empty() || bias_view.size(0) == rows),
               "StackedLinear: the stacked tensors have ", weight_view.size(0), " rows, the parts ", rows);
+  if (value.defined()) {
+    std::vector<int64_t> shape = x.sizes().vec();
+    if (!shape.empty()) shape.back() = rows;
+    TORCH_CHECK(value.sizes() == c10::IntArrayRef(shape) && value.scalar_type() == x.scalar_type() &&
+                    value.device() == x.device() && !value.requires_grad(),
+                "StackedLinear: the given value is ", value.sizes(), " ", value.scalar_type(), " on ", value.device(),
+                (value.requires_grad() ? " with history" : ""), ", the output ", c10::IntArrayRef(shape), " ",
+                x.scalar_type(), " on ", x.device());
+  }
   bool needs_grad = x.requires_grad();
   for (const auto* list : {&weights, &biases}) {
     for (const at::Tensor& t : *list) needs_grad = needs_grad || t.requires_grad();
   }
-  if (!at::GradMode::is_enabled() || !needs_grad) return at::linear(x, weight_view, bias_view);
+  if (!at::GradMode::is_enabled() || !needs_grad) return value.defined() ? value : at::linear(x, weight_view, bias_view);
   auto views = c10::make_intrusive<StackedViews>();
   views->weight = weight_view;
   views->bias = bias_view;
-  return StackedLinearFunction::apply(x, at::TensorList(weights), at::TensorList(biases), std::move(views));
+  const std::vector<at::Tensor> values = value.defined() ? std::vector<at::Tensor>{value} : std::vector<at::Tensor>{};
+  return StackedLinearFunction::apply(x, at::TensorList(weights), at::TensorList(biases), at::TensorList(values),
+                                      std::move(views));
 }
 
 }  // namespace verl

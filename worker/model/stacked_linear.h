@@ -15,9 +15,13 @@ namespace verl {
 // StackedView: in-place updates of the parts show through); they are data only, the gradients go to the parts. With
 // gradients, backward keeps x only, never a stacked copy, so memory is what the separate projections kept. The same
 // GEMM with or without gradients: the same values in every mode.
+//
+// `value`, where defined, is the output already known (a checkpointed layer's recompute replaying what its forward
+// kept, decoder_model.cc): returned as it is, without the GEMM, the backward the same. It must have the output's shape,
+// dtype and device and no history.
 at::Tensor StackedLinear(const at::Tensor& x, const std::vector<at::Tensor>& weights,
                          const std::vector<at::Tensor>& biases, const at::Tensor& weight_view,
-                         const at::Tensor& bias_view);
+                         const at::Tensor& bias_view, const at::Tensor& value = at::Tensor());
 
 }  // namespace verl
 

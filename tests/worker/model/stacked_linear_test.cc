@@ -1,7 +1,8 @@
 // StackedLinear (DecoderModel's q/k/v and gate/up GEMMs) against the separate projections it replaces: values and
 // the gradients of x, of each weight and of each bias, with the stacked weight a view over the parts' memory (as Load
 // leaves them), with and without biases, without gradients, with a frozen part and with a fixed input; stacked
-// tensors missing or of the wrong size refused.
+// tensors missing or of the wrong size refused; a given value (a checkpointed layer's replay) returned without the GEMM,
+// the gradients the same bits.
 
 #include "worker/model/stacked_linear.h"
 
@@ -112,6 +113,44 @@ TEST_CASE("StackedLinear with a frozen part gives the others their gradients", "
   const at::Tensor y2 = StackedLinear(x_fixed, {gate, up}, {}, buf, at::Tensor());
   const at::Tensor g2 = torch::autograd::grad({y2}, {gate}, {gy})[0];
   CHECK(MaxAbsDiff(g2, g[1]) < 1e-12);
+}
+
+TEST_CASE("StackedLinear with its value given returns it, with the same gradients", "[worker][model]") {
+  at::manual_seed(5);
+  const auto opts = at::TensorOptions().dtype(at::kFloat);
+  const std::vector<int64_t> rows = {6, 2, 2};
+  const at::Tensor w_buf = at::randn({10, 8}, opts), b_buf = at::randn({10}, opts);
+  const std::vector<at::Tensor> weights = PartsOver(w_buf, rows), biases = PartsOver(b_buf, rows);
+  const at::Tensor x0 = at::randn({3, 4, 8}, opts), gy = at::randn({3, 4, 10}, opts);
+  std::vector<at::Tensor> inputs = {x0.clone().requires_grad_(true)};
+  inputs.insert(inputs.end(), weights.begin(), weights.end());
+  inputs.insert(inputs.end(), biases.begin(), biases.end());
+  const at::Tensor y = StackedLinear(inputs[0], weights, biases, w_buf, b_buf);
+  const std::vector<at::Tensor> grads = torch::autograd::grad({y}, inputs, {gy});
+
+  // A value unlike the GEMM's (doubled), so that what is returned shows where it came from.
+  const at::Tensor value = y.detach() * 2;
+  const at::Tensor y2 = StackedLinear(inputs[0], weights, biases, w_buf, b_buf, value);
+  CHECK(at::equal(y2.detach(), value));
+  CHECK(y2.requires_grad());
+  const std::vector<at::Tensor> grads2 = torch::autograd::grad({y2}, inputs, {gy});
+  REQUIRE(grads2.size() == grads.size());
+  for (size_t i = 0; i < grads.size(); ++i) {
+    CAPTURE(i);
+    CHECK(at::equal(grads2[i], grads[i]));
+  }
+  CHECK(at::equal(value, y.detach() * 2));  // the given tensor is left as it was, without history
+  CHECK(!value.requires_grad());
+  {
+    at::NoGradGuard no_grad;
+    CHECK(StackedLinear(x0, weights, biases, w_buf, b_buf, value).is_same(value));
+  }
+  // A value of another shape, dtype or with history is refused, naming it.
+  CHECK_THROWS_WITH(StackedLinear(inputs[0], weights, biases, w_buf, b_buf, value.narrow(2, 0, 9)),
+                    Catch::Contains("the given value is [3, 4, 9]"));
+  CHECK_THROWS_WITH(StackedLinear(inputs[0], weights, biases, w_buf, b_buf, value.to(at::kDouble)),
+                    Catch::Contains("Double"));
+  CHECK_THROWS_WITH(StackedLinear(inputs[0], weights, biases, w_buf, b_buf, y), Catch::Contains("with history"));
 }
 
 }  // namespace

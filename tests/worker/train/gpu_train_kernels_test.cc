@@ -1154,6 +1154,8 @@ TEST_CASE("a checkpointed layer's recompute takes the shared-prompt attention fr
   // pass equals the one without checkpointing: the forward bit for bit (the forward itself does not replay; the
   // gradients and the counts below check the recompute), the gradients but for the order of the attention backward's
   // atomic sums. float32 (not cuDNN) attends again: no bucket is replayed, and the figures agree to float32 rounding.
+  // In every case the recompute takes the q/k/v and output projections' values from the forward (AttentionSaves::qkv
+  // and o), and with VERL_KEEP_PROJECTIONS=0 runs their GEMMs again, the same figures.
   TestDir dir;
   const DecoderConfig config = testing::TinyDecoderConfig();
   testing::WriteTinyModel(dir.path(), config);
@@ -1171,7 +1173,14 @@ TEST_CASE("a checkpointed layer's recompute takes the shared-prompt attention fr
             (dtype == at::kBFloat16 ? calls * config.num_hidden_layers : 0));
       // Every layer's recompute stopped before SwiGLU (the fused kernel takes float32 too).
       CHECK(after.swiglu_formed_in_backward - before.swiglu_formed_in_backward == config.num_hidden_layers);
+      // And took its two projections' values from its forward.
+      CHECK(after.projections_replayed - before.projections_replayed == 2 * config.num_hidden_layers);
       CheckPassesAgree(recomputed, plain, dtype, /*same_bits=*/dtype == at::kBFloat16);
+      REQUIRE(setenv("VERL_KEEP_PROJECTIONS", "0", 1) == 0);
+      const Pass again = RunPass(dir.path(), batch, dtype, at::kCUDA, way, /*checkpointing=*/true);
+      REQUIRE(unsetenv("VERL_KEEP_PROJECTIONS") == 0);
+      CHECK(CheckpointRecomputeCounts().projections_replayed == after.projections_replayed);
+      CheckPassesAgree(again, plain, dtype, /*same_bits=*/dtype == at::kBFloat16);
     }
   }
 }
