@@ -44,6 +44,8 @@ const std::vector<ConfigKeySpec>& Table() {
        "Actor and ref passes run with their sequences packed back to back without padding (attention per sequence: flash attention's variable-length kernel on GPUs in bf16, one call per sequence otherwise); the same numbers with less work when lengths vary."},
       {"actor_rollout_ref.model.enable_gradient_checkpointing", T::kBool, "true", "", false, O::kVerl,
        "Activation checkpointing in the actor update: each decoder layer keeps only its input and is recomputed in backward (same gradients, less memory; a B3 mini-batch's update takes 15 % longer than with none recomputed, on a GPU where the recompute stops before the down projection). recompute_num_layers narrows it to the first layers. Always on with actor.shard_parameters."},
+      {"actor_rollout_ref.model.recompute_keep_projections", T::kBool, "true", "", false, O::kOurs,
+       "With enable_gradient_checkpointing, on a GPU: each recomputed layer also keeps its q/k/v and output projections' outputs from its forward, and its recompute takes them instead of running those two GEMMs again. Same gradients (to the GEMMs' rounding); more memory: about 4 KB a token per recomputed layer at the Qwen2.5-0.5B shape in bf16, beside the 4 KB of input and attention output it keeps anyway (a layer not recomputed keeps 37). false recomputes them, for the least memory. No effect on a CPU."},
       {"actor_rollout_ref.model.recompute_num_layers", T::kOptionalInt, "null", "", false, O::kOurs,
        "With enable_gradient_checkpointing: only the first this many decoder layers are recomputed in backward, the others keep their activations (Megatron's recompute_method block); null recomputes every layer. Trades memory for speed: each kept layer holds its activations for the micro-batch's tokens until its backward (about 37 KB per token per layer at the Qwen2.5-0.5B shape in bf16). Not with actor.shard_parameters."},
 
@@ -243,6 +245,8 @@ const std::vector<ConfigKeySpec>& Table() {
        "Critic passes packed without padding, as actor_rollout_ref.model.use_remove_padding."},
       {"critic.model.enable_gradient_checkpointing", T::kBool, "true", "", false, O::kVerl,
        "Activation checkpointing in the critic update, as actor_rollout_ref.model.enable_gradient_checkpointing."},
+      {"critic.model.recompute_keep_projections", T::kBool, "true", "", false, O::kOurs,
+       "With critic.model.enable_gradient_checkpointing: as actor_rollout_ref.model.recompute_keep_projections."},
       {"critic.model.recompute_num_layers", T::kOptionalInt, "null", "", false, O::kOurs,
        "With critic.model.enable_gradient_checkpointing: only the first this many layers recomputed, as actor_rollout_ref.model.recompute_num_layers."},
       {"critic.model.fsdp_config.optimizer_offload", T::kBool, "false", "", false, O::kVerl,

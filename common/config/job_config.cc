@@ -145,6 +145,7 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   r.Read("actor_rollout_ref.model.dtype", &m.dtype);
   r.Read("actor_rollout_ref.model.enable_gradient_checkpointing", &m.enable_gradient_checkpointing);
   r.Read("actor_rollout_ref.model.recompute_num_layers", &m.recompute_num_layers);
+  r.Read("actor_rollout_ref.model.recompute_keep_projections", &m.recompute_keep_projections);
   r.Read("actor_rollout_ref.model.use_remove_padding", &m.use_remove_padding);
 
   ActorConfig& a = c.actor_rollout_ref.actor;
@@ -249,6 +250,7 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   r.Read("critic.model.path", &cr.model_path);
   r.Read("critic.model.enable_gradient_checkpointing", &cr.enable_gradient_checkpointing);
   r.Read("critic.model.recompute_num_layers", &cr.recompute_num_layers);
+  r.Read("critic.model.recompute_keep_projections", &cr.recompute_keep_projections);
   r.Read("critic.model.use_remove_padding", &cr.use_remove_padding);
   r.Read("critic.optim.lr", &cr.optim.lr);
   r.Read("critic.optim.weight_decay", &cr.optim.weight_decay);

@@ -40,6 +40,7 @@ struct ModelConfig {
   std::string dtype = "float32";           // float32 | bfloat16 (ours)
   bool enable_gradient_checkpointing = true;
   std::optional<int64_t> recompute_num_layers;  // checkpoint only the first N layers (ours); null: all
+  bool recompute_keep_projections = true;       // a recomputed layer keeps its projections' outputs (ours; GPU)
   bool use_remove_padding = false;
   bool operator==(const ModelConfig&) const = default;
 };
@@ -184,6 +185,7 @@ struct CriticConfig {
   std::string model_path;                  // critic.model.path; defaults to actor_rollout_ref.model.path
   bool enable_gradient_checkpointing = true;  // critic.model.enable_gradient_checkpointing
   std::optional<int64_t> recompute_num_layers;  // critic.model.recompute_num_layers (ours)
+  bool recompute_keep_projections = true;       // critic.model.recompute_keep_projections (ours)
   bool use_remove_padding = false;            // critic.model.use_remove_padding
   OptimConfig optim{1e-5, 0.01, {0.9, 0.999}, 1e-8, -1, 0.0};
   int64_t ppo_mini_batch_size = 256;       // prompts per optimizer step (x rollout.n samples)

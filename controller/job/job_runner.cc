@@ -681,6 +681,7 @@ class JobRunner::Impl {
           config_.data.train_batch_size * arr.rollout.n / Trainers())));
       cc->set_gradient_checkpointing(c.enable_gradient_checkpointing);
       if (c.recompute_num_layers) cc->set_recompute_num_layers(static_cast<int32_t>(*c.recompute_num_layers));
+      cc->set_recompute_keep_projections(c.recompute_keep_projections);
       cc->set_remove_padding(c.use_remove_padding);
       if (c.use_dynamic_bsz) {
         cc->set_ppo_max_token_len(c.ppo_max_token_len_per_gpu);
@@ -744,6 +745,7 @@ class JobRunner::Impl {
     ac->set_rollout_no_prompt_sharing(!arr.rollout.enable_prefix_caching);
     ac->set_gradient_checkpointing(arr.model.enable_gradient_checkpointing);
     if (arr.model.recompute_num_layers) ac->set_recompute_num_layers(static_cast<int32_t>(*arr.model.recompute_num_layers));
+    ac->set_recompute_keep_projections(arr.model.recompute_keep_projections);
     ac->set_remove_padding(arr.model.use_remove_padding);
     ac->set_prefix_grouper(a.use_prefix_grouper);
     if (a.use_dynamic_bsz) ac->set_ppo_max_token_len(a.ppo_max_token_len_per_gpu);

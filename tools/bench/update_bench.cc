@@ -28,7 +28,8 @@
 // gathered rows.
 //
 // --checkpointing 1 recomputes each layer in backward (enable_gradient_checkpointing); with --recompute-layers N only
-// the first N (recompute_num_layers). The peak resident set of the process is reported too (the CPU's memory measure).
+// the first N (recompute_num_layers); --keep-projections 0 recomputes their q/k/v and output projections too
+// (recompute_keep_projections=false). The peak resident set of the process is reported too (the CPU's memory measure).
 //
 // --overlap-log-probs R (an experiment, GPU): besides the update, a no-grad log-prob pass over the batch's first R rows
 // by a second copy of the model (a frozen reference), timed one after the other on one stream and at once on two
@@ -91,6 +92,7 @@ int main(int argc, char** argv) {
                                               {"seed", "0"},
                                               {"checkpointing", "0"},
                                               {"recompute-layers", "-1"},
+                                              {"keep-projections", "1"},
                                               {"max-token-len", "0"},
                                               {"remove-padding", "0"},
                                               {"profile", "0"},
@@ -137,7 +139,8 @@ int main(int argc, char** argv) {
       return 1;
     }
     verl::DecoderModel& m = **model;
-    m.SetGradientCheckpointing(flags["checkpointing"] == "1", std::stoll(flags["recompute-layers"]));
+    m.SetGradientCheckpointing(flags["checkpointing"] == "1", std::stoll(flags["recompute-layers"]),
+                               flags["keep-projections"] == "1");
     at::manual_seed(std::stoull(flags["seed"]));
     const auto long_on = at::TensorOptions(at::kLong).device(device);
     verl::SequenceBatch batch;
@@ -241,6 +244,7 @@ int main(int argc, char** argv) {
                              {"sdpa", flags["sdpa"]},
                              {"checkpointing", m.gradient_checkpointing()},
                              {"recomputed_layers", m.recomputed_layers()},
+                             {"keep_projections", m.keep_projections()},
                              {"device", flags["device"]},
                              {"dtype", flags["dtype"]},
                              {"warmup", warmup},

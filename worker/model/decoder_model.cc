@@ -67,14 +67,6 @@ bool SharedPromptRowsFused() {
 }
 #endif
 
-// Whether a checkpointed layer's forward on a GPU keeps its q/k/v and output projections' values for its recompute
-// (AttentionSaves::qkv and o); VERL_KEEP_PROJECTIONS=0 recomputes them, for measuring one against the other. Read at
-// every call, as SharedPromptRowsFused.
-bool ProjectionsKept() {
-  const char* env = std::getenv("VERL_KEEP_PROJECTIONS");
-  return env == nullptr || std::string_view(env) != "0";
-}
-
 // The MLP's silu(gate) * up; one fused kernel on a GPU (see ApplyRope).
 at::Tensor SwiGlu(const at::Tensor& gate, const at::Tensor& up) {
 #ifdef VERL_WITH_CUDA
@@ -575,9 +567,10 @@ class GatherRepeated : public torch::autograd::Function<GatherRepeated> {
 // of running the attention forward again, and the backward is cuDNN's own, reading what the plain forward's would.
 // Where ATen would not pick cuDNN for a bucket (a CPU, float32) nothing is kept and the recompute attends again.
 // (Packed sequences without shared prompts attend again too: keeping flash attention's variable-length output the same
-// way measured no faster, docs/decisions.md.) On a GPU also the q/k/v and output projections' values (ProjectionsKept):
-// the recompute hands them to StackedLinear as its value instead of running those GEMMs again, whose backward reads
-// their inputs, not their outputs. The MLP's, by far the larger activations, are recomputed.
+// way measured no faster, docs/decisions.md.) On a GPU also the q/k/v and output projections' values (unless
+// SetGradientCheckpointing's keep_projections is off): the recompute hands them to StackedLinear as its value instead
+// of running those GEMMs again, whose backward reads their inputs, not their outputs. The MLP's, by far the larger
+// activations, are recomputed.
 struct AttentionSaves {
   struct Bucket {
     at::Tensor out, lse, cum_q, cum_k, seed, offset;  // out undefined: not kept
@@ -1023,7 +1016,7 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
   std::vector<at::Tensor> shared_rows;  // {q, k, v} rows of shared-prompt attention, where formed from qkv directly
   // A checkpointed layer's forward on a GPU keeps the projections' values (AttentionSaves::qkv and o); its recompute
   // hands them back.
-  const bool keep = saves != nullptr && !saves->replay && h_in.is_cuda() && ProjectionsKept();
+  const bool keep = saves != nullptr && !saves->replay && h_in.is_cuda() && keep_projections_;
   const bool replay = saves != nullptr && saves->replay;
   if (folded || L.qkv_w.defined()) {
     // One GEMM over the stacked projections: the folded copy (its bias added by the RoPE kernel below), or

@@ -245,12 +245,16 @@ class DecoderModel {
   // input, and backward recomputes the layer from it. Same gradients, less memory, one more forward per layer.
   // `recompute_layers` >= 0 checkpoints only the first that many layers (Megatron's recompute_method "block" with
   // recompute_num_layers); the others keep their activations for backward, as without checkpointing. A sharded model
-  // always recomputes every layer (its layers are gathered again for backward).
-  void SetGradientCheckpointing(bool on, int64_t recompute_layers = -1) {
+  // always recomputes every layer (its layers are gathered again for backward). `keep_projections`: on a GPU each
+  // checkpointed layer's forward also keeps its q/k/v and output projections' outputs, and its recompute takes them
+  // instead of running those GEMMs again (decoder_model.cc's AttentionSaves; more memory, less time).
+  void SetGradientCheckpointing(bool on, int64_t recompute_layers = -1, bool keep_projections = true) {
     gradient_checkpointing_ = on;
     recompute_layers_ = recompute_layers;
+    keep_projections_ = keep_projections;
   }
   bool gradient_checkpointing() const { return gradient_checkpointing_; }
+  bool keep_projections() const { return keep_projections_; }
   // The layers a Forward with gradients recomputes in backward.
   int64_t recomputed_layers() const {
     return sharded() ? config_.num_hidden_layers : static_cast<int64_t>(CheckpointedLayers());
@@ -368,6 +372,7 @@ class DecoderModel {
   bool requires_grad_ = false;
   bool gradient_checkpointing_ = false;
   int64_t recompute_layers_ = -1;  // SetGradientCheckpointing's; < 0: every layer
+  bool keep_projections_ = true;    // SetGradientCheckpointing's
   std::vector<UnitInfo> units_;  // empty: not sharded
   bool gathered_ = false;        // sharded, and the full parameters are bound (Unshard)
   bool offloaded_ = false;       // OffloadParameters: the parameters (shards) are the host copies below

@@ -45,8 +45,8 @@ class ValueModel {
   const std::vector<std::pair<std::string, at::Tensor>>& named_parameters() const { return params_; }
   std::vector<at::Tensor> parameters() const;
   void SetRequiresGrad(bool requires_grad);
-  void SetGradientCheckpointing(bool on, int64_t recompute_layers = -1) {
-    decoder_->SetGradientCheckpointing(on, recompute_layers);
+  void SetGradientCheckpointing(bool on, int64_t recompute_layers = -1, bool keep_projections = true) {
+    decoder_->SetGradientCheckpointing(on, recompute_layers, keep_projections);
   }
   const DecoderModel& decoder() const { return *decoder_; }
 

@@ -377,7 +377,8 @@ class CpuRank final : public RankInterface {
         if (!actor.ok()) return Error("LoadModel/actor", actor.status());
         actor_ = std::move(*actor);
         actor_->SetRequiresGrad(false);
-        actor_->SetGradientCheckpointing(config_.actor.gradient_checkpointing, config_.actor.recompute_num_layers);
+        actor_->SetGradientCheckpointing(config_.actor.gradient_checkpointing, config_.actor.recompute_num_layers,
+                                         config_.actor.recompute_keep_projections);
       }
       if (HasRole("ref")) {
         auto ref = DecoderModel::Load(config_.model_path, dtype, device_);
@@ -391,7 +392,8 @@ class CpuRank final : public RankInterface {
         if (!critic.ok()) return Error("LoadModel/critic", critic.status());
         critic_ = std::move(*critic);
         critic_->SetRequiresGrad(false);
-        critic_->SetGradientCheckpointing(c.gradient_checkpointing, c.recompute_num_layers);
+        critic_->SetGradientCheckpointing(c.gradient_checkpointing, c.recompute_num_layers,
+                                          c.recompute_keep_projections);
         critic_optimizer_ = std::make_unique<AdamW>(
             critic_->named_parameters(),
             AdamWOptions{c.lr, c.weight_decay, c.beta1, c.beta2, c.eps, c.optimizer_offload});

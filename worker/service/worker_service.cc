@@ -79,6 +79,7 @@ RankActorSettings FromProto(const v1::ActorConfig& a) {
   s.ref_log_prob_max_token_len = a.ref_log_prob_max_token_len();
   s.gradient_checkpointing = a.gradient_checkpointing();
   s.recompute_num_layers = a.has_recompute_num_layers() ? a.recompute_num_layers() : -1;
+  s.recompute_keep_projections = !a.has_recompute_keep_projections() || a.recompute_keep_projections();
   s.remove_padding = a.remove_padding();
   s.prefix_grouper = a.prefix_grouper();
   s.rollout_max_num_batched_tokens = a.rollout_max_num_batched_tokens() > 0 ? a.rollout_max_num_batched_tokens()
@@ -107,6 +108,7 @@ RankCriticSettings FromProto(const v1::CriticConfig& c) {
   s.forward_max_token_len = c.forward_max_token_len();
   s.gradient_checkpointing = c.gradient_checkpointing();
   s.recompute_num_layers = c.has_recompute_num_layers() ? c.recompute_num_layers() : -1;
+  s.recompute_keep_projections = !c.has_recompute_keep_projections() || c.recompute_keep_projections();
   s.remove_padding = c.remove_padding();
   s.ppo_epochs = c.ppo_epochs();
   s.shuffle = c.shuffle();

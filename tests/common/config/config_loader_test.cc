@@ -986,14 +986,20 @@ TEST_CASE("recompute_num_layers loads, and is refused where it cannot apply", "[
     REQUIRE(job.ok());
     CHECK_FALSE(job->actor_rollout_ref.model.recompute_num_layers.has_value());  // null: every layer
     CHECK_FALSE(job->critic.recompute_num_layers.has_value());
+    CHECK(job->actor_rollout_ref.model.recompute_keep_projections);  // kept, on a GPU
+    CHECK(job->critic.recompute_keep_projections);
   }
   {
     auto job = LoadJobConfig(path, {"actor_rollout_ref.model.recompute_num_layers=6",
-                                    "critic.model.recompute_num_layers=0"});
+                                    "critic.model.recompute_num_layers=0",
+                                    "actor_rollout_ref.model.recompute_keep_projections=false",
+                                    "critic.model.recompute_keep_projections=false"});
     INFO(job.status().ToString());
     REQUIRE(job.ok());
     CHECK(job->actor_rollout_ref.model.recompute_num_layers == 6);
     CHECK(job->critic.recompute_num_layers == 0);
+    CHECK_FALSE(job->actor_rollout_ref.model.recompute_keep_projections);
+    CHECK_FALSE(job->critic.recompute_keep_projections);
   }
   CHECK_ERROR_CONTAINS(LoadJobConfig(path, {"actor_rollout_ref.model.recompute_num_layers=-2"}).status(),
                        "actor_rollout_ref.model.recompute_num_layers must be >= 0 or null, got -2");

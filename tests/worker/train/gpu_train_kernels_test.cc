@@ -945,12 +945,12 @@ struct Pass {
 };
 enum class Way { kPadded, kPacked, kShared };
 Pass RunPass(const std::string& dir, const SequenceBatch& batch, at::ScalarType dtype, at::Device device, Way way,
-             bool checkpointing = false) {
+             bool checkpointing = false, bool keep_projections = true) {
   auto loaded = DecoderModel::Load(dir, dtype, device);
   REQUIRE(loaded.ok());
   DecoderModel& model = **loaded;
   model.SetRequiresGrad(true);
-  model.SetGradientCheckpointing(checkpointing);
+  model.SetGradientCheckpointing(checkpointing, -1, keep_projections);
   SequenceBatch on;
   on.input_ids = batch.input_ids.to(device);
   on.attention_mask = batch.attention_mask.to(device);
@@ -1155,7 +1155,7 @@ TEST_CASE("a checkpointed layer's recompute takes the shared-prompt attention fr
   // gradients and the counts below check the recompute), the gradients but for the order of the attention backward's
   // atomic sums. float32 (not cuDNN) attends again: no bucket is replayed, and the figures agree to float32 rounding.
   // In every case the recompute takes the q/k/v and output projections' values from the forward (AttentionSaves::qkv
-  // and o), and with VERL_KEEP_PROJECTIONS=0 runs their GEMMs again, the same figures.
+  // and o), and with keep_projections off (recompute_keep_projections=false) runs their GEMMs again, the same figures.
   TestDir dir;
   const DecoderConfig config = testing::TinyDecoderConfig();
   testing::WriteTinyModel(dir.path(), config);
@@ -1176,9 +1176,8 @@ TEST_CASE("a checkpointed layer's recompute takes the shared-prompt attention fr
       // And took its two projections' values from its forward.
       CHECK(after.projections_replayed - before.projections_replayed == 2 * config.num_hidden_layers);
       CheckPassesAgree(recomputed, plain, dtype, /*same_bits=*/dtype == at::kBFloat16);
-      REQUIRE(setenv("VERL_KEEP_PROJECTIONS", "0", 1) == 0);
-      const Pass again = RunPass(dir.path(), batch, dtype, at::kCUDA, way, /*checkpointing=*/true);
-      REQUIRE(unsetenv("VERL_KEEP_PROJECTIONS") == 0);
+      const Pass again =
+          RunPass(dir.path(), batch, dtype, at::kCUDA, way, /*checkpointing=*/true, /*keep_projections=*/false);
       CHECK(CheckpointRecomputeCounts().projections_replayed == after.projections_replayed);
       CheckPassesAgree(again, plain, dtype, /*same_bits=*/dtype == at::kBFloat16);
     }
