@@ -40,7 +40,7 @@ struct ModelConfig {
   std::string dtype = "float32";           // float32 | bfloat16 (ours)
   bool enable_gradient_checkpointing = true;
   std::optional<int64_t> recompute_num_layers;  // checkpoint only the first N layers (ours); null: all
-  bool recompute_keep_projections = true;       // a recomputed layer keeps its projections' outputs (ours; GPU)
+  bool recompute_keep_projections = true;       // a recomputed layer keeps its projections' outputs (ours)
   bool use_remove_padding = false;
   bool operator==(const ModelConfig&) const = default;
 };

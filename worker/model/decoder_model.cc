@@ -567,7 +567,7 @@ class GatherRepeated : public torch::autograd::Function<GatherRepeated> {
 // of running the attention forward again, and the backward is cuDNN's own, reading what the plain forward's would.
 // Where ATen would not pick cuDNN for a bucket (a CPU, float32) nothing is kept and the recompute attends again.
 // (Packed sequences without shared prompts attend again too: keeping flash attention's variable-length output the same
-// way measured no faster, docs/decisions.md.) On a GPU also the q/k/v and output projections' values (unless
+// way measured no faster, docs/decisions.md.) Also the q/k/v and output projections' values (unless
 // SetGradientCheckpointing's keep_projections is off): the recompute hands them to StackedLinear as its value instead
 // of running those GEMMs again, whose backward reads their inputs, not their outputs. The MLP's, by far the larger
 // activations, are recomputed.
@@ -1014,9 +1014,9 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
   if (!x.defined() && !folded) x = RmsNorm(h_in, L.input_norm, &h_layer);
   at::Tensor q, k, v;
   std::vector<at::Tensor> shared_rows;  // {q, k, v} rows of shared-prompt attention, where formed from qkv directly
-  // A checkpointed layer's forward on a GPU keeps the projections' values (AttentionSaves::qkv and o); its recompute
-  // hands them back.
-  const bool keep = saves != nullptr && !saves->replay && h_in.is_cuda() && keep_projections_;
+  // A checkpointed layer's forward keeps the projections' values (AttentionSaves::qkv and o); its recompute hands them
+  // back.
+  const bool keep = saves != nullptr && !saves->replay && keep_projections_;
   const bool replay = saves != nullptr && saves->replay;
   if (folded || L.qkv_w.defined()) {
     // One GEMM over the stacked projections: the folded copy (its bias added by the RoPE kernel below), or

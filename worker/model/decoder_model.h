@@ -101,7 +101,7 @@ bool PackedAttentionIsFlash(at::Device device, at::ScalarType dtype);
 // What checkpointed layers' recomputes have skipped, in this process (for tests): shared-prompt attention buckets
 // taken from their forwards instead of attending again (AttentionSaves), and recomputes that stopped before SwiGLU,
 // whose value and gradient the backward then formed with one kernel; how many layers were recomputed; and the
-// projections (q/k/v, output) whose values came from their forwards instead of a GEMM (on a GPU).
+// projections (q/k/v, output) whose values came from their forwards instead of a GEMM.
 struct RecomputeCounts {
   int64_t attention_buckets_replayed = 0;
   int64_t swiglu_formed_in_backward = 0;
@@ -245,7 +245,7 @@ class DecoderModel {
   // input, and backward recomputes the layer from it. Same gradients, less memory, one more forward per layer.
   // `recompute_layers` >= 0 checkpoints only the first that many layers (Megatron's recompute_method "block" with
   // recompute_num_layers); the others keep their activations for backward, as without checkpointing. A sharded model
-  // always recomputes every layer (its layers are gathered again for backward). `keep_projections`: on a GPU each
+  // always recomputes every layer (its layers are gathered again for backward). `keep_projections`: each
   // checkpointed layer's forward also keeps its q/k/v and output projections' outputs, and its recompute takes them
   // instead of running those GEMMs again (decoder_model.cc's AttentionSaves; more memory, less time).
   void SetGradientCheckpointing(bool on, int64_t recompute_layers = -1, bool keep_projections = true) {
@@ -343,8 +343,8 @@ class DecoderModel {
   // projection, stores the SwiGLU output there and returns the residual stream after attention, whose sum with
   // down(*mlp_input) is the layer's output; where SwiGLU would run as the fused stacked kernel (CUDA), it stops before
   // SwiGLU and stores SwiGLU's input there, the stacked gate/up output ([..., 2 x intermediate]).
-  // `saves` (a checkpointed layer's forward and recompute): the shared-prompt attention's outputs and, on a GPU, the
-  // q/k/v and output projections' values kept from the forward for the recompute (decoder_model.cc's AttentionSaves).
+  // `saves` (a checkpointed layer's forward and recompute): the shared-prompt attention's outputs and the q/k/v and
+  // output projections' values kept from the forward for the recompute (decoder_model.cc's AttentionSaves).
   at::Tensor LayerForward(const Layer& L, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
                           const at::Tensor& attn_mask, KvCache* cache, size_t i,
                           const PackedSequences* packed = nullptr, at::Tensor* pending = nullptr, bool causal = false,

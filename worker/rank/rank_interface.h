@@ -56,7 +56,7 @@ struct RankActorSettings {
   int64_t ref_log_prob_max_token_len = 0;
   bool gradient_checkpointing = false;  // the actor's layers recomputed in backward
   int64_t recompute_num_layers = -1;    // with it, only the first this many (< 0: all)
-  bool recompute_keep_projections = true;  // a recomputed layer keeps its projections' outputs (on a GPU)
+  bool recompute_keep_projections = true;  // a recomputed layer keeps its projections' outputs
   bool remove_padding = false;          // actor and ref passes packed without padding
   bool prefix_grouper = false;          // actor and ref passes packed, a prompt's rows sharing its run
   // actor.policy_loss.* and rollout correction
@@ -106,7 +106,7 @@ struct RankCriticSettings {
   int64_t forward_max_token_len = 0;
   bool gradient_checkpointing = false;
   int64_t recompute_num_layers = -1;  // with it, only the first this many layers (< 0: all)
-  bool recompute_keep_projections = true;  // a recomputed layer keeps its projections' outputs (on a GPU)
+  bool recompute_keep_projections = true;  // a recomputed layer keeps its projections' outputs
   bool remove_padding = false;  // critic passes packed without padding
   int64_t ppo_epochs = 1;
   bool shuffle = false;

@@ -307,6 +307,27 @@ TEST_CASE("Gradient checkpointing: the same gradients, layers recomputed in back
   }
   REQUIRE(largest > 1e-3);  // real gradients were compared
 
+  // The recompute took each layer's q/k/v and output projections from its forward (keep_projections, the default);
+  // with keep_projections off it runs those GEMMs again, the same figures.
+  {
+    auto model = LoadModelOrDie(dir.path());
+    model->SetGradientCheckpointing(true, -1, /*keep_projections=*/false);
+    model->SetRequiresGrad(true);
+    const RecomputeCounts before = CheckpointRecomputeCounts();
+    LogProbResult r = ForwardLogProbs(*model, b, 0, 2, /*temperature=*/0.9, /*with_entropy=*/true);
+    at::Tensor loss = -(r.log_probs.sum() + 0.1 * r.entropy.sum());
+    loss.backward();
+    const RecomputeCounts after = CheckpointRecomputeCounts();
+    CHECK(after.projections_replayed == before.projections_replayed);
+    CHECK(after.layers_recomputed - before.layers_recomputed == testing::TinyDecoderConfig().num_hidden_layers);
+    CHECK(loss.item<double>() == losses[0]);
+    size_t i = 0;
+    for (const auto& [name, p] : model->named_parameters()) {
+      INFO(name);
+      CHECK(MaxAbsDiff(p.grad(), grads[0][i++]) < 1e-6);
+    }
+  }
+
   // recompute_num_layers: only the first N layers are recomputed (counted in backward), the others keep their
   // activations, and the gradients are those without checkpointing.
   const int64_t layers = testing::TinyDecoderConfig().num_hidden_layers;
@@ -317,11 +338,14 @@ TEST_CASE("Gradient checkpointing: the same gradients, layers recomputed in back
     model->SetGradientCheckpointing(true, n);
     model->SetRequiresGrad(true);
     CHECK(model->recomputed_layers() == std::min(n, layers));
-    const int64_t before = CheckpointRecomputeCounts().layers_recomputed;
+    const RecomputeCounts before = CheckpointRecomputeCounts();
     LogProbResult r = ForwardLogProbs(*model, b, 0, 2, /*temperature=*/0.9, /*with_entropy=*/true);
     at::Tensor loss = -(r.log_probs.sum() + 0.1 * r.entropy.sum());
     loss.backward();
-    CHECK(CheckpointRecomputeCounts().layers_recomputed - before == std::min(n, layers));
+    const RecomputeCounts after = CheckpointRecomputeCounts();
+    CHECK(after.layers_recomputed - before.layers_recomputed == std::min(n, layers));
+    // Each recomputed layer's two projections came from its forward (keep_projections' default).
+    CHECK(after.projections_replayed - before.projections_replayed == 2 * std::min(n, layers));
     CHECK(loss.item<double>() == losses[0]);
     size_t i = 0;
     for (const auto& [name, p] : model->named_parameters()) {
