@@ -5,8 +5,9 @@
    prompts, where every 64th token id is an EOS, so response lengths spread out like real rollouts (a long tail).
    With the same number of sequences decoding at once (--slots), static batching runs waves that each wait for their
    longest sequence, continuous batching refills a finished sequence's slot at once. Both generate the same tokens.
-2. Update: verl-bench-update on the same model with and without --checkpointing: seconds per update and the peak
-   resident set of the process.
+2. Update: verl-bench-update on the same model without --checkpointing, with it, and with it and
+   --keep-projections 0 (recompute_keep_projections=false): seconds per update and the peak resident set of the
+   process.
 
 Writes docs/bench/engine-cpu-<date>.json.
 
@@ -54,14 +55,15 @@ def main():
                 rollout.append(r)
                 print(json.dumps({k: r[k] for k in ("schedule", "max_num_seqs", "best_seconds", "generated_tokens",
                                                     "tokens_per_s")}), file=sys.stderr)
-        for checkpointing in ("0", "1"):
+        # Without checkpointing; with it (keeping each layer's projections, the default); with it, recomputing them.
+        for checkpointing, keep in (("0", "1"), ("1", "1"), ("1", "0")):
             u = run_json([f"{bin_dir}/verl-bench-update", "--model", f"{tmp}/model", "--device", "cpu",
                           "--dtype", "float32", "--sequences", "16", "--prompt-len", "128", "--response-len", "384",
                           "--micro", "16", "--warmup", "1", "--repeats", str(args.repeats),
-                          "--checkpointing", checkpointing])
+                          "--checkpointing", checkpointing, "--keep-projections", keep])
             update.append(u)
-            print(json.dumps({k: u[k] for k in ("gradient_checkpointing", "best_seconds", "peak_rss_gb",
-                                                "grad_norm")}), file=sys.stderr)
+            print(json.dumps({k: u[k] for k in ("gradient_checkpointing", "keep_projections", "best_seconds",
+                                                "peak_rss_gb", "grad_norm")}), file=sys.stderr)
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
