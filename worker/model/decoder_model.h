@@ -241,8 +241,9 @@ class DecoderModel {
   int64_t num_parameters() const { return num_parameters_; }
   // Gradients on for the trained tensors (the parameters, or the shards of a sharded model).
   void SetRequiresGrad(bool requires_grad);
-  // Activation checkpointing (verl's enable_gradient_checkpointing): a Forward with gradients keeps only each layer's
-  // input, and backward recomputes the layer from it. Same gradients, less memory, one more forward per layer.
+  // Activation checkpointing (verl's enable_gradient_checkpointing): a Forward with gradients keeps each layer's input
+  // (and what AttentionSaves lists), and backward recomputes the layer from it. Same gradients, less memory, most of a
+  // forward more per layer.
   // `recompute_layers` >= 0 checkpoints only the first that many layers (Megatron's recompute_method "block" with
   // recompute_num_layers); the others keep their activations for backward, as without checkpointing. A sharded model
   // always recomputes every layer (its layers are gathered again for backward). `keep_projections`: each
