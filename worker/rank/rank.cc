@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -176,6 +177,13 @@ class CpuRank final : public RankInterface {
     } catch (const std::exception&) {
       // Not initialised yet: nothing allocated, no peak to reset.
     }
+  }
+
+  // On a GPU rank, the peak allocation since StartMemoryPhase as perf/<phase>_max_memory_allocated_gb.
+  void AddPhasePeak(const char* phase, Metrics& m) const {
+    if (!device_.is_cuda()) return;
+    m[absl::StrCat("perf/", phase, "_max_memory_allocated_gb")] =
+        static_cast<double>(Memory().phase_peak_allocated) / (1 << 30);
   }
 
   void OnPeerAborted(int failed_global_rank) override {
@@ -581,8 +589,7 @@ class CpuRank final : public RankInterface {
                                                   r.prompts.size(1) + opts.max_new_tokens)) /
           (1 << 30);
       if (device_.is_cuda()) {
-        out.metrics["perf/rollout_max_memory_allocated_gb"] =
-            static_cast<double>(Memory().phase_peak_allocated) / (1 << 30);
+        AddPhasePeak("rollout", out.metrics);
         // The copies of the q/k/v and gate/up weights with the norms folded in (RolloutSlots keeps the gate/up copy
         // only where it costs no KV slot).
         out.metrics["perf/rollout_folded_weights_gb"] = static_cast<double>(r.folded_weight_bytes) / (1 << 30);
@@ -658,6 +665,7 @@ class CpuRank final : public RankInterface {
     }
     return CatchTorch(Context("ComputeLogProbs/" + role), [&]() -> absl::StatusOr<Metrics> {
       const bool ref = role == "ref";
+      StartMemoryPhase();
       // An offloaded ref comes to the device for this pass and leaves it after, whatever the pass returns.
       const bool reload = ref && ref_->parameters_offloaded();
       if (reload) ref_->LoadParameters();
@@ -711,6 +719,8 @@ class CpuRank final : public RankInterface {
       } else {
         batch->ref_log_probs = lp;
       }
+      // The pass's peak (an offloaded ref's parameters, brought in for it, included), named as its timing_s/ key.
+      AddPhasePeak(ref ? "ref" : "old_log_prob", m);
       batch->log_prob_metrics[role] = m;
       return m;
     });
@@ -721,6 +731,7 @@ class CpuRank final : public RankInterface {
     if (batch->value_metrics) return *batch->value_metrics;
     if (!critic_) return Error("ComputeValues", absl::FailedPreconditionError("no critic is placed on this rank"));
     return CatchTorch(Context("ComputeValues"), [&]() -> absl::StatusOr<Metrics> {
+      StartMemoryPhase();
       MicroBatching micro;
       micro.rows = std::max<int64_t>(1, config_.critic.forward_micro_batch_size_per_gpu);
       micro.max_token_len = config_.critic.forward_max_token_len;
@@ -728,6 +739,7 @@ class CpuRank final : public RankInterface {
       micro.packed = config_.critic.remove_padding;
       ASSIGN_OR_RETURN(batch->values, ComputeValuesNoGrad(*critic_, batch->seq, micro));
       batch->value_metrics = Metrics{};
+      AddPhasePeak("values", *batch->value_metrics);
       return *batch->value_metrics;
     });
   }
@@ -813,10 +825,12 @@ class CpuRank final : public RankInterface {
       o.ppo_epochs = c.ppo_epochs;
       o.shuffle = c.shuffle;
       o.seed = seed;
+      StartMemoryPhase();
       GradScope<ValueModel> grad_scope(*critic_);
       auto metrics =
           UpdateValue(*critic_, *critic_optimizer_, batch->seq, batch->values, batch->returns.to(device_), o);
       if (!metrics.ok()) return Error("UpdateCritic", metrics.status());
+      AddPhasePeak("update_critic", *metrics);
       ++critic_updates_done_;
       batch->critic_update_metrics = *metrics;
       return *metrics;
@@ -902,7 +916,7 @@ class CpuRank final : public RankInterface {
         const DeviceMemory mem = Memory();
         (*metrics)["perf/max_memory_allocated_gb"] = static_cast<double>(mem.peak_allocated) / (1 << 30);
         (*metrics)["perf/max_memory_reserved_gb"] = static_cast<double>(mem.peak_reserved) / (1 << 30);
-        (*metrics)["perf/update_max_memory_allocated_gb"] = static_cast<double>(mem.phase_peak_allocated) / (1 << 30);
+        AddPhasePeak("update", *metrics);
       }
       ++updates_done_;
       batch->update_metrics = *metrics;

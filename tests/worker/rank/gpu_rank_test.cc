@@ -220,15 +220,68 @@ TEST_CASE("rollout memory on cuda:0: the KV cache budget, and peaks per phase", 
   auto rank = RankOn("cuda:0", config, &skipped);
   REQUIRE(rank != nullptr);
   const StepOutput out = Step(*rank, m, "g");
-  (void)out;
   auto gen = rank->Generate("g2", Prompts(m), Sampling(m), false);
   REQUIRE(gen.ok());
   REQUIRE(gen->metrics.at("perf/rollout_kv_cache_slots") == 4.0);
   // The rollout's own peak covers at least its KV cache, and stays below the rank's lifetime peak.
   REQUIRE(gen->metrics.at("perf/rollout_max_memory_allocated_gb") >= gen->metrics.at("perf/rollout_kv_cache_gb"));
-  const DeviceMemory mem = rank->Memory();
+  DeviceMemory mem = rank->Memory();
   REQUIRE(mem.total > 0);
   REQUIRE(gen->metrics.at("perf/rollout_max_memory_allocated_gb") * (1 << 30) <= static_cast<double>(mem.peak_allocated));
+  // The log-prob passes report their own peaks too: at least what is allocated when each returns (the weights and
+  // the log-probs it keeps), at most the rank's lifetime peak (which the first step's update and rollout set).
+  REQUIRE(rank->Score("g2").ok());
+  for (const char* role : {"actor", "ref"}) {
+    auto lp = rank->ComputeLogProbs("g2", role, 1.0);
+    INFO(role << ": " << lp.status().ToString());
+    REQUIRE(lp.ok());
+    mem = rank->Memory();
+    const std::string key = std::string("perf/") + (role == std::string("ref") ? "ref" : "old_log_prob") +
+                            "_max_memory_allocated_gb";
+    REQUIRE(lp->count(key) == 1);
+    const double peak = lp->at(key) * (1 << 30);
+    CHECK(peak >= static_cast<double>(mem.allocated));
+    CHECK(peak <= static_cast<double>(mem.peak_allocated));
+  }
+  CHECK(out.update.at("perf/update_max_memory_allocated_gb") > 0);
+}
+
+TEST_CASE("a PPO rank on cuda:0 reports the critic's phases' peaks", "[worker][rank][gpu]") {
+  TinyRankModel m;
+  RankConfig config = Config(m.dir.path(), {"actor", "rollout", "ref", "critic"});
+  config.critic.model_path = m.dir.path();
+  config.critic.lr = 1e-3;
+  absl::Status skipped;
+  auto rank = RankOn("cuda:0", config, &skipped);
+  if (rank == nullptr) {
+    WARN("skipped: " << skipped.ToString());
+    return;
+  }
+  REQUIRE(rank->Generate("p", Prompts(m), Sampling(m), false).ok());
+  REQUIRE(rank->Score("p").ok());
+  REQUIRE(rank->ComputeLogProbs("p", "actor", 1.0).ok());
+  REQUIRE(rank->ComputeLogProbs("p", "ref", 1.0).ok());
+  auto values = rank->ComputeValues("p");
+  INFO(values.status().ToString());
+  REQUIRE(values.ok());
+  const DeviceMemory after_values = rank->Memory();
+  AdvantageSettings gae;
+  gae.estimator = "gae";
+  gae.gamma = 1.0;
+  gae.lam = 1.0;
+  REQUIRE(rank->ComputeAdvantage("p", gae).ok());
+  auto crit = rank->UpdateCritic("p", 0);
+  INFO(crit.status().ToString());
+  REQUIRE(crit.ok());
+  const DeviceMemory after_update = rank->Memory();
+  // Each phase's peak: at least what is allocated when it returns (the values it keeps; the critic's gradients and
+  // AdamW state), at most the rank's lifetime peak. The critic's update holds more than its no-grad pass.
+  const double values_peak = values->at("perf/values_max_memory_allocated_gb") * (1 << 30);
+  const double update_peak = crit->at("perf/update_critic_max_memory_allocated_gb") * (1 << 30);
+  CHECK(values_peak >= static_cast<double>(after_values.allocated));
+  CHECK(update_peak >= static_cast<double>(after_update.allocated));
+  CHECK(update_peak > values_peak);
+  CHECK(update_peak <= static_cast<double>(after_update.peak_allocated));
 }
 
 TEST_CASE("rollout on cuda:0 in bf16 makes the folded gate/up copy only where it costs no KV slot",
