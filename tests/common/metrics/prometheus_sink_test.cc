@@ -178,7 +178,10 @@ TEST_CASE("The Grafana dashboard queries exported metric names", "[prometheus]")
   // PPO (critic, KL in the reward), GPU memory and MFU metrics the quickstart (GRPO on a CPU) does not report; each is
   // a name the worker emits (rank.cc), not one made up here.
   for (const char* name : {"critic/vf_loss", "critic/vf_explained_var", "critic/grad_norm", "actor/reward_kl_penalty",
-                           "perf/max_memory_reserved_gb", "perf/mfu/actor"}) {
+                           "perf/max_memory_reserved_gb", "perf/mfu/actor", "perf/rollout_max_memory_allocated_gb",
+                           "perf/old_log_prob_max_memory_allocated_gb", "perf/ref_max_memory_allocated_gb",
+                           "perf/values_max_memory_allocated_gb", "perf/update_critic_max_memory_allocated_gb",
+                           "perf/update_max_memory_allocated_gb"}) {
     metrics[name] = 1;
   }
   REQUIRE((*sink)->Log(1, metrics).ok());
