@@ -106,6 +106,7 @@ def run_ours(bin_dir, model, data, work, steps, prefix_grouper, checkpointing, n
     steps_data = [json.loads(line)["data"] for line in open(os.path.join(logs, "metrics.jsonl"))]
     keys = ["timing_s/step", "timing_s/gen", "timing_s/old_log_prob", "timing_s/ref", "timing_s/update_actor",
             "perf/throughput", "perf/max_memory_allocated_gb", "perf/rollout_max_memory_allocated_gb",
+            "perf/old_log_prob_max_memory_allocated_gb", "perf/ref_max_memory_allocated_gb",
             "perf/update_max_memory_allocated_gb", "response_length/mean", "prompt_length/mean",
             "training/rollout_probs_diff_max", "training/rollout_probs_diff_mean",
             "training/rollout_log_probs_diff_max", "training/rollout_log_probs_diff_mean", "actor/grad_norm",
