@@ -104,7 +104,8 @@ def run_ours(bin_dir, model, data, work, steps, prefix_grouper, checkpointing, n
     if r.returncode != 0:
         sys.exit(f"verl-controller failed ({r.returncode}): {r.stderr[-3000:]}")
     steps_data = [json.loads(line)["data"] for line in open(os.path.join(logs, "metrics.jsonl"))]
-    keys = ["timing_s/step", "timing_s/gen", "timing_s/old_log_prob", "timing_s/ref", "timing_s/update_actor",
+    keys = ["timing_s/step", "timing_s/gen", "timing_s/reward", "timing_s/old_log_prob", "timing_s/ref",
+            "timing_s/adv", "timing_s/update_actor", "perf/controller_overhead",
             "perf/throughput", "perf/max_memory_allocated_gb", "perf/rollout_max_memory_allocated_gb",
             "perf/old_log_prob_max_memory_allocated_gb", "perf/ref_max_memory_allocated_gb",
             "perf/update_max_memory_allocated_gb", "response_length/mean", "prompt_length/mean",
