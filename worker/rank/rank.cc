@@ -179,11 +179,13 @@ class CpuRank final : public RankInterface {
     }
   }
 
-  // On a GPU rank, the peak allocation since StartMemoryPhase as perf/<phase>_max_memory_allocated_gb.
-  void AddPhasePeak(const char* phase, Metrics& m) const {
+  // On a GPU rank, the peak allocation since StartMemoryPhase as perf/<phase>_max_memory_allocated_gb (from `mem`
+  // where the caller has just read it).
+  void AddPhasePeak(const char* phase, Metrics& m, std::optional<DeviceMemory> mem = std::nullopt) const {
     if (!device_.is_cuda()) return;
+    if (!mem) mem = Memory();
     m[absl::StrCat("perf/", phase, "_max_memory_allocated_gb")] =
-        static_cast<double>(Memory().phase_peak_allocated) / (1 << 30);
+        static_cast<double>(mem->phase_peak_allocated) / (1 << 30);
   }
 
   void OnPeerAborted(int failed_global_rank) override {
@@ -916,7 +918,7 @@ class CpuRank final : public RankInterface {
         const DeviceMemory mem = Memory();
         (*metrics)["perf/max_memory_allocated_gb"] = static_cast<double>(mem.peak_allocated) / (1 << 30);
         (*metrics)["perf/max_memory_reserved_gb"] = static_cast<double>(mem.peak_reserved) / (1 << 30);
-        AddPhasePeak("update", *metrics);
+        AddPhasePeak("update", *metrics, mem);
       }
       ++updates_done_;
       batch->update_metrics = *metrics;

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/worker/rank/rank_fixtures.h"
@@ -230,14 +231,12 @@ TEST_CASE("rollout memory on cuda:0: the KV cache budget, and peaks per phase", 
   REQUIRE(gen->metrics.at("perf/rollout_max_memory_allocated_gb") * (1 << 30) <= static_cast<double>(mem.peak_allocated));
   // The log-prob passes report their own peaks too: at least what is allocated when each returns (the weights and
   // the log-probs it keeps), at most the rank's lifetime peak (which the first step's update and rollout set).
-  REQUIRE(rank->Score("g2").ok());
-  for (const char* role : {"actor", "ref"}) {
+  for (const auto& [role, key] : {std::pair{"actor", "perf/old_log_prob_max_memory_allocated_gb"},
+                                   std::pair{"ref", "perf/ref_max_memory_allocated_gb"}}) {
     auto lp = rank->ComputeLogProbs("g2", role, 1.0);
     INFO(role << ": " << lp.status().ToString());
     REQUIRE(lp.ok());
     mem = rank->Memory();
-    const std::string key = std::string("perf/") + (role == std::string("ref") ? "ref" : "old_log_prob") +
-                            "_max_memory_allocated_gb";
     REQUIRE(lp->count(key) == 1);
     const double peak = lp->at(key) * (1 << 30);
     CHECK(peak >= static_cast<double>(mem.allocated));
@@ -265,11 +264,7 @@ TEST_CASE("a PPO rank on cuda:0 reports the critic's phases' peaks", "[worker][r
   INFO(values.status().ToString());
   REQUIRE(values.ok());
   const DeviceMemory after_values = rank->Memory();
-  AdvantageSettings gae;
-  gae.estimator = "gae";
-  gae.gamma = 1.0;
-  gae.lam = 1.0;
-  REQUIRE(rank->ComputeAdvantage("p", gae).ok());
+  REQUIRE(rank->ComputeAdvantage("p", Estimator("gae")).ok());
   auto crit = rank->UpdateCritic("p", 0);
   INFO(crit.status().ToString());
   REQUIRE(crit.ok());
