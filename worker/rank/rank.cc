@@ -721,6 +721,10 @@ class CpuRank final : public RankInterface {
       } else {
         batch->ref_log_probs = lp;
       }
+      // The pass returns once its kernels have run (the actor's already has, for its mismatch figures), so that its
+      // timing_s/ key counts its own work, as verl's, whose outputs come back to the host, and the next phase's
+      // (the advantage's first copy to the host) does not take in the tail of its queue.
+      SyncDevice();
       // The pass's peak (an offloaded ref's parameters, brought in for it, included), named as its timing_s/ key.
       AddPhasePeak(ref ? "ref" : "old_log_prob", m);
       batch->log_prob_metrics[role] = m;
@@ -740,6 +744,7 @@ class CpuRank final : public RankInterface {
       micro.budget_key = "critic.forward_max_token_len_per_gpu";
       micro.packed = config_.critic.remove_padding;
       ASSIGN_OR_RETURN(batch->values, ComputeValuesNoGrad(*critic_, batch->seq, micro));
+      SyncDevice();  // done on the device when it returns, as the log-prob passes
       batch->value_metrics = Metrics{};
       AddPhasePeak("values", *batch->value_metrics);
       return *batch->value_metrics;
@@ -1299,7 +1304,8 @@ class CpuRank final : public RankInterface {
     }
     return batch;
   }
-  // Waits until the rank's device has finished its queued work (before a collective on another stream reads it).
+  // Waits until the rank's device has finished its queued work (before a collective on another stream reads it; at
+  // the end of a phase whose results stay on the device).
   void SyncDevice() const {
     if (device_.is_cuda()) c10::impl::getDeviceGuardImpl(device_.type())->synchronizeDevice(device_.index());
   }

@@ -13,6 +13,10 @@
 #include <utility>
 #include <vector>
 
+#ifdef VERL_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 #include "tests/worker/rank/rank_fixtures.h"
 #include "worker/model/hf_config.h"
 #include "worker/rank/rank_interface.h"
@@ -278,6 +282,46 @@ TEST_CASE("a PPO rank on cuda:0 reports the critic's phases' peaks", "[worker][r
   CHECK(update_peak > values_peak);
   CHECK(update_peak <= static_cast<double>(after_update.peak_allocated));
 }
+
+#ifdef VERL_WITH_CUDA
+// Queues a few hundred milliseconds of work (memsets of 1 GiB) on the device's legacy default stream, which the rank's
+// passes run on (behind it); the buffer is freed by the returned object.
+struct QueuedDeviceWork {
+  void* buffer = nullptr;
+  QueuedDeviceWork() {
+    constexpr size_t kBytes = size_t{1} << 30;
+    REQUIRE(cudaMalloc(&buffer, kBytes) == cudaSuccess);
+    for (int i = 0; i < 800; ++i) REQUIRE(cudaMemsetAsync(buffer, i & 0xff, kBytes, nullptr) == cudaSuccess);
+    REQUIRE(cudaStreamQuery(nullptr) == cudaErrorNotReady);  // still queued: the check below can fail
+  }
+  ~QueuedDeviceWork() { (void)cudaFree(buffer); }
+};
+
+TEST_CASE("no-grad passes on cuda:0 return once their work is done on the device", "[worker][rank][gpu]") {
+  // A phase's timing_s/ key must count its own kernels: a pass that returned with its queue still running would hand
+  // its tail to the next phase's clock (the ref pass's to the advantage's, about 0.1 s of a B3 step on an H100).
+  TinyRankModel m;
+  RankConfig config = Config(m.dir.path(), {"actor", "rollout", "ref", "critic"});
+  config.critic.model_path = m.dir.path();
+  absl::Status skipped;
+  auto rank = RankOn("cuda:0", config, &skipped);
+  if (rank == nullptr) {
+    WARN("skipped: " << skipped.ToString());
+    return;
+  }
+  REQUIRE(rank->Generate("s", Prompts(m), Sampling(m), false).ok());
+  REQUIRE(rank->Score("s").ok());
+  for (const char* role : {"actor", "ref", "values"}) {
+    INFO(role);
+    QueuedDeviceWork queued;
+    const absl::Status s = std::string(role) == "values" ? rank->ComputeValues("s").status()
+                                                         : rank->ComputeLogProbs("s", role, 1.0).status();
+    INFO(s.ToString());
+    REQUIRE(s.ok());
+    CHECK(cudaStreamQuery(nullptr) == cudaSuccess);
+  }
+}
+#endif
 
 TEST_CASE("rollout on cuda:0 in bf16 makes the folded gate/up copy only where it costs no KV slot",
           "[worker][rank][gpu]") {
