@@ -285,13 +285,15 @@ TEST_CASE("a PPO rank on cuda:0 reports the critic's phases' peaks", "[worker][r
 
 #ifdef VERL_WITH_CUDA
 // Queues a few hundred milliseconds of work (memsets of 1 GiB) on the device's legacy default stream, which the rank's
-// passes run on (behind it); the buffer is freed by the returned object.
+// passes run on (behind it); the buffer is freed when it goes out of scope.
 struct QueuedDeviceWork {
   void* buffer = nullptr;
   QueuedDeviceWork() {
     constexpr size_t kBytes = size_t{1} << 30;
     REQUIRE(cudaMalloc(&buffer, kBytes) == cudaSuccess);
-    for (int i = 0; i < 800; ++i) REQUIRE(cudaMemsetAsync(buffer, i & 0xff, kBytes, nullptr) == cudaSuccess);
+    cudaError_t queued = cudaSuccess;
+    for (int i = 0; i < 800 && queued == cudaSuccess; ++i) queued = cudaMemsetAsync(buffer, i & 0xff, kBytes, nullptr);
+    REQUIRE(queued == cudaSuccess);
     REQUIRE(cudaStreamQuery(nullptr) == cudaErrorNotReady);  // still queued: the check below can fail
   }
   ~QueuedDeviceWork() { (void)cudaFree(buffer); }
