@@ -313,11 +313,14 @@ TEST_CASE("no-grad passes on cuda:0 return once their work is done on the device
   }
   REQUIRE(rank->Generate("s", Prompts(m), Sampling(m), false).ok());
   REQUIRE(rank->Score("s").ok());
-  for (const char* role : {"actor", "ref", "values"}) {
-    INFO(role);
+  const std::vector<std::pair<const char*, std::function<absl::Status()>>> passes = {
+      {"old log-probs", [&] { return rank->ComputeLogProbs("s", "actor", 1.0).status(); }},
+      {"ref log-probs", [&] { return rank->ComputeLogProbs("s", "ref", 1.0).status(); }},
+      {"values", [&] { return rank->ComputeValues("s").status(); }}};
+  for (const auto& [name, pass] : passes) {
+    INFO(name);
     QueuedDeviceWork queued;
-    const absl::Status s = std::string(role) == "values" ? rank->ComputeValues("s").status()
-                                                         : rank->ComputeLogProbs("s", role, 1.0).status();
+    const absl::Status s = pass();
     INFO(s.ToString());
     REQUIRE(s.ok());
     CHECK(cudaStreamQuery(nullptr) == cudaSuccess);
