@@ -141,7 +141,8 @@ const std::vector<ConfigKeySpec>& Table() {
 
       // ---- actor_rollout_ref.rollout ----
       {"actor_rollout_ref.rollout.n", T::kInt, "1", "", false, O::kVerl, "Responses sampled per prompt."},
-      {"actor_rollout_ref.rollout.temperature", T::kDouble, "1.0", "", false, O::kVerl, "Sampling temperature."},
+      {"actor_rollout_ref.rollout.temperature", T::kDouble, "1.0", "", false, O::kVerl,
+       "Sampling temperature; > 0, since the trainer's log-probs and entropy divide the logits by it too (as verl's actor does), greedy rollouts (do_sample false) included."},
       {"actor_rollout_ref.rollout.top_k", T::kInt, "-1", "", false, O::kVerl,
        "Top-k sampling; -1 (or 0) disables it."},
       {"actor_rollout_ref.rollout.top_p", T::kDouble, "1.0", "", false, O::kVerl,

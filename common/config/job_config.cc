@@ -548,6 +548,12 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
     check(top_k >= -1, absl::StrCat(prefix, "top_k must be -1 (disabled) or >= 0, got ", top_k));
   };
   check_sampling("actor_rollout_ref.rollout.", ro.do_sample, ro.temperature, ro.top_p, ro.top_k);
+  // The training rollout's temperature also scales the trainer's logits (its log-probs and entropy divide by it, as
+  // verl's actor does), so greedy rollouts keep one > 0; validation's is the rollout's alone.
+  check(ro.temperature > 0,
+        "actor_rollout_ref.rollout.temperature must be > 0, got " + Fmt(ro.temperature) +
+            ": the trainer divides the logits by it (for greedy rollouts set actor_rollout_ref.rollout.do_sample=false "
+            "and keep the temperature)");
   check_sampling("actor_rollout_ref.rollout.val_kwargs.", ro.val_kwargs.do_sample, ro.val_kwargs.temperature,
                  ro.val_kwargs.top_p, ro.val_kwargs.top_k);
 

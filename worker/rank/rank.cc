@@ -678,6 +678,7 @@ class CpuRank final : public RankInterface {
         }
       } offload_again{reload ? ref_.get() : nullptr};
       MicroBatching micro;
+    RETURN_IF_ERROR(RequirePositiveTemperature("ComputeLogProbs", temperature));
       micro.rows = std::max<int64_t>(1, ref ? config_.actor.ref_log_prob_micro_batch_size_per_gpu
                                             : config_.actor.log_prob_micro_batch_size_per_gpu);
       micro.max_token_len = ref ? config_.actor.ref_log_prob_max_token_len : config_.actor.log_prob_max_token_len;
@@ -873,6 +874,7 @@ class CpuRank final : public RankInterface {
       o.loss.clip_ratio_c = a.clip_ratio_c;
       o.loss.loss_agg_mode = a.loss_agg_mode;
       o.loss_scale_factor = a.loss_scale_factor;
+    RETURN_IF_ERROR(RequirePositiveTemperature("UpdateActor", temperature));
       o.entropy_coeff = a.entropy_coeff;
       o.use_kl_loss = a.use_kl_loss;
       o.kl_loss_coef = a.kl_loss_coef;
@@ -1345,6 +1347,13 @@ class CpuRank final : public RankInterface {
     m[prefix + "/mean"] = sums[0].item<double>() / sums[1].item<double>();
     m[prefix + "/max"] = extremes[0].item<double>();
     m[prefix + "/min"] = -extremes[1].item<double>();
+  }
+  // The trainer's passes divide the logits by the temperature (as verl's actor does): 0 would make them inf / NaN.
+  absl::Status RequirePositiveTemperature(const std::string& what, double temperature) const {
+    if (temperature > 0) return absl::OkStatus();
+    return Error(what, absl::InvalidArgumentError(absl::StrCat(
+                           "temperature ", temperature, ": the trainer's log-probs need a temperature > 0 (they divide "
+                           "the logits by it; a greedy rollout keeps its temperature)")));
   }
   // Unbiased variance of `values` over the whole group (two passes: the mean, then the squared deviations).
   double GlobalVar(const at::Tensor& values) const {

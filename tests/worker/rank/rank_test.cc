@@ -131,6 +131,9 @@ TEST_CASE("CpuRank runs a GRPO step through the torch-free interface", "[worker]
     CHECK(hot->at("training/rollout_probs_diff_std") > 0);
     REQUIRE(rank->ReleaseBatch("hot").ok());
   }
+  // The trainer divides the logits by the temperature: 0 is refused by name before anything runs.
+  ExpectError(rank->ComputeLogProbs("step-1", "ref", 0.0).status(), absl::StatusCode::kInvalidArgument,
+              {"rank 3", "ComputeLogProbs", "temperature 0", "> 0"});
   REQUIRE(rank->ComputeLogProbs("step-1", "ref", 1.0).ok());
 
   auto adv = rank->ComputeAdvantage("step-1", Grpo());
@@ -146,6 +149,8 @@ TEST_CASE("CpuRank runs a GRPO step through the torch-free interface", "[worker]
   REQUIRE(adv->at("critic/advantages/min") >= -0.7072);
 
   REQUIRE(rank->SaveCheckpoint(ckpt.file("before"), 0, false).ok());
+  ExpectError(rank->UpdateActor("step-1", 0.0, 0).status(), absl::StatusCode::kInvalidArgument,
+              {"rank 3", "UpdateActor", "temperature 0"});
   auto upd = rank->UpdateActor("step-1", 1.0, 0);
   INFO(upd.status().ToString());
   REQUIRE(upd.ok());
