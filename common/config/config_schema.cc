@@ -158,7 +158,7 @@ const std::vector<ConfigKeySpec>& Table() {
       {"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", T::kOptionalInt, "null", "", false, O::kVerl,
        "Samples per forward pass when computing old log-probs; null means the whole batch of the rank."},
       {"actor_rollout_ref.rollout.gather_layer_by_layer", T::kBool, "false", "", false, O::kOurs,
-       "With actor_rollout_ref.actor.shard_parameters: generate gathering one layer at a time for every decoding step, so no rank ever holds the whole actor (a collective per layer per token: slow), instead of gathering the whole actor once per rollout."},
+       "With actor_rollout_ref.actor.shard_parameters: generate gathering one layer at a time for every decoding step, so no rank ever holds the whole actor (a collective per layer per token: slow), instead of gathering the whole actor once per rollout. The rollout then runs static passes of whole prompts, at most max_num_seqs rows each and on a GPU what gpu_memory_utilization leaves for their KV cache and prefill; every rank of the group makes as many passes as the busiest one."},
       {"actor_rollout_ref.rollout.enforce_eager", T::kBool, "false", "", false, O::kVerl,
        "GPU ranks: false replays each decoding step (forward, LM head, sampling) as a CUDA graph captured at its first use per batch-size bucket (powers of two up to the slot count); true launches every kernel eagerly. No effect on CPU ranks or models the decode kernel does not take (head_dim 64 or 128, at most 8 query heads per KV head)."},
       {"actor_rollout_ref.rollout.ignore_eos", T::kBool, "false", "", false, O::kVerl,

@@ -224,6 +224,8 @@ class DecoderModel {
   // per rollout. Empty unless DecodeKernelAvailable, FoldsInputNorms(the weights' dtype) and the biases, if any, are
   // stacked.
   std::vector<at::Tensor> FoldedQkvWeights() const;
+  // Whether FoldedQkvWeights would give the copies (its conditions, checked without making them).
+  bool InputNormsFoldable() const;
   // Per layer, the stacked gate and up projection weights [2 I, H] with each column scaled by the post-attention
   // RMSNorm's weight, for KvCache::gate_up_folded (a per-rollout copy, as FoldedQkvWeights). Empty unless
   // FoldedQkvWeights is not, the gate and up weights are stacked and the output projections have no bias.
@@ -324,8 +326,6 @@ class DecoderModel {
   }
   // A layer's tensors from their names relative to "model.layers.N." (undefined where get returns undefined).
   static Layer MakeLayer(const std::function<at::Tensor(const std::string&)>& get);
-  // Whether decoding can fold the input norms into the q/k/v projections (FoldedQkvWeights' conditions).
-  bool InputNormsFoldable() const;
   // Points embed_, final_norm_, lm_head_ and layers_ at params_ (undefined while sharded and not gathered).
   void BindFields();
   void BindFieldsKeepingCount();

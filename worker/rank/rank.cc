@@ -432,8 +432,9 @@ class CpuRank final : public RankInterface {
 
   // The rollout's KV cache slots: rollout.max_num_seqs, and on a GPU what fits in rollout.gpu_memory_utilization of
   // the device beside what is allocated already (the whole actor gathered, for a sharded one), the folded weights
-  // the rollout will make and its sampling memory (a row of logits per slot; top-k / top-p's passes). The folded gate/up weights (opts->fold_post_attention_norms) are made only where they cost
-  // none of the slots the rollout's sequences would use; otherwise the option is turned off here.
+  // the rollout will make and its sampling memory (a row of logits per slot; top-k / top-p's passes). The folded
+  // weights (opts->fold_input_norms, fold_post_attention_norms) are made only where they cost none of the slots the
+  // rollout's sequences would use; otherwise the options are turned off here.
   absl::StatusOr<int32_t> RolloutSlots(const std::vector<PromptInput>& prompts, SamplingOptions* opts) const {
     const int32_t max_seqs = std::max(1, config_.actor.rollout_max_num_seqs);
     const DeviceMemory mem = Memory();
@@ -443,30 +444,40 @@ class CpuRank final : public RankInterface {
     const at::ScalarType dtype = actor_->trainable_parameters().front().second.scalar_type();
     // A slot's cache and its row of a decoding step's logits (the fused sampler needs nothing more, filters included).
     const int64_t wanted = std::min<int64_t>(max_seqs, static_cast<int64_t>(prompts.size()) * opts->n);
-    const int64_t slot = KvSlotBytes(actor_->config(), dtype, static_cast<int64_t>(longest) + opts->max_new_tokens) +
-                         SamplingRowBytes(actor_->config().vocab_size, static_cast<int64_t>(c10::elementSize(dtype)));
-    const double available = config_.actor.rollout_gpu_memory_utilization * static_cast<double>(mem.total) -
-                             static_cast<double>(mem.allocated);
-    // The folded q/k/v (and gate/up) weights decoding makes for this rollout count against the budget too.
-    int64_t folded = opts->fold_input_norms ? FoldedQkvBytes(actor_->config(), dtype) : 0;
-    if (opts->fold_input_norms && opts->fold_post_attention_norms) {
-      const int64_t gate_up = FoldedGateUpBytes(actor_->config(), dtype);
-      if (GateUpFoldCostsNoSlots(available, folded, gate_up, slot, wanted)) {
-        folded += gate_up;
-      } else {
-        opts->fold_post_attention_norms = false;
-      }
+    int64_t slot = KvSlotBytes(actor_->config(), dtype, static_cast<int64_t>(longest) + opts->max_new_tokens) +
+                   SamplingRowBytes(actor_->config().vocab_size, static_cast<int64_t>(c10::elementSize(dtype)));
+    double available = config_.actor.rollout_gpu_memory_utilization * static_cast<double>(mem.total) -
+                       static_cast<double>(mem.allocated);
+    if (opts->lockstep) {
+      // Layer by layer (static passes): each row's prefill too, and the largest unit gathered at a time.
+      slot += StaticRowBytes(actor_->config(), dtype, static_cast<int64_t>(longest));
+      available -= static_cast<double>(LayerByLayerGatherBytes(actor_->config(), dtype));
     }
+    // The folded q/k/v (and gate/up) weights decoding makes for this rollout count against the budget too, where they
+    // are made (not layer by layer: the decode kernel needs the whole model) and cost no slot.
+    int64_t folded = 0;
+    opts->fold_input_norms = opts->fold_input_norms && !opts->lockstep && actor_->InputNormsFoldable() &&
+                             FoldCostsNoSlots(available, 0, FoldedQkvBytes(actor_->config(), dtype), slot, wanted);
+    if (opts->fold_input_norms) folded = FoldedQkvBytes(actor_->config(), dtype);
+    opts->fold_post_attention_norms = opts->fold_input_norms && opts->fold_post_attention_norms &&
+                                      FoldCostsNoSlots(available, folded, FoldedGateUpBytes(actor_->config(), dtype),
+                                                       slot, wanted);
+    if (opts->fold_post_attention_norms) folded += FoldedGateUpBytes(actor_->config(), dtype);
     const double budget = available - static_cast<double>(folded);
-    if (budget < static_cast<double>(slot)) {
+    // Static passes decode a prompt's n samples together; continuous batching needs one slot.
+    const int64_t rows = opts->lockstep ? std::max(1, opts->n) : 1;
+    if (budget < static_cast<double>(rows * slot)) {
       return Error("Generate", absl::ResourceExhaustedError(absl::StrCat(
                                    "actor_rollout_ref.rollout.gpu_memory_utilization ",
                                    config_.actor.rollout_gpu_memory_utilization, " of ", mem.total >> 20,
                                    " MiB leaves ", std::max<int64_t>(0, static_cast<int64_t>(budget)) >> 20,
                                    " MiB for the KV cache beside the ", mem.allocated >> 20, " MiB allocated",
                                    folded > 0 ? absl::StrCat(" and ", folded >> 20, " MiB of folded weights") : "",
-                                   "; one sequence of ", longest, " + ", opts->max_new_tokens,
-                                   " tokens needs ", slot >> 20, " MiB: raise it")));
+                                   opts->lockstep ? " and a layer gathered (actor_rollout_ref.rollout.gather_layer_by_layer)" : "",
+                                   rows > 1 ? absl::StrCat("; a pass of one prompt's ", rows, " samples of ")
+                                            : std::string("; one sequence of "),
+                                   longest, " + ", opts->max_new_tokens, " tokens needs ", (rows * slot) >> 20,
+                                   " MiB: raise it")));
     }
     return static_cast<int32_t>(std::min<double>(max_seqs, budget / static_cast<double>(slot)));
   }
@@ -483,13 +494,18 @@ class CpuRank final : public RankInterface {
         std::optional<GatheredModel> gathered;
         if (!per_layer) gathered.emplace(*actor_, /*keep_changes=*/false);
         if (per_layer) {
+          // As many static passes as the group's busiest rank makes, each over a dummy prompt.
+          const std::vector<int64_t> passes = GroupMax({0, 0});
           SamplingOptions dummy;
           dummy.max_new_tokens = sampling.max_new_tokens;
           dummy.pad_token_id = sampling.pad_token_id;
           dummy.do_sample = false;
           dummy.lockstep = true;
-          for (int i = 0; i < (greedy_baseline ? 2 : 1); ++i) {
-            (void)verl::Generate(*actor_, {{sampling.pad_token_id}}, dummy);
+          dummy.lockstep_passes = passes[0];
+          (void)verl::Generate(*actor_, {}, dummy);
+          if (greedy_baseline) {
+            dummy.lockstep_passes = passes[1];
+            (void)verl::Generate(*actor_, {}, dummy);
           }
         }
         return GenerateOutput{};
@@ -558,13 +574,20 @@ class CpuRank final : public RankInterface {
         std::optional<GatheredModel> gathered;
         if (!config_.actor.rollout_gather_layer_by_layer) gathered.emplace(*actor_, /*keep_changes=*/false);
         ASSIGN_OR_RETURN(opts.max_num_seqs, RolloutSlots(prompts, &opts));
-        batch.rollout = verl::Generate(*actor_, ToTokenLists(prompts), opts);
-        if (greedy_baseline) {
-          SamplingOptions greedy = opts;
-          greedy.do_sample = false;
-          greedy.n = 1;
-          batch.baseline = verl::Generate(*actor_, ToTokenLists(prompts), greedy);
+        SamplingOptions greedy = opts;
+        greedy.do_sample = false;
+        greedy.n = 1;
+        if (per_layer) {
+          // Static passes of what fits, as many on every rank of the group (the peers' gathers pair with ours).
+          const int64_t count = static_cast<int64_t>(prompts.size());
+          const std::vector<int64_t> passes =
+              GroupMax({StaticPasses(count, opts.n, opts.max_num_seqs),
+                        greedy_baseline ? StaticPasses(count, 1, opts.max_num_seqs) : 0});
+          opts.lockstep_passes = passes[0];
+          greedy.lockstep_passes = passes[1];
         }
+        batch.rollout = verl::Generate(*actor_, ToTokenLists(prompts), opts);
+        if (greedy_baseline) batch.baseline = verl::Generate(*actor_, ToTokenLists(prompts), greedy);
       }
       const RolloutBatch& r = batch.rollout;
       // With host copies (one read-back), from which every pass over the batch is planned (SequenceBatch).
@@ -581,9 +604,11 @@ class CpuRank final : public RankInterface {
       out.prompt_lengths.assign(prompt_len.data_ptr<int32_t>(), prompt_len.data_ptr<int32_t>() + prompt_len.numel());
       at::Tensor mask = r.response_mask.to(at::kFloat);
       out.metrics["rollout/log_prob/mean"] = MaskedMean(r.log_probs, mask).item<double>();
-      // The rollout's KV cache (continuous batching: slots x the longest prompt + max_new_tokens; static: every row).
+      // The rollout's KV cache (continuous batching: slots x the longest prompt + max_new_tokens; static: the rows of
+      // its largest pass).
       const int64_t rows = r.responses.size(0);
-      const int64_t slots = opts.lockstep ? rows : std::min<int64_t>(rows, opts.max_num_seqs);
+      const int64_t slots = std::min<int64_t>(
+          rows, opts.lockstep ? std::max(1, opts.max_num_seqs / opts.n) * opts.n : opts.max_num_seqs);
       out.metrics["perf/rollout_kv_cache_slots"] = static_cast<double>(slots);
       out.metrics["perf/rollout_kv_cache_gb"] =
           static_cast<double>(slots * KvSlotBytes(actor_->config(),
@@ -653,6 +678,7 @@ class CpuRank final : public RankInterface {
       return Error("ComputeLogProbs",
                    absl::FailedPreconditionError(absl::StrCat("role '", role, "' is not placed on this rank")));
     }
+    RETURN_IF_ERROR(RequirePositiveTemperature("ComputeLogProbs", temperature));
     if (pass.from_rollout) {  // bypass mode: the rollout's log-probs are the old ones, as verl's apply_bypass_mode
       if (role != "actor") {
         return Error("ComputeLogProbs", absl::InvalidArgumentError(absl::StrCat(
@@ -678,7 +704,6 @@ class CpuRank final : public RankInterface {
         }
       } offload_again{reload ? ref_.get() : nullptr};
       MicroBatching micro;
-    RETURN_IF_ERROR(RequirePositiveTemperature("ComputeLogProbs", temperature));
       micro.rows = std::max<int64_t>(1, ref ? config_.actor.ref_log_prob_micro_batch_size_per_gpu
                                             : config_.actor.log_prob_micro_batch_size_per_gpu);
       micro.max_token_len = ref ? config_.actor.ref_log_prob_max_token_len : config_.actor.log_prob_max_token_len;
@@ -849,6 +874,7 @@ class CpuRank final : public RankInterface {
     ASSIGN_OR_RETURN(StepBatch * batch, Find("UpdateActor", step_id));
     if (batch->update_metrics) return *batch->update_metrics;
     if (!optimizer_) return Error("UpdateActor", absl::FailedPreconditionError("no actor is placed on this rank"));
+    RETURN_IF_ERROR(RequirePositiveTemperature("UpdateActor", temperature));
     if (!batch->advantages.defined() || !batch->old_log_probs.defined()) {
       return Error("UpdateActor",
                    absl::FailedPreconditionError("advantages and old log-probs must be computed before the update"));
@@ -874,7 +900,6 @@ class CpuRank final : public RankInterface {
       o.loss.clip_ratio_c = a.clip_ratio_c;
       o.loss.loss_agg_mode = a.loss_agg_mode;
       o.loss_scale_factor = a.loss_scale_factor;
-    RETURN_IF_ERROR(RequirePositiveTemperature("UpdateActor", temperature));
       o.entropy_coeff = a.entropy_coeff;
       o.use_kl_loss = a.use_kl_loss;
       o.kl_loss_coef = a.kl_loss_coef;
@@ -1208,6 +1233,16 @@ class CpuRank final : public RankInterface {
       }
     }
   }
+  // The elementwise maximum of `values` over the group (every rank of it calls this, in the same order).
+  std::vector<int64_t> GroupMax(std::vector<int64_t> values) {
+    if (!comm_ || GroupSize() <= 1) return values;
+    at::Tensor buf = at::tensor(values, at::TensorOptions().dtype(at::kLong)).to(CommDevice());
+    if (buf.is_cuda()) SyncDevice();
+    absl::Status s = comm_->AllReduce(buf.data_ptr(), buf.numel(), DType::kInt64, ReduceOp::kMax, comm_timeout_);
+    if (!s.ok()) throw StatusError(s);
+    buf = buf.cpu();
+    return std::vector<int64_t>(buf.data_ptr<int64_t>(), buf.data_ptr<int64_t>() + buf.numel());
+  }
   // Where the communicator's buffers must be: this rank's device for NCCL, host memory for the host backend.
   at::Device CommDevice() const { return CommDeviceOf(comm_.get()); }
   at::Device CommDeviceOf(const Communicator* comm) const {
@@ -1313,6 +1348,13 @@ class CpuRank final : public RankInterface {
   }
   int GroupRank() const { return comm_ ? comm_->rank() : 0; }
   int GroupSize() const { return comm_ ? comm_->world_size() : 1; }
+  // The trainer's passes divide the logits by the temperature (as verl's actor does): 0 would make them inf / NaN.
+  absl::Status RequirePositiveTemperature(const std::string& what, double temperature) const {
+    if (temperature > 0) return absl::OkStatus();
+    return Error(what, absl::InvalidArgumentError(absl::StrCat(
+                           "temperature ", temperature, ": the trainer's log-probs need a temperature > 0 (they divide "
+                           "the logits by it; a greedy rollout keeps its temperature)")));
+  }
   // The reduction of `t` over the data-parallel group (a copy of `t` without a group). Floating tensors travel as
   // float32 and come back in their own dtype; int64 stays int64. Throws StatusError (CatchTorch turns it back).
   at::Tensor DpReduce(const at::Tensor& t, ReduceOp op) const {
@@ -1347,13 +1389,6 @@ class CpuRank final : public RankInterface {
     m[prefix + "/mean"] = sums[0].item<double>() / sums[1].item<double>();
     m[prefix + "/max"] = extremes[0].item<double>();
     m[prefix + "/min"] = -extremes[1].item<double>();
-  }
-  // The trainer's passes divide the logits by the temperature (as verl's actor does): 0 would make them inf / NaN.
-  absl::Status RequirePositiveTemperature(const std::string& what, double temperature) const {
-    if (temperature > 0) return absl::OkStatus();
-    return Error(what, absl::InvalidArgumentError(absl::StrCat(
-                           "temperature ", temperature, ": the trainer's log-probs need a temperature > 0 (they divide "
-                           "the logits by it; a greedy rollout keeps its temperature)")));
   }
   // Unbiased variance of `values` over the whole group (two passes: the mean, then the squared deviations).
   double GlobalVar(const at::Tensor& values) const {

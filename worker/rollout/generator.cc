@@ -166,10 +166,11 @@ void CheckPromptsNotEmpty(const std::vector<std::vector<int32_t>>& prompts) {
 
 }  // namespace
 
-RolloutBatch GenerateStatic(const DecoderModel& model, const std::vector<std::vector<int32_t>>& prompts,
-                            const SamplingOptions& options) {
-  c10::InferenceMode guard;
-  CheckPromptsNotEmpty(prompts);
+namespace {
+
+// One static pass over all of `prompts` (their n samples each, one batch from prefill to the last token).
+RolloutBatch StaticPass(const DecoderModel& model, const std::vector<std::vector<int32_t>>& prompts,
+                        const SamplingOptions& options) {
   const int64_t n = options.n;
   const int64_t R = options.max_new_tokens;
   auto long_opts = at::TensorOptions().dtype(at::kLong);
@@ -223,6 +224,73 @@ RolloutBatch GenerateStatic(const DecoderModel& model, const std::vector<std::ve
   return out;
 }
 
+}  // namespace
+
+int64_t StaticPasses(int64_t num_prompts, int32_t n, int32_t max_num_seqs) {
+  const int64_t per_pass = std::max<int64_t>(1, max_num_seqs / std::max(1, n));
+  return (num_prompts + per_pass - 1) / per_pass;
+}
+
+RolloutBatch ConcatRollouts(const std::vector<RolloutBatch>& parts, int64_t pad_token_id) {
+  TORCH_CHECK(!parts.empty(), "ConcatRollouts: no parts");
+  if (parts.size() == 1) return parts.front();
+  int64_t P = 0;
+  for (const RolloutBatch& b : parts) P = std::max(P, b.prompts.size(1));
+  std::vector<at::Tensor> prompts, prompt_mask, responses, response_mask, log_probs;
+  RolloutBatch out;
+  for (const RolloutBatch& b : parts) {
+    const int64_t left = P - b.prompts.size(1);  // more left padding, as one batch of every row would have
+    prompts.push_back(at::constant_pad_nd(b.prompts, {left, 0}, static_cast<double>(pad_token_id)));
+    prompt_mask.push_back(at::constant_pad_nd(b.prompt_mask, {left, 0}, 0));
+    responses.push_back(b.responses);
+    response_mask.push_back(b.response_mask);
+    log_probs.push_back(b.log_probs);
+    out.decode_graphs += b.decode_graphs;
+    out.compactions += b.compactions;
+    out.prompt_handoffs += b.prompt_handoffs;
+    out.prompt_joins += b.prompt_joins;
+    out.folded_weight_bytes = std::max(out.folded_weight_bytes, b.folded_weight_bytes);
+  }
+  out.prompts = at::cat(prompts);
+  out.prompt_mask = at::cat(prompt_mask);
+  out.responses = at::cat(responses);
+  out.response_mask = at::cat(response_mask);
+  out.log_probs = at::cat(log_probs);
+  return out;
+}
+
+RolloutBatch GenerateStatic(const DecoderModel& model, const std::vector<std::vector<int32_t>>& prompts,
+                            const SamplingOptions& options) {
+  c10::InferenceMode guard;
+  CheckPromptsNotEmpty(prompts);
+  const int64_t per_pass = std::max<int64_t>(1, options.max_num_seqs / std::max(1, options.n));
+  const int64_t real = StaticPasses(static_cast<int64_t>(prompts.size()), options.n, options.max_num_seqs);
+  std::vector<RolloutBatch> parts;
+  for (int64_t pass = 0; pass < std::max(real, options.lockstep_passes); ++pass) {
+    if (pass < real) {
+      // Prompts [begin, end), keeping their random streams (their keys in the whole batch).
+      const int64_t begin = pass * per_pass;
+      const int64_t end = std::min<int64_t>(begin + per_pass, static_cast<int64_t>(prompts.size()));
+      SamplingOptions o = options;
+      o.prompt_keys.clear();
+      for (int64_t i = begin; i < end; ++i) {
+        o.prompt_keys.push_back(options.prompt_keys.empty() ? static_cast<uint64_t>(i) : options.prompt_keys.at(i));
+      }
+      parts.push_back(StaticPass(
+          model, std::vector<std::vector<int32_t>>(prompts.begin() + begin, prompts.begin() + end), o));
+    } else {
+      // A pass the rank's peers make over their prompts: the same forward passes (and gathers) over a dummy prompt.
+      SamplingOptions dummy = options;
+      dummy.do_sample = false;
+      dummy.n = 1;
+      dummy.prompt_keys = {0};
+      (void)StaticPass(model, {{options.pad_token_id}}, dummy);
+    }
+  }
+  if (parts.empty()) return RolloutBatch{};
+  return ConcatRollouts(parts, options.pad_token_id);
+}
+
 RolloutBatch Generate(const DecoderModel& model, const std::vector<std::vector<int32_t>>& prompts,
                       const SamplingOptions& options) {
   return options.lockstep ? GenerateStatic(model, prompts, options) : GenerateContinuous(model, prompts, options);
@@ -231,6 +299,23 @@ RolloutBatch Generate(const DecoderModel& model, const std::vector<std::vector<i
 int64_t KvSlotBytes(const DecoderConfig& config, at::ScalarType dtype, int64_t capacity) {
   return 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * capacity *
          static_cast<int64_t>(c10::elementSize(dtype));
+}
+
+int64_t StaticRowBytes(const DecoderConfig& config, at::ScalarType dtype, int64_t prompt_len) {
+  const int64_t e = static_cast<int64_t>(c10::elementSize(dtype));
+  const int64_t H = config.hidden_size;
+  const int64_t q = config.num_attention_heads * config.head_dim;
+  const int64_t kv = config.num_key_value_heads * config.head_dim;
+  const int64_t per_token = (4 * H + q + 2 * kv + q + 3 * config.intermediate_size) * e;
+  return prompt_len * per_token + prompt_len * prompt_len * (1 + e) + config.vocab_size * 4;
+}
+
+int64_t LayerByLayerGatherBytes(const DecoderConfig& config, at::ScalarType dtype) {
+  const int64_t H = config.hidden_size;
+  const int64_t q = config.num_attention_heads * config.head_dim;
+  const int64_t kv = config.num_key_value_heads * config.head_dim;
+  const int64_t layer = (q + 2 * kv) * H + q * H + 3 * config.intermediate_size * H + 2 * H + q + 2 * kv;
+  return std::max(config.vocab_size * H, layer) * static_cast<int64_t>(c10::elementSize(dtype));
 }
 
 int64_t FoldedQkvBytes(const DecoderConfig& config, at::ScalarType dtype) {
@@ -245,13 +330,12 @@ int64_t FoldedGateUpBytes(const DecoderConfig& config, at::ScalarType dtype) {
          static_cast<int64_t>(c10::elementSize(dtype));
 }
 
-bool GateUpFoldCostsNoSlots(double free_bytes, int64_t folded_bytes, int64_t gate_up_bytes, int64_t slot_bytes,
-                            int64_t wanted) {
+bool FoldCostsNoSlots(double free_bytes, int64_t folded_bytes, int64_t copy_bytes, int64_t slot_bytes, int64_t wanted) {
   auto slots = [&](int64_t folded) {
     return std::min<double>(static_cast<double>(wanted),
                             std::floor((free_bytes - static_cast<double>(folded)) / static_cast<double>(slot_bytes)));
   };
-  return slots(folded_bytes + gate_up_bytes) >= slots(folded_bytes);
+  return slots(folded_bytes + copy_bytes) >= slots(folded_bytes);
 }
 
 namespace {

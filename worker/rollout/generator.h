@@ -56,9 +56,13 @@ struct SamplingOptions {
   // Decode all max_new_tokens steps even when every row has finished: the ranks of a model sharded layer by layer
   // must make the same gathers (the extra steps only produce padding).
   bool lockstep = false;
-  // Continuous batching: sequences decoding at once (KV cache slots; the caller folds its memory budget in), and the
-  // most prompt tokens prefilled in one forward pass (padded ones count where the prefill pads; a longer prompt is
-  // prefilled alone).
+  // Static batching (lockstep) runs its prompts in passes of at most max(1, max_num_seqs / n) whole prompts
+  // (StaticPasses), and at least lockstep_passes passes: those past its own prompts decode a dummy one-token prompt,
+  // so that every rank of a group sharded layer by layer makes the same gathers however its prompts fall.
+  int64_t lockstep_passes = 0;
+  // Sequences decoding at once (KV cache slots; the caller folds its memory budget in; static batching: rows a pass),
+  // and for continuous batching the most prompt tokens prefilled in one forward pass (padded ones count where the
+  // prefill pads; a longer prompt is prefilled alone).
   int32_t max_num_seqs = 1024;
   int64_t max_num_batched_tokens = 8192;
   PrefillLayout prefill_layout = PrefillLayout::kAuto;
@@ -71,6 +75,7 @@ struct SamplingOptions {
   // q/k/v projection (a per-rollout copy of those weights, scaled by the norm's weight;
   // DecoderModel::FoldedQkvWeights), so no norm kernel runs before the projection. Rounds differently from the
   // unfolded composition (the trainer's), within bf16's rounding. Ignored in float32 / float16 and without the kernel.
+  // The worker turns it off where the copy would cost KV cache slots (RolloutSlots).
   bool fold_input_norms = true;
   // With fold_input_norms, each layer's post-attention RMSNorm folded into its stacked gate/up projection as well (a
   // per-rollout copy of those weights, DecoderModel::FoldedGateUpWeights): the attention's output projection adds
@@ -124,16 +129,30 @@ int64_t SamplerRowsPerPass(int64_t vocab);
 inline int64_t SamplingRowBytes(int64_t vocab, int64_t dtype_bytes) { return vocab * dtype_bytes; }
 
 // Generates for every prompt: static batching when options.lockstep, continuous batching otherwise. Requires
-// non-empty prompts. Runs under inference mode.
+// non-empty prompts (continuous batching: at least one; static batching makes its lockstep passes over none, and
+// returns an empty batch). Runs under inference mode.
 RolloutBatch Generate(const DecoderModel& model, const std::vector<std::vector<int32_t>>& prompts,
                       const SamplingOptions& options);
 RolloutBatch GenerateStatic(const DecoderModel& model, const std::vector<std::vector<int32_t>>& prompts,
                             const SamplingOptions& options);
 RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std::vector<int32_t>>& prompts,
                                 const SamplingOptions& options);
+// Static batching's passes over `num_prompts` prompts of n samples each, at most max_num_seqs rows a pass (whole
+// prompts; at least one a pass).
+int64_t StaticPasses(int64_t num_prompts, int32_t n, int32_t max_num_seqs);
+// The rows of `parts` (rollouts of consecutive prompts) as one batch: prompts left-padded with pad_token_id to the
+// longest, as a single pass over them all lays them out.
+RolloutBatch ConcatRollouts(const std::vector<RolloutBatch>& parts, int64_t pad_token_id);
 
 // Bytes of KV cache one sequence slot of `capacity` positions takes in `model`'s dtype.
 int64_t KvSlotBytes(const DecoderConfig& config, at::ScalarType dtype, int64_t capacity);
+// Static batching's memory per row beside its KV cache slot (the worker's budget for passes layer by layer): its
+// prefill's activations over `prompt_len` padded tokens (a layer's forward without gradients: the residual stream and
+// its norm, q/k/v, the attention's output and its projection, gate/up and SwiGLU's output, in `dtype`), its attention
+// masks ([P, P] bool and additive in `dtype`) and a step's float32 logits. An estimate: ATen's temporaries come and go.
+int64_t StaticRowBytes(const DecoderConfig& config, at::ScalarType dtype, int64_t prompt_len);
+// The most a pass layer by layer holds gathered at once, in `dtype`: the embedding (or the LM head) or one layer.
+int64_t LayerByLayerGatherBytes(const DecoderConfig& config, at::ScalarType dtype);
 // Bytes of the per-rollout copy of the q/k/v projection weights that decoding with folded input norms makes
 // (SamplingOptions::fold_input_norms; DecoderModel::FoldedQkvWeights) in `dtype`: 0 where it is not made
 // (FoldsInputNorms).
@@ -141,11 +160,12 @@ int64_t FoldedQkvBytes(const DecoderConfig& config, at::ScalarType dtype);
 // Bytes of the per-rollout copy of the gate and up projection weights that decoding with folded post-attention norms
 // makes (SamplingOptions::fold_post_attention_norms; DecoderModel::FoldedGateUpWeights): 0 where it is not made.
 int64_t FoldedGateUpBytes(const DecoderConfig& config, at::ScalarType dtype);
-// Whether making the gate/up copy (gate_up_bytes) costs none of the KV cache slots a rollout would use: `free_bytes`
-// left for the slots and the folded copies, `folded_bytes` of them already taken (the q/k/v copy), slots of
-// `slot_bytes`, `wanted` slots at most (the rollout's sequences, capped at max_num_seqs).
-bool GateUpFoldCostsNoSlots(double free_bytes, int64_t folded_bytes, int64_t gate_up_bytes, int64_t slot_bytes,
-                            int64_t wanted);
+// Whether making a folded copy of `copy_bytes` (the q/k/v one, then the gate/up one) costs none of the KV cache slots a
+// rollout would use: `free_bytes` left for the slots and the folded copies, `folded_bytes` of them already taken (the
+// q/k/v copy, when asking for the gate/up one), slots of `slot_bytes`, `wanted` slots at most (the rollout's
+// sequences, capped at max_num_seqs). The worker makes a copy only where this holds: a fold saves a norm kernel a
+// layer, a slot fewer can cost a whole wave of decoding.
+bool FoldCostsNoSlots(double free_bytes, int64_t folded_bytes, int64_t copy_bytes, int64_t slot_bytes, int64_t wanted);
 
 }  // namespace verl
 

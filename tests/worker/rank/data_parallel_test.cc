@@ -15,9 +15,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "tests/worker/rank/host_group.h"
 #include "tests/worker/rank/rank_fixtures.h"
-#include "worker/comm/free_ports.h"
-#include "worker/comm/host_communicator.h"
 #include "worker/model/safetensors.h"
 #include "worker/rank/rank_interface.h"
 
@@ -49,33 +48,6 @@ std::vector<int> PromptsOfRank(int rank, int world) {
     if ((i % kMiniPrompts) / share == rank) out.push_back(i);
   }
   return out;
-}
-
-// Runs fn(r) for every rank on its own thread (the ranks meet in collectives).
-void OnEveryRank(int world, const std::function<void(int)>& fn) {
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) threads.emplace_back(fn, r);
-  for (std::thread& t : threads) t.join();
-}
-
-std::vector<std::unique_ptr<Communicator>> MakeGroup(int world, absl::Duration connect_timeout) {
-  std::vector<std::unique_ptr<Communicator>> comms(world);
-  if (world == 1) return comms;
-  auto addresses = PickFreeLoopbackAddresses(world);
-  REQUIRE(addresses.ok());
-  std::vector<absl::Status> errors(world);
-  OnEveryRank(world, [&](int r) {
-    HostCommunicatorOptions o;
-    o.rank = r;
-    o.world_size = world;
-    o.addresses = *addresses;
-    o.connect_timeout = connect_timeout;
-    auto c = HostCommunicator::Create(o);
-    errors[r] = c.status();
-    if (c.ok()) comms[r] = std::move(*c);
-  });
-  for (const absl::Status& s : errors) REQUIRE(s.ok());
-  return comms;
 }
 
 struct StepResult {
@@ -391,6 +363,45 @@ TEST_CASE("ZeRO-3: a rank without prompts still joins its peers' gathers when th
     CHECK(out[0]->responses.bytes == expected->responses.bytes);
     CHECK(out[0]->response_lengths == expected->response_lengths);
     CHECK(out[1]->response_lengths.empty());
+  }
+}
+
+TEST_CASE("ZeRO-3 layer by layer: static passes of max_num_seqs rows, as many on every rank", "[worker][rank][dp]") {
+  // Layer by layer a rank decodes its prompts in static passes of whole prompts (here one prompt's two samples a
+  // pass). Rank 0 has three prompts, rank 1 one: rank 1 makes two more passes over a dummy prompt, as it must, since
+  // every pass gathers the layers from both. The tokens are those of one unsharded rank decoding everything at once.
+  TinyRankModel m;
+  RankConfig config = Config(m.dir.path());
+  const std::vector<PromptInput> all = GlobalPrompts(m);
+  const std::vector<std::vector<PromptInput>> mine = {{all[0], all[1], all[2]}, {all[3]}};
+  const SamplingSettings sampling = Sampling(m);  // n = 2, sampled
+  auto plain = LoadedRank(2, config);
+  std::vector<absl::StatusOr<GenerateOutput>> expected;
+  for (int r = 0; r < 2; ++r) expected.push_back(plain->Generate(absl::StrCat("ref", r), mine[r], sampling, false));
+  config.actor.shard_parameters = true;
+  config.actor.rollout_gather_layer_by_layer = true;
+  config.actor.rollout_max_num_seqs = 2;
+  std::vector<std::unique_ptr<RankInterface>> ranks;
+  ranks.push_back(LoadedRank(0, config));
+  ranks.push_back(LoadedRank(1, config));
+  auto comms = MakeGroup(2, absl::Seconds(30));
+  for (int r = 0; r < 2; ++r) REQUIRE(ranks[r]->SetCommunicator(std::move(comms[r]), absl::Seconds(20)).ok());
+  for (bool greedy_baseline : {false, true}) {  // ReMax's greedy rollout: passes of two prompts, 2 against 1
+    INFO("greedy baseline: " << greedy_baseline);
+    std::vector<absl::StatusOr<GenerateOutput>> out(2, absl::UnknownError("not run"));
+    OnEveryRank(2, [&](int r) {
+      out[r] = ranks[r]->Generate(absl::StrCat("gen", greedy_baseline), mine[r], sampling, greedy_baseline);
+      if (!out[r].ok()) ranks[r]->AbortCommunicator();
+    });
+    for (int r = 0; r < 2; ++r) {
+      INFO("rank " << r << ": " << out[r].status().ToString());
+      REQUIRE(out[r].ok());
+      REQUIRE(expected[r].ok());
+      CHECK(out[r]->responses.bytes == expected[r]->responses.bytes);
+      CHECK(out[r]->response_lengths == expected[r]->response_lengths);
+      CHECK(out[r]->prompt_lengths == expected[r]->prompt_lengths);
+      CHECK(out[r]->metrics.at("perf/rollout_kv_cache_slots") == 2.0);
+    }
   }
 }
 

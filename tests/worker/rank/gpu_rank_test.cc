@@ -17,6 +17,8 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include "absl/strings/str_cat.h"
+#include "tests/worker/rank/host_group.h"
 #include "tests/worker/rank/rank_fixtures.h"
 #include "worker/model/hf_config.h"
 #include "worker/rank/rank_interface.h"
@@ -328,7 +330,7 @@ TEST_CASE("no-grad passes on cuda:0 return once their work is done on the device
 }
 #endif
 
-TEST_CASE("rollout on cuda:0 in bf16 makes the folded gate/up copy only where it costs no KV slot",
+TEST_CASE("rollout on cuda:0 in bf16 makes the folded q/k/v and gate/up copies only where they cost no KV slot",
           "[worker][rank][gpu]") {
   // A model the decode kernel takes (head_dim 64) with a gate/up copy of 8 MiB (intermediate 4096), so the budget
   // below has 4 MiB of room either side.
@@ -378,6 +380,74 @@ TEST_CASE("rollout on cuda:0 in bf16 makes the folded gate/up copy only where it
   REQUIRE(gen.ok());
   CHECK(gen->metrics.at("perf/rollout_kv_cache_slots") == 4.0);
   CHECK(gen->metrics.at("perf/rollout_folded_weights_gb") * (1 << 30) == Approx(static_cast<double>(qkv)));
+  tight.reset();
+  // A budget of the 4 slots and half the q/k/v copy: that copy would leave 3 slots, so neither copy is made (the
+  // gate/up one needs the q/k/v one) and the rollout keeps its 4 slots, decoding with both norms unfolded.
+  config.actor.rollout_gpu_memory_utilization =
+      (static_cast<double>(mem.allocated) + static_cast<double>(4 * slot) + qkv / 2.0) / static_cast<double>(mem.total);
+  auto tighter = RankOn("cuda:0", config, &skipped);
+  REQUIRE(tighter != nullptr);
+  gen = tighter->Generate("g", Prompts(m), sampling, false);
+  INFO(gen.status().ToString());
+  REQUIRE(gen.ok());
+  CHECK(gen->metrics.at("perf/rollout_kv_cache_slots") == 4.0);
+  CHECK(gen->metrics.at("perf/rollout_folded_weights_gb") == 0.0);
+}
+
+TEST_CASE("ZeRO-3 layer by layer on cuda:0: static passes within the budget, as many on both ranks",
+          "[worker][rank][gpu]") {
+  // Two ranks share cuda:0 over a host group. Rank 0 has two prompts, rank 1 one; passes of one prompt's two samples
+  // (max_num_seqs 2), so rank 1 makes a dummy pass beside rank 0's second. Greedy: the tokens of one unsharded rank.
+  TinyRankModel m;
+  RankConfig config = Config(m.dir.path());
+  SamplingSettings greedy = Sampling(m);
+  greedy.do_sample = false;
+  const std::vector<std::vector<PromptInput>> mine = {Prompts(m), {Prompts(m)[1]}};
+  absl::Status skipped;
+  auto plain = RankOn("cuda:0", config, &skipped);
+  if (plain == nullptr) {
+    WARN("skipped: " << skipped.ToString());
+    return;
+  }
+  std::vector<absl::StatusOr<GenerateOutput>> expected;
+  for (int r = 0; r < 2; ++r) expected.push_back(plain->Generate(absl::StrCat("ref", r), mine[r], greedy, false));
+  plain.reset();
+  config.actor.shard_parameters = true;
+  config.actor.rollout_gather_layer_by_layer = true;
+  config.actor.rollout_max_num_seqs = 2;
+  auto generate = [&](double utilization) {
+    config.actor.rollout_gpu_memory_utilization = utilization;
+    std::vector<std::unique_ptr<RankInterface>> ranks;
+    for (int r = 0; r < 2; ++r) ranks.push_back(RankOn("cuda:0", config, &skipped));
+    auto comms = MakeGroup(2, absl::Seconds(30));
+    for (int r = 0; r < 2; ++r) REQUIRE(ranks[r]->SetCommunicator(std::move(comms[r]), absl::Seconds(20)).ok());
+    std::vector<absl::StatusOr<GenerateOutput>> out(2, absl::UnknownError("not run"));
+    OnEveryRank(2, [&](int r) {
+      out[r] = ranks[r]->Generate("g", mine[r], greedy, false);
+      if (!out[r].ok()) ranks[r]->AbortCommunicator();
+    });
+    return out;
+  };
+  auto out = generate(0.5);
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << ": " << out[r].status().ToString());
+    REQUIRE(out[r].ok());
+    REQUIRE(expected[r].ok());
+    CHECK(out[r]->responses.bytes == expected[r]->responses.bytes);
+    CHECK(out[r]->response_lengths == expected[r]->response_lengths);
+    CHECK(out[r]->metrics.at("perf/rollout_kv_cache_slots") == 2.0);
+  }
+  // No room: both ranks refuse before their first gather, naming the keys (no rank waits for a peer).
+  out = generate(1e-9);
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    REQUIRE_FALSE(out[r].ok());
+    CHECK(absl::IsResourceExhausted(out[r].status()));
+    CHECK_THAT(std::string(out[r].status().message()),
+               Catch::Contains("actor_rollout_ref.rollout.gpu_memory_utilization 1e-09 of") &&
+                   Catch::Contains("actor_rollout_ref.rollout.gather_layer_by_layer") &&
+                   Catch::Contains("a pass of one prompt's 2 samples"));
+  }
 }
 
 TEST_CASE("packed passes on cuda:0 in bf16 (flash attention, variable length) agree with padded ones",

@@ -368,6 +368,52 @@ TEST_CASE_METHOD(TinyModelFixture, "Generate: continuous batching gives what sta
   REQUIRE(at::equal(Generate(model(), prompts, o).log_probs, cont.log_probs));
 }
 
+TEST_CASE("StaticPasses: whole prompts, at most max_num_seqs rows a pass, at least one prompt", "[worker][rollout]") {
+  CHECK(StaticPasses(5, 2, 1024) == 1);
+  CHECK(StaticPasses(5, 2, 4) == 3);  // two prompts a pass
+  CHECK(StaticPasses(5, 2, 7) == 2);  // three
+  CHECK(StaticPasses(5, 2, 1) == 5);  // one, though its two rows are more than one slot
+  CHECK(StaticPasses(6, 1, 3) == 2);
+  CHECK(StaticPasses(0, 2, 4) == 0);
+}
+
+TEST_CASE_METHOD(TinyModelFixture, "GenerateStatic in passes of max_num_seqs rows gives the one-pass rollout",
+                 "[worker][rollout]") {
+  // Prompts of 2-6 tokens: each pass pads to its own longest, and the rollout is laid out as one pass's.
+  std::vector<std::vector<int32_t>> prompts;
+  for (int32_t len : {4, 2, 6, 3, 5}) {
+    std::vector<int32_t> p;
+    for (int32_t t = 0; t < len; ++t) p.push_back((len * 11 + t * 7) % 45 + 1);
+    prompts.push_back(p);
+  }
+  SamplingOptions o;
+  o.n = 2;
+  o.max_new_tokens = 8;
+  o.temperature = 0.9;
+  o.seed = 5;
+  o.eos_token_ids = {10, 20, 30};
+  o.pad_token_id = 49;
+  o.lockstep = true;
+  const RolloutBatch one = GenerateStatic(model(), prompts, o);
+  REQUIRE(one.prompts.size(0) == 10);
+  for (int32_t slots : {1, 2, 4, 7}) {
+    INFO("max_num_seqs " << slots);
+    o.max_num_seqs = slots;
+    // Two passes more than its prompts need, as a rank whose peers have more prompts makes (over a dummy prompt).
+    o.lockstep_passes = StaticPasses(static_cast<int64_t>(prompts.size()), o.n, slots) + 2;
+    const RolloutBatch parts = GenerateStatic(model(), prompts, o);
+    REQUIRE(at::equal(parts.prompts, one.prompts));
+    REQUIRE(at::equal(parts.prompt_mask, one.prompt_mask));
+    REQUIRE(at::equal(parts.responses, one.responses));
+    REQUIRE(at::equal(parts.response_mask, one.response_mask));
+    REQUIRE(MaxAbsDiff(parts.log_probs, one.log_probs) < 1e-5);
+  }
+  // No prompts: only the lockstep passes, and an empty rollout.
+  o.lockstep_passes = 2;
+  const RolloutBatch none = GenerateStatic(model(), {}, o);
+  CHECK_FALSE(none.responses.defined());
+}
+
 TEST_CASE_METHOD(TinyModelFixture, "Generate: an empty prompt is an error that names it", "[worker][rollout]") {
   SamplingOptions o;
   o.max_new_tokens = 2;
@@ -527,14 +573,18 @@ TEST_CASE_METHOD(TinyModelFixture, "FoldedGateUpBytes: the gate and up projectio
   CHECK(FoldedGateUpBytes(model().config(), at::kFloat) == 0);
 }
 
-TEST_CASE("GateUpFoldCostsNoSlots: the gate/up copy only where every wanted slot still fits", "[worker][rollout]") {
+TEST_CASE("FoldCostsNoSlots: a folded copy only where every wanted slot still fits", "[worker][rollout]") {
   // 100 bytes a slot, 30 taken by the q/k/v copy, 200 for gate/up.
-  CHECK(GateUpFoldCostsNoSlots(1030 + 200, 30, 200, 100, 10));      // 10 slots either way
-  CHECK_FALSE(GateUpFoldCostsNoSlots(1030 + 199, 30, 200, 100, 10));  // 9 instead of 10
-  CHECK(GateUpFoldCostsNoSlots(1030, 30, 200, 100, 8));              // 8 wanted: 8 either way
-  CHECK_FALSE(GateUpFoldCostsNoSlots(1030, 30, 200, 100, 9));        // 9 wanted, 8 beside the copy
-  CHECK(GateUpFoldCostsNoSlots(1e12, 30, 200, 100, 1024));           // a roomy device: max_num_seqs caps both
-  CHECK_FALSE(GateUpFoldCostsNoSlots(150, 30, 200, 100, 1));         // the copy would leave no slot at all
+  CHECK(FoldCostsNoSlots(1030 + 200, 30, 200, 100, 10));      // 10 slots either way
+  CHECK_FALSE(FoldCostsNoSlots(1030 + 199, 30, 200, 100, 10));  // 9 instead of 10
+  CHECK(FoldCostsNoSlots(1030, 30, 200, 100, 8));              // 8 wanted: 8 either way
+  CHECK_FALSE(FoldCostsNoSlots(1030, 30, 200, 100, 9));        // 9 wanted, 8 beside the copy
+  CHECK(FoldCostsNoSlots(1e12, 30, 200, 100, 1024));           // a roomy device: max_num_seqs caps both
+  CHECK_FALSE(FoldCostsNoSlots(150, 30, 200, 100, 1));         // the copy would leave no slot at all
+  // The q/k/v copy, the first one: nothing folded before it.
+  CHECK(FoldCostsNoSlots(1000 + 30, 0, 30, 100, 10));
+  CHECK_FALSE(FoldCostsNoSlots(1000 + 29, 0, 30, 100, 10));
+  CHECK(FoldCostsNoSlots(1029, 0, 30, 100, 9));  // 10 fit without it, 9 wanted
 }
 
 }  // namespace
