@@ -362,17 +362,18 @@ TEST_CASE("rollout on cuda:0 in bf16 makes the folded q/k/v and gate/up copies o
   REQUIRE(gen->metrics.at("perf/rollout_kv_cache_slots") == 4.0);
   CHECK(gen->metrics.at("perf/rollout_folded_weights_gb") * (1 << 30) == Approx(static_cast<double>(qkv + gate_up)));
   roomy.reset();
-  // What a freshly loaded rank has allocated (weights, and the GEMM workspace the first rollout left behind).
-  auto probe = RankOn("cuda:0", config, &skipped);
-  REQUIRE(probe != nullptr);
-  const DeviceMemory mem = probe->Memory();
-  probe.reset();
-  REQUIRE(mem.total > 0);
+  // The share of the device that leaves `room` bytes beside what a freshly loaded rank has allocated (its weights, and
+  // the GEMM workspaces earlier rollouts left behind: each rollout's decoding may leave one more).
+  auto share_leaving = [&](double room) {
+    auto probe = RankOn("cuda:0", config, &skipped);
+    REQUIRE(probe != nullptr);
+    const DeviceMemory mem = probe->Memory();
+    REQUIRE(mem.total > 0);
+    return (static_cast<double>(mem.allocated) + room) / static_cast<double>(mem.total);
+  };
   // A budget of the q/k/v copy, the 4 slots and half the gate/up copy: the 4 slots fit without the gate/up copy, 3
   // with it, so the rollout decodes without it (the unfolded post-attention norm) and keeps its 4 slots.
-  config.actor.rollout_gpu_memory_utilization =
-      (static_cast<double>(mem.allocated) + static_cast<double>(qkv + 4 * slot) + gate_up / 2.0) /
-      static_cast<double>(mem.total);
+  config.actor.rollout_gpu_memory_utilization = share_leaving(static_cast<double>(qkv + 4 * slot) + gate_up / 2.0);
   auto tight = RankOn("cuda:0", config, &skipped);
   REQUIRE(tight != nullptr);
   gen = tight->Generate("g", Prompts(m), sampling, false);
@@ -383,8 +384,7 @@ TEST_CASE("rollout on cuda:0 in bf16 makes the folded q/k/v and gate/up copies o
   tight.reset();
   // A budget of the 4 slots and half the q/k/v copy: that copy would leave 3 slots, so neither copy is made (the
   // gate/up one needs the q/k/v one) and the rollout keeps its 4 slots, decoding with both norms unfolded.
-  config.actor.rollout_gpu_memory_utilization =
-      (static_cast<double>(mem.allocated) + static_cast<double>(4 * slot) + qkv / 2.0) / static_cast<double>(mem.total);
+  config.actor.rollout_gpu_memory_utilization = share_leaving(static_cast<double>(4 * slot) + qkv / 2.0);
   auto tighter = RankOn("cuda:0", config, &skipped);
   REQUIRE(tighter != nullptr);
   gen = tighter->Generate("g", Prompts(m), sampling, false);
