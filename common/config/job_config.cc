@@ -550,7 +550,7 @@ absl::Status ValidateJobConfig(const JobConfig& c) {
   check_sampling("actor_rollout_ref.rollout.", ro.do_sample, ro.temperature, ro.top_p, ro.top_k);
   // The training rollout's temperature also scales the trainer's logits (its log-probs and entropy divide by it, as
   // verl's actor does), so greedy rollouts keep one > 0; validation's is the rollout's alone.
-  check(ro.temperature > 0,
+  check(ro.do_sample || ro.temperature > 0,  // with do_sample, check_sampling's message says it
         "actor_rollout_ref.rollout.temperature must be > 0, got " + Fmt(ro.temperature) +
             ": the trainer divides the logits by it (for greedy rollouts set actor_rollout_ref.rollout.do_sample=false "
             "and keep the temperature)");

@@ -436,13 +436,18 @@ std::vector<at::Tensor> DecoderModel::FoldedQkvWeights() const {
   return out;
 }
 
+bool DecoderModel::PostAttentionNormsFoldable() const {
+  if (!InputNormsFoldable()) return false;
+  for (const Layer& L : layers_) {
+    if (!L.gate_up_w.defined() || L.o_b.defined()) return false;  // no stacked view / a bias the add in the GEMM omits
+  }
+  return true;
+}
+
 std::vector<at::Tensor> DecoderModel::FoldedGateUpWeights() const {
   std::vector<at::Tensor> out;
-  if (!InputNormsFoldable()) return out;
+  if (!PostAttentionNormsFoldable()) return out;
   const at::NoGradGuard no_grad;
-  for (const Layer& L : layers_) {
-    if (!L.gate_up_w.defined() || L.o_b.defined()) return {};  // no stacked view / a bias the add in the GEMM omits
-  }
   for (const Layer& L : layers_) out.push_back(L.gate_up_w * L.post_norm.unsqueeze(0));
   return out;
 }

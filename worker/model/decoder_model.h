@@ -230,6 +230,8 @@ class DecoderModel {
   // RMSNorm's weight, for KvCache::gate_up_folded (a per-rollout copy, as FoldedQkvWeights). Empty unless
   // FoldedQkvWeights is not, the gate and up weights are stacked and the output projections have no bias.
   std::vector<at::Tensor> FoldedGateUpWeights() const;
+  // Whether FoldedGateUpWeights would give the copies.
+  bool PostAttentionNormsFoldable() const;
   // A cache for `batch` sequences of up to `capacity` positions, zero-filled unless !zeroed (for a caller that writes
   // every position before reading it, e.g. a prefill of `capacity` tokens).
   KvCache NewCache(int64_t batch, int64_t capacity, bool zeroed = true) const;

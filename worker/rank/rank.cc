@@ -430,11 +430,13 @@ class CpuRank final : public RankInterface {
     });
   }
 
-  // The rollout's KV cache slots: rollout.max_num_seqs, and on a GPU what fits in rollout.gpu_memory_utilization of
-  // the device beside what is allocated already (the whole actor gathered, for a sharded one), the folded weights
-  // the rollout will make and its sampling memory (a row of logits per slot; top-k / top-p's passes). The folded
-  // weights (opts->fold_input_norms, fold_post_attention_norms) are made only where they cost none of the slots the
-  // rollout's sequences would use; otherwise the options are turned off here.
+  // The rollout's KV cache slots (static passes layer by layer: rows a pass): rollout.max_num_seqs, and on a GPU what
+  // fits in rollout.gpu_memory_utilization of the device beside what is allocated already (the whole actor gathered,
+  // for a sharded one; layer by layer, the largest unit held gathered), the folded weights the rollout will make and
+  // its sampling memory (a row of logits per slot; layer by layer, each row's prefill too). The folded weights
+  // (opts->fold_input_norms, fold_post_attention_norms) are made only where they cost none of the slots the rollout's
+  // sequences would use; otherwise the options are turned off here. Too little room for one sequence (layer by layer:
+  // one prompt's n samples) is ResourceExhausted, naming the key.
   absl::StatusOr<int32_t> RolloutSlots(const std::vector<PromptInput>& prompts, SamplingOptions* opts) const {
     const int32_t max_seqs = std::max(1, config_.actor.rollout_max_num_seqs);
     const DeviceMemory mem = Memory();
@@ -460,6 +462,7 @@ class CpuRank final : public RankInterface {
                              FoldCostsNoSlots(available, 0, FoldedQkvBytes(actor_->config(), dtype), slot, wanted);
     if (opts->fold_input_norms) folded = FoldedQkvBytes(actor_->config(), dtype);
     opts->fold_post_attention_norms = opts->fold_input_norms && opts->fold_post_attention_norms &&
+                                      actor_->PostAttentionNormsFoldable() &&
                                       FoldCostsNoSlots(available, folded, FoldedGateUpBytes(actor_->config(), dtype),
                                                        slot, wanted);
     if (opts->fold_post_attention_norms) folded += FoldedGateUpBytes(actor_->config(), dtype);
@@ -473,7 +476,9 @@ class CpuRank final : public RankInterface {
                                    " MiB leaves ", std::max<int64_t>(0, static_cast<int64_t>(budget)) >> 20,
                                    " MiB for the KV cache beside the ", mem.allocated >> 20, " MiB allocated",
                                    folded > 0 ? absl::StrCat(" and ", folded >> 20, " MiB of folded weights") : "",
-                                   opts->lockstep ? " and a layer gathered (actor_rollout_ref.rollout.gather_layer_by_layer)" : "",
+                                   opts->lockstep
+                                       ? " and a layer gathered (actor_rollout_ref.rollout.gather_layer_by_layer)"
+                                       : "",
                                    rows > 1 ? absl::StrCat("; a pass of one prompt's ", rows, " samples of ")
                                             : std::string("; one sequence of "),
                                    longest, " + ", opts->max_new_tokens, " tokens needs ", (rows * slot) >> 20,
@@ -482,36 +487,8 @@ class CpuRank final : public RankInterface {
     return static_cast<int32_t>(std::min<double>(max_seqs, budget / static_cast<double>(slot)));
   }
 
-  absl::StatusOr<GenerateOutput> Generate(const std::string& step_id, const std::vector<PromptInput>& prompts,
-                                          const SamplingSettings& sampling, bool greedy_baseline) override {
-    if (auto it = batches_.find(step_id); it != batches_.end()) return it->second.generate_output;
-    RETURN_IF_ERROR(RequireRollout("Generate"));
-    const bool per_layer = actor_->sharded() && config_.actor.rollout_gather_layer_by_layer;
-    if (prompts.empty() && actor_->sharded()) {
-      // A rank without prompts (a validation round smaller than the group) still makes the sharded actor's gathers:
-      // the whole-actor gather, or, layer by layer, as many forward passes as its peers (a dummy prompt, lockstep).
-      return CatchTorch(Context("Generate"), [&]() -> absl::StatusOr<GenerateOutput> {
-        std::optional<GatheredModel> gathered;
-        if (!per_layer) gathered.emplace(*actor_, /*keep_changes=*/false);
-        if (per_layer) {
-          // As many static passes as the group's busiest rank makes, each over a dummy prompt.
-          const std::vector<int64_t> passes = GroupMax({0, 0});
-          SamplingOptions dummy;
-          dummy.max_new_tokens = sampling.max_new_tokens;
-          dummy.pad_token_id = sampling.pad_token_id;
-          dummy.do_sample = false;
-          dummy.lockstep = true;
-          dummy.lockstep_passes = passes[0];
-          (void)verl::Generate(*actor_, {}, dummy);
-          if (greedy_baseline) {
-            dummy.lockstep_passes = passes[1];
-            (void)verl::Generate(*actor_, {}, dummy);
-          }
-        }
-        return GenerateOutput{};
-      });
-    }
-    if (prompts.empty()) return Error("Generate", absl::InvalidArgumentError("no prompts"));
+  // Generate's checks of its inputs, made before any collective: the first problem, named.
+  absl::Status CheckGenerateInputs(const std::vector<PromptInput>& prompts, const SamplingSettings& sampling) const {
     // Ids outside the vocabulary would index past the embedding table: an error on the CPU, a device-side assert that
     // poisons the whole CUDA context on a GPU. Refuse them here, naming where they are.
     const int64_t vocab = actor_->config().vocab_size;
@@ -545,6 +522,51 @@ class CpuRank final : public RankInterface {
                                    "temperature 0 with do_sample: sampling needs a temperature > 0 (for greedy decoding "
                                    "set do_sample false)"));
     }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<GenerateOutput> Generate(const std::string& step_id, const std::vector<PromptInput>& prompts,
+                                          const SamplingSettings& sampling, bool greedy_baseline) override {
+    if (auto it = batches_.find(step_id); it != batches_.end()) return it->second.generate_output;
+    RETURN_IF_ERROR(RequireRollout("Generate"));
+    const bool per_layer = actor_->sharded() && config_.actor.rollout_gather_layer_by_layer;
+    if (absl::Status inputs = CheckGenerateInputs(prompts, sampling); !inputs.ok()) {
+      // Layer by layer the peers are about to agree on their passes: they learn of the failure there (the third
+      // count) instead of waiting for passes that will not come.
+      if (per_layer) {
+        (void)CatchTorch(Context("Generate"), [&]() -> absl::StatusOr<int> {
+          GroupMax({0, 0, 1});
+          return 0;
+        });
+      }
+      return inputs;
+    }
+    if (prompts.empty() && actor_->sharded()) {
+      // A rank without prompts (a validation round smaller than the group) still makes the sharded actor's gathers:
+      // the whole-actor gather, or, layer by layer, as many forward passes as its peers (a dummy prompt, lockstep).
+      return CatchTorch(Context("Generate"), [&]() -> absl::StatusOr<GenerateOutput> {
+        std::optional<GatheredModel> gathered;
+        if (!per_layer) gathered.emplace(*actor_, /*keep_changes=*/false);
+        if (per_layer) {
+          // As many static passes as the group's busiest rank makes, each over a dummy prompt.
+          const std::vector<int64_t> passes = GroupMax({0, 0, 0});
+          if (passes[2] != 0) return PeerCannotGenerate();
+          SamplingOptions dummy;
+          dummy.max_new_tokens = sampling.max_new_tokens;
+          dummy.pad_token_id = sampling.pad_token_id;
+          dummy.do_sample = false;
+          dummy.lockstep = true;
+          dummy.lockstep_passes = passes[0];
+          (void)verl::Generate(*actor_, {}, dummy);
+          if (greedy_baseline) {
+            dummy.lockstep_passes = passes[1];
+            (void)verl::Generate(*actor_, {}, dummy);
+          }
+        }
+        return GenerateOutput{};
+      });
+    }
+    if (prompts.empty()) return Error("Generate", absl::InvalidArgumentError("no prompts"));
     return CatchTorch(Context("Generate"), [&]() -> absl::StatusOr<GenerateOutput> {
       StartMemoryPhase();
       SamplingOptions opts;
@@ -573,16 +595,21 @@ class CpuRank final : public RankInterface {
         // layer (every layer for every token: memory-lean, slow).
         std::optional<GatheredModel> gathered;
         if (!config_.actor.rollout_gather_layer_by_layer) gathered.emplace(*actor_, /*keep_changes=*/false);
-        ASSIGN_OR_RETURN(opts.max_num_seqs, RolloutSlots(prompts, &opts));
+        absl::StatusOr<int32_t> slots = RolloutSlots(prompts, &opts);
+        std::vector<int64_t> passes;
+        if (per_layer) {
+          // Static passes of what fits, as many on every rank of the group (the peers' gathers pair with ours); a
+          // rank that cannot run its passes says so in the same reduction, and none starts.
+          const int64_t count = static_cast<int64_t>(prompts.size());
+          passes = GroupMax({slots.ok() ? StaticPasses(count, opts.n, *slots) : 0,
+                             slots.ok() && greedy_baseline ? StaticPasses(count, 1, *slots) : 0, slots.ok() ? 0 : 1});
+          if (slots.ok() && passes[2] != 0) return PeerCannotGenerate();
+        }
+        ASSIGN_OR_RETURN(opts.max_num_seqs, std::move(slots));
         SamplingOptions greedy = opts;
         greedy.do_sample = false;
         greedy.n = 1;
         if (per_layer) {
-          // Static passes of what fits, as many on every rank of the group (the peers' gathers pair with ours).
-          const int64_t count = static_cast<int64_t>(prompts.size());
-          const std::vector<int64_t> passes =
-              GroupMax({StaticPasses(count, opts.n, opts.max_num_seqs),
-                        greedy_baseline ? StaticPasses(count, 1, opts.max_num_seqs) : 0});
           opts.lockstep_passes = passes[0];
           greedy.lockstep_passes = passes[1];
         }
@@ -610,6 +637,7 @@ class CpuRank final : public RankInterface {
       const int64_t slots = std::min<int64_t>(
           rows, opts.lockstep ? std::max(1, opts.max_num_seqs / opts.n) * opts.n : opts.max_num_seqs);
       out.metrics["perf/rollout_kv_cache_slots"] = static_cast<double>(slots);
+      if (opts.lockstep) out.metrics["perf/rollout_static_passes"] = static_cast<double>(r.static_passes);
       out.metrics["perf/rollout_kv_cache_gb"] =
           static_cast<double>(slots * KvSlotBytes(actor_->config(),
                                                   actor_->trainable_parameters().front().second.scalar_type(),
@@ -617,8 +645,8 @@ class CpuRank final : public RankInterface {
           (1 << 30);
       if (device_.is_cuda()) {
         AddPhasePeak("rollout", out.metrics);
-        // The copies of the q/k/v and gate/up weights with the norms folded in (RolloutSlots keeps the gate/up copy
-        // only where it costs no KV slot).
+        // The copies of the q/k/v and gate/up weights with the norms folded in (RolloutSlots makes each only where it
+        // costs no KV slot).
         out.metrics["perf/rollout_folded_weights_gb"] = static_cast<double>(r.folded_weight_bytes) / (1 << 30);
       }
       batch.generate_output = out;
@@ -1233,15 +1261,16 @@ class CpuRank final : public RankInterface {
       }
     }
   }
+  // A layer-by-layer rollout that no rank starts, since a peer cannot run its passes.
+  absl::Status PeerCannotGenerate() const {
+    return Error("Generate",
+                 absl::FailedPreconditionError("a peer rank of the sharded group cannot generate (its own error says "
+                                               "why), so no rank starts the layer-by-layer rollout"));
+  }
   // The elementwise maximum of `values` over the group (every rank of it calls this, in the same order).
-  std::vector<int64_t> GroupMax(std::vector<int64_t> values) {
-    if (!comm_ || GroupSize() <= 1) return values;
-    at::Tensor buf = at::tensor(values, at::TensorOptions().dtype(at::kLong)).to(CommDevice());
-    if (buf.is_cuda()) SyncDevice();
-    absl::Status s = comm_->AllReduce(buf.data_ptr(), buf.numel(), DType::kInt64, ReduceOp::kMax, comm_timeout_);
-    if (!s.ok()) throw StatusError(s);
-    buf = buf.cpu();
-    return std::vector<int64_t>(buf.data_ptr<int64_t>(), buf.data_ptr<int64_t>() + buf.numel());
+  std::vector<int64_t> GroupMax(const std::vector<int64_t>& values) const {
+    const at::Tensor t = DpReduce(at::tensor(values, at::TensorOptions().dtype(at::kLong)), ReduceOp::kMax);
+    return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel());
   }
   // Where the communicator's buffers must be: this rank's device for NCCL, host memory for the host backend.
   at::Device CommDevice() const { return CommDeviceOf(comm_.get()); }

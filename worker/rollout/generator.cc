@@ -266,7 +266,8 @@ RolloutBatch GenerateStatic(const DecoderModel& model, const std::vector<std::ve
   const int64_t per_pass = std::max<int64_t>(1, options.max_num_seqs / std::max(1, options.n));
   const int64_t real = StaticPasses(static_cast<int64_t>(prompts.size()), options.n, options.max_num_seqs);
   std::vector<RolloutBatch> parts;
-  for (int64_t pass = 0; pass < std::max(real, options.lockstep_passes); ++pass) {
+  const int64_t passes = std::max(real, options.lockstep_passes);
+  for (int64_t pass = 0; pass < passes; ++pass) {
     if (pass < real) {
       // Prompts [begin, end), keeping their random streams (their keys in the whole batch).
       const int64_t begin = pass * per_pass;
@@ -287,8 +288,9 @@ RolloutBatch GenerateStatic(const DecoderModel& model, const std::vector<std::ve
       (void)StaticPass(model, {{options.pad_token_id}}, dummy);
     }
   }
-  if (parts.empty()) return RolloutBatch{};
-  return ConcatRollouts(parts, options.pad_token_id);
+  RolloutBatch out = parts.empty() ? RolloutBatch{} : ConcatRollouts(parts, options.pad_token_id);
+  out.static_passes = passes;
+  return out;
 }
 
 RolloutBatch Generate(const DecoderModel& model, const std::vector<std::vector<int32_t>>& prompts,
@@ -306,7 +308,9 @@ int64_t StaticRowBytes(const DecoderConfig& config, at::ScalarType dtype, int64_
   const int64_t H = config.hidden_size;
   const int64_t q = config.num_attention_heads * config.head_dim;
   const int64_t kv = config.num_key_value_heads * config.head_dim;
-  const int64_t per_token = (4 * H + q + 2 * kv + q + 3 * config.intermediate_size) * e;
+  // The residual stream, its norm and the attention's output projection (4 H), q/k/v, the keys and values repeated
+  // for the query heads (2 q), the attention's output (q), gate/up and SwiGLU's output (3 I).
+  const int64_t per_token = (4 * H + q + 2 * kv + 2 * q + q + 3 * config.intermediate_size) * e;
   return prompt_len * per_token + prompt_len * prompt_len * (1 + e) + config.vocab_size * 4;
 }
 

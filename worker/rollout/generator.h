@@ -56,9 +56,10 @@ struct SamplingOptions {
   // Decode all max_new_tokens steps even when every row has finished: the ranks of a model sharded layer by layer
   // must make the same gathers (the extra steps only produce padding).
   bool lockstep = false;
-  // Static batching (lockstep) runs its prompts in passes of at most max(1, max_num_seqs / n) whole prompts
-  // (StaticPasses), and at least lockstep_passes passes: those past its own prompts decode a dummy one-token prompt,
-  // so that every rank of a group sharded layer by layer makes the same gathers however its prompts fall.
+  // Static batching (lockstep) runs its prompts in passes of max(1, max_num_seqs / n) whole prompts (StaticPasses: at
+  // most max_num_seqs rows, unless one prompt's n samples are more), and at least lockstep_passes passes: those past
+  // its own prompts decode a dummy one-token prompt, so that every rank of a group sharded layer by layer makes the
+  // same gathers however its prompts fall.
   int64_t lockstep_passes = 0;
   // Sequences decoding at once (KV cache slots; the caller folds its memory budget in; static batching: rows a pass),
   // and for continuous batching the most prompt tokens prefilled in one forward pass (padded ones count where the
@@ -99,6 +100,7 @@ struct RolloutBatch {
   int64_t prompt_handoffs = 0;      // shared prompts: times a prompt's positions moved to a sample still running
   int64_t prompt_joins = 0;  // admissions of a prompt's waiting samples that joined a running sample, not a prefill
   int64_t folded_weight_bytes = 0;  // the per-rollout copies of weights with norms folded in (decode kernel, bf16)
+  int64_t static_passes = 0;  // static batching: the passes made (lockstep_passes' dummy ones included)
 };
 
 // A uniform draw in [0, 1) from a counter-based generator (SplitMix64 of seed, stream and counter): the same three
@@ -148,8 +150,10 @@ RolloutBatch ConcatRollouts(const std::vector<RolloutBatch>& parts, int64_t pad_
 int64_t KvSlotBytes(const DecoderConfig& config, at::ScalarType dtype, int64_t capacity);
 // Static batching's memory per row beside its KV cache slot (the worker's budget for passes layer by layer): its
 // prefill's activations over `prompt_len` padded tokens (a layer's forward without gradients: the residual stream and
-// its norm, q/k/v, the attention's output and its projection, gate/up and SwiGLU's output, in `dtype`), its attention
-// masks ([P, P] bool and additive in `dtype`) and a step's float32 logits. An estimate: ATen's temporaries come and go.
+// its norm, q/k/v, the keys and values repeated for the query heads, the attention's output and its projection,
+// gate/up and SwiGLU's output, in `dtype`), its attention masks ([P, P] bool and additive in `dtype`) and a step's
+// float32 logits. An estimate: ATen's temporaries come and go, and the attention is taken to run fused (on a GPU
+// SDPA's kernels never form the [heads, P, P] scores).
 int64_t StaticRowBytes(const DecoderConfig& config, at::ScalarType dtype, int64_t prompt_len);
 // The most a pass layer by layer holds gathered at once, in `dtype`: the embedding (or the LM head) or one layer.
 int64_t LayerByLayerGatherBytes(const DecoderConfig& config, at::ScalarType dtype);

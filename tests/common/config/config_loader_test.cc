@@ -531,7 +531,8 @@ TEST_CASE("combination rules", "[config]") {
                        "true");
   // Greedy rollouts too: the trainer's log-probs divide the logits by the rollout's temperature.
   CHECK_ERROR_CONTAINS(error({"actor_rollout_ref.rollout.temperature=0", "actor_rollout_ref.rollout.do_sample=false"}),
-                       "actor_rollout_ref.rollout.temperature must be > 0, got 0.0: the trainer divides the logits by it");
+                       "actor_rollout_ref.rollout.temperature must be > 0, got 0.0: the trainer divides the logits "
+                       "by it");
   CHECK(LoadJobConfig(path, {"actor_rollout_ref.rollout.do_sample=false"}).ok());
   CHECK(LoadJobConfig(path, {"actor_rollout_ref.rollout.val_kwargs.temperature=0"}).ok());
   {

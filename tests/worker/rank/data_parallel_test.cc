@@ -401,8 +401,21 @@ TEST_CASE("ZeRO-3 layer by layer: static passes of max_num_seqs rows, as many on
       CHECK(out[r]->response_lengths == expected[r]->response_lengths);
       CHECK(out[r]->prompt_lengths == expected[r]->prompt_lengths);
       CHECK(out[r]->metrics.at("perf/rollout_kv_cache_slots") == 2.0);
+      CHECK(out[r]->metrics.at("perf/rollout_static_passes") == 3.0);  // rank 1: its prompt's and two dummy ones
     }
   }
+  // A rank whose prompts are refused says so where the ranks agree on their passes: its peer returns at once too
+  // (without the agreement it would wait for the passes' gathers until the collective timeout).
+  std::vector<PromptInput> bad = mine[0];
+  bad[1].token_ids[0] = m.vocab_size;  // outside the vocabulary
+  std::vector<absl::StatusOr<GenerateOutput>> out(2, absl::UnknownError("not run"));
+  OnEveryRank(2, [&](int r) { out[r] = ranks[r]->Generate("bad", r == 0 ? bad : mine[1], sampling, false); });
+  INFO(out[0].status().ToString() << " / " << out[1].status().ToString());
+  CHECK(absl::IsInvalidArgument(out[0].status()));
+  CHECK_THAT(std::string(out[0].status().message()), Catch::Contains("prompt 1: token id"));
+  CHECK(absl::IsFailedPrecondition(out[1].status()));
+  CHECK_THAT(std::string(out[1].status().message()),
+             Catch::Contains("a peer rank of the sharded group cannot generate"));
 }
 
 TEST_CASE("split placement: a rollout rank generates, its rows go to two training ranks, the weights come back",

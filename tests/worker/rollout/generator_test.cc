@@ -396,12 +396,17 @@ TEST_CASE_METHOD(TinyModelFixture, "GenerateStatic in passes of max_num_seqs row
   o.lockstep = true;
   const RolloutBatch one = GenerateStatic(model(), prompts, o);
   REQUIRE(one.prompts.size(0) == 10);
+  REQUIRE(one.static_passes == 1);
   for (int32_t slots : {1, 2, 4, 7}) {
     INFO("max_num_seqs " << slots);
     o.max_num_seqs = slots;
+    o.lockstep_passes = 0;
+    CHECK(GenerateStatic(model(), prompts, o).static_passes ==
+          StaticPasses(static_cast<int64_t>(prompts.size()), o.n, slots));
     // Two passes more than its prompts need, as a rank whose peers have more prompts makes (over a dummy prompt).
     o.lockstep_passes = StaticPasses(static_cast<int64_t>(prompts.size()), o.n, slots) + 2;
     const RolloutBatch parts = GenerateStatic(model(), prompts, o);
+    CHECK(parts.static_passes == o.lockstep_passes);
     REQUIRE(at::equal(parts.prompts, one.prompts));
     REQUIRE(at::equal(parts.prompt_mask, one.prompt_mask));
     REQUIRE(at::equal(parts.responses, one.responses));
@@ -412,6 +417,7 @@ TEST_CASE_METHOD(TinyModelFixture, "GenerateStatic in passes of max_num_seqs row
   o.lockstep_passes = 2;
   const RolloutBatch none = GenerateStatic(model(), {}, o);
   CHECK_FALSE(none.responses.defined());
+  CHECK(none.static_passes == 2);
 }
 
 TEST_CASE_METHOD(TinyModelFixture, "Generate: an empty prompt is an error that names it", "[worker][rollout]") {
