@@ -347,15 +347,9 @@ TEST_CASE("ZeRO-3: a rank without prompts still joins its peers' gathers when th
     std::vector<std::unique_ptr<RankInterface>> ranks;
     ranks.push_back(LoadedRank(0, config));
     ranks.push_back(LoadedRank(1, config));
-    auto comms = MakeGroup(2, absl::Seconds(30));
-    for (int r = 0; r < 2; ++r) REQUIRE(ranks[r]->SetCommunicator(std::move(comms[r]), absl::Seconds(20)).ok());
-    std::vector<absl::StatusOr<GenerateOutput>> out(2, absl::UnknownError("not run"));
-    OnEveryRank(2, [&](int r) {
-      // Rank 1 has no prompts in this (validation-like) round.
-      out[r] = ranks[r]->Generate("val", r == 0 ? std::vector<PromptInput>{all[0]} : std::vector<PromptInput>{},
-                                  greedy, false);
-      if (!out[r].ok()) ranks[r]->AbortCommunicator();
-    });
+    JoinGroup(ranks, absl::Seconds(20));
+    // Rank 1 has no prompts in this (validation-like) round.
+    const auto out = GenerateOnEveryRank(ranks, "val", {{all[0]}, {}}, greedy, false);
     for (int r = 0; r < 2; ++r) {
       INFO("rank " << r << ": " << out[r].status().ToString());
       REQUIRE(out[r].ok());
@@ -384,22 +378,13 @@ TEST_CASE("ZeRO-3 layer by layer: static passes of max_num_seqs rows, as many on
   std::vector<std::unique_ptr<RankInterface>> ranks;
   ranks.push_back(LoadedRank(0, config));
   ranks.push_back(LoadedRank(1, config));
-  auto comms = MakeGroup(2, absl::Seconds(30));
-  for (int r = 0; r < 2; ++r) REQUIRE(ranks[r]->SetCommunicator(std::move(comms[r]), absl::Seconds(20)).ok());
+  JoinGroup(ranks, absl::Seconds(20));
   for (bool greedy_baseline : {false, true}) {  // ReMax's greedy rollout: passes of two prompts, 2 against 1
     INFO("greedy baseline: " << greedy_baseline);
-    std::vector<absl::StatusOr<GenerateOutput>> out(2, absl::UnknownError("not run"));
-    OnEveryRank(2, [&](int r) {
-      out[r] = ranks[r]->Generate(absl::StrCat("gen", greedy_baseline), mine[r], sampling, greedy_baseline);
-      if (!out[r].ok()) ranks[r]->AbortCommunicator();
-    });
+    const auto out = GenerateOnEveryRank(ranks, absl::StrCat("gen", greedy_baseline), mine, sampling, greedy_baseline);
     for (int r = 0; r < 2; ++r) {
-      INFO("rank " << r << ": " << out[r].status().ToString());
-      REQUIRE(out[r].ok());
-      REQUIRE(expected[r].ok());
-      CHECK(out[r]->responses.bytes == expected[r]->responses.bytes);
-      CHECK(out[r]->response_lengths == expected[r]->response_lengths);
-      CHECK(out[r]->prompt_lengths == expected[r]->prompt_lengths);
+      INFO("rank " << r);
+      RequireSameTokens(out[r], expected[r]);
       CHECK(out[r]->metrics.at("perf/rollout_kv_cache_slots") == 2.0);
       CHECK(out[r]->metrics.at("perf/rollout_static_passes") == 3.0);  // rank 1: its prompt's and two dummy ones
     }
@@ -408,8 +393,7 @@ TEST_CASE("ZeRO-3 layer by layer: static passes of max_num_seqs rows, as many on
   // (without the agreement it would wait for the passes' gathers until the collective timeout).
   std::vector<PromptInput> bad = mine[0];
   bad[1].token_ids[0] = m.vocab_size;  // outside the vocabulary
-  std::vector<absl::StatusOr<GenerateOutput>> out(2, absl::UnknownError("not run"));
-  OnEveryRank(2, [&](int r) { out[r] = ranks[r]->Generate("bad", r == 0 ? bad : mine[1], sampling, false); });
+  const auto out = GenerateOnEveryRank(ranks, "bad", {bad, mine[1]}, sampling, false);
   INFO(out[0].status().ToString() << " / " << out[1].status().ToString());
   CHECK(absl::IsInvalidArgument(out[0].status()));
   CHECK_THAT(std::string(out[0].status().message()), Catch::Contains("prompt 1: token id"));

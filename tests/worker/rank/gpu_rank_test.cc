@@ -419,22 +419,13 @@ TEST_CASE("ZeRO-3 layer by layer on cuda:0: static passes within the budget, as 
     config.actor.rollout_gpu_memory_utilization = utilization;
     std::vector<std::unique_ptr<RankInterface>> ranks;
     for (int r = 0; r < 2; ++r) ranks.push_back(RankOn("cuda:0", config, &skipped));
-    auto comms = MakeGroup(2, absl::Seconds(30));
-    for (int r = 0; r < 2; ++r) REQUIRE(ranks[r]->SetCommunicator(std::move(comms[r]), absl::Seconds(20)).ok());
-    std::vector<absl::StatusOr<GenerateOutput>> out(2, absl::UnknownError("not run"));
-    OnEveryRank(2, [&](int r) {
-      out[r] = ranks[r]->Generate("g", mine[r], greedy, false);
-      if (!out[r].ok()) ranks[r]->AbortCommunicator();
-    });
-    return out;
+    JoinGroup(ranks, absl::Seconds(20));
+    return GenerateOnEveryRank(ranks, "g", mine, greedy, false);
   };
   auto out = generate(0.5);
   for (int r = 0; r < 2; ++r) {
-    INFO("rank " << r << ": " << out[r].status().ToString());
-    REQUIRE(out[r].ok());
-    REQUIRE(expected[r].ok());
-    CHECK(out[r]->responses.bytes == expected[r]->responses.bytes);
-    CHECK(out[r]->response_lengths == expected[r]->response_lengths);
+    INFO("rank " << r);
+    RequireSameTokens(out[r], expected[r]);
     CHECK(out[r]->metrics.at("perf/rollout_kv_cache_slots") == 2.0);
   }
   // No room: both ranks refuse before their first gather, naming the keys (no rank waits for a peer).

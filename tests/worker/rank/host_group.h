@@ -1,8 +1,8 @@
 #ifndef VERL_TESTS_WORKER_RANK_HOST_GROUP_H_
 #define VERL_TESTS_WORKER_RANK_HOST_GROUP_H_
 
-// Shared by the rank tests that run a group of ranks in one process: a thread per rank, and the ranks' host
-// communicators joined over loopback.
+// Shared by the rank tests that run a group of ranks in one process: a thread per rank, the ranks' host
+// communicators joined over loopback, and a rollout on every rank at once.
 
 #include <catch2/catch.hpp>
 #include <functional>
@@ -10,10 +10,14 @@
 #include <thread>
 #include <vector>
 
+#include <string>
+
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "worker/comm/free_ports.h"
 #include "worker/comm/host_communicator.h"
+#include "worker/rank/rank_interface.h"
 
 namespace verl {
 namespace rank_testing {
@@ -44,6 +48,36 @@ inline std::vector<std::unique_ptr<Communicator>> MakeGroup(int world, absl::Dur
   });
   for (const absl::Status& s : errors) REQUIRE(s.ok());
   return comms;
+}
+
+// Joins `ranks` into one host group, in order, with collectives timing out after `timeout`.
+inline void JoinGroup(const std::vector<std::unique_ptr<RankInterface>>& ranks, absl::Duration timeout) {
+  auto comms = MakeGroup(static_cast<int>(ranks.size()), absl::Seconds(30));
+  for (size_t r = 0; r < ranks.size(); ++r) REQUIRE(ranks[r]->SetCommunicator(std::move(comms[r]), timeout).ok());
+}
+
+// Generate on every rank at once, rank r over prompts[r]; a rank that fails aborts its communicator, as the worker
+// service does, so that its peers stop waiting.
+inline std::vector<absl::StatusOr<GenerateOutput>> GenerateOnEveryRank(
+    const std::vector<std::unique_ptr<RankInterface>>& ranks, const std::string& step,
+    const std::vector<std::vector<PromptInput>>& prompts, const SamplingSettings& sampling, bool greedy_baseline) {
+  std::vector<absl::StatusOr<GenerateOutput>> out(ranks.size(), absl::UnknownError("not run"));
+  OnEveryRank(static_cast<int>(ranks.size()), [&](int r) {
+    out[r] = ranks[r]->Generate(step, prompts[r], sampling, greedy_baseline);
+    if (!out[r].ok()) ranks[r]->AbortCommunicator();
+  });
+  return out;
+}
+
+// A rank's rollout succeeded with the tokens and lengths of `expected` (another rank's over the same prompts).
+inline void RequireSameTokens(const absl::StatusOr<GenerateOutput>& got,
+                              const absl::StatusOr<GenerateOutput>& expected) {
+  INFO(got.status().ToString() << " / expected: " << expected.status().ToString());
+  REQUIRE(got.ok());
+  REQUIRE(expected.ok());
+  CHECK(got->responses.bytes == expected->responses.bytes);
+  CHECK(got->response_lengths == expected->response_lengths);
+  CHECK(got->prompt_lengths == expected->prompt_lengths);
 }
 
 }  // namespace rank_testing

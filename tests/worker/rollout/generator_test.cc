@@ -21,6 +21,15 @@ using testing::LoadModelOrDie;
 using testing::MaxAbsDiff;
 using testing::TestDir;
 
+// The same rows, tokens and masks, and log-probs within float32 rounding.
+void RequireSameRollout(const RolloutBatch& a, const RolloutBatch& b) {
+  REQUIRE(at::equal(a.prompts, b.prompts));
+  REQUIRE(at::equal(a.prompt_mask, b.prompt_mask));
+  REQUIRE(at::equal(a.response_mask, b.response_mask));
+  REQUIRE(at::equal(a.responses, b.responses));
+  REQUIRE(MaxAbsDiff(a.log_probs, b.log_probs) < 1e-5);
+}
+
 const std::vector<std::vector<int32_t>> kPrompts = {{3, 4, 5, 6}, {7, 8}};
 
 // Greedy continuation of one prompt by re-running the full (uncached) forward after every token.
@@ -359,11 +368,7 @@ TEST_CASE_METHOD(TinyModelFixture, "Generate: continuous batching gives what sta
   // sample waits until the last one ended: nothing to join, the prompt is prefilled again.
   if (o.n == 3 && !greedy && (slots == 3 || slots == 5)) CHECK(cont.prompt_joins > 0);
   if (slots == 1) CHECK(cont.prompt_joins == 0);
-  REQUIRE(at::equal(cont.prompts, fixed.prompts));
-  REQUIRE(at::equal(cont.prompt_mask, fixed.prompt_mask));
-  REQUIRE(at::equal(cont.response_mask, fixed.response_mask));
-  REQUIRE(at::equal(cont.responses, fixed.responses));
-  REQUIRE(MaxAbsDiff(cont.log_probs, fixed.log_probs) < 1e-5);
+  RequireSameRollout(cont, fixed);
   // Generate takes the continuous schedule unless asked for lockstep.
   REQUIRE(at::equal(Generate(model(), prompts, o).log_probs, cont.log_probs));
 }
@@ -407,11 +412,7 @@ TEST_CASE_METHOD(TinyModelFixture, "GenerateStatic in passes of max_num_seqs row
     o.lockstep_passes = StaticPasses(static_cast<int64_t>(prompts.size()), o.n, slots) + 2;
     const RolloutBatch parts = GenerateStatic(model(), prompts, o);
     CHECK(parts.static_passes == o.lockstep_passes);
-    REQUIRE(at::equal(parts.prompts, one.prompts));
-    REQUIRE(at::equal(parts.prompt_mask, one.prompt_mask));
-    REQUIRE(at::equal(parts.responses, one.responses));
-    REQUIRE(at::equal(parts.response_mask, one.response_mask));
-    REQUIRE(MaxAbsDiff(parts.log_probs, one.log_probs) < 1e-5);
+    RequireSameRollout(parts, one);
   }
   // No prompts: only the lockstep passes, and an empty rollout.
   o.lockstep_passes = 2;
