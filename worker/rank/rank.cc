@@ -567,7 +567,9 @@ class CpuRank final : public RankInterface {
       });
     }
     if (prompts.empty()) return Error("Generate", absl::InvalidArgumentError("no prompts"));
-    return CatchTorch(Context("Generate"), [&]() -> absl::StatusOr<GenerateOutput> {
+    const std::string memory_keys =
+        "actor_rollout_ref.rollout.gpu_memory_utilization (the KV cache's share), max_num_seqs, max_num_batched_tokens";
+    return CatchTorch(Context("Generate"), memory_keys, [&]() -> absl::StatusOr<GenerateOutput> {
       StartMemoryPhase();
       SamplingOptions opts;
       opts.temperature = sampling.temperature;
@@ -719,7 +721,10 @@ class CpuRank final : public RankInterface {
       batch->log_prob_metrics[role] = Metrics{};
       return Metrics{};
     }
-    return CatchTorch(Context("ComputeLogProbs/" + role), [&]() -> absl::StatusOr<Metrics> {
+    const std::string memory_keys = absl::StrCat(
+        role == "ref" ? "actor_rollout_ref.ref." : "actor_rollout_ref.rollout.",
+        "log_prob_micro_batch_size_per_gpu or log_prob_max_token_len_per_gpu (with log_prob_use_dynamic_bsz)");
+    return CatchTorch(Context("ComputeLogProbs/" + role), memory_keys, [&]() -> absl::StatusOr<Metrics> {
       const bool ref = role == "ref";
       StartMemoryPhase();
       // An offloaded ref comes to the device for this pass and leaves it after, whatever the pass returns.
@@ -790,7 +795,9 @@ class CpuRank final : public RankInterface {
     ASSIGN_OR_RETURN(StepBatch * batch, Find("ComputeValues", step_id));
     if (batch->value_metrics) return *batch->value_metrics;
     if (!critic_) return Error("ComputeValues", absl::FailedPreconditionError("no critic is placed on this rank"));
-    return CatchTorch(Context("ComputeValues"), [&]() -> absl::StatusOr<Metrics> {
+    const std::string memory_keys =
+        "critic.forward_micro_batch_size_per_gpu or forward_max_token_len_per_gpu (with use_dynamic_bsz)";
+    return CatchTorch(Context("ComputeValues"), memory_keys, [&]() -> absl::StatusOr<Metrics> {
       StartMemoryPhase();
       MicroBatching micro;
       micro.rows = std::max<int64_t>(1, config_.critic.forward_micro_batch_size_per_gpu);
@@ -871,7 +878,10 @@ class CpuRank final : public RankInterface {
       return Error("UpdateCritic",
                    absl::FailedPreconditionError("values and returns must be computed before the critic update"));
     }
-    return CatchTorch(Context("UpdateCritic"), [&]() -> absl::StatusOr<Metrics> {
+    const std::string memory_keys =
+        "critic.ppo_micro_batch_size_per_gpu or ppo_max_token_len_per_gpu (with use_dynamic_bsz), "
+        "critic.model.enable_gradient_checkpointing, critic.model.fsdp_config.optimizer_offload";
+    return CatchTorch(Context("UpdateCritic"), memory_keys, [&]() -> absl::StatusOr<Metrics> {
       const RankCriticSettings& c = config_.critic;
       ValueUpdateOptions o;
       o.lr = c.lr * LrFactor(c.lr_schedule, critic_updates_done_);
@@ -907,7 +917,10 @@ class CpuRank final : public RankInterface {
       return Error("UpdateActor",
                    absl::FailedPreconditionError("advantages and old log-probs must be computed before the update"));
     }
-    return CatchTorch(Context("UpdateActor"), [&]() -> absl::StatusOr<Metrics> {
+    const std::string memory_keys =
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu or ppo_max_token_len_per_gpu (with use_dynamic_bsz), "
+        "actor_rollout_ref.model.enable_gradient_checkpointing, actor_rollout_ref.actor.fsdp_config.optimizer_offload";
+    return CatchTorch(Context("UpdateActor"), memory_keys, [&]() -> absl::StatusOr<Metrics> {
       const RankActorSettings& a = config_.actor;
       PolicyUpdateOptions o;
       o.lr = a.lr * LrFactor(a.lr_schedule, updates_done_);

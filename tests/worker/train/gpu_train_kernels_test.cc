@@ -22,6 +22,7 @@
 #include "tests/worker/gpu_skip.h"
 #include "tests/worker/tiny_model.h"
 #include "tests/worker/torch_catch.h"
+#include "worker/rank/torch_util.h"
 #include "worker/train/adamw.h"
 #include "worker/train/chunked_log_probs.h"
 #include "worker/train/ppo_actor.h"
@@ -1182,6 +1183,20 @@ TEST_CASE("a checkpointed layer's recompute takes the shared-prompt attention fr
       CheckPassesAgree(again, plain, dtype, /*same_bits=*/dtype == at::kBFloat16);
     }
   }
+}
+
+TEST_CASE("a CUDA allocation that fails becomes ResourceExhausted naming the phase's memory settings", "[gpu]") {
+  if (testing::SkipWithoutGpu()) return;
+  // 1 PiB on cuda:0: the caching allocator's OutOfMemoryError, which the rank's exception wall names.
+  const absl::StatusOr<int> r = CatchTorch("rank 0 UpdateActor", "the phase's keys", []() -> absl::StatusOr<int> {
+    const at::Tensor t = at::empty({int64_t{1} << 50}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA, 0));
+    return static_cast<int>(t.dim());
+  });
+  INFO(r.status().ToString());
+  CHECK(absl::IsResourceExhausted(r.status()));
+  CHECK_THAT(std::string(r.status().message()),
+             Catch::Contains("rank 0 UpdateActor: out of memory: CUDA out of memory") &&
+                 Catch::Contains("[the settings that bound this phase's memory: the phase's keys]"));
 }
 
 }  // namespace
