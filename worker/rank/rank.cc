@@ -509,11 +509,16 @@ class CpuRank final : public RankInterface {
       return Error("Generate", absl::InvalidArgumentError(absl::StrCat("pad_token_id ", sampling.pad_token_id,
                                                                        " is outside the vocabulary [0, ", vocab, ")")));
     }
-    if (sampling.max_new_tokens < 0 || sampling.n < 0 || sampling.temperature < 0 || sampling.top_p < 0 ||
-        sampling.top_p > 1) {
+    if (sampling.max_new_tokens < 0 || sampling.n < 0 || sampling.temperature < 0) {
       return Error("Generate", absl::InvalidArgumentError(absl::StrCat(
                                    "bad sampling settings: max_new_tokens ", sampling.max_new_tokens, ", n ", sampling.n,
-                                   ", temperature ", sampling.temperature, ", top_p ", sampling.top_p)));
+                                   ", temperature ", sampling.temperature)));
+    }
+    // As the job config: a request that leaves top_p out (0 in the protocol) would otherwise decode greedily unasked.
+    if (!(sampling.top_p > 0 && sampling.top_p <= 1)) {
+      return Error("Generate", absl::InvalidArgumentError(absl::StrCat(
+                                   "top_p must lie in (0, 1] (1: no filter; for greedy decoding set do_sample false), got ",
+                                   sampling.top_p)));
     }
     // Temperature 0 means plain logits to the samplers, so sampling at 0 would draw at temperature 1 (the job config
     // refuses it as well; this is for callers of the WorkerService itself).

@@ -421,7 +421,11 @@ TEST_CASE("CpuRank: calls out of order fail with the rank and stage", "[worker][
   SamplingSettings bad_p = Sampling(m);
   bad_p.top_p = 1.5;
   ExpectError(rank->Generate("s", Prompts(m), bad_p, false).status(), absl::StatusCode::kInvalidArgument,
-              {"rank 5", "top_p 1.5"});
+              {"rank 5", "top_p must lie in (0, 1]", "got 1.5"});
+  // 0, what a request without top_p carries, would have decoded greedily unasked.
+  bad_p.top_p = 0;
+  ExpectError(rank->Generate("s", Prompts(m), bad_p, false).status(), absl::StatusCode::kInvalidArgument,
+              {"rank 5", "top_p must lie in (0, 1]", "got 0"});
   SamplingSettings cold = Sampling(m);
   cold.do_sample = true;
   cold.temperature = 0;
