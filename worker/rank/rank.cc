@@ -642,7 +642,7 @@ class CpuRank final : public RankInterface {
       // its largest pass).
       const int64_t rows = r.responses.size(0);
       const int64_t slots = std::min<int64_t>(
-          rows, opts.lockstep ? std::max(1, opts.max_num_seqs / opts.n) * opts.n : opts.max_num_seqs);
+          rows, opts.lockstep ? StaticPassPrompts(opts.n, opts.max_num_seqs) * opts.n : opts.max_num_seqs);
       out.metrics["perf/rollout_kv_cache_slots"] = static_cast<double>(slots);
       if (opts.lockstep) out.metrics["perf/rollout_static_passes"] = static_cast<double>(r.static_passes);
       out.metrics["perf/rollout_kv_cache_gb"] =

@@ -226,8 +226,12 @@ RolloutBatch StaticPass(const DecoderModel& model, const std::vector<std::vector
 
 }  // namespace
 
+int64_t StaticPassPrompts(int32_t n, int32_t max_num_seqs) {
+  return std::max<int64_t>(1, max_num_seqs / std::max(1, n));
+}
+
 int64_t StaticPasses(int64_t num_prompts, int32_t n, int32_t max_num_seqs) {
-  const int64_t per_pass = std::max<int64_t>(1, max_num_seqs / std::max(1, n));
+  const int64_t per_pass = StaticPassPrompts(n, max_num_seqs);
   return (num_prompts + per_pass - 1) / per_pass;
 }
 
@@ -245,11 +249,6 @@ RolloutBatch ConcatRollouts(const std::vector<RolloutBatch>& parts, int64_t pad_
     responses.push_back(b.responses);
     response_mask.push_back(b.response_mask);
     log_probs.push_back(b.log_probs);
-    out.decode_graphs += b.decode_graphs;
-    out.compactions += b.compactions;
-    out.prompt_handoffs += b.prompt_handoffs;
-    out.prompt_joins += b.prompt_joins;
-    out.folded_weight_bytes = std::max(out.folded_weight_bytes, b.folded_weight_bytes);
   }
   out.prompts = at::cat(prompts);
   out.prompt_mask = at::cat(prompt_mask);
@@ -263,7 +262,7 @@ RolloutBatch GenerateStatic(const DecoderModel& model, const std::vector<std::ve
                             const SamplingOptions& options) {
   c10::InferenceMode guard;
   CheckPromptsNotEmpty(prompts);
-  const int64_t per_pass = std::max<int64_t>(1, options.max_num_seqs / std::max(1, options.n));
+  const int64_t per_pass = StaticPassPrompts(options.n, options.max_num_seqs);
   const int64_t real = StaticPasses(static_cast<int64_t>(prompts.size()), options.n, options.max_num_seqs);
   std::vector<RolloutBatch> parts;
   const int64_t passes = std::max(real, options.lockstep_passes);

@@ -139,11 +139,13 @@ RolloutBatch GenerateStatic(const DecoderModel& model, const std::vector<std::ve
                             const SamplingOptions& options);
 RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std::vector<int32_t>>& prompts,
                                 const SamplingOptions& options);
-// Static batching's passes over `num_prompts` prompts of n samples each, at most max_num_seqs rows a pass (whole
-// prompts; at least one a pass).
+// Static batching's prompts a pass (n samples each): as many as max_num_seqs rows hold, at least one.
+int64_t StaticPassPrompts(int32_t n, int32_t max_num_seqs);
+// Static batching's passes over `num_prompts` prompts of n samples each (StaticPassPrompts a pass).
 int64_t StaticPasses(int64_t num_prompts, int32_t n, int32_t max_num_seqs);
-// The rows of `parts` (rollouts of consecutive prompts) as one batch: prompts left-padded with pad_token_id to the
-// longest, as a single pass over them all lays them out.
+// The rows of `parts` (static passes over consecutive prompts) as one batch: prompts left-padded with pad_token_id to
+// the longest, as a single pass over them all lays them out. Only the tensors: the counters are continuous
+// batching's.
 RolloutBatch ConcatRollouts(const std::vector<RolloutBatch>& parts, int64_t pad_token_id);
 
 // Bytes of KV cache one sequence slot of `capacity` positions takes in `model`'s dtype.

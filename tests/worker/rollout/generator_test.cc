@@ -380,6 +380,8 @@ TEST_CASE("StaticPasses: whole prompts, at most max_num_seqs rows a pass, at lea
   CHECK(StaticPasses(5, 2, 1) == 5);  // one, though its two rows are more than one slot
   CHECK(StaticPasses(6, 1, 3) == 2);
   CHECK(StaticPasses(0, 2, 4) == 0);
+  CHECK(StaticPassPrompts(2, 7) == 3);
+  CHECK(StaticPassPrompts(2, 1) == 1);
 }
 
 TEST_CASE_METHOD(TinyModelFixture, "GenerateStatic in passes of max_num_seqs rows gives the one-pass rollout",
