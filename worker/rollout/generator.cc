@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -401,6 +402,48 @@ int64_t DecodeBucket(int64_t high, int64_t num_slots) {
 }
 
 #ifdef VERL_WITH_CUDA
+// The side stream a rollout captures its decoding graphs on, leased for the rollout from streams kept for the process
+// (per device, one per rollout running at once). ATen gives every (cuBLAS handle, stream) pair a GEMM runs on a
+// workspace of its own (32 MiB on Hopper) and keeps it, so a fresh pool stream per rollout left one more behind at
+// each rollout, up to the pool's 32 streams (1 GiB).
+class CaptureStreamLease {
+ public:
+  explicit CaptureStreamLease(c10::DeviceIndex device) : device_(device), stream_(Acquire(device)) {}
+  ~CaptureStreamLease() {
+    std::lock_guard<std::mutex> lock(Registry().mu);
+    Registry().idle[device_].push_back(stream_);
+  }
+  CaptureStreamLease(const CaptureStreamLease&) = delete;
+  CaptureStreamLease& operator=(const CaptureStreamLease&) = delete;
+
+  c10::cuda::CUDAStream stream() const { return stream_; }
+
+ private:
+  struct Streams {
+    std::mutex mu;
+    std::map<c10::DeviceIndex, std::vector<c10::cuda::CUDAStream>> idle;
+  };
+  static Streams& Registry() {
+    static Streams* streams = new Streams;  // never destroyed: leases may end during static destruction
+    return *streams;
+  }
+  static c10::cuda::CUDAStream Acquire(c10::DeviceIndex device) {
+    {
+      std::lock_guard<std::mutex> lock(Registry().mu);
+      std::vector<c10::cuda::CUDAStream>& idle = Registry().idle[device];
+      if (!idle.empty()) {
+        const c10::cuda::CUDAStream s = idle.back();
+        idle.pop_back();
+        return s;
+      }
+    }
+    return c10::cuda::getStreamFromPool(false, device);
+  }
+
+  const c10::DeviceIndex device_;
+  const c10::cuda::CUDAStream stream_;
+};
+
 // The decoding steps of continuous batching on a GPU (DecodeAndSample over a bucket of slots, DecodeBucket). Each
 // slot's last token stays on the device (`last`, int64 [S]): a step feeds last[0, size) and writes its samples back
 // there, so a step's input does not wait for the host to have read the previous step's output; the host sends only
@@ -411,7 +454,8 @@ int64_t DecodeBucket(int64_t high, int64_t num_slots) {
 // the same step on the capturing stream (which computes that step's outputs). Slots of the bucket that hold no
 // sequence feed whatever token they last held at position 0 (a free slot's position 0 is rewritten by its next
 // prefill; its outputs are ignored). All buckets share one memory pool, and the graphs hold the cache's, `last`'s and
-// the weights' addresses, so they live only as long as this rollout.
+// the weights' addresses, so they live only as long as this rollout. They are captured on a leased side stream
+// (CaptureStreamLease).
 class DecodeSteps {
  public:
   DecodeSteps(const DecoderModel& model, const KvCache& slots, const SamplingOptions& options, at::Tensor last,
@@ -421,7 +465,8 @@ class DecodeSteps {
         options_(options),
         last_(std::move(last)),
         use_graphs_(graphs),
-        pool_(at::cuda::graph_pool_handle()) {}
+        pool_(at::cuda::graph_pool_handle()),
+        side_(model.device().index()) {}
 
   // One step over slots [0, size): positions from `host_pos` (int64 [>= size]), draws from `host_uniforms`
   // (float64) and shared prompts from `host_prefix` (int32 [2, size] contiguous, SetPrefix; undefined when prompts are
@@ -483,7 +528,7 @@ class DecodeSteps {
     if (host_prefix.defined()) g.prefix = host_prefix.to(device).contiguous();
     // Capture runs on a side stream, after everything queued on the current one.
     c10::cuda::getCurrentCUDAStream(device.index()).synchronize();
-    c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, device.index());
+    const c10::cuda::CUDAStream side = side_.stream();
     {
       const c10::cuda::CUDAStreamGuard guard(side);
       // This step, eagerly (it updates last_; also warms up cuBLAS on this stream); the capture below runs nothing.
@@ -515,7 +560,8 @@ class DecodeSteps {
   at::Tensor last_;
   const bool use_graphs_;
   at::cuda::MempoolId_t pool_;
-  std::map<int64_t, Graph> graphs_;
+  CaptureStreamLease side_;
+  std::map<int64_t, Graph> graphs_;  // destroyed before the lease ends
 };
 #endif  // VERL_WITH_CUDA
 
