@@ -432,28 +432,48 @@ class CpuRank final : public RankInterface {
 
   // The rollout's KV cache slots (static passes layer by layer: rows a pass): rollout.max_num_seqs, and on a GPU what
   // fits in rollout.gpu_memory_utilization of the device beside what is allocated already (the whole actor gathered,
-  // for a sharded one; layer by layer, the largest unit held gathered), the folded weights the rollout will make and
-  // its sampling memory (a row of logits per slot; layer by layer, each row's prefill too). The folded weights
+  // for a sharded one; layer by layer, the largest unit held gathered), the folded weights the rollout will make, its
+  // sampling memory (a row of logits per slot), its activations (continuous batching: a decoding step's per slot
+  // and the largest prefill, PrefillBytes; layer by layer, each row's prefill) and the batches it returns (with
+  // `baseline`, the greedy baseline's too). The folded weights
   // (opts->fold_input_norms, fold_post_attention_norms) are made only where they cost none of the slots the rollout's
   // sequences would use; otherwise the options are turned off here. Too little room for one sequence (layer by layer:
   // one prompt's n samples) is ResourceExhausted, naming the key.
-  absl::StatusOr<int32_t> RolloutSlots(const std::vector<PromptInput>& prompts, SamplingOptions* opts) const {
+  absl::StatusOr<int32_t> RolloutSlots(const std::vector<PromptInput>& prompts, bool baseline,
+                                       SamplingOptions* opts) const {
     const int32_t max_seqs = std::max(1, config_.actor.rollout_max_num_seqs);
     const DeviceMemory mem = Memory();
     if (!mem.on_gpu || mem.total <= 0) return max_seqs;
     size_t longest = 0;
     for (const PromptInput& p : prompts) longest = std::max(longest, p.token_ids.size());
     const at::ScalarType dtype = actor_->trainable_parameters().front().second.scalar_type();
+    const int64_t count = static_cast<int64_t>(prompts.size());
+    const int64_t wanted = std::min<int64_t>(max_seqs, count * opts->n);
+    // The batches returned (the greedy baseline's beside the rollout's; static passes: the passes' and their
+    // concatenation).
+    const int64_t outputs = (opts->lockstep ? 2 : 1) * RolloutOutputBytes(count * (opts->n + (baseline ? 1 : 0)),
+                                                                          static_cast<int64_t>(longest),
+                                                                          opts->max_new_tokens);
     // A slot's cache and its row of a decoding step's logits (the fused sampler needs nothing more, filters included).
-    const int64_t wanted = std::min<int64_t>(max_seqs, static_cast<int64_t>(prompts.size()) * opts->n);
     int64_t slot = KvSlotBytes(actor_->config(), dtype, static_cast<int64_t>(longest) + opts->max_new_tokens) +
                    SamplingRowBytes(actor_->config().vocab_size, static_cast<int64_t>(c10::elementSize(dtype)));
     double available = config_.actor.rollout_gpu_memory_utilization * static_cast<double>(mem.total) -
-                       static_cast<double>(mem.allocated);
+                       static_cast<double>(mem.allocated) -
+                       static_cast<double>(outputs);
+    int64_t prefill = 0;
     if (opts->lockstep) {
       // Layer by layer (static passes): each row's prefill too, and the largest unit gathered at a time.
       slot += StaticRowBytes(actor_->config(), dtype, static_cast<int64_t>(longest));
       available -= static_cast<double>(LayerByLayerGatherBytes(actor_->config(), dtype));
+    } else {
+      // Continuous batching: a decoding step's activations per slot (its CUDA graphs keep them in their pool), and
+      // the largest prefill a pass of max_num_batched_tokens makes beside them.
+      slot += ForwardTokenBytes(actor_->config(), dtype);
+      std::vector<int64_t> lengths;
+      for (const PromptInput& p : prompts) lengths.push_back(static_cast<int64_t>(p.token_ids.size()));
+      prefill =
+          PrefillBytes(actor_->config(), dtype, std::move(lengths), opts->n, opts->max_num_batched_tokens, wanted);
+      available -= static_cast<double>(prefill);
     }
     // The folded q/k/v (and gate/up) weights decoding makes for this rollout count against the budget too, where they
     // are made (not layer by layer: the decode kernel needs the whole model) and cost no slot.
@@ -478,7 +498,8 @@ class CpuRank final : public RankInterface {
                                    folded > 0 ? absl::StrCat(" and ", folded >> 20, " MiB of folded weights") : "",
                                    opts->lockstep
                                        ? " and a layer gathered (actor_rollout_ref.rollout.gather_layer_by_layer)"
-                                       : "",
+                                       : absl::StrCat(" and ", prefill >> 20,
+                                                      " MiB for a prefill (rollout.max_num_batched_tokens)"),
                                    rows > 1 ? absl::StrCat("; a pass of one prompt's ", rows, " samples of ")
                                             : std::string("; one sequence of "),
                                    longest, " + ", opts->max_new_tokens, " tokens needs ", (rows * slot) >> 20,
@@ -602,7 +623,7 @@ class CpuRank final : public RankInterface {
         // layer (every layer for every token: memory-lean, slow).
         std::optional<GatheredModel> gathered;
         if (!config_.actor.rollout_gather_layer_by_layer) gathered.emplace(*actor_, /*keep_changes=*/false);
-        absl::StatusOr<int32_t> slots = RolloutSlots(prompts, &opts);
+        absl::StatusOr<int32_t> slots = RolloutSlots(prompts, greedy_baseline, &opts);
         std::vector<int64_t> passes;
         if (per_layer) {
           // Static passes of what fits, as many on every rank of the group (the peers' gathers pair with ours); a

@@ -303,15 +303,47 @@ int64_t KvSlotBytes(const DecoderConfig& config, at::ScalarType dtype, int64_t c
          static_cast<int64_t>(c10::elementSize(dtype));
 }
 
-int64_t StaticRowBytes(const DecoderConfig& config, at::ScalarType dtype, int64_t prompt_len) {
-  const int64_t e = static_cast<int64_t>(c10::elementSize(dtype));
+int64_t ForwardTokenBytes(const DecoderConfig& config, at::ScalarType dtype) {
   const int64_t H = config.hidden_size;
   const int64_t q = config.num_attention_heads * config.head_dim;
   const int64_t kv = config.num_key_value_heads * config.head_dim;
   // The residual stream, its norm and the attention's output projection (4 H), q/k/v, the keys and values repeated
   // for the query heads (2 q), the attention's output (q), gate/up and SwiGLU's output (3 I).
-  const int64_t per_token = (4 * H + q + 2 * kv + 2 * q + q + 3 * config.intermediate_size) * e;
-  return prompt_len * per_token + prompt_len * prompt_len * (1 + e) + config.vocab_size * 4;
+  const int64_t elements = 4 * H + q + 2 * kv + 2 * q + q + 3 * config.intermediate_size;
+  return elements * static_cast<int64_t>(c10::elementSize(dtype));
+}
+
+int64_t RolloutOutputBytes(int64_t rows, int64_t prompt_len, int64_t max_new_tokens) {
+  // int64 ids and a bool mask per position; a float32 log-prob per response position.
+  return rows * (prompt_len * 9 + max_new_tokens * 13);
+}
+
+int64_t StaticRowBytes(const DecoderConfig& config, at::ScalarType dtype, int64_t prompt_len) {
+  const int64_t e = static_cast<int64_t>(c10::elementSize(dtype));
+  return prompt_len * ForwardTokenBytes(config, dtype) + prompt_len * prompt_len * (1 + e) + config.vocab_size * 4;
+}
+
+int64_t PrefillBytes(const DecoderConfig& config, at::ScalarType dtype, std::vector<int64_t> prompt_lengths, int32_t n,
+                     int64_t max_num_batched_tokens, int64_t max_rows) {
+  if (prompt_lengths.empty()) return 0;
+  std::sort(prompt_lengths.begin(), prompt_lengths.end());
+  // A pass admits prompts while its tokens stay within max_num_batched_tokens (packed: the prompts' own; padded: its
+  // rows at the longest's width, so no more prompts than packed), or one prompt alone: at most the shortest prompts
+  // that fit, and as many tokens as the budget, all the prompts at the longest's width, or the longest alone allow.
+  int64_t total = 0, prompts = 0;
+  for (const int64_t len : prompt_lengths) {
+    if (prompts > 0 && total + len > max_num_batched_tokens) break;
+    total += len;
+    ++prompts;
+  }
+  const int64_t longest = prompt_lengths.back();
+  const int64_t padded_all = longest * static_cast<int64_t>(prompt_lengths.size());
+  const int64_t tokens = std::max(longest, std::min(padded_all, max_num_batched_tokens));
+  const int64_t rows = std::min(max_rows, prompts * std::max(1, n));
+  // The prompts' last positions' logits in `dtype` and in float32, and a float32 row for each sample drawn from them.
+  const int64_t vocab = config.vocab_size;
+  return tokens * ForwardTokenBytes(config, dtype) +
+         prompts * vocab * (static_cast<int64_t>(c10::elementSize(dtype)) + 4) + rows * vocab * 4;
 }
 
 int64_t LayerByLayerGatherBytes(const DecoderConfig& config, at::ScalarType dtype) {

@@ -150,12 +150,22 @@ RolloutBatch ConcatRollouts(const std::vector<RolloutBatch>& parts, int64_t pad_
 
 // Bytes of KV cache one sequence slot of `capacity` positions takes in `model`'s dtype.
 int64_t KvSlotBytes(const DecoderConfig& config, at::ScalarType dtype, int64_t capacity);
+// An estimate of a forward's activations per token without gradients, in `dtype`: the residual stream and its norm,
+// q/k/v, the keys and values repeated for the query heads, the attention's output and its projection, gate/up and
+// SwiGLU's output (ATen's temporaries come and go; the attention is taken to run fused, never forming the scores).
+int64_t ForwardTokenBytes(const DecoderConfig& config, at::ScalarType dtype);
+// Continuous batching's largest prefill over prompts of `prompt_lengths` tokens (n samples each): the activations of a
+// pass of at most max_num_batched_tokens tokens (or of the longest prompt alone, where it is longer), the logits of
+// its prompts' last positions and a row of float32 logits for each of their samples it admits (at most max_rows). The
+// worker's KV cache budget takes it off what gpu_memory_utilization leaves.
+int64_t PrefillBytes(const DecoderConfig& config, at::ScalarType dtype, std::vector<int64_t> prompt_lengths, int32_t n,
+                     int64_t max_num_batched_tokens, int64_t max_rows);
+// The batch a rollout of `rows` rows returns on its device (RolloutBatch: prompts and responses with their masks, the
+// responses' log-probs), made while its KV cache is still held.
+int64_t RolloutOutputBytes(int64_t rows, int64_t prompt_len, int64_t max_new_tokens);
 // Static batching's memory per row beside its KV cache slot (the worker's budget for passes layer by layer): its
-// prefill's activations over `prompt_len` padded tokens (a layer's forward without gradients: the residual stream and
-// its norm, q/k/v, the keys and values repeated for the query heads, the attention's output and its projection,
-// gate/up and SwiGLU's output, in `dtype`), its attention masks ([P, P] bool and additive in `dtype`) and a step's
-// float32 logits. An estimate: ATen's temporaries come and go, and the attention is taken to run fused (on a GPU
-// SDPA's kernels never form the [heads, P, P] scores).
+// prefill's activations over `prompt_len` padded tokens (ForwardTokenBytes each), its attention masks ([P, P] bool and
+// additive in `dtype`) and a step's float32 logits.
 int64_t StaticRowBytes(const DecoderConfig& config, at::ScalarType dtype, int64_t prompt_len);
 // The most a pass layer by layer holds gathered at once, in `dtype`: the embedding (or the LM head) or one layer.
 int64_t LayerByLayerGatherBytes(const DecoderConfig& config, at::ScalarType dtype);

@@ -28,6 +28,15 @@ namespace {
 
 using namespace rank_testing;  // NOLINT: the shared fixtures
 
+// A no-grad forward's activations per token in bf16, as the rank's budget estimates them (ForwardTokenBytes): the
+// residual stream and its norm, q/k/v, the keys and values repeated, the attention's output and projection, gate/up
+// and SwiGLU's output.
+int64_t ForwardTokenBytes(const DecoderConfig& c) {
+  const int64_t q = c.num_attention_heads * c.head_dim;
+  const int64_t kv = c.num_key_value_heads * c.head_dim;
+  return 2 * (4 * c.hidden_size + q + 2 * kv + 2 * q + q + 3 * c.intermediate_size);
+}
+
 struct StepOutput {
   std::vector<int32_t> responses;
   Metrics log_probs, advantage, update;
@@ -353,8 +362,15 @@ TEST_CASE("rollout on cuda:0 in bf16 makes the folded q/k/v and gate/up copies o
   REQUIRE(gate_up == 2 * 2 * 2 * 4096 * 256);
   const SamplingSettings sampling = Sampling(m);
   const int64_t longest = static_cast<int64_t>(std::max(m.prompt_a.size(), m.prompt_b.size()));
-  const int64_t slot =
+  const int64_t kv_slot =
       2 * 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * (longest + sampling.max_new_tokens);
+  // Beside its cache a slot costs a row of a decoding step's logits and the step's activations (ForwardTokenBytes);
+  // once, the rollout holds its largest prefill (PrefillBytes: here both prompts in one pass, counted at the longest's
+  // width, with the 4 samples' float32 rows) and the batch it returns (RolloutOutputBytes).
+  const int64_t token = ForwardTokenBytes(c);
+  const int64_t slot = kv_slot + 2 * c.vocab_size + token;
+  const int64_t fixed = 2 * longest * token + 2 * c.vocab_size * (2 + 4) + 4 * c.vocab_size * 4 +
+                        4 * (longest * 9 + sampling.max_new_tokens * 13);
   // Room to spare: both copies are made.
   auto gen = roomy->Generate("g", Prompts(m), sampling, false);
   INFO(gen.status().ToString());
@@ -373,7 +389,8 @@ TEST_CASE("rollout on cuda:0 in bf16 makes the folded q/k/v and gate/up copies o
   };
   // A budget of the q/k/v copy, the 4 slots and half the gate/up copy: the 4 slots fit without the gate/up copy, 3
   // with it, so the rollout decodes without it (the unfolded post-attention norm) and keeps its 4 slots.
-  config.actor.rollout_gpu_memory_utilization = share_leaving(static_cast<double>(qkv + 4 * slot) + gate_up / 2.0);
+  config.actor.rollout_gpu_memory_utilization =
+      share_leaving(static_cast<double>(fixed + qkv + 4 * slot) + gate_up / 2.0);
   auto tight = RankOn("cuda:0", config, &skipped);
   REQUIRE(tight != nullptr);
   gen = tight->Generate("g", Prompts(m), sampling, false);
@@ -384,7 +401,7 @@ TEST_CASE("rollout on cuda:0 in bf16 makes the folded q/k/v and gate/up copies o
   tight.reset();
   // A budget of the 4 slots and half the q/k/v copy: that copy would leave 3 slots, so neither copy is made (the
   // gate/up one needs the q/k/v one) and the rollout keeps its 4 slots, decoding with both norms unfolded.
-  config.actor.rollout_gpu_memory_utilization = share_leaving(static_cast<double>(4 * slot) + qkv / 2.0);
+  config.actor.rollout_gpu_memory_utilization = share_leaving(static_cast<double>(fixed + 4 * slot) + qkv / 2.0);
   auto tighter = RankOn("cuda:0", config, &skipped);
   REQUIRE(tighter != nullptr);
   gen = tighter->Generate("g", Prompts(m), sampling, false);
@@ -392,6 +409,56 @@ TEST_CASE("rollout on cuda:0 in bf16 makes the folded q/k/v and gate/up copies o
   REQUIRE(gen.ok());
   CHECK(gen->metrics.at("perf/rollout_kv_cache_slots") == 4.0);
   CHECK(gen->metrics.at("perf/rollout_folded_weights_gb") == 0.0);
+}
+
+TEST_CASE("a rollout on cuda:0 stays within gpu_memory_utilization, its prefill included", "[worker][rank][gpu]") {
+  // 256 prompts of 1,000 tokens, 2 samples each, through a model with a wide MLP (intermediate 4096) in bf16: a
+  // prefill pass of max_num_batched_tokens (8,192 tokens) holds far more than a slot's KV cache (about 1 MiB), so a
+  // share leaving 256 MiB binds. A budget that left the prefill out filled the share with slots and went past it by
+  // the prefill's activations (gate/up alone: 128 MiB).
+  TinyRankModel m(/*head_dim=*/64, /*inter=*/4096);
+  RankConfig config = Config(m.dir.path());
+  config.dtype = "bfloat16";
+  config.actor.rollout_gpu_memory_utilization = 0.5;
+  std::vector<PromptInput> prompts;
+  for (int i = 0; i < 256; ++i) {
+    PromptInput p{{}, absl::StrCat("uid-", i), "verl_cpp/repeat_letter", "a", "{}"};
+    for (int t = 0; t < 1000; ++t) p.token_ids.push_back((i * 7 + t * 13) % (m.vocab_size - 1));
+    prompts.push_back(std::move(p));
+  }
+  SamplingSettings sampling = Sampling(m);
+  sampling.ignore_eos = true;
+  sampling.max_new_tokens = 4;
+  absl::Status skipped;
+  // The share of the device that leaves `room` bytes beside what a rank has allocated once a rollout has run in this
+  // process (its capture stream's GEMM workspace then allocated too).
+  auto share_leaving = [&](double room) {
+    auto probe = RankOn("cuda:0", config, &skipped);
+    if (probe == nullptr) return -1.0;
+    REQUIRE(probe->Generate("warm", Prompts(m), Sampling(m), false).ok());
+    const DeviceMemory mem = probe->Memory();
+    REQUIRE(mem.total > 0);
+    return (static_cast<double>(mem.allocated) + room) / static_cast<double>(mem.total);
+  };
+  const double share = share_leaving(256.0 * (1 << 20));
+  if (share < 0) {
+    WARN("skipped: " << skipped.ToString());
+    return;
+  }
+  config.actor.rollout_gpu_memory_utilization = share;
+  auto rank = RankOn("cuda:0", config, &skipped);
+  REQUIRE(rank != nullptr);
+  auto gen = rank->Generate("g", prompts, sampling, false);
+  INFO(gen.status().ToString());
+  REQUIRE(gen.ok());
+  const DeviceMemory mem = rank->Memory();
+  const double slots = gen->metrics.at("perf/rollout_kv_cache_slots");
+  const double peak = gen->metrics.at("perf/rollout_max_memory_allocated_gb") * (1 << 30);
+  INFO("slots " << slots << ", the rollout's peak " << peak / (1 << 20) << " MiB, the share "
+                << share * static_cast<double>(mem.total) / (1 << 20) << " MiB");
+  CHECK(slots >= 1);
+  CHECK(slots < 512);  // the budget binds
+  CHECK(peak <= share * static_cast<double>(mem.total));
 }
 
 TEST_CASE("ZeRO-3 layer by layer on cuda:0: static passes within the budget, as many on both ranks",

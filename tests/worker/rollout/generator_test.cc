@@ -547,6 +547,35 @@ TEST_CASE("KvSlotBytes: keys and values of every layer", "[worker][rollout]") {
   REQUIRE(KvSlotBytes(c, at::kBFloat16, 10) == 2 * 2 * 2 * 8 * 10 * 2);
 }
 
+TEST_CASE("PrefillBytes: the largest prefill pass continuous batching admits", "[worker][rollout]") {
+  const DecoderConfig c = testing::TinyDecoderConfig(100);
+  const int64_t token = ForwardTokenBytes(c, at::kBFloat16);
+  REQUIRE(token == 2 * (4 * c.hidden_size + 4 * c.num_attention_heads * c.head_dim +
+                        2 * c.num_key_value_heads * c.head_dim + 3 * c.intermediate_size));
+  REQUIRE(ForwardTokenBytes(c, at::kFloat) == 2 * token);
+  // The logits of a pass's prompts (bf16 and float32) and a float32 row per sample.
+  auto logits = [&](int64_t prompts, int64_t rows) { return prompts * 100 * 6 + rows * 100 * 4; };
+  // Prompts of 3, 5 and 9 tokens, 2 samples each. A pass admits the shortest that fit in 8 tokens (3 + 5), but the
+  // tokens of the next pass (9, alone) are more.
+  CHECK(PrefillBytes(c, at::kBFloat16, {9, 3, 5}, 2, 8, 100) == 9 * token + logits(2, 4));
+  // All of them fit in 17 tokens packed: one pass. Beyond, the three padded to the longest (27 tokens) bound it.
+  CHECK(PrefillBytes(c, at::kBFloat16, {9, 3, 5}, 2, 17, 100) == 17 * token + logits(3, 6));
+  CHECK(PrefillBytes(c, at::kBFloat16, {9, 3, 5}, 2, 1000, 100) == 27 * token + logits(3, 6));
+  // 12 tokens: at most two prompts (3 + 5), and 12 tokens of the three.
+  CHECK(PrefillBytes(c, at::kBFloat16, {9, 3, 5}, 2, 12, 100) == 12 * token + logits(2, 4));
+  // The rows drawn from a pass are at most the slots (max_rows).
+  CHECK(PrefillBytes(c, at::kBFloat16, {9, 3, 5}, 2, 17, 5) == 17 * token + logits(3, 5));
+  // A prompt longer than the budget is a pass of its own.
+  CHECK(PrefillBytes(c, at::kBFloat16, {40}, 1, 8, 100) == 40 * token + logits(1, 1));
+  CHECK(PrefillBytes(c, at::kBFloat16, {}, 2, 8, 100) == 0);
+}
+
+TEST_CASE("RolloutOutputBytes: int64 ids and a bool mask per position, a float32 log-prob per response position",
+          "[worker][rollout]") {
+  CHECK(RolloutOutputBytes(3, 10, 4) == 3 * (10 * 9 + 4 * 13));
+  CHECK(RolloutOutputBytes(0, 10, 4) == 0);
+}
+
 TEST_CASE_METHOD(TinyModelFixture, "FoldedQkvBytes: the q, k and v projection weights in bf16, none otherwise",
                  "[worker][rollout]") {
   int64_t elements = 0;  // of the model's own q/k/v weights
