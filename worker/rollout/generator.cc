@@ -19,6 +19,7 @@
 #include <ATen/cuda/CUDAGraph.h>
 #include "worker/kernels/sampling.h"
 
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
@@ -499,6 +500,18 @@ class DecodeSteps {
         use_graphs_(graphs),
         pool_(at::cuda::graph_pool_handle()),
         side_(model.device().index()) {}
+  DecodeSteps(const DecodeSteps&) = delete;
+  DecodeSteps& operator=(const DecodeSteps&) = delete;
+  // The graphs' pool goes back to the device with them. The caching allocator releases a pool no graph uses any more
+  // only when asked to empty its cache or when an allocation fails, and never lends it to other allocations, so each
+  // rollout's stayed reserved until then (B3's reserved memory grew by about 0.3 GB a step).
+  ~DecodeSteps() {
+    graphs_.clear();
+    try {
+      c10::cuda::CUDACachingAllocator::emptyCache(pool_);
+    } catch (const std::exception&) {  // a destructor must not throw; the pool then waits for the allocator's release
+    }
+  }
 
   // One step over slots [0, size): positions from `host_pos` (int64 [>= size]), draws from `host_uniforms`
   // (float64) and shared prompts from `host_prefix` (int32 [2, size] contiguous, SetPrefix; undefined when prompts are

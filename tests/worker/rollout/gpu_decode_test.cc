@@ -322,19 +322,24 @@ TEST_CASE("rollouts with CUDA graphs leave nothing allocated behind them, one af
   const auto prompts = RandomPrompts(8, 300, 6);
   const SamplingOptions o = Options(config, true);
   constexpr size_t kAggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
-  std::vector<int64_t> allocated;
+  std::vector<int64_t> allocated, reserved;
   for (int i = 0; i < 4; ++i) {
     {
       const RolloutBatch r = Generate(*model, prompts, o);
       REQUIRE(r.decode_graphs >= 1);
     }
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-    allocated.push_back(c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[kAggregate].current);
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
+    allocated.push_back(stats.allocated_bytes[kAggregate].current);
+    reserved.push_back(stats.reserved_bytes[kAggregate].current);
   }
-  // The first rollout may leave its capture stream's cuBLAS workspace (once a process); the others add nothing.
-  CAPTURE(allocated);
+  // The first rollout may leave its capture stream's cuBLAS workspace (once a process); the others add nothing, and
+  // reserve nothing more: each rollout's graphs' pool went back to the device (the same rollouts reserve the same).
+  CAPTURE(allocated, reserved);
   CHECK(allocated[2] == allocated[1]);
   CHECK(allocated[3] == allocated[1]);
+  CHECK(reserved[2] == reserved[1]);
+  CHECK(reserved[3] == reserved[1]);
 #endif
 }
 
