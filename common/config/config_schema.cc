@@ -175,7 +175,7 @@ const std::vector<ConfigKeySpec>& Table() {
       {"actor_rollout_ref.rollout.max_num_batched_tokens", T::kInt, "8192", "", false, O::kVerl,
        "Waiting prompts are prefilled in groups of at most this many tokens (prompts in the group x its longest prompt; the rollout.n samples of a prompt share one prefill); a longer prompt is prefilled alone."},
       {"actor_rollout_ref.rollout.gpu_memory_utilization", T::kDouble, "0.5", "", false, O::kVerl,
-       "GPU ranks: the share of the device's memory the rollout may fill, what is allocated already (weights, optimizer state) plus its KV cache; the number of cache slots is what fits, at most max_num_seqs. A share too small for one sequence (layer by layer: one prompt's rollout.n samples) is an error naming the numbers. No effect on CPU ranks."},
+       "GPU ranks: the share of the device's memory the rollout may fill (vLLM's meaning): what is allocated already (weights, optimizer state) plus its KV cache, a decoding step's logits and activations per slot, its largest prefill (a pass of max_num_batched_tokens) and the batch it returns, the activations estimated; the number of cache slots is what fits, at most max_num_seqs. A share too small for one sequence (layer by layer: one prompt's rollout.n samples) is an error naming the numbers. No effect on CPU ranks."},
       {"actor_rollout_ref.rollout.update_weights_bucket_megabytes", T::kInt, "512", "", false, O::kVerl,
        "Split placement (resource_pool.rollout_ranks > 0): the actor's weights go to the rollout ranks in buckets of at most this many MB, each under cluster.comm_timeout_s."},
       {"actor_rollout_ref.rollout.val_kwargs.temperature", T::kDouble, "0.0", "", false, O::kVerl,
