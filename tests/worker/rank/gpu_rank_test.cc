@@ -379,7 +379,7 @@ TEST_CASE("rollout on cuda:0 in bf16 makes the folded q/k/v and gate/up copies o
   CHECK(gen->metrics.at("perf/rollout_folded_weights_gb") * (1 << 30) == Approx(static_cast<double>(qkv + gate_up)));
   roomy.reset();
   // The share of the device that leaves `room` bytes beside what a freshly loaded rank has allocated (its weights, and
-  // the GEMM workspaces earlier rollouts left behind: each rollout's decoding may leave one more).
+  // the workspaces of the stream the roomy rollout captured its graphs on, which the next rollout's lease reuses).
   auto share_leaving = [&](double room) {
     auto probe = RankOn("cuda:0", config, &skipped);
     REQUIRE(probe != nullptr);
