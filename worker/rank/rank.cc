@@ -435,9 +435,9 @@ class CpuRank final : public RankInterface {
   // for a sharded one; layer by layer, the largest unit held gathered), the folded weights the rollout will make, its
   // sampling memory (a row of logits per slot), its activations (continuous batching: a decoding step's per slot
   // and the largest prefill, PrefillBytes; layer by layer, each row's prefill) and the batches it returns (with
-  // `baseline`, the greedy baseline's too). The folded weights
-  // (opts->fold_input_norms, fold_post_attention_norms) are made only where they cost none of the slots the rollout's
-  // sequences would use; otherwise the options are turned off here. Too little room for one sequence (layer by layer:
+  // `baseline`, the greedy baseline's too). The folded weights (opts->fold_input_norms, fold_post_attention_norms)
+  // are made only where they cost none of the slots the rollout's sequences would use; otherwise the options are
+  // turned off here. Too little room for one sequence (layer by layer:
   // one prompt's n samples) is ResourceExhausted, naming the key.
   absl::StatusOr<int32_t> RolloutSlots(const std::vector<PromptInput>& prompts, bool baseline,
                                        SamplingOptions* opts) const {
@@ -477,15 +477,16 @@ class CpuRank final : public RankInterface {
     }
     // The folded q/k/v (and gate/up) weights decoding makes for this rollout count against the budget too, where they
     // are made (not layer by layer: the decode kernel needs the whole model) and cost no slot.
+    const int64_t qkv_copy = FoldedQkvBytes(actor_->config(), dtype);
+    const int64_t gate_up_copy = FoldedGateUpBytes(actor_->config(), dtype);
     int64_t folded = 0;
     opts->fold_input_norms = opts->fold_input_norms && !opts->lockstep && actor_->InputNormsFoldable() &&
-                             FoldCostsNoSlots(available, 0, FoldedQkvBytes(actor_->config(), dtype), slot, wanted);
-    if (opts->fold_input_norms) folded = FoldedQkvBytes(actor_->config(), dtype);
+                             FoldCostsNoSlots(available, 0, qkv_copy, slot, wanted);
+    if (opts->fold_input_norms) folded = qkv_copy;
     opts->fold_post_attention_norms = opts->fold_input_norms && opts->fold_post_attention_norms &&
                                       actor_->PostAttentionNormsFoldable() &&
-                                      FoldCostsNoSlots(available, folded, FoldedGateUpBytes(actor_->config(), dtype),
-                                                       slot, wanted);
-    if (opts->fold_post_attention_norms) folded += FoldedGateUpBytes(actor_->config(), dtype);
+                                      FoldCostsNoSlots(available, folded, gate_up_copy, slot, wanted);
+    if (opts->fold_post_attention_norms) folded += gate_up_copy;
     const double budget = available - static_cast<double>(folded);
     // Static passes decode a prompt's n samples together; continuous batching needs one slot.
     const int64_t rows = opts->lockstep ? std::max(1, opts->n) : 1;

@@ -166,10 +166,6 @@ void CheckPromptsNotEmpty(const std::vector<std::vector<int32_t>>& prompts) {
   }
 }
 
-}  // namespace
-
-namespace {
-
 // One static pass over all of `prompts` (their n samples each, one batch from prefill to the last token).
 RolloutBatch StaticPass(const DecoderModel& model, const std::vector<std::vector<int32_t>>& prompts,
                         const SamplingOptions& options) {
