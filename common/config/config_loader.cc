@@ -162,9 +162,9 @@ std::string KnownVerlKeyAdvice(const std::string& key) {
     }
   }
   for (std::string_view engine : {"name", "mode", "tensor_model_parallel_size", "free_cache_engine", "load_format",
-                                  "enable_chunked_prefill", "engine_kwargs", "max_model_len", "layered_summon",
-                                  "multi_stage_wake_up", "data_parallel_size", "expert_parallel_size",
-                                  "over_sample_rate", "trace", "checkpoint_engine"}) {
+                                  "engine_kwargs", "max_model_len", "layered_summon", "multi_stage_wake_up",
+                                  "data_parallel_size", "expert_parallel_size", "over_sample_rate", "trace",
+                                  "checkpoint_engine"}) {
     const std::string engine_key = absl::StrCat("actor_rollout_ref.rollout.", AV(engine));
     if (Under(key, engine_key)) {
       return "a setting of verl's vLLM/SGLang rollout; the rollout engine here is built in: drop it";

@@ -210,6 +210,7 @@ absl::StatusOr<JobConfig> JobConfigFromTree(const ConfigTree& tree) {
   r.Read("actor_rollout_ref.rollout.calculate_log_probs", &ro.calculate_log_probs);
   r.Read("actor_rollout_ref.rollout.max_num_seqs", &ro.max_num_seqs);
   r.Read("actor_rollout_ref.rollout.max_num_batched_tokens", &ro.max_num_batched_tokens);
+  r.Read("actor_rollout_ref.rollout.enable_chunked_prefill", &ro.enable_chunked_prefill);
   r.Read("actor_rollout_ref.rollout.gpu_memory_utilization", &ro.gpu_memory_utilization);
   r.Read("resource_pool.rollout_ranks", &c.resource_pool.rollout_ranks);
   r.Read("resource_pool.critic_ranks", &c.resource_pool.critic_ranks);

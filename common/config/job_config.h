@@ -134,6 +134,7 @@ struct RolloutConfig {
   bool gather_layer_by_layer = false;                      // ZeRO-3 rollout: per-layer gathers, not the whole actor
   int64_t max_num_seqs = 1024;                             // continuous batching: sequences decoding at once
   int64_t max_num_batched_tokens = 8192;                   // padded prompt tokens per prefill pass
+  bool enable_chunked_prefill = true;                      // longer prompts prefilled in parts of that many tokens
   double gpu_memory_utilization = 0.5;                     // GPU ranks: device memory share during the rollout
   ValKwargs val_kwargs;
   bool operator==(const RolloutConfig&) const = default;

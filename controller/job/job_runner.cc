@@ -753,6 +753,7 @@ class JobRunner::Impl {
     if (arr.ref.log_prob_use_dynamic_bsz) ac->set_ref_log_prob_max_token_len(arr.ref.log_prob_max_token_len_per_gpu);
     ac->set_rollout_max_num_seqs(static_cast<int32_t>(arr.rollout.max_num_seqs));
     ac->set_rollout_max_num_batched_tokens(arr.rollout.max_num_batched_tokens);
+    ac->set_rollout_enable_chunked_prefill(arr.rollout.enable_chunked_prefill);
     ac->set_rollout_gpu_memory_utilization(arr.rollout.gpu_memory_utilization);
     const int64_t step_seqs = config_.data.train_batch_size * arr.rollout.n / Trainers();
     ac->set_log_prob_micro_batch_size_per_gpu(

@@ -728,6 +728,31 @@ at::Tensor PackedAttention(const at::Tensor& q, const at::Tensor& k, const at::T
   return at::cat(parts, 2);
 }
 
+// Causal attention of T new queries [1, heads, T, hd] over S = cached + T keys and values [1, kv_heads, S, hd], the
+// last T of which are the queries' own: query t attends to keys [0, S - T + t] (the causal mask aligned to the last key,
+// as a prefill chunk after the cached ones needs; SDPA's is_causal aligns it to the first). On a GPU in bf16/fp16,
+// flash attention's variable-length kernel, whose causal mask is aligned so (GQA without repeating k and v); else SDPA
+// under the mask.
+at::Tensor CausalAfterCache(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  const int64_t T = q.size(2), S = k.size(2);
+  TORCH_CHECK(q.size(0) == 1 && k.size(0) == 1 && S >= T, "CausalAfterCache: one row of ", T, " queries over ", S,
+              " keys");
+  if (PackedAttentionIsFlash(q.device(), q.scalar_type())) {
+    auto tokens_first = [](const at::Tensor& t) { return t.squeeze(0).transpose(0, 1).contiguous(); };
+    const at::Tensor cu_q = IntsOn({0, static_cast<int32_t>(T)}, q.device());
+    const at::Tensor cu_k = IntsOn({0, static_cast<int32_t>(S)}, q.device());
+    at::Tensor out = std::get<0>(at::_flash_attention_forward(tokens_first(q), tokens_first(k), tokens_first(v), cu_q,
+                                                              cu_k, T, S, /*dropout_p=*/0.0, /*is_causal=*/true,
+                                                              /*return_debug_mask=*/false));
+    return out.transpose(0, 1).unsqueeze(0);
+  }
+  const auto long_on = at::TensorOptions().dtype(at::kLong).device(q.device());
+  const at::Tensor mask =
+      at::arange(S, long_on).view({1, S}) <= at::arange(S - T, S, long_on).view({T, 1});
+  return at::scaled_dot_product_attention(q, k, v, mask.view({1, 1, T, S}), 0.0, /*is_causal=*/false, std::nullopt,
+                                          /*enable_gqa=*/q.size(1) != k.size(1));
+}
+
 }  // namespace
 
 int64_t SharedPromptRowsFusedCalls() { return shared_prompt_rows_fused.load(std::memory_order_relaxed); }
@@ -1125,11 +1150,16 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
       k = cache->k[i].narrow(2, 0, start + T);
       v = cache->v[i].narrow(2, 0, start + T);
     }
-    attn = packed ? PackedAttention(q, k, v, *packed, saves)
-                  : at::scaled_dot_product_attention(
-                        q, k, v, attn_mask.defined() ? std::optional<at::Tensor>(attn_mask) : std::nullopt, 0.0,
-                        /*is_causal=*/causal, std::nullopt,
-                        /*enable_gqa=*/heads != kv_heads);
+    if (packed) {
+      attn = PackedAttention(q, k, v, *packed, saves);
+    } else if (cache && causal) {  // ForwardChunk
+      attn = CausalAfterCache(q, k, v);
+    } else {
+      attn = at::scaled_dot_product_attention(
+          q, k, v, attn_mask.defined() ? std::optional<at::Tensor>(attn_mask) : std::nullopt, 0.0,
+          /*is_causal=*/causal, std::nullopt,
+          /*enable_gqa=*/heads != kv_heads);
+    }
   }
   attn = attn.transpose(1, 2).reshape({h_in.size(0), T, heads * hd});
 #ifdef VERL_WITH_CUDA
@@ -1324,6 +1354,20 @@ at::Tensor DecoderModel::Forward(const at::Tensor& input_ids, const at::Tensor& 
 
 at::Tensor DecoderModel::ForwardCausal(const at::Tensor& input_ids, const at::Tensor& position_ids) const {
   return ForwardImpl(input_ids, position_ids, at::Tensor(), nullptr, nullptr, /*causal=*/true);
+}
+
+at::Tensor DecoderModel::ForwardChunk(const at::Tensor& input_ids, KvCache* cache) const {
+  TORCH_CHECK(cache != nullptr && input_ids.dim() == 2 && input_ids.size(0) == 1 && cache->k.size() == layers_.size() &&
+                  cache->k.front().size(0) == 1 && !cache->slot_pos.defined() && !cache->slot_len.defined() &&
+                  !cache->packed_rows.defined(),
+              "ForwardChunk continues one row's cache (KvCache of one sequence, no slots), got ids ",
+              input_ids.sizes());
+  const int64_t T = input_ids.size(1);
+  TORCH_CHECK(cache->length + T <= cache->k.front().size(2), "ForwardChunk: positions [", cache->length, ", ",
+              cache->length + T, ") past the cache's ", cache->k.front().size(2));
+  const at::Tensor positions =
+      at::arange(cache->length, cache->length + T, input_ids.options().dtype(at::kLong)).unsqueeze(0);
+  return ForwardImpl(input_ids, positions, at::Tensor(), cache, nullptr, /*causal=*/true);
 }
 
 at::Tensor DecoderModel::ForwardColumns(const at::Tensor& input_ids, const at::Tensor& valid, int64_t begin,

@@ -193,6 +193,12 @@ class DecoderModel {
   // same but for the attention kernel's rounding (another SDPA backend may run); at padding positions they differ (they
   // attend to the padding before them), so callers read valid positions only.
   at::Tensor ForwardCausal(const at::Tensor& input_ids, const at::Tensor& position_ids) const;
+  // Continues the one sequence held in `cache` (KvCache of one row and no slots, with cache->length positions written)
+  // by `input_ids` [1, T] at positions [length, length + T): their keys and values go into the cache (length advances)
+  // and each new token attends to the cached positions and to the new ones up to itself, without a mask (flash
+  // attention's causal kernel on a GPU in bf16/fp16, else SDPA under a mask). Continuous batching's chunked prefill: a
+  // chunk's hidden states equal those of the prompt's positions in one whole pass but for the kernels' rounding.
+  at::Tensor ForwardChunk(const at::Tensor& input_ids, KvCache* cache) const;
   // The hidden states [B, length, hidden] at columns [begin, begin + length) of rows with validity `valid` [B, T]
   // (bool), as Forward with BuildAttentionMask(valid, 0, T) computes them at valid columns. `causal`: every row's valid
   // tokens form one run (OneValidRun: prompt left padding, response right padding; else an error), and attention runs

@@ -472,7 +472,8 @@ class CpuRank final : public RankInterface {
       std::vector<int64_t> lengths;
       for (const PromptInput& p : prompts) lengths.push_back(static_cast<int64_t>(p.token_ids.size()));
       prefill =
-          PrefillBytes(actor_->config(), dtype, std::move(lengths), opts->n, opts->max_num_batched_tokens, wanted);
+          PrefillBytes(actor_->config(), dtype, std::move(lengths), opts->n, opts->max_num_batched_tokens, wanted,
+                       opts->chunked_prefill);
       available -= static_cast<double>(prefill);
     }
     // The folded q/k/v (and gate/up) weights decoding makes for this rollout count against the budget too, where they
@@ -612,6 +613,7 @@ class CpuRank final : public RankInterface {
       opts.enforce_eager = config_.actor.rollout_enforce_eager;
       opts.prompt_sharing = config_.actor.rollout_share_prompts ? PromptSharing::kAuto : PromptSharing::kOff;
       opts.max_num_batched_tokens = config_.actor.rollout_max_num_batched_tokens;
+      opts.chunked_prefill = config_.actor.rollout_chunked_prefill;
       for (size_t i = 0; i < prompts.size(); ++i) {
         opts.prompt_keys.push_back(
             static_cast<uint64_t>(prompts[i].sample_index >= 0 ? prompts[i].sample_index : static_cast<int64_t>(i)));
@@ -667,6 +669,7 @@ class CpuRank final : public RankInterface {
           rows, opts.lockstep ? StaticPassPrompts(opts.n, opts.max_num_seqs) * opts.n : opts.max_num_seqs);
       out.metrics["perf/rollout_kv_cache_slots"] = static_cast<double>(slots);
       if (opts.lockstep) out.metrics["perf/rollout_static_passes"] = static_cast<double>(r.static_passes);
+      if (r.prefill_chunks > 0) out.metrics["perf/rollout_prefill_chunks"] = static_cast<double>(r.prefill_chunks);
       out.metrics["perf/rollout_kv_cache_gb"] =
           static_cast<double>(slots * KvSlotBytes(actor_->config(),
                                                   actor_->trainable_parameters().front().second.scalar_type(),

@@ -86,6 +86,7 @@ struct RankActorSettings {
   double rollout_gpu_memory_utilization = 0.5;
   bool rollout_enforce_eager = false;  // decode without CUDA graphs
   bool rollout_share_prompts = true;   // PromptSharing::kAuto; false: kOff (rollout.enable_prefix_caching)
+  bool rollout_chunked_prefill = true;  // SamplingOptions::chunked_prefill (rollout.enable_chunked_prefill)
 };
 
 struct RankCriticSettings {

@@ -321,7 +321,7 @@ int64_t StaticRowBytes(const DecoderConfig& config, at::ScalarType dtype, int64_
 }
 
 int64_t PrefillBytes(const DecoderConfig& config, at::ScalarType dtype, std::vector<int64_t> prompt_lengths, int32_t n,
-                     int64_t max_num_batched_tokens, int64_t max_rows) {
+                     int64_t max_num_batched_tokens, int64_t max_rows, bool chunked) {
   if (prompt_lengths.empty()) return 0;
   std::sort(prompt_lengths.begin(), prompt_lengths.end());
   // A pass admits prompts while its tokens stay within max_num_batched_tokens (packed: the prompts' own; padded: its
@@ -335,12 +335,16 @@ int64_t PrefillBytes(const DecoderConfig& config, at::ScalarType dtype, std::vec
   }
   const int64_t longest = prompt_lengths.back();
   const int64_t padded_all = longest * static_cast<int64_t>(prompt_lengths.size());
-  const int64_t tokens = std::max(longest, std::min(padded_all, max_num_batched_tokens));
+  const int64_t e = static_cast<int64_t>(c10::elementSize(dtype));
+  // A chunk of the longest prompt: at most max_num_batched_tokens tokens, its attention reading a layer's keys and
+  // values of all the prompt's positions so far as copies (CausalAfterCache's, flash attention's layout).
+  const bool chunks = chunked && longest > max_num_batched_tokens;
+  const int64_t tokens = chunks ? max_num_batched_tokens : std::max(longest, std::min(padded_all, max_num_batched_tokens));
+  const int64_t chunk_keys = chunks ? 2 * longest * config.num_key_value_heads * config.head_dim * e : 0;
   const int64_t rows = std::min(max_rows, prompts * std::max(1, n));
   // The prompts' last positions' logits in `dtype` and in float32, and a float32 row for each sample drawn from them.
   const int64_t vocab = config.vocab_size;
-  return tokens * ForwardTokenBytes(config, dtype) +
-         prompts * vocab * (static_cast<int64_t>(c10::elementSize(dtype)) + 4) + rows * vocab * 4;
+  return tokens * ForwardTokenBytes(config, dtype) + chunk_keys + prompts * vocab * (e + 4) + rows * vocab * 4;
 }
 
 int64_t LayerByLayerGatherBytes(const DecoderConfig& config, at::ScalarType dtype) {
@@ -921,6 +925,37 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
       }
       // Whether the prefill writes one slot per distinct prompt, in the prefill's order (no gather).
       const bool held_once = share || one_each;
+      // A prompt longer than max_num_batched_tokens (admitted alone, with its samples) is prefilled in chunks of at
+      // most that many tokens straight into its first sample's slot, each attending to the chunks before it there; its
+      // other samples read the prompt from that slot (shared prompts) or copy it.
+      const int64_t first_len = static_cast<int64_t>(prompts[distinct.front()].size());
+      if (options.chunked_prefill && u == 1 && first_len > options.max_num_batched_tokens) {
+        const std::vector<int32_t>& p = prompts[distinct.front()];
+        const int64_t holder = holders.front();
+        KvCache part;  // the holder's slot as a cache of one sequence
+        for (size_t i = 0; i < slots.k.size(); ++i) {
+          part.k.push_back(slots.k[i].narrow(0, holder, 1));
+          part.v.push_back(slots.v[i].narrow(0, holder, 1));
+        }
+        at::Tensor hidden;
+        for (int64_t begin = 0; begin < first_len; begin += options.max_num_batched_tokens) {
+          const int64_t len = std::min(options.max_num_batched_tokens, first_len - begin);
+          const std::vector<int64_t> ids(p.begin() + begin, p.begin() + begin + len);
+          hidden = model.ForwardChunk(at::tensor(ids, long_opts).to(device).unsqueeze(0), &part);
+          ++out.prefill_chunks;
+        }
+        if (!share) {
+          for (size_t g = 1; g < group.size(); ++g) copy_prompt(holder, group[g], first_len);
+        }
+        running += static_cast<int64_t>(group.size());
+        const at::Tensor logits = model.Logits(hidden.select(0, 0).narrow(0, hidden.size(1) - 1, 1));
+        keep_pending(distinct, logits);
+        const at::Tensor first = sample_and_record(group, rows(logits));
+#ifdef VERL_WITH_CUDA
+        if (decode_kernel) dev_last.index_copy_(0, dev_group, first);
+#endif
+        continue;
+      }
       if (packed_prefill) {
         // The distinct prompts back to back in one row; each layer's keys and values go straight into the group's
         // slots (KvCache::packed_rows), and the LM head reads each prompt's last position.

@@ -66,6 +66,10 @@ struct SamplingOptions {
   // prefill pads; a longer prompt is prefilled alone).
   int32_t max_num_seqs = 1024;
   int64_t max_num_batched_tokens = 8192;
+  // Continuous batching: a prompt longer than max_num_batched_tokens is prefilled in passes of at most that many of its
+  // tokens, straight into its slot, each attending to the ones before it there (DecoderModel::ForwardChunk); false:
+  // in one pass of its own (verl's rollout.enable_chunked_prefill). Static batching prefills whole prompts.
+  bool chunked_prefill = true;
   PrefillLayout prefill_layout = PrefillLayout::kAuto;
   PromptSharing prompt_sharing = PromptSharing::kAuto;  // verl's rollout.enable_prefix_caching (false: kOff)
   // Continuous batching on a GPU with the decode kernel (DecoderModel::DecodeKernelAvailable): false replays each
@@ -99,6 +103,7 @@ struct RolloutBatch {
   int64_t compactions = 0;    // continuous batching: times the running sequences moved into lower slots
   int64_t prompt_handoffs = 0;      // shared prompts: times a prompt's positions moved to a sample still running
   int64_t prompt_joins = 0;  // admissions of a prompt's waiting samples that joined a running sample, not a prefill
+  int64_t prefill_chunks = 0;  // chunked prefill: the passes over parts of prompts longer than max_num_batched_tokens
   int64_t folded_weight_bytes = 0;  // the per-rollout copies of weights with norms folded in (decode kernel, bf16)
   int64_t static_passes = 0;  // static batching: the passes made (lockstep_passes' dummy ones included)
 };
@@ -155,11 +160,12 @@ int64_t KvSlotBytes(const DecoderConfig& config, at::ScalarType dtype, int64_t c
 // SwiGLU's output (ATen's temporaries come and go; the attention is taken to run fused, never forming the scores).
 int64_t ForwardTokenBytes(const DecoderConfig& config, at::ScalarType dtype);
 // Continuous batching's largest prefill over prompts of `prompt_lengths` tokens (n samples each): the activations of a
-// pass of at most max_num_batched_tokens tokens (or of the longest prompt alone, where it is longer), the logits of
-// its prompts' last positions and a row of float32 logits for each of their samples it admits (at most max_rows). The
+// pass of at most max_num_batched_tokens tokens (or, unless `chunked`, of the longest prompt alone, where it is
+// longer; chunked, a chunk's attention also takes a layer's cached keys and values, copied), the logits of its
+// prompts' last positions and a row of float32 logits for each of their samples it admits (at most max_rows). The
 // worker's KV cache budget takes it off what gpu_memory_utilization leaves.
 int64_t PrefillBytes(const DecoderConfig& config, at::ScalarType dtype, std::vector<int64_t> prompt_lengths, int32_t n,
-                     int64_t max_num_batched_tokens, int64_t max_rows);
+                     int64_t max_num_batched_tokens, int64_t max_rows, bool chunked);
 // The batch a rollout of `rows` rows returns on its device (RolloutBatch: prompts and responses with their masks, the
 // responses' log-probs), made while its KV cache is still held.
 int64_t RolloutOutputBytes(int64_t rows, int64_t prompt_len, int64_t max_new_tokens);

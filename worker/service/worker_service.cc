@@ -71,6 +71,7 @@ RankActorSettings FromProto(const v1::ActorConfig& a) {
   s.rollout_gather_layer_by_layer = a.rollout_gather_layer_by_layer();
   s.rollout_enforce_eager = a.rollout_enforce_eager();
   s.rollout_share_prompts = !a.rollout_no_prompt_sharing();
+  s.rollout_chunked_prefill = !a.has_rollout_enable_chunked_prefill() || a.rollout_enable_chunked_prefill();
   // 0 is proto3's "not set" (a client that predates the keys): the rank's defaults then.
   const RankActorSettings defaults;
   s.rollout_max_num_seqs = a.rollout_max_num_seqs() > 0 ? a.rollout_max_num_seqs() : defaults.rollout_max_num_seqs;

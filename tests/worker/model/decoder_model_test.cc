@@ -298,6 +298,30 @@ TEST_CASE("DecoderModel: decoding with the KV cache equals the full forward", "[
   }
 }
 
+TEST_CASE("DecoderModel::ForwardChunk: a prompt in chunks gives the whole prompt's hidden states", "[worker][model]") {
+  TestDir dir("decoder_chunk");
+  testing::WriteTinyModel(dir.path(), testing::TinyDecoderConfig());
+  auto model = LoadModelOrDie(dir.path());
+  at::NoGradGuard no_grad;
+  const at::Tensor ids = LongTensor2d({{11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21}});
+  const at::Tensor whole = model->ForwardCausal(ids, at::arange(11, at::kLong).unsqueeze(0));
+  // Chunks of 1, 4, 2 and 4 tokens into a cache of 12 positions: each chunk's tokens attend to the positions cached
+  // before it and causally to their own.
+  KvCache cache = model->NewCache(1, 12);
+  int64_t begin = 0;
+  for (const int64_t len : {1, 4, 2, 4}) {
+    INFO("chunk at " << begin << " of " << len << " tokens");
+    const at::Tensor part = model->ForwardChunk(ids.narrow(1, begin, len), &cache);
+    REQUIRE(cache.length == begin + len);
+    REQUIRE(MaxAbsDiff(part, whole.narrow(1, begin, len)) < 1e-5);
+    begin += len;
+  }
+  // Past the cache's positions, or a cache of two rows: errors that say so.
+  REQUIRE_THROWS_WITH(model->ForwardChunk(ids.narrow(1, 0, 2), &cache), Catch::Contains("past the cache's 12"));
+  KvCache two = model->NewCache(2, 12);
+  REQUIRE_THROWS_WITH(model->ForwardChunk(ids.narrow(1, 0, 2), &two), Catch::Contains("one row's cache"));
+}
+
 TEST_CASE("DecoderModel: left padding does not change the real tokens' logits", "[worker][model]") {
   TestDir dir("decoder_pad");
   testing::WriteTinyModel(dir.path(), testing::TinyDecoderConfig());

@@ -461,6 +461,69 @@ TEST_CASE("a rollout on cuda:0 stays within gpu_memory_utilization, its prefill 
   CHECK(peak <= share * static_cast<double>(mem.total));
 }
 
+TEST_CASE("a rollout on cuda:0 prefills prompts longer than max_num_batched_tokens in chunks, within the share",
+          "[worker][rank][gpu]") {
+  // 8 prompts of 20,000 tokens, 2 samples each, through the wide-MLP model in bf16: a pass over a whole prompt holds
+  // about 557 MiB of activations (ForwardTokenBytes a token), a chunk of max_num_batched_tokens (8,192) about 228 MiB.
+  // With a share leaving 512 MiB, chunked prefill fits slots beside a chunk; whole prompts do not fit at all, and the
+  // error says so.
+  TinyRankModel m(/*head_dim=*/64, /*inter=*/4096);
+  RankConfig config = Config(m.dir.path());
+  config.dtype = "bfloat16";
+  constexpr int64_t kLen = 20000;
+  REQUIRE(kLen * ForwardTokenBytes(m.config) > 512 * (int64_t{1} << 20));
+  std::vector<PromptInput> prompts;
+  for (int i = 0; i < 8; ++i) {
+    PromptInput p{{}, absl::StrCat("uid-", i), "verl_cpp/repeat_letter", "a", "{}"};
+    for (int64_t t = 0; t < kLen; ++t) p.token_ids.push_back(static_cast<int32_t>((i * 7 + t * 13) % (m.vocab_size - 1)));
+    prompts.push_back(std::move(p));
+  }
+  SamplingSettings sampling = Sampling(m);
+  sampling.ignore_eos = true;
+  sampling.max_new_tokens = 4;
+  absl::Status skipped;
+  // The share leaving `room` beside what a rank has allocated once a rollout has run in this process.
+  auto share_leaving = [&](double room) {
+    auto probe = RankOn("cuda:0", config, &skipped);
+    if (probe == nullptr) return -1.0;
+    REQUIRE(probe->Generate("warm", Prompts(m), Sampling(m), false).ok());
+    const DeviceMemory mem = probe->Memory();
+    REQUIRE(mem.total > 0);
+    return (static_cast<double>(mem.allocated) + room) / static_cast<double>(mem.total);
+  };
+  const double share = share_leaving(512.0 * (1 << 20));
+  if (share < 0) {
+    WARN("skipped: " << skipped.ToString());
+    return;
+  }
+  config.actor.rollout_gpu_memory_utilization = share;
+  {
+    auto rank = RankOn("cuda:0", config, &skipped);
+    REQUIRE(rank != nullptr);
+    auto gen = rank->Generate("g", prompts, sampling, false);
+    INFO(gen.status().ToString());
+    REQUIRE(gen.ok());
+    const DeviceMemory mem = rank->Memory();
+    const double slots = gen->metrics.at("perf/rollout_kv_cache_slots");
+    const double peak = gen->metrics.at("perf/rollout_max_memory_allocated_gb") * (1 << 30);
+    INFO("slots " << slots << ", the rollout's peak " << peak / (1 << 20) << " MiB, the share "
+                  << share * static_cast<double>(mem.total) / (1 << 20) << " MiB");
+    CHECK(slots >= 2);
+    CHECK(slots < 16);  // the budget binds
+    CHECK(peak <= share * static_cast<double>(mem.total));
+    // Three chunks (8,192 + 8,192 + 3,616 tokens) for each prompt, prefilled once (its samples admitted together).
+    CHECK(gen->metrics.at("perf/rollout_prefill_chunks") == 24.0);
+    // The samples of a prompt continue the same prefill: one response each, full length.
+    CHECK(gen->response_lengths == std::vector<int32_t>(16, 4));
+  }
+  config.actor.rollout_chunked_prefill = false;
+  auto whole = RankOn("cuda:0", config, &skipped);
+  REQUIRE(whole != nullptr);
+  auto refused = whole->Generate("g", prompts, sampling, false);
+  REQUIRE_FALSE(refused.ok());
+  CHECK_THAT(refused.status().ToString(), Catch::Contains("prefill"));
+}
+
 TEST_CASE("ZeRO-3 layer by layer on cuda:0: static passes within the budget, as many on both ranks",
           "[worker][rank][gpu]") {
   // Two ranks share cuda:0 over a host group. Rank 0 has two prompts, rank 1 one; passes of one prompt's two samples

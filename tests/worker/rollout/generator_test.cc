@@ -351,7 +351,8 @@ TEST_CASE_METHOD(TinyModelFixture, "Generate: continuous batching gives what sta
   const std::set<int64_t> distinct(lengths.data_ptr<int64_t>(), lengths.data_ptr<int64_t>() + lengths.numel());
   REQUIRE(distinct.size() >= 2);
 
-  const auto [slots, budget] = GENERATE(table<int32_t, int64_t>({{1, 8192}, {3, 8192}, {5, 12}, {7, 1}, {1024, 8192}}));
+  const auto [slots, budget] =
+      GENERATE(table<int32_t, int64_t>({{1, 8192}, {3, 8192}, {5, 12}, {7, 1}, {3, 4}, {1024, 8192}}));
   INFO("max_num_seqs " << slots << ", max_num_batched_tokens " << budget);
   o.max_num_seqs = slots;
   o.max_num_batched_tokens = budget;
@@ -360,9 +361,18 @@ TEST_CASE_METHOD(TinyModelFixture, "Generate: continuous batching gives what sta
   const bool packed = GENERATE(false, true);
   INFO((packed ? "packed prefill" : "padded prefill"));
   o.prefill_layout = packed ? PrefillLayout::kPacked : PrefillLayout::kPadded;
+  // A prompt longer than the budget prefilled in chunks of at most the budget's tokens (of 1 token, or of 4: 2 or 3
+  // chunks for prompts of 5 to 9), each attending to the ones before it in the slot, or alone in one pass.
+  o.chunked_prefill = GENERATE(true, false);
+  INFO((o.chunked_prefill ? "chunked prefill" : "long prompts whole"));
   RolloutBatch cont = GenerateContinuous(model(), prompts, o);
-  CAPTURE(cont.compactions, cont.prompt_joins);
+  CAPTURE(cont.compactions, cont.prompt_joins, cont.prefill_chunks);
   REQUIRE(cont.decode_graphs == 0);  // CPU
+  if (o.chunked_prefill && budget < 9) {
+    CHECK(cont.prefill_chunks >= (budget == 1 ? 44 : 11));  // every prefill of the prompts longer than the budget
+  } else {
+    CHECK(cont.prefill_chunks == 0);
+  }
   // Three sampled samples in three slots or five: they end at different steps, so slots free a few at a time and a
   // prompt's samples straddle admission rounds, the later ones joining a running sample. In one slot a prompt's next
   // sample waits until the last one ended: nothing to join, the prompt is prefilled again.
@@ -555,19 +565,26 @@ TEST_CASE("PrefillBytes: the largest prefill pass continuous batching admits", "
   REQUIRE(ForwardTokenBytes(c, at::kFloat) == 2 * token);
   // The logits of a pass's prompts (bf16 and float32) and a float32 row per sample.
   auto logits = [&](int64_t prompts, int64_t rows) { return prompts * 100 * 6 + rows * 100 * 4; };
-  // Prompts of 3, 5 and 9 tokens, 2 samples each. A pass admits the shortest that fit in 8 tokens (3 + 5), but the
-  // tokens of the next pass (9, alone) are more.
-  CHECK(PrefillBytes(c, at::kBFloat16, {9, 3, 5}, 2, 8, 100) == 9 * token + logits(2, 4));
-  // All of them fit in 17 tokens packed: one pass. Beyond, the three padded to the longest (27 tokens) bound it.
-  CHECK(PrefillBytes(c, at::kBFloat16, {9, 3, 5}, 2, 17, 100) == 17 * token + logits(3, 6));
-  CHECK(PrefillBytes(c, at::kBFloat16, {9, 3, 5}, 2, 1000, 100) == 27 * token + logits(3, 6));
-  // 12 tokens: at most two prompts (3 + 5), and 12 tokens of the three.
-  CHECK(PrefillBytes(c, at::kBFloat16, {9, 3, 5}, 2, 12, 100) == 12 * token + logits(2, 4));
-  // The rows drawn from a pass are at most the slots (max_rows).
-  CHECK(PrefillBytes(c, at::kBFloat16, {9, 3, 5}, 2, 17, 5) == 17 * token + logits(3, 5));
-  // A prompt longer than the budget is a pass of its own.
-  CHECK(PrefillBytes(c, at::kBFloat16, {40}, 1, 8, 100) == 40 * token + logits(1, 1));
-  CHECK(PrefillBytes(c, at::kBFloat16, {}, 2, 8, 100) == 0);
+  // A chunk's attention copies the cached keys and values of the whole prompt so far (bf16).
+  auto chunk_keys = [&](int64_t longest) { return 2 * longest * c.num_key_value_heads * c.head_dim * 2; };
+  for (const bool chunked : {false, true}) {
+    INFO((chunked ? "chunked prefill" : "whole prompts"));
+    // Prompts of 3, 5 and 9 tokens, 2 samples each. A pass admits the shortest that fit in 8 tokens (3 + 5), but the
+    // tokens of the next pass (9, alone) are more; chunked, that prompt's passes are of 8 and 1 tokens.
+    CHECK(PrefillBytes(c, at::kBFloat16, {9, 3, 5}, 2, 8, 100, chunked) ==
+          (chunked ? 8 * token + chunk_keys(9) : 9 * token) + logits(2, 4));
+    // All of them fit in 17 tokens packed: one pass. Beyond, the three padded to the longest (27 tokens) bound it.
+    CHECK(PrefillBytes(c, at::kBFloat16, {9, 3, 5}, 2, 17, 100, chunked) == 17 * token + logits(3, 6));
+    CHECK(PrefillBytes(c, at::kBFloat16, {9, 3, 5}, 2, 1000, 100, chunked) == 27 * token + logits(3, 6));
+    // 12 tokens: at most two prompts (3 + 5), and 12 tokens of the three.
+    CHECK(PrefillBytes(c, at::kBFloat16, {9, 3, 5}, 2, 12, 100, chunked) == 12 * token + logits(2, 4));
+    // The rows drawn from a pass are at most the slots (max_rows).
+    CHECK(PrefillBytes(c, at::kBFloat16, {9, 3, 5}, 2, 17, 5, chunked) == 17 * token + logits(3, 5));
+    // A prompt longer than the budget is a pass of its own, or passes of at most the budget.
+    CHECK(PrefillBytes(c, at::kBFloat16, {40}, 1, 8, 100, chunked) ==
+          (chunked ? 8 * token + chunk_keys(40) : 40 * token) + logits(1, 1));
+    CHECK(PrefillBytes(c, at::kBFloat16, {}, 2, 8, 100, chunked) == 0);
+  }
 }
 
 TEST_CASE("RolloutOutputBytes: int64 ids and a bool mask per position, a float32 log-prob per response position",
