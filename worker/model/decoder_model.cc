@@ -729,10 +729,10 @@ at::Tensor PackedAttention(const at::Tensor& q, const at::Tensor& k, const at::T
 }
 
 // Causal attention of T new queries [1, heads, T, hd] over S = cached + T keys and values [1, kv_heads, S, hd], the
-// last T of which are the queries' own: query t attends to keys [0, S - T + t] (the causal mask aligned to the last key,
-// as a prefill chunk after the cached ones needs; SDPA's is_causal aligns it to the first). On a GPU in bf16/fp16,
-// flash attention's variable-length kernel, whose causal mask is aligned so (GQA without repeating k and v); else SDPA
-// under the mask.
+// last T of which are the queries' own: query t attends to keys [0, S - T + t] (the causal mask aligned to the last
+// key, as a prefill chunk after the cached ones needs; SDPA's is_causal aligns it to the first). On a GPU in
+// bf16/fp16, flash attention's variable-length kernel, whose causal mask is aligned so (GQA without repeating k and
+// v); else SDPA under the mask.
 at::Tensor CausalAfterCache(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   const int64_t T = q.size(2), S = k.size(2);
   TORCH_CHECK(q.size(0) == 1 && k.size(0) == 1 && S >= T, "CausalAfterCache: one row of ", T, " queries over ", S,
@@ -747,8 +747,7 @@ at::Tensor CausalAfterCache(const at::Tensor& q, const at::Tensor& k, const at::
     return out.transpose(0, 1).unsqueeze(0);
   }
   const auto long_on = at::TensorOptions().dtype(at::kLong).device(q.device());
-  const at::Tensor mask =
-      at::arange(S, long_on).view({1, S}) <= at::arange(S - T, S, long_on).view({T, 1});
+  const at::Tensor mask = at::arange(S, long_on).view({1, S}) <= at::arange(S - T, S, long_on).view({T, 1});
   return at::scaled_dot_product_attention(q, k, v, mask.view({1, 1, T, S}), 0.0, /*is_causal=*/false, std::nullopt,
                                           /*enable_gqa=*/q.size(1) != k.size(1));
 }

@@ -339,7 +339,8 @@ int64_t PrefillBytes(const DecoderConfig& config, at::ScalarType dtype, std::vec
   // A chunk of the longest prompt: at most max_num_batched_tokens tokens, its attention reading a layer's keys and
   // values of all the prompt's positions so far as copies (CausalAfterCache's, flash attention's layout).
   const bool chunks = chunked && longest > max_num_batched_tokens;
-  const int64_t tokens = chunks ? max_num_batched_tokens : std::max(longest, std::min(padded_all, max_num_batched_tokens));
+  const int64_t tokens =
+      chunks ? max_num_batched_tokens : std::max(longest, std::min(padded_all, max_num_batched_tokens));
   const int64_t chunk_keys = chunks ? 2 * longest * config.num_key_value_heads * config.head_dim * e : 0;
   const int64_t rows = std::min(max_rows, prompts * std::max(1, n));
   // The prompts' last positions' logits in `dtype` and in float32, and a float32 row for each sample drawn from them.

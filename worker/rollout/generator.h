@@ -6,10 +6,10 @@
 // - continuous batching (the default): at most max_num_seqs sequences run at once, each in a slot of a KV cache
 //   allocated once; waiting prompts are prefilled in groups of at most max_num_batched_tokens tokens (packed back to
 //   back where flash attention runs, else padded; the n samples of a prompt share one prefill; a longer prompt alone,
-//   in chunks of at most that many tokens with chunked_prefill), and a finished
-//   sequence's slot takes the next waiting one at once, so a long tail does not leave the batch idle; on a GPU the
-//   host enqueues each decoding step before it reads the previous one's tokens (an EOS is seen, and its slot freed,
-//   one step late; the extra token is dropped);
+//   in chunks of at most that many tokens with chunked_prefill), and a finished sequence's slot takes the next
+//   waiting one at once, so a long tail does not leave the batch idle; on a GPU the host enqueues each decoding step
+//   before it reads the previous one's tokens (an EOS is seen, and its slot freed, one step late; the extra token is
+//   dropped);
 // - static: every sequence prefilled together (left-padded) and decoded until the last one ends; used when ranks
 //   must decode in lockstep (a model sharded layer by layer).
 // Returns the rollout log-prob of every sampled token under the temperature-scaled distribution, the same quantity the

@@ -475,7 +475,9 @@ TEST_CASE("a rollout on cuda:0 prefills prompts longer than max_num_batched_toke
   std::vector<PromptInput> prompts;
   for (int i = 0; i < 8; ++i) {
     PromptInput p{{}, absl::StrCat("uid-", i), "verl_cpp/repeat_letter", "a", "{}"};
-    for (int64_t t = 0; t < kLen; ++t) p.token_ids.push_back(static_cast<int32_t>((i * 7 + t * 13) % (m.vocab_size - 1)));
+    for (int64_t t = 0; t < kLen; ++t) {
+      p.token_ids.push_back(static_cast<int32_t>((i * 7 + t * 13) % (m.vocab_size - 1)));
+    }
     prompts.push_back(std::move(p));
   }
   SamplingSettings sampling = Sampling(m);
