@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -347,7 +348,9 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorR
                                                      FormatShape(t.shape), " of ", std::string(SafetensorsDTypeName(t.dtype)),
                                                      " needs ", *expected));
     }
-    if (t.nbytes > 0 && t.data == nullptr) return absl::InvalidArgumentError(absl::StrCat(where, ": null data"));
+    if (t.nbytes > 0 && t.data == nullptr && !t.fetch) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": null data"));
+    }
     order.push_back(&t);
   }
   std::sort(order.begin(), order.end(), [](const TensorRef* a, const TensorRef* b) {
@@ -406,7 +409,23 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorR
   int err = WriteAll(fd, length_bytes, 8);
   if (err == 0) err = WriteAll(fd, header_text.data(), header_text.size());
   for (size_t i = 0; err == 0 && i < order.size(); ++i) {
-    err = WriteAll(fd, static_cast<const char*>(order[i]->data), order[i]->nbytes);
+    const TensorRef& t = *order[i];
+    const void* data = t.data;
+    if (data == nullptr && t.nbytes > 0) {
+      std::string error;
+      try {
+        data = t.fetch();
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+      if (data == nullptr) {
+        ::close(fd);
+        ::unlink(tmp_path.c_str());
+        return absl::InternalError(absl::StrCat("writing safetensors file ", path, ", tensor ", Quote(t.name),
+                                                ": cannot get its bytes", error.empty() ? "" : ": ", error));
+      }
+    }
+    err = WriteAll(fd, static_cast<const char*>(data), t.nbytes);
   }
   if (err != 0) return fail(err, "cannot write");
   if (::fsync(fd) != 0) return fail(errno, "cannot fsync");

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -96,12 +97,16 @@ class SafetensorsFile {
 };
 
 // A tensor to write, by reference: `data` must stay valid during the write call. Avoids copying large tensors.
+// Or, with `data` null, `fetch` gives the bytes when the writer reaches the tensor (the tensors in write order, one at a
+// time): its pointer needs to stay valid only until the next fetch or the end of the write, so a caller can stage one
+// tensor at a time (a device tensor copied to the host). An exception it throws fails the write, naming the tensor.
 struct TensorRef {
   std::string name;
   DType dtype = DType::kFloat32;
   std::vector<int64_t> shape;
   const void* data = nullptr;
   size_t nbytes = 0;  // must equal numel(shape) * DTypeSize(dtype)
+  std::function<const void*()> fetch;
 };
 
 // Writes `tensors` to `path` in the layout HuggingFace's safetensors library produces: header JSON padded with spaces

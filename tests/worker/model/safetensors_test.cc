@@ -160,6 +160,48 @@ TEST_CASE("safetensors TensorRef overload writes without copies and overwrites a
   CHECK(back[2] == 3.25f);
 }
 
+TEST_CASE("safetensors TensorRef fetch: each tensor's bytes asked for in write order, one at a time", "[safetensors]") {
+  TestDir dir("st_fetch");
+  const std::string path = dir.file("f.safetensors");
+  // Staged one at a time in a buffer the next fetch overwrites, as a device tensor copied to the host would be.
+  std::vector<float> staged;
+  std::vector<std::string> asked;
+  auto fetcher = [&](const std::string& name, std::vector<float> values) {
+    return [&, name, values]() {
+      asked.push_back(name);
+      staged = values;
+      return static_cast<const void*>(staged.data());
+    };
+  };
+  const std::vector<float> kept = {9.0f};
+  std::vector<TensorRef> refs = {TensorRef{"b", DType::kFloat32, {2}, nullptr, 8, fetcher("b", {1.0f, 2.0f})},
+                                 TensorRef{"a", DType::kFloat32, {3}, nullptr, 12, fetcher("a", {3.0f, 4.0f, 5.0f})},
+                                 TensorRef{"c", DType::kFloat32, {1}, kept.data(), 4}};
+  REQUIRE(WriteSafetensors(path, refs).ok());
+  CHECK(asked == std::vector<std::string>{"a", "b"});  // write order (by name within a dtype); "c" has its data
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path);
+  REQUIRE(file.ok());
+  auto floats = [&](const std::string& name) {
+    const auto view = file->Get(name).value();
+    std::vector<float> v(view.nbytes / 4);
+    std::memcpy(v.data(), view.data, view.nbytes);
+    return v;
+  };
+  CHECK(floats("a") == std::vector<float>{3.0f, 4.0f, 5.0f});
+  CHECK(floats("b") == std::vector<float>{1.0f, 2.0f});
+  CHECK(floats("c") == kept);
+  // A fetch that throws fails the write, naming the tensor, and leaves the file that was there.
+  refs[0].fetch = []() -> const void* { throw std::runtime_error("device copy failed"); };
+  const absl::Status s = WriteSafetensors(path, refs);
+  CHECK(s.code() == absl::StatusCode::kInternal);
+  CHECK_THAT(std::string(s.message()), Catch::Contains("'b'") && Catch::Contains("device copy failed"));
+  REQUIRE(SafetensorsFile::Open(path).ok());
+  CHECK(std::distance(std::filesystem::directory_iterator(dir.path()), std::filesystem::directory_iterator()) == 1);
+  // Neither data nor fetch: refused before anything is written.
+  refs[0].fetch = nullptr;
+  CHECK(WriteSafetensors(path, refs).code() == absl::StatusCode::kInvalidArgument);
+}
+
 TEST_CASE("safetensors writer rejects inconsistent input", "[safetensors]") {
   TestDir dir("st_bad_write");
   const std::string path = dir.file("bad.safetensors");
