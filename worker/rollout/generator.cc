@@ -926,6 +926,16 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
       }
       // Whether the prefill writes one slot per distinct prompt, in the prefill's order (no gather).
       const bool held_once = share || one_each;
+      // Once the prefill has filled their slots, the group's sequences run: each draws its first token from its
+      // prompt's row of `logits` (the prompts' last positions, [u, V]).
+      auto start_group = [&](const at::Tensor& logits) {
+        running += static_cast<int64_t>(group.size());
+        keep_pending(distinct, logits);
+        const at::Tensor first = sample_and_record(group, rows(logits));
+#ifdef VERL_WITH_CUDA
+        if (decode_kernel) dev_last.index_copy_(0, dev_group, first);
+#endif
+      };
       // A prompt longer than max_num_batched_tokens (admitted alone, with its samples) is prefilled in chunks of at
       // most that many tokens straight into its first sample's slot, each attending to the chunks before it there; its
       // other samples read the prompt from that slot (shared prompts) or copy it.
@@ -948,13 +958,7 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
         if (!share) {
           for (size_t g = 1; g < group.size(); ++g) copy_prompt(holder, group[g], first_len);
         }
-        running += static_cast<int64_t>(group.size());
-        const at::Tensor logits = model.Logits(hidden.select(0, 0).narrow(0, hidden.size(1) - 1, 1));
-        keep_pending(distinct, logits);
-        const at::Tensor first = sample_and_record(group, rows(logits));
-#ifdef VERL_WITH_CUDA
-        if (decode_kernel) dev_last.index_copy_(0, dev_group, first);
-#endif
+        start_group(model.Logits(hidden.select(0, 0).narrow(0, hidden.size(1) - 1, 1)));
         continue;
       }
       if (packed_prefill) {
@@ -1000,14 +1004,8 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
         const at::Tensor hidden =
             model.Forward(at::tensor(ids_h, long_opts).to(device).unsqueeze(0),
                           at::tensor(pos_h, long_opts).to(device).unsqueeze(0), at::Tensor(), &into, &packed);
-        running += static_cast<int64_t>(group.size());
         const at::Tensor last = at::tensor(last_h, long_opts).to(device);
-        const at::Tensor logits = model.Logits(hidden.select(0, 0).index_select(0, last));
-        keep_pending(distinct, logits);
-        const at::Tensor first = sample_and_record(group, rows(logits));
-#ifdef VERL_WITH_CUDA
-        if (decode_kernel) dev_last.index_copy_(0, dev_group, first);
-#endif
+        start_group(model.Logits(hidden.select(0, 0).index_select(0, last)));
         continue;
       }
       at::Tensor ids = at::full({u, longest}, options.pad_token_id, long_opts);
@@ -1040,13 +1038,7 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
           slots.v[i].narrow(2, 0, longest).index_copy_(0, dev_group, rows(prefill.v[i]));
         }
       }
-      running += static_cast<int64_t>(group.size());
-      at::Tensor logits = model.Logits(hidden.index({at::arange(u, dev_long), last.to(device)}));
-      keep_pending(distinct, logits);
-      const at::Tensor first = sample_and_record(group, rows(logits));
-#ifdef VERL_WITH_CUDA
-      if (decode_kernel) dev_last.index_copy_(0, dev_group, first);
-#endif
+      start_group(model.Logits(hidden.index({at::arange(u, dev_long), last.to(device)})));
     }
     hand_off();  // a prompt's holder may have ended at its first token
     if (running == 0) continue;

@@ -62,6 +62,17 @@ std::unique_ptr<RankInterface> RankOn(const std::string& device, const RankConfi
   return rank;
 }
 
+// The share of cuda:0 that leaves `room` bytes beside what a rank of `config` has allocated once a rollout has run in
+// this process (its capture stream's GEMM workspace then allocated too); -1, and *skipped set, without the device.
+double ShareLeaving(const RankConfig& config, const TinyRankModel& m, double room, absl::Status* skipped) {
+  auto probe = RankOn("cuda:0", config, skipped);
+  if (probe == nullptr) return -1.0;
+  REQUIRE(probe->Generate("warm", Prompts(m), Sampling(m), false).ok());
+  const DeviceMemory mem = probe->Memory();
+  REQUIRE(mem.total > 0);
+  return (static_cast<double>(mem.allocated) + room) / static_cast<double>(mem.total);
+}
+
 StepOutput Step(RankInterface& rank, const TinyRankModel& m, const std::string& g = "g") {
   SamplingSettings greedy = Sampling(m);
   greedy.do_sample = false;
@@ -430,17 +441,7 @@ TEST_CASE("a rollout on cuda:0 stays within gpu_memory_utilization, its prefill 
   sampling.ignore_eos = true;
   sampling.max_new_tokens = 4;
   absl::Status skipped;
-  // The share of the device that leaves `room` bytes beside what a rank has allocated once a rollout has run in this
-  // process (its capture stream's GEMM workspace then allocated too).
-  auto share_leaving = [&](double room) {
-    auto probe = RankOn("cuda:0", config, &skipped);
-    if (probe == nullptr) return -1.0;
-    REQUIRE(probe->Generate("warm", Prompts(m), Sampling(m), false).ok());
-    const DeviceMemory mem = probe->Memory();
-    REQUIRE(mem.total > 0);
-    return (static_cast<double>(mem.allocated) + room) / static_cast<double>(mem.total);
-  };
-  const double share = share_leaving(256.0 * (1 << 20));
+  const double share = ShareLeaving(config, m, 256.0 * (1 << 20), &skipped);
   if (share < 0) {
     WARN("skipped: " << skipped.ToString());
     return;
@@ -484,16 +485,7 @@ TEST_CASE("a rollout on cuda:0 prefills prompts longer than max_num_batched_toke
   sampling.ignore_eos = true;
   sampling.max_new_tokens = 4;
   absl::Status skipped;
-  // The share leaving `room` beside what a rank has allocated once a rollout has run in this process.
-  auto share_leaving = [&](double room) {
-    auto probe = RankOn("cuda:0", config, &skipped);
-    if (probe == nullptr) return -1.0;
-    REQUIRE(probe->Generate("warm", Prompts(m), Sampling(m), false).ok());
-    const DeviceMemory mem = probe->Memory();
-    REQUIRE(mem.total > 0);
-    return (static_cast<double>(mem.allocated) + room) / static_cast<double>(mem.total);
-  };
-  const double share = share_leaving(512.0 * (1 << 20));
+  const double share = ShareLeaving(config, m, 512.0 * (1 << 20), &skipped);
   if (share < 0) {
     WARN("skipped: " << skipped.ToString());
     return;
