@@ -623,6 +623,7 @@ absl::Status HostCommunicator::Exchange(std::string_view op_name, std::vector<Tr
           absl::DeadlineExceededError(absl::StrCat(Prefix(), op, " timed out after ", absl::FormatDuration(timeout),
                                                    " waiting for ", absl::StrJoin(waiting, "; "))));
     }
+    int hung_up = -1;  // a peer whose connection was reset (first seen this round)
     for (int j = 0; j < world_size_; ++j) {
       const short revents = fds[j].revents;
       if (j == rank_ || revents == 0) continue;
@@ -661,10 +662,15 @@ absl::Status HostCommunicator::Exchange(std::string_view op_name, std::vector<Tr
       }
       // A reset connection reports POLLHUP/POLLERR; a peer that merely closed after finishing (FIN) does not, so this
       // only fires for peers that aborted or died.
-      if (revents & (POLLHUP | POLLERR | POLLNVAL)) {
-        return fail(absl::UnavailableError(
-            absl::StrCat(Prefix(), op, ": connection to ", PeerName(j), " was lost (it aborted or died)")));
-      }
+      if (hung_up < 0 && (revents & (POLLHUP | POLLERR | POLLNVAL))) hung_up = j;
+    }
+    // What a peer sent before it reset its connection is still read above (a peer that finished the operation and
+    // then aborted, as a worker does when its call fails): the reset fails the operation only if anything is left to
+    // move, with that peer or (an uninvolved peer's reset: the group is broken) another.
+    if (hung_up >= 0 && std::any_of(transfers.begin(), transfers.end(),
+                                    [](const Transfer& x) { return x.done < x.size; })) {
+      return fail(absl::UnavailableError(
+          absl::StrCat(Prefix(), op, ": connection to ", PeerName(hung_up), " was lost (it aborted or died)")));
     }
   }
 }
