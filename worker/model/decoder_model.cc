@@ -729,27 +729,20 @@ at::Tensor PackedAttention(const at::Tensor& q, const at::Tensor& k, const at::T
 }
 
 // Causal attention of T new queries [1, heads, T, hd] over S = cached + T keys and values [1, kv_heads, S, hd], the
-// last T of which are the queries' own: query t attends to keys [0, S - T + t] (the causal mask aligned to the last
-// key, as a prefill chunk after the cached ones needs; SDPA's is_causal aligns it to the first). On a GPU in
-// bf16/fp16, flash attention's variable-length kernel, whose causal mask is aligned so (GQA without repeating k and
-// v); else SDPA under the mask.
-at::Tensor CausalAfterCache(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+// last T of which are the queries' own: query t attends to keys [0, S - T + t]. Flash attention's variable-length
+// kernel (a GPU in bf16/fp16, PackedAttentionIsFlash), whose causal mask is aligned so, to the last key (SDPA's
+// is_causal aligns it to the first); GQA without repeating k and v.
+at::Tensor FlashCausalAfterCache(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   const int64_t T = q.size(2), S = k.size(2);
-  TORCH_CHECK(q.size(0) == 1 && k.size(0) == 1 && S >= T, "CausalAfterCache: one row of ", T, " queries over ", S,
-              " keys");
-  if (PackedAttentionIsFlash(q.device(), q.scalar_type())) {
-    auto tokens_first = [](const at::Tensor& t) { return t.squeeze(0).transpose(0, 1).contiguous(); };
-    const at::Tensor cu_q = IntsOn({0, static_cast<int32_t>(T)}, q.device());
-    const at::Tensor cu_k = IntsOn({0, static_cast<int32_t>(S)}, q.device());
-    at::Tensor out = std::get<0>(at::_flash_attention_forward(tokens_first(q), tokens_first(k), tokens_first(v), cu_q,
-                                                              cu_k, T, S, /*dropout_p=*/0.0, /*is_causal=*/true,
-                                                              /*return_debug_mask=*/false));
-    return out.transpose(0, 1).unsqueeze(0);
-  }
-  const auto long_on = at::TensorOptions().dtype(at::kLong).device(q.device());
-  const at::Tensor mask = at::arange(S, long_on).view({1, S}) <= at::arange(S - T, S, long_on).view({T, 1});
-  return at::scaled_dot_product_attention(q, k, v, mask.view({1, 1, T, S}), 0.0, /*is_causal=*/false, std::nullopt,
-                                          /*enable_gqa=*/q.size(1) != k.size(1));
+  TORCH_CHECK(q.size(0) == 1 && k.size(0) == 1 && S >= T && PackedAttentionIsFlash(q.device(), q.scalar_type()),
+              "FlashCausalAfterCache: one row of ", T, " queries over ", S, " keys, in flash attention's dtypes");
+  auto tokens_first = [](const at::Tensor& t) { return t.squeeze(0).transpose(0, 1).contiguous(); };
+  const at::Tensor cu_q = IntsOn({0, static_cast<int32_t>(T)}, q.device());
+  const at::Tensor cu_k = IntsOn({0, static_cast<int32_t>(S)}, q.device());
+  at::Tensor out = std::get<0>(at::_flash_attention_forward(tokens_first(q), tokens_first(k), tokens_first(v), cu_q,
+                                                            cu_k, T, S, /*dropout_p=*/0.0, /*is_causal=*/true,
+                                                            /*return_debug_mask=*/false));
+  return out.transpose(0, 1).unsqueeze(0);
 }
 
 }  // namespace
@@ -1151,8 +1144,8 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
     }
     if (packed) {
       attn = PackedAttention(q, k, v, *packed, saves);
-    } else if (cache && causal) {  // ForwardChunk
-      attn = CausalAfterCache(q, k, v);
+    } else if (cache && causal) {  // ForwardChunk where flash attention runs
+      attn = FlashCausalAfterCache(q, k, v);
     } else {
       attn = at::scaled_dot_product_attention(
           q, k, v, attn_mask.defined() ? std::optional<at::Tensor>(attn_mask) : std::nullopt, 0.0,
@@ -1366,7 +1359,12 @@ at::Tensor DecoderModel::ForwardChunk(const at::Tensor& input_ids, KvCache* cach
               cache->length + T, ") past the cache's ", cache->k.front().size(2));
   const at::Tensor positions =
       at::arange(cache->length, cache->length + T, input_ids.options().dtype(at::kLong)).unsqueeze(0);
-  return ForwardImpl(input_ids, positions, at::Tensor(), cache, nullptr, /*causal=*/true);
+  if (PackedAttentionIsFlash(input_ids.device(), cache->k.front().scalar_type())) {
+    return ForwardImpl(input_ids, positions, at::Tensor(), cache, nullptr, /*causal=*/true);
+  }
+  // Elsewhere the cached path under the mask of a decoding step of T tokens (built once for every layer).
+  const at::Tensor valid = at::ones({1, cache->length + T}, input_ids.options().dtype(at::kBool));
+  return Forward(input_ids, positions, BuildAttentionMask(valid, cache->length, T), cache);
 }
 
 at::Tensor DecoderModel::ForwardColumns(const at::Tensor& input_ids, const at::Tensor& valid, int64_t begin,

@@ -195,9 +195,10 @@ class DecoderModel {
   at::Tensor ForwardCausal(const at::Tensor& input_ids, const at::Tensor& position_ids) const;
   // Continues the one sequence held in `cache` (KvCache of one row and no slots, with cache->length positions written)
   // by `input_ids` [1, T] at positions [length, length + T): their keys and values go into the cache (length advances)
-  // and each new token attends to the cached positions and to the new ones up to itself, without a mask (flash
-  // attention's causal kernel on a GPU in bf16/fp16, else SDPA under a mask). Continuous batching's chunked prefill: a
-  // chunk's hidden states equal those of the prompt's positions in one whole pass but for the kernels' rounding.
+  // and each new token attends to the cached positions and to the new ones up to itself (flash attention's causal
+  // kernel, without a mask, on a GPU in bf16/fp16; else Forward's masked path). Continuous batching's chunked
+  // prefill: a chunk's hidden states equal those of the prompt's positions in one whole pass but for the kernels'
+  // rounding.
   at::Tensor ForwardChunk(const at::Tensor& input_ids, KvCache* cache) const;
   // The hidden states [B, length, hidden] at columns [begin, begin + length) of rows with validity `valid` [B, T]
   // (bool), as Forward with BuildAttentionMask(valid, 0, T) computes them at valid columns. `causal`: every row's valid

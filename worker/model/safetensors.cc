@@ -401,9 +401,12 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorR
   const std::string tmp_path = absl::StrCat(path, ".tmp.", ::getpid(), ".", counter.fetch_add(1));
   const int fd = ::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return OsError(errno, "cannot create temporary file", tmp_path);
-  auto fail = [&](int err, std::string_view what) {
+  auto discard = [&]() {
     ::close(fd);
     ::unlink(tmp_path.c_str());
+  };
+  auto fail = [&](int err, std::string_view what) {
+    discard();
     return OsError(err, what, tmp_path);
   };
   int err = WriteAll(fd, length_bytes, 8);
@@ -419,8 +422,7 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorR
         error = e.what();
       }
       if (data == nullptr) {
-        ::close(fd);
-        ::unlink(tmp_path.c_str());
+        discard();
         return absl::InternalError(absl::StrCat("writing safetensors file ", path, ", tensor ", Quote(t.name),
                                                 ": cannot get its bytes", error.empty() ? "" : ": ", error));
       }

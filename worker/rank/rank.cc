@@ -437,8 +437,8 @@ class CpuRank final : public RankInterface {
   // and the largest prefill, PrefillBytes; layer by layer, each row's prefill) and the batches it returns (with
   // `baseline`, the greedy baseline's too). The folded weights (opts->fold_input_norms, fold_post_attention_norms)
   // are made only where they cost none of the slots the rollout's sequences would use; otherwise the options are
-  // turned off here. Too little room for one sequence (layer by layer:
-  // one prompt's n samples) is ResourceExhausted, naming the key.
+  // turned off here. Too little room for one sequence (layer by layer: one prompt's n samples) is ResourceExhausted,
+  // naming the key.
   absl::StatusOr<int32_t> RolloutSlots(const std::vector<PromptInput>& prompts, bool baseline,
                                        SamplingOptions* opts) const {
     const int32_t max_seqs = std::max(1, config_.actor.rollout_max_num_seqs);

@@ -337,7 +337,7 @@ int64_t PrefillBytes(const DecoderConfig& config, at::ScalarType dtype, std::vec
   const int64_t padded_all = longest * static_cast<int64_t>(prompt_lengths.size());
   const int64_t e = static_cast<int64_t>(c10::elementSize(dtype));
   // A chunk of the longest prompt: at most max_num_batched_tokens tokens, its attention reading a layer's keys and
-  // values of all the prompt's positions so far as copies (CausalAfterCache's, flash attention's layout).
+  // values of all the prompt's positions so far as copies (FlashCausalAfterCache's, flash attention's layout).
   const bool chunks = chunked && longest > max_num_batched_tokens;
   const int64_t tokens =
       chunks ? max_num_batched_tokens : std::max(longest, std::min(padded_all, max_num_batched_tokens));
@@ -939,9 +939,9 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
       // A prompt longer than max_num_batched_tokens (admitted alone, with its samples) is prefilled in chunks of at
       // most that many tokens straight into its first sample's slot, each attending to the chunks before it there; its
       // other samples read the prompt from that slot (shared prompts) or copy it.
-      const int64_t first_len = static_cast<int64_t>(prompts[distinct.front()].size());
+      const std::vector<int32_t>& first_prompt = prompts[distinct.front()];
+      const int64_t first_len = static_cast<int64_t>(first_prompt.size());
       if (options.chunked_prefill && u == 1 && first_len > options.max_num_batched_tokens) {
-        const std::vector<int32_t>& p = prompts[distinct.front()];
         const int64_t holder = holders.front();
         KvCache part;  // the holder's slot as a cache of one sequence
         for (size_t i = 0; i < slots.k.size(); ++i) {
@@ -951,7 +951,7 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
         at::Tensor hidden;
         for (int64_t begin = 0; begin < first_len; begin += options.max_num_batched_tokens) {
           const int64_t len = std::min(options.max_num_batched_tokens, first_len - begin);
-          const std::vector<int64_t> ids(p.begin() + begin, p.begin() + begin + len);
+          const std::vector<int64_t> ids(first_prompt.begin() + begin, first_prompt.begin() + begin + len);
           hidden = model.ForwardChunk(at::tensor(ids, long_opts).to(device).unsqueeze(0), &part);
           ++out.prefill_chunks;
         }
