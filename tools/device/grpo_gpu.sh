@@ -8,6 +8,7 @@
 #
 #   tools/device/grpo_gpu.sh            # STEPS=3 PROMPTS=64 N=8 RESPONSE=128 DTYPE=float32 HOST_COMPARE=1 OFFLOAD=1 ZERO3=1
 #   SAVE_FREQ=10 RESUME_STEPS=20 ...    # checkpoints every 10 steps, then gpu1 resumed from its last one for 20 more
+#   TESTS=0 ...                         # without the rank test (gpu_rank_test_rc -1)
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -26,6 +27,7 @@ CRITIC="${CRITIC:-0}"                # also PPO (GAE) on 1 GPU and with the crit
 BASE="${BASE:-1}"                    # the GRPO runs on 1 and 2 GPUs
 SAVE_FREQ="${SAVE_FREQ:--1}"         # trainer.save_freq of every run (keeping the last two checkpoints)
 RESUME_STEPS="${RESUME_STEPS:-0}"    # > 0: gpu1 resumed from its last checkpoint for this many steps more (gpu1-resume)
+TESTS="${TESTS:-1}"                  # 0: skip the [gpu] rank test (perf_gpu.sh runs it too)
 mkdir -p "$OUT"
 start=$(date +%s)
 secs() { echo $(( $(date +%s) - start )); }
@@ -43,8 +45,10 @@ gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 tests_rc=-1
 runs=()
 if [ $build_rc = 0 ]; then
-  timeout 300 "$BUILD_DIR/bin/gpu_rank_test" --durations yes > "$OUT/tests.log" 2>&1
-  tests_rc=$?
+  if [ "$TESTS" = 1 ]; then
+    timeout 300 "$BUILD_DIR/bin/gpu_rank_test" --durations yes > "$OUT/tests.log" 2>&1
+    tests_rc=$?
+  fi
   work=/tmp/verl-grpo-gpu
   rm -rf "$work"; mkdir -p "$work"
   "$BUILD_DIR/bin/verl-make-tiny-model" --out-dir "$work/bench-0.5b" --hidden 896 --layers 24 --heads 14 \
