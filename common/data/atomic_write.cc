@@ -28,8 +28,19 @@ absl::Status WriteAtomically(const std::string& path, const std::function<absl::
   return status;
 }
 
+absl::Status SyncDirectory(const std::string& dir) {
+  const std::string name = dir.empty() ? "." : dir;
+  const int fd = ::open(name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return absl::InternalError(absl::StrCat("cannot open directory '", name, "': ", std::strerror(errno)));
+  int err = ::fsync(fd) == 0 ? 0 : errno;
+  ::close(fd);
+  if (err == EINVAL || err == ENOTSUP) err = 0;
+  if (err != 0) return absl::InternalError(absl::StrCat("cannot sync directory '", name, "': ", std::strerror(err)));
+  return absl::OkStatus();
+}
+
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents) {
-  return WriteAtomically(path, [&](const std::string& temp_path) -> absl::Status {
+  absl::Status status = WriteAtomically(path, [&](const std::string& temp_path) -> absl::Status {
     const int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return absl::InternalError(absl::StrCat("cannot write '", temp_path, "': ", std::strerror(errno)));
     size_t done = 0;
@@ -53,6 +64,8 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
     }
     return absl::OkStatus();
   });
+  if (!status.ok()) return status;
+  return SyncDirectory(std::filesystem::path(path).parent_path().string());
 }
 
 }  // namespace verl

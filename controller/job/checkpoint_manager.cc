@@ -26,6 +26,18 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   return ss.str();
 }
 
+// SyncDirectory on `root` and every directory below it.
+absl::Status SyncDirectoryTree(const std::string& root) {
+  std::error_code ec;
+  std::vector<std::string> dirs = {root};
+  for (fs::recursive_directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->is_directory(ec)) dirs.push_back(it->path().string());
+  }
+  if (ec) return absl::InternalError(absl::StrCat("cannot list ", root, ": ", ec.message()));
+  for (const std::string& dir : dirs) RETURN_IF_ERROR(SyncDirectory(dir));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 CheckpointManager::CheckpointManager(std::string root, SaveOnWorkers save_on_workers,
@@ -79,6 +91,9 @@ absl::Status CheckpointManager::Save(int64_t global_step, const ResumableSampler
                            {"controller", controller_state}};
     status = WriteFileAtomically(tmp_dir + "/data.json", data.dump(2) + "\n");
   }
+  // Every file was flushed by its writer; their directories' entries are flushed here, before the tracker can name
+  // them (a crash must not leave the tracker naming a step whose files' names never reached the disk).
+  if (status.ok()) status = SyncDirectoryTree(tmp_dir);
   if (!status.ok()) {
     // Leave no half-written directory behind; the previous checkpoint and the tracker are untouched.
     fs::remove_all(tmp_dir, ec);
@@ -94,6 +109,7 @@ absl::Status CheckpointManager::Save(int64_t global_step, const ResumableSampler
   }
   fs::rename(tmp_dir, final_dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot rename ", tmp_dir, " to ", final_dir, ": ", ec.message()));
+  RETURN_IF_ERROR(SyncDirectory(root_));
   if (before_commit) RETURN_IF_ERROR(before_commit());
   RETURN_IF_ERROR(WriteFileAtomically(TrackerPath(), absl::StrCat(global_step, "\n")));
   fs::remove_all(old_dir, ec);

@@ -40,8 +40,11 @@ absl::Status WriteTensors(const std::string& path, const std::vector<std::pair<s
     } else {
       ref.fetch = [&staged, t = tensor]() {
         staged = at::Tensor();  // the previous copy goes first
-        staged = t.detach().to(at::kCPU).contiguous();
-        return static_cast<const void*>(staged.data_ptr());
+        // One contiguous host buffer, whatever the tensor's strides (to(kCPU) keeps a dense tensor's, and a
+        // contiguous() after it would be a second copy).
+        staged = at::empty(t.sizes(), t.options().device(at::kCPU).memory_format(at::MemoryFormat::Contiguous));
+        staged.copy_(t.detach());
+        return std::span<const std::byte>(static_cast<const std::byte*>(staged.data_ptr()), staged.nbytes());
       };
     }
     refs.push_back(std::move(ref));

@@ -10,9 +10,11 @@
 #include <cerrno>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/data/atomic_write.h"
 #include "nlohmann/json.hpp"
 
 namespace verl {
@@ -89,6 +91,7 @@ int WriteAll(int fd, const char* data, size_t n) {
       if (errno == EINTR) continue;
       return errno;
     }
+    if (w == 0) return EIO;  // no progress on a regular file: never retry forever
     data += w;
     n -= static_cast<size_t>(w);
   }
@@ -416,12 +419,21 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorR
     const void* data = t.data;
     if (data == nullptr && t.nbytes > 0) {
       std::string error;
+      std::span<const std::byte> bytes;
       try {
-        data = t.fetch();
+        bytes = t.fetch();
       } catch (const std::exception& e) {
         error = e.what();
+      } catch (...) {
+        error = "an exception of unknown type";
       }
-      if (data == nullptr) {
+      if (error.empty() && bytes.size() != t.nbytes) {
+        error = absl::StrCat("got ", bytes.size(), " bytes where its header entry (",
+                             std::string(SafetensorsDTypeName(t.dtype)), " ",
+                             FormatShape(t.shape), ") says ", t.nbytes);
+      }
+      data = bytes.data();
+      if (!error.empty() || data == nullptr) {
         discard();
         return absl::InternalError(absl::StrCat("writing safetensors file ", path, ", tensor ", Quote(t.name),
                                                 ": cannot get its bytes", error.empty() ? "" : ": ", error));
@@ -441,7 +453,8 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorR
     ::unlink(tmp_path.c_str());
     return OsError(rename_err, absl::StrCat("cannot rename ", tmp_path, " to"), path);
   }
-  return absl::OkStatus();
+  // The rename is durable only once its directory is (the file's bytes already are).
+  return SyncDirectory(std::filesystem::path(path).parent_path().string());
 }
 
 absl::Status WriteSafetensors(const std::string& path,

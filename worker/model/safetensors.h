@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -98,15 +99,16 @@ class SafetensorsFile {
 
 // A tensor to write, by reference: `data` must stay valid during the write call. Avoids copying large tensors.
 // Or, with `data` null, `fetch` gives the bytes when the writer reaches the tensor (the tensors in write order, one at a
-// time): its pointer needs to stay valid only until the next fetch or the end of the write, so a caller can stage one
-// tensor at a time (a device tensor copied to the host). An exception it throws fails the write, naming the tensor.
+// time): they need to stay valid only until the next fetch or the end of the write, so a caller can stage one tensor
+// at a time (a device tensor copied to the host). An exception it throws, or bytes of another size than `nbytes`
+// (the header already says what follows), fails the write, naming the tensor.
 struct TensorRef {
   std::string name;
   DType dtype = DType::kFloat32;
   std::vector<int64_t> shape;
   const void* data = nullptr;
   size_t nbytes = 0;  // must equal numel(shape) * DTypeSize(dtype)
-  std::function<const void*()> fetch;
+  std::function<std::span<const std::byte>()> fetch;
 };
 
 // Writes `tensors` to `path` in the layout HuggingFace's safetensors library produces: header JSON padded with spaces

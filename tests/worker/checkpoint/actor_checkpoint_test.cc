@@ -154,3 +154,40 @@ TEST_CASE("ExportHuggingFace writes a model directory that loads back identicall
 
 }  // namespace
 }  // namespace verl
+
+namespace verl {
+namespace {
+
+TEST_CASE("SaveTrainableState writes strided, offset, bf16 and empty tensors as their values", "[worker][checkpoint]") {
+  TestDir dir("ckpt_layouts");
+  at::Tensor backing = at::arange(40, at::kFloat);
+  TrainableState saved;
+  saved.params = {
+      {"transposed", at::arange(12, at::kFloat).reshape({3, 4}).t()},  // strided: staged through the fetch
+      {"offset_view", backing.narrow(0, 5, 6)},                       // contiguous view at an offset: written in place
+      {"bf16", at::linspace(-2, 2, 7, at::kFloat).to(at::kBFloat16)},
+      {"empty", at::empty({0, 3}, at::kFloat)},
+      {"every_other", backing.slice(0, 0, 40, 2)},  // strided, one dimension
+  };
+  saved.moments = {{"bf16", at::full({7}, 0.5f), at::full({7}, 0.25f).t(), at::Tensor()}};
+  saved.optimizer_step = 3;
+  REQUIRE(SaveTrainableState(dir.path(), saved, 1, 1, 0).ok());
+
+  TrainableState loaded;
+  for (const auto& [name, t] : saved.params) loaded.params.emplace_back(name, at::zeros(t.sizes(), t.options()));
+  loaded.moments = {{"bf16", at::zeros({7}), at::zeros({7}), at::Tensor()}};
+  const absl::Status s = LoadTrainableState(dir.path(), loaded, 1, 0);
+  INFO(s.ToString());
+  REQUIRE(s.ok());
+  for (size_t i = 0; i < saved.params.size(); ++i) {
+    INFO(saved.params[i].first);
+    CHECK(loaded.params[i].second.scalar_type() == saved.params[i].second.scalar_type());
+    CHECK(at::equal(loaded.params[i].second, saved.params[i].second));
+  }
+  CHECK(at::equal(loaded.moments[0].exp_avg, saved.moments[0].exp_avg));
+  CHECK(at::equal(loaded.moments[0].exp_avg_sq, saved.moments[0].exp_avg_sq));
+  CHECK(loaded.optimizer_step == 3);
+}
+
+}  // namespace
+}  // namespace verl

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <span>
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
@@ -170,7 +171,7 @@ TEST_CASE("safetensors TensorRef fetch: each tensor's bytes asked for in write o
     return [&, name, values]() {
       asked.push_back(name);
       staged = values;
-      return static_cast<const void*>(staged.data());
+      return std::as_bytes(std::span<const float>(staged));
     };
   };
   const std::vector<float> kept = {9.0f};
@@ -191,11 +192,21 @@ TEST_CASE("safetensors TensorRef fetch: each tensor's bytes asked for in write o
   CHECK(floats("b") == std::vector<float>{1.0f, 2.0f});
   CHECK(floats("c") == kept);
   // A fetch that throws fails the write, naming the tensor, and leaves the file that was there.
-  refs[0].fetch = []() -> const void* { throw std::runtime_error("device copy failed"); };
-  const absl::Status s = WriteSafetensors(path, refs);
+  refs[0].fetch = []() -> std::span<const std::byte> { throw std::runtime_error("device copy failed"); };
+  absl::Status s = WriteSafetensors(path, refs);
   CHECK(s.code() == absl::StatusCode::kInternal);
   CHECK_THAT(std::string(s.message()), Catch::Contains("'b'") && Catch::Contains("device copy failed"));
   REQUIRE(SafetensorsFile::Open(path).ok());
+  CHECK(std::distance(std::filesystem::directory_iterator(dir.path()), std::filesystem::directory_iterator()) == 1);
+  // So does one whose bytes are not the size the header already promised (a tensor converted on the way, say).
+  refs[0].fetch = fetcher("b", {1.0f, 2.0f, 3.0f});
+  s = WriteSafetensors(path, refs);
+  CHECK(s.code() == absl::StatusCode::kInternal);
+  CHECK_THAT(std::string(s.message()),
+             Catch::Contains("'b'") && Catch::Contains("got 12 bytes") && Catch::Contains("F32 [2]) says 8"));
+  file = SafetensorsFile::Open(path);  // the file there now, not the mapping opened above
+  REQUIRE(file.ok());
+  CHECK(floats("b") == std::vector<float>{1.0f, 2.0f});
   CHECK(std::distance(std::filesystem::directory_iterator(dir.path()), std::filesystem::directory_iterator()) == 1);
   // Neither data nor fetch: refused before anything is written.
   refs[0].fetch = nullptr;
