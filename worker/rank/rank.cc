@@ -501,7 +501,10 @@ class CpuRank final : public RankInterface {
                                    opts->lockstep
                                        ? " and a layer gathered (actor_rollout_ref.rollout.gather_layer_by_layer)"
                                        : absl::StrCat(" and ", prefill >> 20,
-                                                      " MiB for a prefill (rollout.max_num_batched_tokens)"),
+                                                      " MiB for a prefill (rollout.max_num_batched_tokens",
+                                                      opts->chunked_prefill
+                                                          ? ")"
+                                                          : "; rollout.enable_chunked_prefill is off)"),
                                    rows > 1 ? absl::StrCat("; a pass of one prompt's ", rows, " samples of ")
                                             : std::string("; one sequence of "),
                                    longest, " + ", opts->max_new_tokens, " tokens needs ", (rows * slot) >> 20,
@@ -596,7 +599,8 @@ class CpuRank final : public RankInterface {
     }
     if (prompts.empty()) return Error("Generate", absl::InvalidArgumentError("no prompts"));
     const std::string memory_keys =
-        "actor_rollout_ref.rollout.gpu_memory_utilization (the KV cache's share), max_num_seqs, max_num_batched_tokens";
+        "actor_rollout_ref.rollout.gpu_memory_utilization (the KV cache's share), max_num_seqs, max_num_batched_tokens, "
+        "enable_chunked_prefill";
     return CatchTorch(Context("Generate"), memory_keys, [&]() -> absl::StatusOr<GenerateOutput> {
       StartMemoryPhase();
       SamplingOptions opts;

@@ -342,10 +342,15 @@ int64_t PrefillBytes(const DecoderConfig& config, at::ScalarType dtype, std::vec
   const int64_t tokens =
       chunks ? max_num_batched_tokens : std::max(longest, std::min(padded_all, max_num_batched_tokens));
   const int64_t chunk_keys = chunks ? 2 * longest * config.num_key_value_heads * config.head_dim * e : 0;
+  // Where flash attention does not run (float32), the chunk attends under a mask over the positions so far, kept for
+  // the whole pass as a bool and as an additive one in `dtype` (DecoderModel::ForwardChunk).
+  const bool flash = dtype == at::kBFloat16 || dtype == at::kHalf;
+  const int64_t chunk_mask = chunks && !flash ? max_num_batched_tokens * longest * (1 + e) : 0;
   const int64_t rows = std::min(max_rows, prompts * std::max(1, n));
   // The prompts' last positions' logits in `dtype` and in float32, and a float32 row for each sample drawn from them.
   const int64_t vocab = config.vocab_size;
-  return tokens * ForwardTokenBytes(config, dtype) + chunk_keys + prompts * vocab * (e + 4) + rows * vocab * 4;
+  return tokens * ForwardTokenBytes(config, dtype) + chunk_keys + chunk_mask + prompts * vocab * (e + 4) +
+         rows * vocab * 4;
 }
 
 int64_t LayerByLayerGatherBytes(const DecoderConfig& config, at::ScalarType dtype) {
@@ -622,6 +627,8 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
                                 const SamplingOptions& options) {
   c10::InferenceMode guard;
   CheckPromptsNotEmpty(prompts);
+  TORCH_CHECK(options.max_num_batched_tokens > 0, "generation: max_num_batched_tokens ",
+              options.max_num_batched_tokens, " (a prefill pass's tokens) must be positive");
   const int64_t n = options.n;
   const int64_t R = options.max_new_tokens;
   const at::Device device = model.device();
@@ -952,6 +959,7 @@ RolloutBatch GenerateContinuous(const DecoderModel& model, const std::vector<std
         for (int64_t begin = 0; begin < first_len; begin += options.max_num_batched_tokens) {
           const int64_t len = std::min(options.max_num_batched_tokens, first_len - begin);
           const std::vector<int64_t> ids(first_prompt.begin() + begin, first_prompt.begin() + begin + len);
+          hidden = at::Tensor();  // the last chunk's output goes before this one's pass, not after
           hidden = model.ForwardChunk(at::tensor(ids, long_opts).to(device).unsqueeze(0), &part);
           ++out.prefill_chunks;
         }

@@ -444,6 +444,17 @@ TEST_CASE_METHOD(TinyModelFixture, "Generate: an empty prompt is an error that n
   REQUIRE_THROWS_WITH(GenerateStatic(model(), {{5, 6}, {}}, o), Catch::Contains("prompt 1 has no tokens"));
 }
 
+TEST_CASE_METHOD(TinyModelFixture, "Generate: a prefill budget of no tokens is an error, not an endless chunk loop",
+                 "[worker][rollout]") {
+  SamplingOptions o;
+  o.max_new_tokens = 2;
+  for (const int64_t budget : {0, -3}) {
+    o.max_num_batched_tokens = budget;
+    REQUIRE_THROWS_WITH(GenerateContinuous(model(), {{5, 6, 7}}, o),
+                        Catch::Contains("max_num_batched_tokens " + std::to_string(budget)));
+  }
+}
+
 TEST_CASE_METHOD(TinyModelFixture, "Generate: compaction moves the tail into lower slots without changing outputs",
                  "[worker][rollout]") {
   // 40 rows in 40 slots from the start; half of the vocabulary ends a sequence, so lengths spread and the running
@@ -584,6 +595,9 @@ TEST_CASE("PrefillBytes: the largest prefill pass continuous batching admits", "
     CHECK(PrefillBytes(c, at::kBFloat16, {40}, 1, 8, 100, chunked) ==
           (chunked ? 8 * token + chunk_keys(40) : 40 * token) + logits(1, 1));
     CHECK(PrefillBytes(c, at::kBFloat16, {}, 2, 8, 100, chunked) == 0);
+    // In float32 (no flash attention) a chunk also holds its mask over the prompt so far, as bool and as float32.
+    CHECK(PrefillBytes(c, at::kFloat, {40}, 1, 8, 100, chunked) ==
+          (chunked ? 8 * 2 * token + 2 * chunk_keys(40) + 8 * 40 * 5 : 40 * 2 * token) + 100 * 8 + 100 * 4);
   }
 }
 
