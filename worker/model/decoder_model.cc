@@ -1009,6 +1009,20 @@ PackedBatch PackBatch(const at::Tensor& input_ids, const at::Tensor& attention_m
                       bool share_prompts, const HostCopies& host, std::optional<BucketSteps> steps) {
   RECORD_USER_SCOPE("verl::PackBatch");  // named in a profile (tools/bench/kernel_profile.h: idle.host_in_gaps)
   const HostCopies h = HostInputs(input_ids, attention_mask, response_mask, host);
+  // Both packings pair a row's t-th response target with the t-th response token they packed: its valid response
+  // tokens must be its first response columns, valid in the attention mask too (else targets and hidden states part).
+  const int64_t N = h.response_mask.size(0), R = h.response_mask.size(1), S = h.attention_mask.size(1);
+  const bool* resp = h.response_mask.data_ptr<bool>();
+  const bool* valid = h.attention_mask.data_ptr<bool>();
+  for (int64_t b = 0; b < N; ++b) {
+    int64_t r = 0;
+    while (r < R && resp[b * R + r]) ++r;
+    for (int64_t c = 0; c < R; ++c) {
+      TORCH_CHECK(resp[b * R + c] == (c < r) && valid[b * S + S - R + c] == resp[b * R + c], "packed passes: row ", b,
+                  "'s response mask is not its first ", r, " response columns, valid in the attention mask too (",
+                  "response column ", c, ")");
+    }
+  }
   PackedBatch out = share_prompts
                         ? PackSharedPrompts(input_ids, h, steps.value_or(BucketSteps::ForDevice(input_ids.device())))
                         : PackRows(input_ids, h);

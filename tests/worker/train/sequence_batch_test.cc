@@ -477,6 +477,31 @@ TEST_CASE("PackBatch refuses a row with an empty prompt, naming it", "[worker][t
   }
 }
 
+TEST_CASE("PackBatch refuses a response mask with a hole, or one the attention mask does not cover, naming the row",
+          "[worker][train]") {
+  // Its targets would be paired with the hidden states of other positions.
+  for (const bool attention_too : {true, false}) {
+    SequenceBatch b = RaggedBatch();
+    const int64_t P = b.input_ids.size(1) - b.responses.size(1);
+    const int64_t r = b.response_mask[1].sum().item<int64_t>();
+    REQUIRE(r >= 2);
+    if (attention_too) {
+      b.response_mask[1][0] = false;  // a hole at the response's first column, the attention mask left valid
+    } else {
+      b.attention_mask[1][P + r - 1] = false;  // the attention mask stops a token early
+    }
+    for (bool share : {false, true}) {
+      INFO((share ? "shared prompts" : "packed") << (attention_too ? ", a hole" : ", attention short"));
+      try {
+        (void)PackBatch(b.input_ids, b.attention_mask, b.response_mask, share);
+        FAIL("no error");
+      } catch (const c10::Error& e) {
+        REQUIRE_THAT(e.msg(), Catch::Contains("row 1's response mask is not its first"));
+      }
+    }
+  }
+}
+
 TEST_CASE("GroupByPrompt groups rows by their valid prompt tokens", "[worker][train]") {
   const SequenceBatch b = SharedPromptBatch();
   const PromptGroups g = GroupByPrompt(b.input_ids, b.attention_mask, b.responses.size(1));
