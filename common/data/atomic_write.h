@@ -15,8 +15,8 @@ namespace verl {
 absl::Status WriteAtomically(const std::string& path, const std::function<absl::Status(const std::string&)>& write);
 
 // WriteAtomically with `contents` as the whole file, flushed to disk (fsync) before the rename and its directory after
-// it, so after a crash the file is the old one or the complete new one, and after a return the new one. Errors name the file and the system's reason (e.g. "No space left on
-// device").
+// it, so after a crash the file is the old one or the complete new one, and after a return the new one. Errors name
+// the file and the system's reason (e.g. "No space left on device").
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents);
 
 // Flushes directory `dir`'s entries to disk (fsync on the directory; "" is the working directory), so that a rename

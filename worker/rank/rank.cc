@@ -599,8 +599,8 @@ class CpuRank final : public RankInterface {
     }
     if (prompts.empty()) return Error("Generate", absl::InvalidArgumentError("no prompts"));
     const std::string memory_keys =
-        "actor_rollout_ref.rollout.gpu_memory_utilization (the KV cache's share), max_num_seqs, max_num_batched_tokens, "
-        "enable_chunked_prefill";
+        "actor_rollout_ref.rollout.gpu_memory_utilization (the KV cache's share), max_num_seqs, "
+        "max_num_batched_tokens, enable_chunked_prefill";
     return CatchTorch(Context("Generate"), memory_keys, [&]() -> absl::StatusOr<GenerateOutput> {
       StartMemoryPhase();
       SamplingOptions opts;

@@ -590,7 +590,8 @@ TEST_CASE("float32 attention on the GPU forms no [heads, T, S] scores: grouped k
   // [2,048 x 4,096] (bool and float32, 40 MiB), the scores 256 MiB and their softmax as much again.
   KvCache cache = model->NewCache(1, kT);
   (void)model->ForwardChunk(ids.narrow(1, 0, kT / 2).cuda(), &cache);
-  auto [tail, chunk_peak] = peak_of([&]() { return model->ForwardChunk(ids.narrow(1, kT / 2, kT / 2).cuda(), &cache); });
+  auto [tail, chunk_peak] =
+      peak_of([&]() { return model->ForwardChunk(ids.narrow(1, kT / 2, kT / 2).cuda(), &cache); });
   CAPTURE(chunk_peak);
   CHECK(chunk_peak < scores / 4);
   const double chunk_diff = (tail.cpu() - expected.narrow(1, kT / 2, kT / 2)).abs().max().item<double>();
