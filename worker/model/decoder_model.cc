@@ -802,13 +802,14 @@ PackedBatch PackSharedPrompts(const at::Tensor& input_ids, const HostCopies& h, 
   const int64_t P = S - R;
   const PromptGroups groups = GroupByPrompt(h.input_ids, h.attention_mask, R);
   const std::vector<int64_t> responses = HostLongs(h.response_mask.sum(1));
-  // Valid tokens must be the prompt's last columns and the response's first: the packed ids come from those columns.
+  // Valid tokens must be the prompt's last columns (the response's first: PackBatch checked them): the packed ids come
+  // from those columns.
   const bool* valid = h.attention_mask.data_ptr<bool>();
   for (int64_t b = 0; b < N; ++b) {
-    const int64_t p = groups.prompt_len[b], r = responses[b];
+    const int64_t p = groups.prompt_len[b];
     TORCH_CHECK(p > 0, "shared prompts (use_prefix_grouper): row ", b, " has an empty prompt");
-    for (int64_t c = 0; c < S; ++c) {
-      const bool want = (c >= P - p && c < P) || (c >= P && c < P + r);
+    for (int64_t c = 0; c < P; ++c) {
+      const bool want = c >= P - p;
       TORCH_CHECK(valid[b * S + c] == want, "shared prompts (use_prefix_grouper): row ", b,
                   "'s valid tokens are not a left-padded prompt followed by a right-padded response (column ", c, ")");
     }

@@ -10,11 +10,9 @@
 #include <cerrno>
 #include <cstring>
 #include <exception>
-#include <filesystem>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "common/data/atomic_write.h"
 #include "nlohmann/json.hpp"
 
 namespace verl {
@@ -453,8 +451,7 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorR
     ::unlink(tmp_path.c_str());
     return OsError(rename_err, absl::StrCat("cannot rename ", tmp_path, " to"), path);
   }
-  // The rename is durable only once its directory is (the file's bytes already are).
-  return SyncDirectory(std::filesystem::path(path).parent_path().string());
+  return absl::OkStatus();
 }
 
 absl::Status WriteSafetensors(const std::string& path,

@@ -344,7 +344,7 @@ int64_t PrefillBytes(const DecoderConfig& config, at::ScalarType dtype, std::vec
   const int64_t chunk_keys = chunks ? 2 * longest * config.num_key_value_heads * config.head_dim * e : 0;
   // Where flash attention does not run (float32), the chunk attends under a mask over the positions so far, kept for
   // the whole pass as a bool and as an additive one in `dtype` (DecoderModel::ForwardChunk).
-  const bool flash = dtype == at::kBFloat16 || dtype == at::kHalf;
+  const bool flash = PackedAttentionIsFlash(at::kCUDA, dtype);  // the budget is a GPU's
   const int64_t chunk_mask = chunks && !flash ? max_num_batched_tokens * longest * (1 + e) : 0;
   const int64_t rows = std::min(max_rows, prompts * std::max(1, n));
   // The prompts' last positions' logits in `dtype` and in float32, and a float32 row for each sample drawn from them.
