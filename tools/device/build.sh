@@ -70,4 +70,20 @@ cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DVERL_WITH
   -DCMAKE_PREFIX_PATH="$PREFIX/usr" -DCMAKE_CXX_FLAGS="-include cstdint" -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
   $( [ -f "$PREFIX/usr/lib/cmake/Catch2/Catch2Config.cmake" ] && echo "-DCatch2_DIR=$PREFIX/usr/lib/cmake/Catch2" ) \
   -DVERL_TORCH_ROOT="$TORCH_ROOT" -DVERL_PYARROW_ROOT="$PYARROW_ROOT" -DVERL_NCCL_ROOT="$NCCL_ROOT"
+# 4. A warm machine keeps build-cuda/ between calls, but each call copies the working tree afresh: a source put back to
+#    an older version (a patch undone, a branch switched) can carry an mtime older than the object built from the newer
+#    one, and ninja would link that stale object (seen 2026-12-07). Sources whose content changed since the last build
+#    are touched first, so ninja decides on content.
+sums="$BUILD_DIR/.source-md5"
+(cd "$ROOT" && find CMakeLists.txt cmake common controller worker tests tools proto -type f \
+  \( -name '*.cc' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name '*.proto' -o -name '*.txt' -o -name '*.cmake' \) \
+  -print0 2>/dev/null | sort -z | xargs -0 md5sum) > "$sums.new"
+if [ -f "$sums" ]; then
+  changed="$(comm -13 <(sort "$sums") <(sort "$sums.new") | cut -d' ' -f3-)"
+  if [ -n "$changed" ]; then
+    (cd "$ROOT" && echo "$changed" | tr '\n' '\0' | xargs -0 touch)
+    log "touched $(echo "$changed" | wc -l) source(s) changed since the last build"
+  fi
+fi
+mv "$sums.new" "$sums"
 ninja -C "$BUILD_DIR" -j"$JOBS" "$@"
