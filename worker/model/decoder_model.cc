@@ -623,6 +623,23 @@ class ReplayedAttention : public torch::autograd::Function<ReplayedAttention> {
   }
 };
 
+// scaled_dot_product_attention of q [..., heads, T, D] over k and v [..., kv_heads, S, D], grouped query heads where
+// kv_heads < heads, under `mask` (or none) and causal or not. On a GPU in float32 neither flash attention nor cuDNN
+// runs, and PyTorch's memory-efficient kernel does not take grouped heads (enable_gqa), so SDPA would fall back to its
+// math form, which holds the call's [heads, T, S] float32 scores and their softmax: there k and v are repeated to the
+// query heads instead (what ForwardTokenBytes counts), and the memory-efficient kernel runs.
+at::Tensor GroupedSdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
+                       bool causal) {
+  const int64_t heads = q.size(-3), kv_heads = k.size(-3);
+  const std::optional<at::Tensor> m = mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt;
+  if (heads != kv_heads && q.is_cuda() && q.scalar_type() == at::kFloat) {
+    const int64_t groups = heads / kv_heads;  // query head h reads key/value head h / groups, as enable_gqa maps them
+    return at::scaled_dot_product_attention(q, k.repeat_interleave(groups, -3), v.repeat_interleave(groups, -3), m,
+                                            0.0, causal);
+  }
+  return at::scaled_dot_product_attention(q, k, v, m, 0.0, causal, std::nullopt, /*enable_gqa=*/heads != kv_heads);
+}
+
 // Causal attention of one shared-prompt bucket ([n, h, len, D] views): SDPA, or with `saves` cuDNN's kernel called as
 // SDPA calls it, its output and log-sum-exp kept (the forward), then handed back (the recompute).
 at::Tensor BucketAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool gqa,
@@ -655,7 +672,7 @@ at::Tensor BucketAttention(const at::Tensor& q, const at::Tensor& k, const at::T
       return ReplayedAttention::apply(q, k, v, kept.out, &kept);
     }
   }
-  return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt, gqa);
+  return GroupedSdpa(q, k, v, at::Tensor(), /*causal=*/true);
 }
 
 // Causal attention over shared-prompt rows (PackedSequences::row_index): q_rows [R, heads, D], k_rows and v_rows
@@ -692,7 +709,6 @@ at::Tensor SharedPromptAttention(const at::Tensor& q_rows, const at::Tensor& k_r
 // with autograd), else one scaled_dot_product_attention call per sequence.
 at::Tensor PackedAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const PackedSequences& packed,
                            AttentionSaves* saves) {
-  const bool gqa = q.size(1) != k.size(1);
   if (packed.row_index.defined()) {
     // Shared prompts: causal attention over the gathered rows (PackedSequences::row_index), then each token's output
     // from its row. Keys and values: every row gathers its tokens', so gradients reach a prompt's from every row that
@@ -721,9 +737,8 @@ at::Tensor PackedAttention(const at::Tensor& q, const at::Tensor& k, const at::T
   for (size_t b = 0; b + 1 < packed.offsets.size(); ++b) {
     const int64_t start = packed.offsets[b], len = packed.offsets[b + 1] - packed.offsets[b];
     if (len == 0) continue;
-    parts.push_back(at::scaled_dot_product_attention(q.narrow(2, start, len), k.narrow(2, start, len),
-                                                     v.narrow(2, start, len), {}, 0.0, /*is_causal=*/true, std::nullopt,
-                                                     gqa));
+    parts.push_back(
+        GroupedSdpa(q.narrow(2, start, len), k.narrow(2, start, len), v.narrow(2, start, len), at::Tensor(), true));
   }
   return at::cat(parts, 2);
 }
@@ -1162,10 +1177,7 @@ at::Tensor DecoderModel::LayerForward(const Layer& L, const at::Tensor& h_in, co
     } else if (cache && causal) {  // ForwardChunk where flash attention runs
       attn = FlashCausalAfterCache(q, k, v);
     } else {
-      attn = at::scaled_dot_product_attention(
-          q, k, v, attn_mask.defined() ? std::optional<at::Tensor>(attn_mask) : std::nullopt, 0.0,
-          /*is_causal=*/causal, std::nullopt,
-          /*enable_gqa=*/heads != kv_heads);
+      attn = GroupedSdpa(q, k, v, attn_mask, causal);
     }
   }
   attn = attn.transpose(1, 2).reshape({h_in.size(0), T, heads * hd});

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <functional>
 #include <random>
 #include <string>
 #include <utility>
@@ -22,6 +23,8 @@
 #ifdef VERL_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
 
 #include "worker/kernels/decode_attention.h"
@@ -539,6 +542,62 @@ TEST_CASE("a chunked prefill gives the whole prompt's: flash attention in bf16, 
       CHECK(agree >= 0.9);
     }
   }
+}
+
+TEST_CASE("float32 attention on the GPU forms no [heads, T, S] scores: grouped keys repeated for the fused kernel",
+          "[worker][rollout][gpu]") {
+  if (SkipWithoutGpu()) return;
+#ifdef VERL_WITH_CUDA
+  // PyTorch's memory-efficient kernel (the fused one that takes float32) does not take grouped query heads; called with
+  // enable_gqa, SDPA runs its math form and holds the scores. 8 query heads over 2 KV heads, 4,096 positions: the
+  // scores of one layer are 8 x 4,096 x 4,096 float32 = 512 MiB, the model's own activations a few MiB a layer.
+  TestDir dir("gpu_f32_attention");
+  DecoderConfig config = KernelModelConfig();
+  config.num_attention_heads = 8;
+  config.max_position_embeddings = 8192;
+  testing::WriteTinyModel(dir.path(), config);
+  auto model = LoadOn(dir.path(), at::kFloat);
+  auto cpu = DecoderModel::Load(dir.path(), at::kFloat);
+  REQUIRE(cpu.ok());
+  c10::InferenceMode guard;
+  constexpr int64_t kT = 4096;
+  const int64_t scores = config.num_attention_heads * kT * kT * 4;
+  const at::Tensor ids = at::randint(13, config.vocab_size, {1, kT}, at::TensorOptions().dtype(at::kLong));
+  const at::Tensor pos = at::arange(kT, at::kLong).unsqueeze(0);
+  const c10::cuda::CUDAGuard device(0);
+  constexpr size_t kAggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  auto peak_of = [&](const std::function<at::Tensor()>& run) {
+    c10::cuda::device_synchronize();
+    c10::cuda::CUDACachingAllocator::resetPeakStats(0);
+    const int64_t before = c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[kAggregate].current;
+    at::Tensor out = run();
+    c10::cuda::device_synchronize();
+    const int64_t peak = c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[kAggregate].peak;
+    return std::make_pair(out, peak - before);
+  };
+  // The packed causal pass (use_remove_padding's, one sequence).
+  const PackedSequences packed = PackLengths({kT}, at::Device(at::kCUDA, 0));
+  auto [hidden, packed_peak] =
+      peak_of([&]() { return model->Forward(ids.cuda(), pos.cuda(), at::Tensor(), nullptr, &packed); });
+  CAPTURE(packed_peak, scores);
+  CHECK(packed_peak < scores / 4);
+  const PackedSequences packed_cpu = PackLengths({kT}, at::kCPU);
+  const at::Tensor expected = (*cpu)->Forward(ids, pos, at::Tensor(), nullptr, &packed_cpu);
+  const double diff = (hidden.cpu() - expected).abs().max().item<double>();
+  CAPTURE(diff);
+  CHECK(diff < 1e-3);
+  // A prefill chunk of 2,048 tokens after 2,048 cached ones, under its mask (ForwardChunk's float32 path): the mask is
+  // [2,048 x 4,096] (bool and float32, 40 MiB), the scores 256 MiB and their softmax as much again.
+  KvCache cache = model->NewCache(1, kT);
+  (void)model->ForwardChunk(ids.narrow(1, 0, kT / 2).cuda(), &cache);
+  auto [tail, chunk_peak] =
+      peak_of([&]() { return model->ForwardChunk(ids.narrow(1, kT / 2, kT / 2).cuda(), &cache); });
+  CAPTURE(chunk_peak);
+  CHECK(chunk_peak < scores / 4);
+  const double chunk_diff = (tail.cpu() - expected.narrow(1, kT / 2, kT / 2)).abs().max().item<double>();
+  CAPTURE(chunk_diff);
+  CHECK(chunk_diff < 1e-3);
+#endif
 }
 
 TEST_CASE("decoding with the norms folded into the q/k/v and gate/up projections is as close to float32 as unfolded",
