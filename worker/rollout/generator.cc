@@ -346,11 +346,18 @@ int64_t PrefillBytes(const DecoderConfig& config, at::ScalarType dtype, std::vec
   // the whole pass as a bool and as an additive one in `dtype` (DecoderModel::ForwardChunk).
   const bool flash = PackedAttentionIsFlash(at::kCUDA, dtype);  // the budget is a GPU's
   const int64_t chunk_mask = chunks && !flash ? max_num_batched_tokens * longest * (1 + e) : 0;
+  // There a whole-prompt pass is padded (GenerateContinuous's automatic layout): its rows' keys and values go to a cache
+  // of their own, every layer's, before they are copied to the slots, and it attends under a [rows, longest, longest]
+  // mask kept as bool and as additive `dtype`, its rows at the longest's width being at most `tokens`.
+  const bool padded = !chunks && !flash;
+  const int64_t padded_cache =
+      padded ? tokens * 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * e : 0;
+  const int64_t padded_mask = padded ? tokens * longest * (1 + e) : 0;
   const int64_t rows = std::min(max_rows, prompts * std::max(1, n));
   // The prompts' last positions' logits in `dtype` and in float32, and a float32 row for each sample drawn from them.
   const int64_t vocab = config.vocab_size;
-  return tokens * ForwardTokenBytes(config, dtype) + chunk_keys + chunk_mask + prompts * vocab * (e + 4) +
-         rows * vocab * 4;
+  return tokens * ForwardTokenBytes(config, dtype) + chunk_keys + chunk_mask + padded_cache + padded_mask +
+         prompts * vocab * (e + 4) + rows * vocab * 4;
 }
 
 int64_t LayerByLayerGatherBytes(const DecoderConfig& config, at::ScalarType dtype) {

@@ -595,9 +595,15 @@ TEST_CASE("PrefillBytes: the largest prefill pass continuous batching admits", "
     CHECK(PrefillBytes(c, at::kBFloat16, {40}, 1, 8, 100, chunked) ==
           (chunked ? 8 * token + chunk_keys(40) : 40 * token) + logits(1, 1));
     CHECK(PrefillBytes(c, at::kBFloat16, {}, 2, 8, 100, chunked) == 0);
-    // In float32 (no flash attention) a chunk also holds its mask over the prompt so far, as bool and as float32.
+    // In float32 (no flash attention) a chunk also holds its mask over the prompt so far, as bool and as float32; a
+    // whole prompt's pass is padded: its rows' own cache of every layer's keys and values, and its mask [rows, longest,
+    // longest], the rows at the longest's width being at most the pass's tokens (two prompts of 9 in a budget of 18).
+    const int64_t kv_token = 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * 4;
     CHECK(PrefillBytes(c, at::kFloat, {40}, 1, 8, 100, chunked) ==
-          (chunked ? 8 * 2 * token + 2 * chunk_keys(40) + 8 * 40 * 5 : 40 * 2 * token) + 100 * 8 + 100 * 4);
+          (chunked ? 8 * 2 * token + 2 * chunk_keys(40) + 8 * 40 * 5 : 40 * (2 * token + kv_token + 40 * 5)) +
+              100 * 8 + 100 * 4);
+    CHECK(PrefillBytes(c, at::kFloat, {9, 9, 9}, 1, 18, 100, chunked) ==
+          18 * (2 * token + kv_token + 9 * 5) + 2 * 100 * 8 + 2 * 100 * 4);
   }
 }
 
