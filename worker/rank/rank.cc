@@ -535,7 +535,9 @@ class CpuRank final : public RankInterface {
       return Error("Generate", absl::InvalidArgumentError(absl::StrCat("pad_token_id ", sampling.pad_token_id,
                                                                        " is outside the vocabulary [0, ", vocab, ")")));
     }
-    if (sampling.max_new_tokens < 0 || sampling.n < 0 || sampling.temperature < 0) {
+    // n 0 is a request that leaves n out (one sample); a NaN temperature fails `>= 0` (the samplers would take it as
+    // no scaling, temperature 1).
+    if (sampling.max_new_tokens < 0 || sampling.n < 0 || !(sampling.temperature >= 0)) {
       return Error("Generate", absl::InvalidArgumentError(absl::StrCat(
                                    "bad sampling settings: max_new_tokens ", sampling.max_new_tokens, ", n ", sampling.n,
                                    ", temperature ", sampling.temperature)));

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -431,6 +432,12 @@ TEST_CASE("CpuRank: calls out of order fail with the rank and stage", "[worker][
   cold.temperature = 0;
   ExpectError(rank->Generate("s", Prompts(m), cold, false).status(), absl::StatusCode::kInvalidArgument,
               {"rank 5", "temperature 0 with do_sample"});
+  cold.temperature = std::numeric_limits<double>::quiet_NaN();
+  ExpectError(rank->Generate("s", Prompts(m), cold, false).status(), absl::StatusCode::kInvalidArgument,
+              {"rank 5", "bad sampling settings", "temperature nan"});
+  cold.temperature = -0.5;
+  ExpectError(rank->Generate("s", Prompts(m), cold, false).status(), absl::StatusCode::kInvalidArgument,
+              {"rank 5", "bad sampling settings", "temperature -0.5"});
 
   REQUIRE(rank->Generate("s", Prompts(m), Sampling(m), false).ok());
   ExpectError(rank->ComputeAdvantage("s", Grpo()).status(), absl::StatusCode::kFailedPrecondition,
