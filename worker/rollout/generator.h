@@ -14,7 +14,9 @@
 //   must decode in lockstep (a model sharded layer by layer).
 // Returns the rollout log-prob of every sampled token under the temperature-scaled distribution, the same quantity the
 // trainer computes, so rollout and training log-probs are comparable. Sampling draws come from a counter-based
-// generator keyed by (seed, sample, position), so a sequence's tokens do not depend on the schedule or its batch.
+// generator keyed by (seed, sample, position), so a sequence's draws do not depend on the schedule or its batch; its
+// tokens do up to the rounding of the logits, which the batch's shape (buckets, packed or padded prefill, shared
+// prompts) can move, so that in bf16 a near tie can go the other way.
 
 #include <ATen/ATen.h>
 
@@ -51,8 +53,9 @@ struct SamplingOptions {
   int32_t pad_token_id = 0;
   uint64_t seed = 0;
   // The random stream of sample j of prompt i is keyed by (seed, prompt_keys[i] * n + j, token position), so a
-  // prompt's samples do not depend on which other prompts share the batch (data-parallel ranks split a step's prompts
-  // and still draw what one rank would). Empty: prompt i's key is i.
+  // prompt's samples' draws do not depend on which other prompts share the batch (data-parallel ranks split a step's
+  // prompts and still draw what one rank would; the tokens are the same up to the logits' rounding). Empty: prompt
+  // i's key is i.
   std::vector<uint64_t> prompt_keys;
   // Decode all max_new_tokens steps even when every row has finished: the ranks of a model sharded layer by layer
   // must make the same gathers (the extra steps only produce padding).
