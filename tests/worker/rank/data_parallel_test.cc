@@ -3,6 +3,7 @@
 // losses and the updated weights within float tolerance; a rank that stops answering turns into an error naming it.
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <bit>
 #include <chrono>
 #include <cmath>
@@ -54,6 +55,7 @@ struct StepResult {
   Metrics advantage, critic, actor;
   std::map<std::string, std::vector<float>> weights;  // the actor after the update, from group rank 0's checkpoint
   std::map<std::string, std::vector<float>> moments;  // its AdamW moments (gathered to rank 0 when sharded)
+  std::vector<int64_t> response_tokens;               // each rank's generated response tokens
 };
 
 std::map<std::string, std::vector<float>> ReadWeights(const std::string& path) {
@@ -93,6 +95,7 @@ StepResult RunStep(const TinyRankModel& m, int world, const RankConfig& config, 
   const bool critic = adv.estimator == "gae";
   std::vector<StepResult> results(world);
   std::vector<absl::Status> errors(world);
+  std::vector<int64_t> tokens(world, 0);
   OnEveryRank(world, [&](int r) {
     RankInterface& rank = *ranks[r];
     std::vector<PromptInput> mine;
@@ -105,7 +108,9 @@ StepResult RunStep(const TinyRankModel& m, int world, const RankConfig& config, 
     if (!resume.empty()) {
       if (auto s = rank.LoadCheckpoint(resume, 1); !s.ok()) return fail(s);
     }
-    if (auto s = rank.Generate(step, mine, sampling.value_or(Sampling(m)), false).status(); !s.ok()) return fail(s);
+    auto g = rank.Generate(step, mine, sampling.value_or(Sampling(m)), false);
+    if (!g.ok()) return fail(g.status());
+    for (const int32_t len : g->response_lengths) tokens[r] += len;
     if (auto s = rank.Score(step).status(); !s.ok()) return fail(s);
     if (auto s = rank.ComputeLogProbs(step, "actor", 1.0).status(); !s.ok()) return fail(s);
     if (auto s = rank.ComputeLogProbs(step, "ref", 1.0).status(); !s.ok()) return fail(s);
@@ -141,6 +146,7 @@ StepResult RunStep(const TinyRankModel& m, int world, const RankConfig& config, 
   const std::string saved = out.file(absl::StrCat(tag, "w", world)) + "/actor/";
   results[0].weights = ReadWeights(saved + "model_world_size_1_rank_0.safetensors");
   results[0].moments = ReadWeights(saved + "optim_world_size_1_rank_0.safetensors");
+  results[0].response_tokens = tokens;
   return results[0];
 }
 
@@ -281,10 +287,20 @@ TEST_CASE("data parallel: 1, 2 and 4 ranks take the same update", "[worker][rank
     REQUIRE(shared.actor.at("perf/actor_packed_tokens") > 0);
   }
   SECTION("REINFORCE++ (advantages whitened over the whole batch), token-mean") {
+    // Responses of different lengths, so that the ranks hold different token counts: a loss normalised by a rank's
+    // own count, not the batch's, would differ from one rank's.
     config.actor.loss_agg_mode = "token-mean";
     const AdvantageSettings adv = Estimator("reinforce_plus_plus");
-    const StepResult one = RunStep(m, 1, config, adv, out);
-    for (int world : {2, 4}) RequireSameStep(one, RunStep(m, world, config, adv, out), world);
+    SamplingSettings sampling = Sampling(m);
+    for (int32_t id = 3; id < m.vocab_size; id += 5) sampling.eos_token_ids.push_back(id);
+    const StepResult one = RunStep(m, 1, config, adv, out, "", "", sampling);
+    for (int world : {2, 4}) {
+      const StepResult many = RunStep(m, world, config, adv, out, "", "", sampling);
+      INFO("world " << world);
+      REQUIRE(std::adjacent_find(many.response_tokens.begin(), many.response_tokens.end(), std::not_equal_to<>()) !=
+              many.response_tokens.end());
+      RequireSameStep(one, many, world);
+    }
   }
   SECTION("PPO with a critic (GAE whitened over the batch, critic gradients reduced)") {
     AddCritic(config, m);

@@ -254,7 +254,7 @@ TEST_CASE("Token-budget micro-batches give the update and the log-probs of one w
   const at::Tensor adv = at::linspace(-1.0, 1.5, 30, at::kFloat).view({6, 5});
   const at::Tensor mask = b.response_mask.to(at::kFloat);
   const std::string agg = GENERATE(std::string("token-mean"), std::string("seq-mean-token-mean"),
-                                   std::string("seq-mean-token-sum-norm"));
+                                   std::string("seq-mean-token-sum"), std::string("seq-mean-token-sum-norm"));
   INFO("loss_agg_mode " << agg << ", holed " << holed);
 
   struct Result {
@@ -852,6 +852,10 @@ TEST_CASE("The LM head's gradients formed in the forward give the update of back
     const auto [fused_w, fused_m, fused_old] = run(true);
     REQUIRE(plain_m.at("perf/actor_fused_lm_head") == 0.0);
     REQUIRE(fused_m.at("perf/actor_fused_lm_head") == 1.0);  // the fused path ran
+    // The update moved the weights well past the tolerance (two paths that both lost the gradient would agree).
+    const auto initial = Snapshot(LoadModelOrDie(c.tied ? dir.path() : untied_dir.path())->named_parameters());
+    CAPTURE(MaxDiff(plain_w, initial));
+    REQUIRE(MaxDiff(plain_w, initial) > 1e-3);
     REQUIRE(MaxDiff(fused_w, plain_w) < 1e-5);
     REQUIRE(MaxAbsDiff(fused_old, plain_old) == 0.0);  // a deferred mini-batch's old log-probs: the same forward
     if (c.off > 1 && c.loss_mode == "vanilla") REQUIRE(plain_m.at("actor/pg_clipfrac_lower") > 0);  // dual clip
