@@ -166,7 +166,8 @@ int64_t ForwardTokenBytes(const DecoderConfig& config, at::ScalarType dtype);
 // Continuous batching's largest prefill over prompts of `prompt_lengths` tokens (n samples each): the activations of a
 // pass of at most max_num_batched_tokens tokens (or, unless `chunked`, of the longest prompt alone, where it is
 // longer; chunked, a chunk's attention also takes a layer's cached keys and values, copied, and off flash attention,
-// in float32, its mask over the prompt so far), the logits of its prompts' last positions and a row of float32 logits
+// in float32, its mask over the prompt so far; whole prompts off flash attention, a padded pass, also its rows' own
+// cache of keys and values and their mask), the logits of its prompts' last positions and a row of float32 logits
 // for each of their samples it admits (at most max_rows). The worker's KV cache budget takes it off what
 // gpu_memory_utilization leaves.
 int64_t PrefillBytes(const DecoderConfig& config, at::ScalarType dtype, std::vector<int64_t> prompt_lengths, int32_t n,
