@@ -25,18 +25,23 @@ WorkerClient::WorkerClient(std::string worker_id, std::string address, double rp
   stub_ = v1::WorkerService::NewStub(channel_);
 }
 
+absl::Status WorkerClient::ExitOf(const grpc::Status& status) {
+  if (!liveness_) return absl::OkStatus();
+  absl::Status alive = liveness_();
+  // A killed process closes its sockets before it can be reaped, so a call can fail on the broken connection a
+  // moment before the launcher sees the exit. Give the exit a moment to show, so that it is what gets reported.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  while (alive.ok() && status.error_code() == grpc::StatusCode::UNAVAILABLE &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    alive = liveness_();
+  }
+  return alive;
+}
+
 absl::Status WorkerClient::Failure(const char* rpc, const grpc::Status& status) {
-  if (liveness_) {
-    absl::Status alive = liveness_();
-    // A killed process closes its sockets before it can be reaped, so a call can fail on the broken connection a
-    // moment before the launcher sees the exit. Give the exit a moment to show, so that it is what gets reported.
-    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
-    while (alive.ok() && status.error_code() == grpc::StatusCode::UNAVAILABLE &&
-           std::chrono::steady_clock::now() < until) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      alive = liveness_();
-    }
-    if (!alive.ok()) return absl::UnavailableError(absl::StrCat(rpc, " failed: ", alive.message()));
+  if (absl::Status exit = ExitOf(status); !exit.ok()) {
+    return absl::UnavailableError(absl::StrCat(rpc, " failed: ", exit.message()));
   }
   absl::Status s = FromGrpcStatus(status);
   return absl::Status(s.code(), absl::StrCat(rpc, " on worker ", worker_id_, " at ", address_, ": ", s.message()));
@@ -83,6 +88,11 @@ absl::Status WorkerClient::Ping(double timeout_s) {
   v1::HealthResponse response;
   grpc::Status status = stub_->Health(&ctx, v1::HealthRequest(), &response);
   if (status.ok()) return absl::OkStatus();
+  // A launched worker that died: its exit, as a failed call reports it (the job logs the heartbeat's failure in place
+  // of the step's, which would otherwise lose the signal or exit status).
+  if (absl::Status exit = ExitOf(status); !exit.ok()) {
+    return absl::UnavailableError(absl::StrCat("Health (the heartbeat) failed: ", exit.message()));
+  }
   return absl::UnavailableError(absl::StrCat("worker ", worker_id_, " at ", address_, " missed its heartbeat (",
                                              FromGrpcStatus(status).message(), ")"));
 }

@@ -132,6 +132,8 @@ class WorkerClient {
     if (status.ok()) return response;
     return Failure(rpc, status);
   }
+  // The launcher's account of the worker's exit (liveness) after a call failed with `status`, else OK.
+  absl::Status ExitOf(const grpc::Status& status);
   absl::Status Failure(const char* rpc, const grpc::Status& status);
   void AddComputeSeconds(const grpc::ClientContext& ctx);
 

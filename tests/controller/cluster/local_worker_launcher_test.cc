@@ -115,6 +115,14 @@ TEST_CASE("LocalWorkerLauncher notices a killed worker, and the client says so p
                Catch::Contains("Generate") && Catch::Contains("worker-0") && Catch::Contains("signal 9") &&
                    Catch::Contains(w.address));
   }
+  SECTION("the heartbeat's error names the exit too") {
+    // The job logs a heartbeat's failure in place of the step's: it must not lose the signal.
+    const absl::Status ping = client.Ping(30);
+    REQUIRE_FALSE(ping.ok());
+    CHECK(ping.code() == absl::StatusCode::kUnavailable);
+    CHECK_THAT(std::string(ping.message()),
+               Catch::Contains("heartbeat") && Catch::Contains("worker-0") && Catch::Contains("signal 9"));
+  }
   SECTION("CheckAlive names the worker, its address and the signal") {
     REQUIRE(WaitFor([&] { return !launcher.CheckAlive().ok(); }, 5));
     absl::Status alive = launcher.CheckAlive();
