@@ -350,8 +350,7 @@ int64_t PrefillBytes(const DecoderConfig& config, at::ScalarType dtype, std::vec
   // of their own, every layer's, before they are copied to the slots, and it attends under a [rows, longest, longest]
   // mask kept as bool and as additive `dtype`, its rows at the longest's width being at most `tokens`.
   const bool padded = !chunks && !flash;
-  const int64_t padded_cache =
-      padded ? tokens * 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * e : 0;
+  const int64_t padded_cache = padded ? KvSlotBytes(config, dtype, tokens) : 0;
   const int64_t padded_mask = padded ? tokens * longest * (1 + e) : 0;
   const int64_t rows = std::min(max_rows, prompts * std::max(1, n));
   // The prompts' last positions' logits in `dtype` and in float32, and a float32 row for each sample drawn from them.
